@@ -1,0 +1,35 @@
+// RoCEv2 invariant CRC (IBA Annex A17.3.3): CRC-32 (the Ethernet/zlib
+// polynomial) over 8 bytes of 0xFF standing for the masked LRH, then the
+// IPv4 header with TOS, TTL and checksum set to ones, the UDP header with its
+// checksum set to ones, the BTH with its FECN/BECN/reserved byte set to ones,
+// and everything after it up to the ICRC. On the wire the CRC value is stored
+// least-significant byte first (as rxe and scapy do).
+//
+// The CRC is chainable the way zlib's crc32() is, so a header part and
+// scattered payload parts can be fed separately (zero-copy transmit).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tandem::common {
+
+// Plain CRC-32 (zlib semantics): crc32_update(0, p, n) is the CRC of p[0..n).
+uint32_t crc32_update(uint32_t crc, const uint8_t* data, std::size_t len) noexcept;
+
+// CRC of the masked pseudo-header: `ip` points at the IPv4 header, and
+// `hdr_len` covers IPv4 + UDP + BTH and any transport headers after it
+// (at least IPv4 + UDP + BTH). Continue with crc32_update over the payload
+// and pad. Returns 0 if hdr_len is too short for the IHL it finds.
+uint32_t icrc_headers(const uint8_t* ip, std::size_t hdr_len) noexcept;
+
+// ICRC of a contiguous packet: `len` bytes from the IPv4 header up to (not
+// including) the ICRC field.
+inline uint32_t roce_icrc(const uint8_t* ip, std::size_t len) noexcept {
+  return icrc_headers(ip, len);
+}
+
+// Name of the CRC implementation compiled in ("isa-l" or "zlib").
+const char* crc32_backend() noexcept;
+
+}  // namespace tandem::common

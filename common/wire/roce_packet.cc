@@ -1,0 +1,188 @@
+#include "common/wire/roce_packet.h"
+
+#include <cstring>
+
+#include "common/wire/entropy.h"
+#include "common/wire/icrc.h"
+
+namespace tandem::common {
+
+std::size_t transport_ext_len(uint8_t opcode) noexcept {
+  const uint16_t f = opcode_info(opcode).flags;
+  std::size_t n = 0;
+  if (f & kOpReth) n += kRethLen;
+  if (f & kOpAtomicEth) n += kAtomicEthLen;
+  if (f & kOpAeth) n += kAethLen;
+  if (f & kOpAtomicAck) n += kAtomicAckLen;
+  if (f & kOpImm) n += kImmLen;
+  if (f & kOpCnp) n += kCnpPadLen;
+  return n;
+}
+
+namespace {
+
+// Parses Eth/IPv4/UDP at data[off..len); on success `off` is past the UDP
+// header and `end` is where the IP datagram ends (Ethernet padding excluded).
+DropReason parse_l2_l4(const uint8_t* data, std::size_t len, std::size_t& off, std::size_t& end,
+                       EthHeader& eth, Ipv4Header& ip, UdpHeader& udp, uint32_t& ip_off,
+                       const ParseOptions& opts) noexcept {
+  bool ok = false;
+  eth = read_eth(data + off, len - off, &ok);
+  if (!ok) return DropReason::kTruncated;
+  if (eth.ethertype != kEtherTypeIpv4) return DropReason::kNotIpv4;
+  off += eth.size();
+  if (len - off < kIpv4HdrLen) return DropReason::kTruncated;
+  ip_off = static_cast<uint32_t>(off);
+  ip = read_ipv4(data + off);
+  const std::size_t ihl = std::size_t{ip.ihl} * 4;
+  if ((data[off] >> 4) != 4 || ihl < kIpv4HdrLen) return DropReason::kBadIpHeader;
+  if (len - off < ihl) return DropReason::kTruncated;
+  if (ip.total_len < ihl + kUdpHdrLen) return DropReason::kBadIpHeader;
+  if (len - off < ip.total_len) return DropReason::kTruncated;
+  if (opts.check_ip_checksum && ipv4_checksum(data + off, ihl) != 0) return DropReason::kBadIpChecksum;
+  if ((ip.frag & 0x3FFF) != 0) return DropReason::kIpFragment;
+  if (ip.proto != kIpProtoUdp) return DropReason::kNotUdp;
+  end = off + ip.total_len;
+  off += ihl;
+  udp = read_udp(data + off);
+  if (udp.len < kUdpHdrLen || udp.len != end - off) return DropReason::kBadUdpLength;
+  off += kUdpHdrLen;
+  return DropReason::kNone;
+}
+
+}  // namespace
+
+DropReason parse_roce(const uint8_t* data, std::size_t len, RocePacket& out,
+                      const ParseOptions& opts) noexcept {
+  out = RocePacket{};
+  std::size_t off = 0, end = 0;
+  DropReason r = parse_l2_l4(data, len, off, end, out.eth, out.ip, out.udp, out.ip_offset, opts);
+  if (r != DropReason::kNone) return r;
+
+  if (out.udp.dport == kVxlanUdpPort) {
+    out.has_outer = true;
+    out.outer.eth = out.eth;
+    out.outer.ip = out.ip;
+    out.outer.udp = out.udp;
+    if (end - off < kVxlanHdrLen) return DropReason::kTruncated;
+    out.outer.vxlan = read_vxlan(data + off);
+    if ((out.outer.vxlan.flags & 0x08) == 0) return DropReason::kBadVxlan;
+    off += kVxlanHdrLen;
+    // The inner frame must lie within the outer datagram.
+    r = parse_l2_l4(data, end, off, end, out.eth, out.ip, out.udp, out.ip_offset, opts);
+    if (r != DropReason::kNone) return r;
+  }
+  if (out.udp.dport != kRoceUdpPort) return DropReason::kNotRoce;
+
+  if (end - off < kBthLen) return DropReason::kTruncated;
+  out.bth = read_bth(data + off);
+  if (out.bth.tver != 0) return DropReason::kBadBthVersion;
+  const uint8_t op = out.bth.opcode;
+  if (!opcode_known(op)) return DropReason::kUnknownOpcode;
+  off += kBthLen;
+
+  const uint16_t f = opcode_info(op).flags;
+  const std::size_t ext = transport_ext_len(op);
+  if (end - off < ext + kIcrcLen) return DropReason::kTruncated;
+  if (f & kOpReth) { out.reth = read_reth(data + off); off += kRethLen; }
+  if (f & kOpAtomicEth) { out.atomic = read_atomic_eth(data + off); off += kAtomicEthLen; }
+  if (f & kOpAeth) { out.aeth = read_aeth(data + off); off += kAethLen; }
+  if (f & kOpAtomicAck) { out.atomic_ack = load_be64(data + off); off += kAtomicAckLen; }
+  if (f & kOpImm) { out.imm = load_be32(data + off); off += kImmLen; }
+  if (f & kOpCnp) off += kCnpPadLen;
+
+  const std::size_t rest = end - off - kIcrcLen;  // payload + pad
+  out.payload_offset = static_cast<uint32_t>(off);
+  out.icrc = load_le32(data + end - kIcrcLen);
+  if (rest < out.bth.pad) return DropReason::kBadPad;
+  out.payload_len = static_cast<uint32_t>(rest - out.bth.pad);
+  if (out.payload_len != 0 && !(f & kOpPayload)) return DropReason::kBadPad;
+
+  if (opts.check_icrc) {
+    out.icrc_checked = true;
+    out.icrc_computed = roce_icrc(data + out.ip_offset, end - kIcrcLen - out.ip_offset);
+    if (out.icrc_computed != out.icrc) return DropReason::kBadIcrc;
+  }
+  return DropReason::kNone;
+}
+
+std::size_t roce_ip_offset(const RocePacket& pkt) noexcept {
+  std::size_t n = 0;
+  if (pkt.has_outer) n += pkt.outer.eth.size() + kIpv4HdrLen + kUdpHdrLen + kVxlanHdrLen;
+  return n + pkt.eth.size();
+}
+
+std::size_t roce_header_len(const RocePacket& pkt) noexcept {
+  return roce_ip_offset(pkt) + kIpv4HdrLen + kUdpHdrLen + kBthLen +
+         transport_ext_len(pkt.bth.opcode);
+}
+
+std::size_t write_roce_headers(const RocePacket& pkt, std::size_t payload_len, uint8_t* out,
+                               std::size_t cap) noexcept {
+  const std::size_t hdr = roce_header_len(pkt);
+  if (cap < hdr) return 0;
+  const uint8_t pad = roce_pad(payload_len);
+  const std::size_t inner_ip_len = hdr - roce_ip_offset(pkt) + payload_len + pad + kIcrcLen;
+  uint8_t* p = out;
+
+  if (pkt.has_outer) {
+    EthHeader oeth = pkt.outer.eth;
+    oeth.ethertype = kEtherTypeIpv4;
+    p += write_eth(p, oeth);
+    const std::size_t inner_frame = pkt.eth.size() + inner_ip_len;
+    Ipv4Header oip = pkt.outer.ip;
+    oip.ihl = 5;
+    oip.proto = kIpProtoUdp;
+    oip.total_len = static_cast<uint16_t>(kIpv4HdrLen + kUdpHdrLen + kVxlanHdrLen + inner_frame);
+    p += write_ipv4(p, oip);
+    UdpHeader oudp = pkt.outer.udp;
+    oudp.dport = kVxlanUdpPort;
+    oudp.len = static_cast<uint16_t>(kUdpHdrLen + kVxlanHdrLen + inner_frame);
+    oudp.checksum = 0;
+    p += write_udp(p, oudp);
+    p += write_vxlan(p, pkt.outer.vxlan);
+  }
+
+  EthHeader eth = pkt.eth;
+  eth.ethertype = kEtherTypeIpv4;
+  p += write_eth(p, eth);
+  Ipv4Header ip = pkt.ip;
+  ip.ihl = 5;
+  ip.proto = kIpProtoUdp;
+  ip.total_len = static_cast<uint16_t>(inner_ip_len);
+  p += write_ipv4(p, ip);
+  UdpHeader udp = pkt.udp;
+  udp.dport = kRoceUdpPort;
+  udp.len = static_cast<uint16_t>(inner_ip_len - kIpv4HdrLen);
+  udp.checksum = 0;  // RoCEv2 senders put zero; the ICRC protects the data
+  p += write_udp(p, udp);
+  Bth bth = pkt.bth;
+  bth.pad = pad;
+  p += write_bth(p, bth);
+
+  const uint16_t f = opcode_info(pkt.bth.opcode).flags;
+  if (f & kOpReth) p += write_reth(p, pkt.reth);
+  if (f & kOpAtomicEth) p += write_atomic_eth(p, pkt.atomic);
+  if (f & kOpAeth) p += write_aeth(p, pkt.aeth);
+  if (f & kOpAtomicAck) { store_be64(p, pkt.atomic_ack); p += kAtomicAckLen; }
+  if (f & kOpImm) { store_be32(p, pkt.imm); p += kImmLen; }
+  if (f & kOpCnp) { std::memset(p, 0, kCnpPadLen); p += kCnpPadLen; }
+  return static_cast<std::size_t>(p - out);
+}
+
+std::size_t build_roce(const RocePacket& pkt, std::span<const uint8_t> payload, uint8_t* out,
+                       std::size_t cap) noexcept {
+  const std::size_t hdr = roce_header_len(pkt);
+  const uint8_t pad = roce_pad(payload.size());
+  const std::size_t total = hdr + payload.size() + pad + kIcrcLen;
+  if (cap < total || total - roce_ip_offset(pkt) > 0xFFFF) return 0;
+  write_roce_headers(pkt, payload.size(), out, cap);
+  if (!payload.empty()) std::memcpy(out + hdr, payload.data(), payload.size());
+  std::memset(out + hdr + payload.size(), 0, pad);
+  const std::size_t ip_off = roce_ip_offset(pkt);
+  const uint32_t icrc = roce_icrc(out + ip_off, total - kIcrcLen - ip_off);
+  store_le32(out + total - kIcrcLen, icrc);
+  return total;
+}
+
+}  // namespace tandem::common

@@ -1,0 +1,69 @@
+#include <catch2/catch.hpp>
+
+#include <zlib.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/wire/byte_order.h"
+#include "common/wire/icrc.h"
+
+using namespace tandem::common;
+
+namespace {
+std::vector<uint8_t> from_hex(const std::string& s) {
+  std::vector<uint8_t> v;
+  for (std::size_t i = 0; i + 1 < s.size(); i += 2) v.push_back(std::stoi(s.substr(i, 2), nullptr, 16));
+  return v;
+}
+// Ether/IPv4/UDP/BTH(RC_SEND_ONLY, dqpn 0x12, psn 0x345)/"hello roce!!" as built by scapy.
+const char* kScapySendOnly =
+    "02000000000202000000000108004500003800014000401126b20a0000010a000002c00112b7002400000400ffff"
+    "000000128000034568656c6c6f20726f63652121370ac999";
+}  // namespace
+
+TEST_CASE("crc32 matches zlib for any length and chaining") {
+  std::mt19937 rng(7);
+  std::vector<uint8_t> buf(5000);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  for (std::size_t len : {0u, 1u, 3u, 15u, 16u, 63u, 64u, 1000u, 4096u, 5000u}) {
+    uint32_t z = static_cast<uint32_t>(crc32(0, buf.data(), static_cast<uInt>(len)));
+    CHECK(crc32_update(0, buf.data(), len) == z);
+    std::size_t half = len / 3;
+    CHECK(crc32_update(crc32_update(0, buf.data(), half), buf.data() + half, len - half) == z);
+  }
+}
+
+TEST_CASE("icrc of a scapy-built packet matches the carried value") {
+  auto pkt = from_hex(kScapySendOnly);
+  const std::size_t ip = 14;
+  const uint32_t carried = load_le32(pkt.data() + pkt.size() - 4);
+  CHECK(carried == 0x99c90a37u);
+  CHECK(roce_icrc(pkt.data() + ip, pkt.size() - 4 - ip) == carried);
+}
+
+TEST_CASE("icrc ignores the masked fields and nothing else") {
+  auto pkt = from_hex(kScapySendOnly);
+  const std::size_t ip = 14, n = pkt.size() - 4 - ip;
+  const uint32_t ref = roce_icrc(pkt.data() + ip, n);
+  auto masked = pkt;
+  masked[ip + 1] ^= 0xE3;   // TOS (DSCP/ECN is rewritten by switches)
+  masked[ip + 8] -= 3;      // TTL
+  masked[ip + 10] ^= 0x55;  // IP checksum
+  masked[ip + 26] ^= 0x11;  // UDP checksum
+  masked[ip + 28 + 4] = 0xC0;  // FECN + BECN
+  CHECK(roce_icrc(masked.data() + ip, n) == ref);
+  for (std::size_t i : {ip + 12u, ip + 22u, ip + 28u, ip + 33u, ip + 40u, pkt.size() - 5}) {
+    auto changed = pkt;
+    changed[i] ^= 0x01;
+    CHECK(roce_icrc(changed.data() + ip, n) != ref);
+  }
+}
+
+TEST_CASE("icrc_headers refuses a header shorter than its IHL") {
+  auto pkt = from_hex(kScapySendOnly);
+  CHECK(icrc_headers(pkt.data() + 14, 39) == 0);
+  pkt[14] = 0x4F;  // IHL 15 = 60 bytes of IP header, longer than we have
+  CHECK(icrc_headers(pkt.data() + 14, 50) == 0);
+}
