@@ -16,6 +16,10 @@ PACKAGES=(
   iproute2 procps
 )
 HUGEPAGES=${TANDEM_HUGEPAGES:-1024}
+# --packages-only: install packages and stop (image builds, where /proc/sys
+# and mounts belong to the host).
+PACKAGES_ONLY=0
+[[ ${1:-} == --packages-only ]] && PACKAGES_ONLY=1
 
 say() { printf 'setup: %s\n' "$*"; }
 fail=0
@@ -40,6 +44,12 @@ if ((${#missing[@]})); then
   fi
 else
   say "all ${#PACKAGES[@]} packages already installed"
+fi
+
+if ((PACKAGES_ONLY)); then
+  ((fail)) && exit 1
+  say "packages ready (--packages-only: hugepages and mounts left to the host)"
+  exit 0
 fi
 
 have=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)
