@@ -1,0 +1,88 @@
+// Tandem's wire extension for receiver-side reordering (IRN mode): the
+// placement header every request data packet carries, and the selective ACK.
+// Both are built from what a standard RoCEv2 parser already accepts, so
+// common::parse_roce, Wireshark and scapy decode every frame unchanged.
+//
+// Placement header (XETH, 24 bytes). In IRN mode every SEND_* and
+// RDMA_WRITE_* packet carries it as the first 24 bytes of the BTH payload,
+// after the standard transport headers (RETH, ImmDt) of its opcode; the BTH
+// pad and ICRC cover it like payload. It makes each packet placeable on its
+// own, whatever arrived before it:
+//
+//   byte  0      magic 0xE1 (extension version 1; anything else is dropped)
+//   bytes 1-3    recv_idx: ordinal (mod 2^24) of the message among the QP's
+//                RECV-consuming messages (SEND*, WRITE_WITH_IMM), so the
+//                responder picks the right posted RECV even out of order
+//   bytes 4-7    msg_offset: byte offset of this packet's data in the message
+//   bytes 8-11   msg_len: total length of the message
+//   bytes 12-15  rkey (WRITE; 0 for SEND)
+//   bytes 16-23  va: remote address of the message's first byte (WRITE)
+//   (all big-endian)
+//
+// Whether a QP uses it is a QP attribute both ends agree on out of band (like
+// the path MTU), as IRN proposes; GoBackN mode sends standard RoCE only. The
+// data of a packet is still at most one path MTU; the header is extra.
+//
+// Selective ACK (SACK). Sent by the responder, in IRN mode only, as an
+// RC_ATOMIC_ACKNOWLEDGE packet (Tandem never uses atomics, and this opcode is
+// the only standard ACK with a 64-bit field):
+//
+//   BTH.psn      cumulative ACK: every PSN up to and including it arrived
+//   AETH         ACK syndrome (0x1F: no credit information), current MSN
+//   AtomicAckETH bits 63-40: base PSN (24 bits), a PSN after a gap;
+//                bits 39-0: bitmap, bit i set = PSN base+i arrived.
+//
+// One SACK event emits up to a few SACK packets, each chunk starting at a
+// gap, so the requester learns of several gaps per round trip. A PSN not set
+// in a chunk is presumed lost by the requester only if a packet it sent later
+// is marked arrived (a RACK-like rule that keeps retransmissions from being
+// retransmitted again while still in flight).
+#pragma once
+
+#include <cstdint>
+
+#include "common/wire/byte_order.h"
+
+namespace tandem::rnic {
+
+inline constexpr uint8_t kXethMagic = 0xE1;
+inline constexpr uint32_t kXethLen = 24;
+inline constexpr uint32_t kSackBits = 40;
+
+struct Xeth {
+  uint32_t recv_idx = 0;  // 24 bits
+  uint32_t msg_offset = 0;
+  uint32_t msg_len = 0;
+  uint32_t rkey = 0;
+  uint64_t va = 0;
+};
+
+inline void write_xeth(uint8_t* p, const Xeth& x) noexcept {
+  p[0] = kXethMagic;
+  common::store_be24(p + 1, x.recv_idx & 0xFFFFFF);
+  common::store_be32(p + 4, x.msg_offset);
+  common::store_be32(p + 8, x.msg_len);
+  common::store_be32(p + 12, x.rkey);
+  common::store_be64(p + 16, x.va);
+}
+
+// False if `len` is short or the magic is wrong.
+inline bool read_xeth(const uint8_t* p, uint32_t len, Xeth& x) noexcept {
+  if (len < kXethLen || p[0] != kXethMagic) return false;
+  x.recv_idx = common::load_be24(p + 1);
+  x.msg_offset = common::load_be32(p + 4);
+  x.msg_len = common::load_be32(p + 8);
+  x.rkey = common::load_be32(p + 12);
+  x.va = common::load_be64(p + 16);
+  return true;
+}
+
+constexpr uint64_t sack_encode(uint32_t base_psn, uint64_t bitmap) noexcept {
+  return (uint64_t{base_psn & 0xFFFFFF} << kSackBits) | (bitmap & ((1ull << kSackBits) - 1));
+}
+constexpr uint32_t sack_base(uint64_t v) noexcept {
+  return static_cast<uint32_t>(v >> kSackBits) & 0xFFFFFF;
+}
+constexpr uint64_t sack_bitmap(uint64_t v) noexcept { return v & ((1ull << kSackBits) - 1); }
+
+}  // namespace tandem::rnic

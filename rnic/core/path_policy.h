@@ -1,0 +1,36 @@
+// Spraying policy interface: which path (UDP source port, the ECMP entropy)
+// each packet of a QP takes, and what the policy is told about the paths.
+// One file per policy implements it (path_single.h, ...); policy_factory.cc
+// maps a name to one.
+#pragma once
+
+#include <cstdint>
+
+namespace tandem::rnic {
+
+struct PathPolicyParams {
+  uint32_t local_qpn = 0;
+  uint16_t path_seed = 0;  // QpAttr::path_seed
+  uint32_t num_paths = 1;  // PolicyConfig::num_paths
+};
+
+class PathPolicy {
+ public:
+  virtual ~PathPolicy() = default;
+
+  // Called when the QP gets its address vector (RTR): the path set is
+  // derived from it.
+  virtual void reset(const PathPolicyParams& p) noexcept = 0;
+  // Source port for the next packet of this QP (any kind: data, ACK, READ
+  // response). `psn` is the packet's PSN.
+  virtual uint16_t choose(uint32_t psn, bool retransmit, uint64_t now) noexcept = 0;
+
+  // Feedback, by the source port the acknowledged or lost packet used.
+  virtual void on_ack(uint16_t sport, uint64_t rtt_ns, uint64_t now) noexcept {
+    (void)sport; (void)rtt_ns; (void)now;
+  }
+  virtual void on_loss(uint16_t sport, uint64_t now) noexcept { (void)sport; (void)now; }
+  virtual void on_ecn(uint16_t sport, uint64_t now) noexcept { (void)sport; (void)now; }
+};
+
+}  // namespace tandem::rnic

@@ -1,0 +1,149 @@
+// The sans-I/O RoCEv2 reliable-connection transport of one RNIC port: QPs,
+// CQs and memory regions, driven by received packets, posted work requests
+// and the current time, producing packets to send, a next deadline and
+// completions.
+//
+// How an I/O layer (the DPDK worker, the simulator, a test) drives it
+// ---------------------------------------------------------------------
+// Control (may allocate, returns 0 or an errno value):
+//   Transport t(TransportConfig{...});
+//   MemoryRegion mr = t.reg_mr(ptr, len, IBV_ACCESS_LOCAL_WRITE | ...);
+//   uint32_t cq = t.create_cq(4096);
+//   uint32_t qpn = t.create_qp(QpInitAttr{.send_cq = cq, .recv_cq = cq, ...});
+//   t.modify_qp(qpn, attr, IBV_QP_STATE | ...)  RESET -> INIT -> RTR -> RTS,
+//     exactly as ibv_modify_qp: RTR needs IBV_QP_DEST_QPN, IBV_QP_RQ_PSN,
+//     IBV_QP_PATH_MTU and IBV_QP_AV (QpAttr::peer, ::path_seed); RTS needs
+//     IBV_QP_SQ_PSN. Any state -> ERROR flushes outstanding work requests with
+//     IBV_WC_WR_FLUSH_ERR completions. QP numbers come from the Transport
+//     (qpn_base + index), so the two ends exchange them out of band (as
+//     verbs applications do).
+//
+// Fast path (noexcept, no allocation, no clock; `now` is ns on any clock that
+// only moves forward and is the same for all calls):
+//   inputs
+//     t.post_send(qpn, wr) / t.post_recv(qpn, wr)       work requests
+//     t.on_packet(pkt, payload, payload_len, now)       a parsed frame:
+//         `pkt` from common::parse_roce, `payload` = frame + pkt.payload_offset,
+//         `payload_len` = pkt.payload_len. Returns kNone or the DropReason it
+//         counted. pkt.ip.tos carries ECN (CE = 3).
+//     t.poll(now)   runs expired timers (retransmission, RNR wait, IRN reorder
+//         delay) and fills the TX queue with whatever may be sent now: ACKs,
+//         NAKs, SACKs, READ responses, retransmissions, new data (segmented
+//         lazily: a 64 MB message never exists as packets). Returns how many
+//         descriptors it queued.
+//   outputs
+//     t.tx(): the TxQueue of TxDesc to send, oldest first (front()/pop() or
+//         pop_burst()). Each carries its transport headers as fields, the
+//         peer id and the chosen UDP source port, and the payload as
+//         pointers into registered memory (zero copy). write_transport_headers
+//         or build_frame (frame.h) serialise one.
+//     t.next_deadline(): the earliest `now` at which poll() has timer work;
+//         kNever if none. Call poll() by then even if nothing arrives.
+//     t.poll_cq(cq, out, n): completions (ibv_wc-like), as ibv_poll_cq.
+//   the loop
+//     for each received frame: parse_roce, then on_packet
+//     poll(now); drain tx(); while pending(): poll(now) again after draining
+//     (pending() means poll stopped because the TX queue was full)
+//     sleep or simulate until the next frame or next_deadline()
+//
+// The core places received data with memcpy into registered memory (that is
+// the "DMA"); pointers in TxDesc point into registered memory, so a WR's
+// buffers must stay registered until it completes (as with verbs).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "common/wire/drop_reason.h"
+#include "common/wire/roce_packet.h"
+#include "rnic/core/qp_counters.h"
+#include "rnic/core/tx_desc.h"
+#include "rnic/core/verbs_types.h"
+
+namespace tandem::rnic {
+
+inline constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
+
+struct TransportConfig {
+  uint32_t max_qps = 64;
+  uint32_t qpn_base = 0x100;        // QPN of the first QP (QPN = base + index)
+  uint32_t max_mrs = 256;
+  uint32_t max_cqs = 64;
+  uint32_t tx_queue_capacity = 256; // power of two
+};
+
+// Counters of packets no QP accepted (unknown QPN, ...), per reason.
+struct TransportCounters {
+  uint64_t rx_pkts = 0;
+  std::array<uint64_t, common::kDropReasonCount> drops{};
+  uint64_t drop(common::DropReason r) const noexcept {
+    return drops[static_cast<std::size_t>(r)];
+  }
+};
+
+struct Qp;  // internal (qp.h)
+struct Cq;
+
+class Transport {
+ public:
+  explicit Transport(const TransportConfig& cfg = {});
+  ~Transport();
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  // --- control plane ---
+  // lkey == rkey; {} (len 0, keys 0) if the table is full.
+  MemoryRegion reg_mr(void* host_ptr, uint64_t len, uint32_t access) noexcept;
+  // Registers memory whose host-visible address `addr` differs from where
+  // this process sees it (`host_ptr`), e.g. mapped from the application.
+  MemoryRegion reg_mr(uint64_t addr, uint8_t* host_ptr, uint64_t len, uint32_t access) noexcept;
+  int dereg_mr(uint32_t lkey) noexcept;
+
+  // Returns the CQ id, or UINT32_MAX if no more can be created.
+  uint32_t create_cq(uint32_t capacity);
+  // Returns the QPN, or 0 on bad attributes (unknown CQ or policy name,
+  // window not a power of two, ...).
+  uint32_t create_qp(const QpInitAttr& init);
+  int modify_qp(uint32_t qpn, const QpAttr& attr, int attr_mask) noexcept;
+  int destroy_qp(uint32_t qpn) noexcept;
+  QpState qp_state(uint32_t qpn) const noexcept;
+  const QpCounters* qp_counters(uint32_t qpn) const noexcept;
+  const TransportCounters& counters() const noexcept { return counters_; }
+
+  // --- fast path ---
+  // 0, ENOMEM (queue full), EINVAL (bad state, opcode, SGE count, lkey or
+  // bounds, missing local write access for RECV/READ buffers).
+  int post_send(uint32_t qpn, const SendWr& wr) noexcept;
+  int post_recv(uint32_t qpn, const RecvWr& wr) noexcept;
+
+  common::DropReason on_packet(const common::RocePacket& pkt, const uint8_t* payload,
+                               uint32_t payload_len, uint64_t now) noexcept;
+  uint32_t poll(uint64_t now) noexcept;
+  TxQueue& tx() noexcept { return tx_; }
+  bool pending() const noexcept { return tx_blocked_; }
+  uint64_t next_deadline() const noexcept;
+
+  uint32_t poll_cq(uint32_t cq, Completion* out, uint32_t n) noexcept;
+
+  // Internal, used by the QP code.
+  const MemoryRegion* find_mr(uint32_t key) const noexcept;
+  Cq* cq(uint32_t id) noexcept;
+  TxQueue& txq() noexcept { return tx_; }
+
+ private:
+  Qp* find_qp(uint32_t qpn) const noexcept;
+
+  TransportConfig cfg_;
+  TxQueue tx_;
+  bool tx_blocked_ = false;
+  std::vector<MemoryRegion> mrs_;        // index = key >> 8
+  std::vector<std::unique_ptr<Qp>> qps_; // index = qpn - qpn_base
+  std::vector<std::unique_ptr<Cq>> cqs_;
+  TransportCounters counters_;
+  uint32_t mr_generation_ = 1;
+};
+
+}  // namespace tandem::rnic

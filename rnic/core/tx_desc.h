@@ -1,0 +1,82 @@
+// What the transport core asks the I/O layer to send: one descriptor per
+// packet, transport headers as fields, payload by reference into registered
+// memory (zero copy), and a fixed-capacity queue of them that the I/O layer
+// drains.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/wire/headers.h"
+#include "rnic/core/irn_wire.h"
+#include "rnic/core/verbs_types.h"
+
+namespace tandem::rnic {
+
+struct TxSeg {
+  const uint8_t* data = nullptr;
+  uint32_t len = 0;
+};
+
+struct TxDesc {
+  // Transport headers; which of reth/aeth/imm/atomic_ack are sent follows
+  // from bth.opcode (common::opcode_has). bth.pad is left for the writer.
+  common::Bth bth;
+  common::Reth reth;
+  common::Aeth aeth;
+  uint32_t imm = 0;          // host order
+  uint64_t atomic_ack = 0;   // SACK payload (irn_wire.h) for RC_ATOMIC_ACKNOWLEDGE
+  bool has_xeth = false;     // IRN placement header precedes the payload
+  Xeth xeth;
+
+  uint32_t local_qpn = 0;
+  uint32_t remote_qpn = 0;   // == bth.dqpn
+  uint32_t peer = 0;         // QpAttr::peer of the sending QP
+  uint16_t udp_sport = 0;    // path chosen (RoCEv2 entropy port)
+  bool retransmit = false;   // for traces and counters only
+
+  // Payload: the concatenation of segs[0..num_segs). Pointers stay valid
+  // until the memory region they point into is deregistered.
+  uint32_t payload_len = 0;  // data bytes, without the XETH
+  uint32_t num_segs = 0;
+  std::array<TxSeg, kMaxSge> segs{};
+
+  // Bytes after the BTH payload boundary that the receiver will see as
+  // payload: XETH (if any) + data.
+  uint32_t wire_payload_len() const noexcept {
+    return payload_len + (has_xeth ? kXethLen : 0);
+  }
+};
+
+// Single-producer (the core) single-consumer (the I/O layer, same thread)
+// ring of descriptors. Capacity is a power of two fixed at construction.
+class TxQueue {
+ public:
+  explicit TxQueue(uint32_t capacity_pow2);
+
+  bool empty() const noexcept { return head_ == tail_; }
+  bool full() const noexcept { return tail_ - head_ == cap_; }
+  uint32_t size() const noexcept { return tail_ - head_; }
+  uint32_t capacity() const noexcept { return cap_; }
+
+  // Oldest descriptor; only valid when !empty().
+  const TxDesc& front() const noexcept { return ring_[head_ & mask_]; }
+  void pop() noexcept { ++head_; }
+  // Copies out up to `n` descriptors, oldest first; returns how many.
+  uint32_t pop_burst(TxDesc* out, uint32_t n) noexcept;
+
+  // Core side: a slot to fill, or nullptr when full; commit() publishes it.
+  TxDesc* reserve() noexcept { return full() ? nullptr : &ring_[tail_ & mask_]; }
+  void commit() noexcept { ++tail_; }
+
+ private:
+  uint32_t cap_;
+  uint32_t mask_;
+  uint32_t head_ = 0;
+  uint32_t tail_ = 0;
+  std::vector<TxDesc> ring_;  // sized once
+};
+
+}  // namespace tandem::rnic
