@@ -1,0 +1,250 @@
+#include "rnic/sim/scenario.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace tandem::rnic::sim {
+
+namespace {
+
+struct Ctx {
+  std::string origin;
+  [[noreturn]] void fail(const std::string& what) const { throw ScenarioError(origin + ": " + what); }
+};
+
+template <class T>
+T get(const Ctx& c, const YAML::Node& n, const char* key, T dflt) {
+  const YAML::Node v = n[key];
+  if (!v) return dflt;
+  try {
+    return v.as<T>();
+  } catch (const YAML::Exception&) {
+    c.fail(std::string("bad value for '") + key + "'");
+  }
+}
+
+double get_nonneg(const Ctx& c, const YAML::Node& n, const char* key, double dflt) {
+  double v = get<double>(c, n, key, dflt);
+  if (v < 0) c.fail(std::string("'") + key + "' must not be negative");
+  return v;
+}
+
+uint64_t us_to_ns(double us) { return static_cast<uint64_t>(us * 1000.0 + 0.5); }
+
+void check_keys(const Ctx& c, const YAML::Node& n, const char* where,
+                std::initializer_list<const char*> allowed) {
+  if (!n.IsMap()) c.fail(std::string(where) + " must be a mapping");
+  for (const auto& kv : n) {
+    const auto k = kv.first.as<std::string>();
+    bool ok = false;
+    for (const char* a : allowed) ok = ok || k == a;
+    if (!ok) c.fail("unknown key '" + k + "' in " + where);
+  }
+}
+
+LinkParams parse_link(const Ctx& c, const YAML::Node& n, LinkParams d, const char* where) {
+  if (!n) return d;
+  check_keys(c, n, where, {"rate_gbps", "delay_us", "jitter_us", "loss"});
+  double rate = get_nonneg(c, n, "rate_gbps", static_cast<double>(d.rate_bps) / 1e9);
+  if (rate <= 0) c.fail(std::string(where) + ".rate_gbps must be positive");
+  d.rate_bps = static_cast<uint64_t>(rate * 1e9);
+  d.delay_ns = us_to_ns(get_nonneg(c, n, "delay_us", static_cast<double>(d.delay_ns) / 1000.0));
+  d.jitter_ns = us_to_ns(get_nonneg(c, n, "jitter_us", static_cast<double>(d.jitter_ns) / 1000.0));
+  d.loss = get_nonneg(c, n, "loss", d.loss);
+  if (d.loss >= 1) c.fail(std::string(where) + ".loss must be below 1");
+  return d;
+}
+
+TopologySpec parse_topology(const Ctx& c, const YAML::Node& n) {
+  if (!n) c.fail("missing 'topology'");
+  check_keys(c, n, "topology",
+             {"kind", "host_link", "fabric_link", "path_rate_gbps", "paths", "queue", "hosts_per_leaf",
+              "leaves", "spines"});
+  TopologySpec t;
+  auto kind = get<std::string>(c, n, "kind", "");
+  if (kind == "parallel") {
+    t.kind = TopologySpec::Kind::kParallel;
+  } else if (kind == "leaf_spine") {
+    t.kind = TopologySpec::Kind::kLeafSpine;
+  } else {
+    c.fail("topology.kind must be 'parallel' or 'leaf_spine', not '" + kind + "'");
+  }
+  t.host_link = parse_link(c, n["host_link"], t.host_link, "topology.host_link");
+  t.fabric_link = parse_link(c, n["fabric_link"], t.fabric_link, "topology.fabric_link");
+  if (n["path_rate_gbps"]) {
+    double r = get_nonneg(c, n, "path_rate_gbps", 100);
+    if (r <= 0) c.fail("topology.path_rate_gbps must be positive");
+    t.fabric_link.rate_bps = static_cast<uint64_t>(r * 1e9);
+  }
+  if (const YAML::Node q = n["queue"]) {
+    check_keys(c, q, "topology.queue", {"limit_kb", "ecn_kb"});
+    t.queue.limit_bytes = static_cast<uint64_t>(get_nonneg(c, q, "limit_kb", 1024) * 1024);
+    t.queue.ecn_bytes = static_cast<uint64_t>(get_nonneg(c, q, "ecn_kb", 0) * 1024);
+  }
+  if (t.kind == TopologySpec::Kind::kParallel) {
+    const YAML::Node paths = n["paths"];
+    if (!paths || !paths.IsSequence() || paths.size() == 0) c.fail("topology.paths must be a non-empty list");
+    for (const auto& p : paths) {
+      check_keys(c, p, "topology.paths[]", {"delay_us", "jitter_us", "loss", "rate_gbps"});
+      PathSpec ps;
+      ps.delay_ns = us_to_ns(get_nonneg(c, p, "delay_us", 1));
+      ps.jitter_ns = us_to_ns(get_nonneg(c, p, "jitter_us", 0));
+      ps.loss = get_nonneg(c, p, "loss", 0);
+      if (ps.loss >= 1) c.fail("topology.paths[].loss must be below 1");
+      ps.rate_bps = static_cast<uint64_t>(get_nonneg(c, p, "rate_gbps", 0) * 1e9);
+      t.paths.push_back(ps);
+    }
+  } else {
+    t.hosts_per_leaf = get<uint32_t>(c, n, "hosts_per_leaf", 4);
+    t.leaves = get<uint32_t>(c, n, "leaves", 2);
+    t.spines = get<uint32_t>(c, n, "spines", 2);
+    if (t.hosts_per_leaf == 0 || t.leaves == 0 || t.spines == 0) {
+      c.fail("topology: hosts_per_leaf, leaves and spines must be at least 1");
+    }
+    if (t.hosts_per_leaf * t.leaves > 4096) c.fail("topology: at most 4096 hosts");
+  }
+  return t;
+}
+
+SizeDist parse_size(const Ctx& c, const YAML::Node& n) {
+  SizeDist s;
+  if (!n) return s;
+  check_keys(c, n, "workload.size", {"dist", "bytes", "min_bytes", "max_bytes", "scale"});
+  auto d = get<std::string>(c, n, "dist", "fixed");
+  s.bytes = get<uint64_t>(c, n, "bytes", s.bytes);
+  s.min_bytes = get<uint64_t>(c, n, "min_bytes", s.min_bytes);
+  s.max_bytes = get<uint64_t>(c, n, "max_bytes", d == "websearch" ? 30'000'000 : s.max_bytes);
+  s.scale = get_nonneg(c, n, "scale", 1.0);
+  if (d == "fixed") {
+    s.kind = SizeDist::Kind::kFixed;
+    if (s.bytes == 0) c.fail("workload.size.bytes must be at least 1");
+  } else if (d == "uniform") {
+    s.kind = SizeDist::Kind::kUniform;
+  } else if (d == "websearch") {
+    s.kind = SizeDist::Kind::kWebSearch;
+    if (s.scale <= 0) c.fail("workload.size.scale must be positive");
+  } else {
+    c.fail("workload.size.dist must be fixed, uniform or websearch, not '" + d + "'");
+  }
+  if (s.min_bytes == 0 || s.min_bytes > s.max_bytes) c.fail("workload.size: need 1 <= min_bytes <= max_bytes");
+  if (s.bytes > (1ull << 30) || s.max_bytes > (1ull << 30)) c.fail("workload.size: messages up to 1 GiB");
+  return s;
+}
+
+WorkloadSpec parse_workload(const Ctx& c, const YAML::Node& n) {
+  if (!n) c.fail("missing 'workload'");
+  check_keys(c, n, "workload",
+             {"kind", "op", "size", "messages", "outstanding", "src", "dst", "senders", "receiver",
+              "start_jitter_us"});
+  WorkloadSpec w;
+  auto kind = get<std::string>(c, n, "kind", "");
+  if (kind == "bulk") {
+    w.kind = WorkloadSpec::Kind::kBulk;
+  } else if (kind == "permutation") {
+    w.kind = WorkloadSpec::Kind::kPermutation;
+  } else if (kind == "incast") {
+    w.kind = WorkloadSpec::Kind::kIncast;
+  } else if (kind == "all_to_all") {
+    w.kind = WorkloadSpec::Kind::kAllToAll;
+  } else {
+    c.fail("workload.kind must be bulk, permutation, incast or all_to_all, not '" + kind + "'");
+  }
+  auto op = get<std::string>(c, n, "op", "write");
+  if (op == "write") {
+    w.op = WorkloadSpec::Op::kWrite;
+  } else if (op == "send") {
+    w.op = WorkloadSpec::Op::kSend;
+  } else {
+    c.fail("workload.op must be write or send, not '" + op + "'");
+  }
+  w.size = parse_size(c, n["size"]);
+  w.messages = get<uint32_t>(c, n, "messages", w.messages);
+  w.outstanding = get<uint32_t>(c, n, "outstanding", w.outstanding);
+  if (w.messages == 0 || w.outstanding == 0) c.fail("workload: messages and outstanding must be at least 1");
+  w.src = get<uint32_t>(c, n, "src", w.src);
+  w.dst = get<uint32_t>(c, n, "dst", w.dst);
+  w.senders = get<uint32_t>(c, n, "senders", w.senders);
+  w.receiver = get<uint32_t>(c, n, "receiver", w.receiver);
+  w.start_jitter_ns = us_to_ns(get_nonneg(c, n, "start_jitter_us", 0));
+  return w;
+}
+
+std::map<std::string, std::string> parse_options(const Ctx& c, const YAML::Node& n, const char* where) {
+  std::map<std::string, std::string> out;
+  if (!n) return out;
+  if (!n.IsMap()) c.fail(std::string(where) + " must be a mapping");
+  for (const auto& kv : n) {
+    if (!kv.second.IsScalar()) c.fail(std::string(where) + "." + kv.first.as<std::string>() + " must be a scalar");
+    out[kv.first.as<std::string>()] = kv.second.as<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
+Scenario parse_scenario(const std::string& text, const std::string& origin) {
+  Ctx c{origin};
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    c.fail(std::string("YAML syntax error at line ") + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  if (!root.IsMap()) c.fail("expected a mapping at the top level");
+  try {
+    check_keys(c, root, "the scenario",
+               {"name", "description", "seed", "stop_us", "failover_us", "topology", "workload", "failures",
+                "transport", "policies"});
+    Scenario s;
+    s.name = get<std::string>(c, root, "name", "");
+    if (s.name.empty()) c.fail("missing 'name'");
+    s.description = get<std::string>(c, root, "description", "");
+    s.seed = get<uint64_t>(c, root, "seed", 1);
+    s.stop_ns = us_to_ns(get_nonneg(c, root, "stop_us", 1'000'000));
+    s.failover_ns = us_to_ns(get_nonneg(c, root, "failover_us", 0));
+    s.topology = parse_topology(c, root["topology"]);
+    s.workload = parse_workload(c, root["workload"]);
+    s.transport = parse_options(c, root["transport"], "transport");
+    if (const YAML::Node f = root["failures"]) {
+      if (!f.IsSequence()) c.fail("failures must be a list");
+      for (const auto& e : f) {
+        check_keys(c, e, "failures[]", {"at_us", "link", "state"});
+        FailureSpec fs;
+        fs.at_ns = us_to_ns(get_nonneg(c, e, "at_us", 0));
+        fs.link = get<std::string>(c, e, "link", "");
+        auto st = get<std::string>(c, e, "state", "");
+        if (st != "down" && st != "up") c.fail("failures[].state must be down or up");
+        fs.up = st == "up";
+        if (fs.link.empty()) c.fail("failures[].link is required");
+        s.failures.push_back(fs);
+      }
+    }
+    const YAML::Node pol = root["policies"];
+    if (!pol || !pol.IsSequence() || pol.size() == 0) c.fail("policies must be a non-empty list");
+    for (const auto& p : pol) {
+      if (!p.IsMap()) c.fail("policies[] entries must be mappings");
+      PolicySpec ps;
+      ps.options = parse_options(c, p, "policies[]");
+      auto it = ps.options.find("name");
+      if (it == ps.options.end() || it->second.empty()) c.fail("policies[] entry without a name");
+      ps.name = it->second;
+      ps.options.erase(it);
+      s.policies.push_back(std::move(ps));
+    }
+    return s;
+  } catch (const YAML::Exception& e) {
+    c.fail(std::string("bad scenario at line ") + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+}
+
+Scenario load_scenario_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ScenarioError(path + ": cannot open scenario file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_scenario(ss.str(), path);
+}
+
+}  // namespace tandem::rnic::sim

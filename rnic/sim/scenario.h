@@ -1,0 +1,87 @@
+// A simulation scenario as read from YAML: the topology, the workload, link
+// failures, and the transport policies to run side by side on the same
+// fabric and seed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "rnic/sim/fabric.h"
+
+namespace tandem::rnic::sim {
+
+struct ScenarioError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct PathSpec {
+  uint64_t delay_ns = 1000;
+  uint64_t jitter_ns = 0;
+  double loss = 0;
+  uint64_t rate_bps = 0;  // 0: the topology's path rate
+};
+
+struct TopologySpec {
+  enum class Kind { kParallel, kLeafSpine } kind = Kind::kParallel;
+  LinkParams host_link{100'000'000'000ull, 1000, 0, 0};
+  LinkParams fabric_link{100'000'000'000ull, 1000, 0, 0};  // leaf-spine links; default path params
+  QueueParams queue{1 << 20, 0};
+  std::vector<PathSpec> paths;  // parallel
+  uint32_t hosts_per_leaf = 4;  // leaf-spine
+  uint32_t leaves = 2;
+  uint32_t spines = 2;
+};
+
+struct SizeDist {
+  enum class Kind { kFixed, kUniform, kWebSearch } kind = Kind::kFixed;
+  uint64_t bytes = 65536;      // fixed
+  uint64_t min_bytes = 1;      // uniform, and the floor of websearch
+  uint64_t max_bytes = 65536;  // uniform, and the cap of websearch
+  double scale = 1.0;          // websearch: multiply the CDF's sizes
+};
+
+struct WorkloadSpec {
+  enum class Kind { kBulk, kPermutation, kIncast, kAllToAll } kind = Kind::kBulk;
+  enum class Op { kWrite, kSend } op = Op::kWrite;
+  SizeDist size;
+  uint32_t messages = 16;     // per flow
+  uint32_t outstanding = 4;   // per flow, closed loop
+  uint32_t src = 0;           // bulk
+  uint32_t dst = 1;           // bulk
+  uint32_t senders = 4;       // incast
+  uint32_t receiver = 0;      // incast
+  uint64_t start_jitter_ns = 0;  // each flow starts at a random time in [0, this]
+};
+
+struct FailureSpec {
+  uint64_t at_ns = 0;
+  std::string link;
+  bool up = false;
+};
+
+struct PolicySpec {
+  std::string name;
+  std::map<std::string, std::string> options;  // given to the transport adapter as is
+};
+
+struct Scenario {
+  std::string name;
+  std::string description;
+  uint64_t seed = 1;
+  uint64_t stop_ns = 1'000'000'000;  // give up after this much simulated time
+  uint64_t failover_ns = 0;          // 0: switches never route around a failed link
+  TopologySpec topology;
+  WorkloadSpec workload;
+  std::vector<FailureSpec> failures;
+  std::map<std::string, std::string> transport;  // options shared by every policy
+  std::vector<PolicySpec> policies;
+};
+
+// Throws ScenarioError with a message naming the offending key.
+Scenario parse_scenario(const std::string& yaml_text, const std::string& origin);
+Scenario load_scenario_file(const std::string& path);
+
+}  // namespace tandem::rnic::sim

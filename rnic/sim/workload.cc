@@ -1,0 +1,146 @@
+#include "rnic/sim/workload.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace tandem::rnic::sim {
+
+namespace {
+
+// DCTCP web-search flow sizes (bytes, cumulative percent), as used by pFabric
+// and HPCC; sizes between points are interpolated linearly.
+struct CdfPoint {
+  double bytes;
+  double pct;
+};
+constexpr CdfPoint kWebSearch[] = {
+    {0, 0},          {10000, 15},      {20000, 20},      {30000, 30},
+    {50000, 40},     {80000, 53},      {200000, 60},     {1000000, 70},
+    {2000000, 80},   {5000000, 90},    {10000000, 97},   {30000000, 100},
+};
+
+uint64_t mix(uint64_t x) noexcept {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+uint64_t pattern_word(uint32_t src, uint64_t msg, uint64_t word) noexcept {
+  return mix((uint64_t{src} << 40) ^ (msg * 0xC2B2AE3D27D4EB4Full) ^ mix(word));
+}
+
+}  // namespace
+
+uint64_t sample_size(const SizeDist& d, Rng& rng) noexcept {
+  switch (d.kind) {
+    case SizeDist::Kind::kFixed:
+      return d.bytes;
+    case SizeDist::Kind::kUniform:
+      return rng.between(d.min_bytes, d.max_bytes);
+    case SizeDist::Kind::kWebSearch: {
+      const double u = rng.unit() * 100.0;
+      double bytes = kWebSearch[std::size(kWebSearch) - 1].bytes;
+      for (std::size_t i = 1; i < std::size(kWebSearch); ++i) {
+        if (u < kWebSearch[i].pct) {
+          const CdfPoint& a = kWebSearch[i - 1];
+          const CdfPoint& b = kWebSearch[i];
+          bytes = a.bytes + (b.bytes - a.bytes) * (u - a.pct) / (b.pct - a.pct);
+          break;
+        }
+      }
+      auto v = static_cast<uint64_t>(bytes * d.scale);
+      return std::clamp<uint64_t>(v, d.min_bytes, d.max_bytes);
+    }
+  }
+  return d.bytes;
+}
+
+std::vector<Flow> make_flows(const WorkloadSpec& w, uint32_t hosts, Rng& rng) {
+  std::vector<std::pair<uint32_t, uint32_t>> pairs;
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok) throw ScenarioError("workload: " + what);
+  };
+  switch (w.kind) {
+    case WorkloadSpec::Kind::kBulk:
+      need(w.src < hosts && w.dst < hosts && w.src != w.dst, "bulk src/dst must be two different hosts");
+      pairs.emplace_back(w.src, w.dst);
+      break;
+    case WorkloadSpec::Kind::kPermutation: {
+      // A random derangement: every host sends to one other and receives from one.
+      need(hosts >= 2, "permutation needs at least 2 hosts");
+      std::vector<uint32_t> perm(hosts);
+      for (uint32_t i = 0; i < hosts; ++i) perm[i] = i;
+      for (;;) {
+        rng.shuffle(perm.data(), perm.size());
+        bool fixed_point = false;
+        for (uint32_t i = 0; i < hosts; ++i) fixed_point = fixed_point || perm[i] == i;
+        if (!fixed_point) break;
+      }
+      for (uint32_t i = 0; i < hosts; ++i) pairs.emplace_back(i, perm[i]);
+      break;
+    }
+    case WorkloadSpec::Kind::kIncast: {
+      need(w.receiver < hosts, "incast receiver out of range");
+      need(w.senders >= 1 && w.senders < hosts, "incast needs 1 <= senders < hosts");
+      uint32_t s = 0;
+      for (uint32_t h = 0; h < hosts && s < w.senders; ++h) {
+        if (h == w.receiver) continue;
+        pairs.emplace_back(h, w.receiver);
+        ++s;
+      }
+      break;
+    }
+    case WorkloadSpec::Kind::kAllToAll:
+      need(hosts >= 2, "all_to_all needs at least 2 hosts");
+      for (uint32_t a = 0; a < hosts; ++a) {
+        for (uint32_t b = 0; b < hosts; ++b) {
+          if (a != b) pairs.emplace_back(a, b);
+        }
+      }
+      break;
+  }
+  std::vector<Flow> flows;
+  for (auto [s, d] : pairs) {
+    Flow f;
+    f.src = s;
+    f.dst = d;
+    f.start_ns = w.start_jitter_ns ? rng.between(0, w.start_jitter_ns) : 0;
+    for (uint32_t m = 0; m < w.messages; ++m) f.sizes.push_back(sample_size(w.size, rng));
+    flows.push_back(std::move(f));
+  }
+  return flows;
+}
+
+void fill_pattern(uint8_t* out, uint32_t src, uint64_t msg, uint64_t offset, uint64_t len) noexcept {
+  uint64_t o = offset;
+  const uint64_t end = offset + len;
+  while (o < end) {
+    const uint64_t word = o / 8;
+    const uint64_t v = pattern_word(src, msg, word);
+    uint8_t bytes[8];
+    std::memcpy(bytes, &v, 8);
+    uint64_t first = o - word * 8;
+    uint64_t n = std::min<uint64_t>(8 - first, end - o);
+    std::memcpy(out + (o - offset), bytes + first, n);
+    o += n;
+  }
+}
+
+int64_t check_pattern(const uint8_t* data, uint32_t src, uint64_t msg, uint64_t offset, uint64_t len) noexcept {
+  uint8_t buf[4096];
+  for (uint64_t done = 0; done < len;) {
+    uint64_t n = std::min<uint64_t>(sizeof(buf), len - done);
+    fill_pattern(buf, src, msg, offset + done, n);
+    if (std::memcmp(buf, data + done, n) != 0) {
+      for (uint64_t i = 0; i < n; ++i) {
+        if (buf[i] != data[done + i]) return static_cast<int64_t>(done + i);
+      }
+    }
+    done += n;
+  }
+  return -1;
+}
+
+}  // namespace tandem::rnic::sim
