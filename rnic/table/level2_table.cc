@@ -1,0 +1,317 @@
+// Level-2 table: lookups, staging, commit/abort and epoch-based reclamation.
+#include "rnic/table/level2_table.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace tandem::rnic {
+
+namespace {
+
+uint64_t default_hash(const EntryKey& k) noexcept {
+  uint64_t x = (uint64_t{k.word0} << 32) | k.word1;
+  x ^= uint64_t{static_cast<uint8_t>(k.kind)} * 0xD6E8FEB86659FD93ull;
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+constexpr uint64_t slot_word(uint32_t tag, uint32_t idx) noexcept {
+  return (uint64_t{tag} << 32) | (uint64_t{idx} + 1);
+}
+
+bool entry_well_formed(const Level2Entry& e) noexcept {
+  using common::EntryKind;
+  if (e.key.kind != EntryKind::kEgress && e.key.kind != EntryKind::kIngressVni &&
+      e.key.kind != EntryKind::kIngressQpn)
+    return false;
+  return e.key.reserved[0] == 0 && e.key.reserved[1] == 0 && e.key.reserved[2] == 0;
+}
+
+}  // namespace
+
+const char* table_status_name(TableStatus s) noexcept {
+  switch (s) {
+    case TableStatus::kOk: return "ok";
+    case TableStatus::kTableFull: return "table_full";
+    case TableStatus::kNoTxn: return "no_txn";
+    case TableStatus::kTxnOpen: return "txn_open";
+    case TableStatus::kBadEntry: return "bad_entry";
+  }
+  return "invalid";
+}
+
+Level2Table::Level2Table(const Level2TableConfig& config)
+    : capacity_(std::max<uint32_t>(config.capacity, 1)),
+      hash_fn_(config.hash ? config.hash : &default_hash) {
+  // Pool: room for a full committed table plus a full staged replacement.
+  std::size_t pool = std::size_t{capacity_} * 2;
+  // Buckets: linked records fill at most half the slots, so the two-choice
+  // placement overflows only under real collisions.
+  std::size_t nb = std::bit_ceil(std::max<std::size_t>(1, pool * 2 / kSlotsPerBucket));
+  bucket_mask_ = static_cast<uint32_t>(nb - 1);
+  buckets_ = std::make_unique<Bucket[]>(nb);
+  for (std::size_t b = 0; b < nb; ++b)
+    for (auto& s : buckets_[b].slot) s.store(0, std::memory_order_relaxed);
+  pool_ = std::vector<Record>(pool);
+  free_.reserve(pool);
+  for (std::size_t i = pool; i-- > 0;) free_.push_back(static_cast<uint32_t>(i));
+  staged_inserts_.reserve(capacity_);
+  staged_removals_.reserve(capacity_);
+  pending_unlink_.reserve(pool);
+  limbo_.reserve(pool);
+}
+
+std::size_t Level2Table::memory_bytes() const noexcept {
+  return (bucket_mask_ + 1) * sizeof(Bucket) + pool_.size() * sizeof(Record) +
+         free_.capacity() * sizeof(uint32_t) +
+         (staged_inserts_.capacity() + staged_removals_.capacity() + pending_unlink_.capacity() +
+          limbo_.capacity()) * sizeof(uint32_t);
+}
+
+uint64_t Level2Table::hash(const EntryKey& k) const noexcept { return hash_fn_(k); }
+
+void Level2Table::buckets_of(uint64_t h, uint32_t& b1, uint32_t& b2, uint32_t& tag) const noexcept {
+  tag = static_cast<uint32_t>(h >> 32);
+  b1 = static_cast<uint32_t>(h) & bucket_mask_;
+  // Second bucket depends on the tag so keys sharing b1 spread over different b2.
+  b2 = (b1 ^ static_cast<uint32_t>((uint64_t{tag} * 0x5BD1E995u) >> 7)) & bucket_mask_;
+}
+
+const Level2Entry* Level2Table::find(uint64_t h, const EntryKey& key, uint64_t v) const noexcept {
+  uint32_t b[2], tag;
+  buckets_of(h, b[0], b[1], tag);
+  for (int i = 0; i < (b[0] == b[1] ? 1 : 2); ++i) {
+    const Bucket& bk = buckets_[b[i]];
+    for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
+      uint64_t w = bk.slot[s].load(std::memory_order_acquire);
+      if (w == 0 || static_cast<uint32_t>(w >> 32) != tag) continue;
+      const Record& r = pool_[static_cast<uint32_t>(w) - 1];
+      // Full-key compare: a tag match alone never decides.
+      if (visible(r, v) && r.entry.key == key) return &r.entry;
+    }
+  }
+  return nullptr;
+}
+
+const Level2Entry* Level2Table::lookup(const Snapshot& snap, const EntryKey& key) const noexcept {
+  return find(hash(key), key, snap.version);
+}
+
+std::size_t Level2Table::lookup_burst(const Snapshot& snap, const EntryKey* keys, std::size_t n,
+                                      const Level2Entry** out) const noexcept {
+  constexpr std::size_t kChunk = 32;
+  uint64_t hs[kChunk];
+  std::size_t hits = 0;
+  for (std::size_t base = 0; base < n; base += kChunk) {
+    std::size_t m = std::min(kChunk, n - base);
+    // Hash and prefetch the whole chunk first so bucket misses overlap.
+    for (std::size_t i = 0; i < m; ++i) {
+      hs[i] = hash(keys[base + i]);
+      __builtin_prefetch(&buckets_[static_cast<uint32_t>(hs[i]) & bucket_mask_]);
+    }
+    for (std::size_t i = 0; i < m; ++i) {
+      out[base + i] = find(hs[i], keys[base + i], snap.version);
+      hits += out[base + i] != nullptr;
+    }
+  }
+  return hits;
+}
+
+int64_t Level2Table::find_staged(uint64_t h, const EntryKey& key) const noexcept {
+  uint32_t b[2], tag;
+  buckets_of(h, b[0], b[1], tag);
+  for (int i = 0; i < (b[0] == b[1] ? 1 : 2); ++i) {
+    for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
+      uint64_t w = buckets_[b[i]].slot[s].load(std::memory_order_relaxed);
+      if (w == 0 || static_cast<uint32_t>(w >> 32) != tag) continue;
+      uint32_t idx = static_cast<uint32_t>(w) - 1;
+      if (visible(pool_[idx], next_version_) && pool_[idx].entry.key == key) return idx;
+    }
+  }
+  return -1;
+}
+
+bool Level2Table::has_free_slot(uint32_t b1, uint32_t b2) const noexcept {
+  for (uint32_t b : {b1, b2})
+    for (unsigned s = 0; s < kSlotsPerBucket; ++s)
+      if (buckets_[b].slot[s].load(std::memory_order_relaxed) == 0) return true;
+  return false;
+}
+
+TableStatus Level2Table::begin(bool from_empty) noexcept {
+  if (txn_open_) return TableStatus::kTxnOpen;
+  txn_open_ = true;
+  next_version_ = version() + 1;
+  staged_digest_ = committed_digest_;
+  staged_inserts_.clear();
+  staged_removals_.clear();
+  if (from_empty) {
+    uint64_t v = version();
+    for (uint32_t i = 0; i < pool_.size(); ++i)
+      if (pool_[i].state == RecordState::kLinked && visible(pool_[i], v)) stage_removal(i);
+  }
+  return TableStatus::kOk;
+}
+
+void Level2Table::stage_removal(uint32_t idx) noexcept {
+  Record& r = pool_[idx];
+  staged_digest_.remove(r.entry);
+  if (r.add_version == next_version_) {
+    // Staged in this txn and never visible to anyone: drop it now.
+    unlink_now(idx);
+    return;
+  }
+  // Readers at versions <= committed still see it (remove_version > their version).
+  r.remove_version.store(next_version_, std::memory_order_relaxed);
+  staged_removals_.push_back(idx);
+}
+
+void Level2Table::unlink_now(uint32_t idx) noexcept {
+  Record& r = pool_[idx];
+  buckets_[r.bucket].slot[r.slot].store(0, std::memory_order_release);
+  r.state = RecordState::kLimbo;
+  // Readers that entered before this bump may still hold the slot's old word.
+  r.grace_epoch = epoch_.fetch_add(1, std::memory_order_seq_cst) + 1;
+  limbo_.push_back(idx);
+  ++stats_.unlinked;
+}
+
+TableStatus Level2Table::put(const Level2Entry& entry) noexcept {
+  if (!txn_open_) return TableStatus::kNoTxn;
+  if (!entry_well_formed(entry)) return TableStatus::kBadEntry;
+  uint64_t h = hash(entry.key);
+  uint32_t b1, b2, tag;
+  buckets_of(h, b1, b2, tag);
+  int64_t old = find_staged(h, entry.key);
+  if (old >= 0 && pool_[old].entry == entry) {
+    ++stats_.puts;  // idempotent replay of the same entry
+    return TableStatus::kOk;
+  }
+  // Check every resource before changing anything, so a refused PUT leaves
+  // the staged table as it was.
+  if (old < 0 && staged_digest_.count >= capacity_) {
+    ++stats_.full_capacity;
+    return TableStatus::kTableFull;
+  }
+  if (free_.empty()) {
+    ++stats_.full_pool;
+    return TableStatus::kTableFull;
+  }
+  bool old_is_staged = old >= 0 && pool_[old].add_version == next_version_;
+  if (!old_is_staged && !has_free_slot(b1, b2)) {
+    ++stats_.full_buckets;
+    return TableStatus::kTableFull;
+  }
+  if (old >= 0) stage_removal(static_cast<uint32_t>(old));
+
+  uint32_t idx = free_.back();
+  free_.pop_back();
+  Record& r = pool_[idx];
+  r.entry = entry;
+  r.add_version = next_version_;
+  r.remove_version.store(kNever, std::memory_order_relaxed);
+  r.tag = tag;
+  r.state = RecordState::kLinked;
+  // Two-choice placement: the emptier of the two buckets keeps both shallow.
+  auto free_slot = [&](uint32_t b) -> int {
+    for (unsigned s = 0; s < kSlotsPerBucket; ++s)
+      if (buckets_[b].slot[s].load(std::memory_order_relaxed) == 0) return static_cast<int>(s);
+    return -1;
+  };
+  auto load = [&](uint32_t b) {
+    unsigned n = 0;
+    for (unsigned s = 0; s < kSlotsPerBucket; ++s)
+      n += buckets_[b].slot[s].load(std::memory_order_relaxed) != 0;
+    return n;
+  };
+  uint32_t b = load(b2) < load(b1) ? b2 : b1;
+  int s = free_slot(b);
+  if (s < 0) {
+    b = b == b1 ? b2 : b1;
+    s = free_slot(b);
+  }
+  r.bucket = b;
+  r.slot = static_cast<uint8_t>(s);  // has_free_slot() or the unlinked old entry guarantees s >= 0
+  // Publish: the record's fields above happen-before any reader that sees this word.
+  buckets_[b].slot[s].store(slot_word(tag, idx), std::memory_order_release);
+  staged_inserts_.push_back(idx);
+  staged_digest_.add(entry);
+  ++stats_.puts;
+  return TableStatus::kOk;
+}
+
+TableStatus Level2Table::del(const EntryKey& key) noexcept {
+  if (!txn_open_) return TableStatus::kNoTxn;
+  int64_t old = find_staged(hash(key), key);
+  ++stats_.dels;
+  if (old < 0) {
+    ++stats_.dels_absent;
+    return TableStatus::kOk;
+  }
+  stage_removal(static_cast<uint32_t>(old));
+  return TableStatus::kOk;
+}
+
+TableStatus Level2Table::commit() noexcept {
+  if (!txn_open_) return TableStatus::kNoTxn;
+  // The single switch: readers that load the new version see every staged
+  // insert (published before) and every staged removal.
+  version_.store(next_version_, std::memory_order_seq_cst);
+  uint64_t e = epoch_.fetch_add(1, std::memory_order_seq_cst) + 1;
+  for (uint32_t idx : staged_removals_) {
+    pool_[idx].grace_epoch = e;  // once every reader is at epoch >= e, none can see it
+    pending_unlink_.push_back(idx);
+  }
+  committed_digest_ = staged_digest_;
+  staged_inserts_.clear();
+  staged_removals_.clear();
+  txn_open_ = false;
+  ++stats_.commits;
+  return TableStatus::kOk;
+}
+
+TableStatus Level2Table::abort() noexcept {
+  if (!txn_open_) return TableStatus::kNoTxn;
+  for (uint32_t idx : staged_inserts_)
+    if (pool_[idx].state == RecordState::kLinked && pool_[idx].add_version == next_version_)
+      unlink_now(idx);
+  for (uint32_t idx : staged_removals_)
+    pool_[idx].remove_version.store(kNever, std::memory_order_relaxed);
+  staged_inserts_.clear();
+  staged_removals_.clear();
+  staged_digest_ = committed_digest_;
+  txn_open_ = false;
+  ++stats_.aborts;
+  return TableStatus::kOk;
+}
+
+void Level2Table::reclaim(uint64_t min_active_epoch) noexcept {
+  // Free what was unlinked long enough ago that no reader can be probing it.
+  std::size_t keep = 0;
+  for (uint32_t idx : limbo_) {
+    if (pool_[idx].grace_epoch <= min_active_epoch) {
+      pool_[idx].state = RecordState::kFree;
+      free_.push_back(idx);
+      ++stats_.freed;
+    } else {
+      limbo_[keep++] = idx;
+    }
+  }
+  limbo_.resize(keep);
+  // Unlink removed entries no reader can see; they are freed by a later call.
+  keep = 0;
+  std::vector<uint32_t>& pend = pending_unlink_;
+  std::size_t n = pend.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    uint32_t idx = pend[i];
+    if (pool_[idx].grace_epoch <= min_active_epoch)
+      unlink_now(idx);
+    else
+      pend[keep++] = idx;
+  }
+  pend.resize(keep);
+}
+
+}  // namespace tandem::rnic
