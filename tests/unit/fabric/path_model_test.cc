@@ -104,3 +104,29 @@ TEST_CASE("reconfiguring loss at run time takes effect") {
   p.set_loss(0.0);
   REQUIRE(p.admit(64, 2, rng).drop == PathDrop::kNone);
 }
+
+#include "common/fabric/path_spec.h"
+
+TEST_CASE("a path spec sets each impairment and round-trips through its text form") {
+  auto c = parse_path_spec("delay_us=20,jitter_us=5,loss=0.01,rate_gbps=10,queue_kb=64,ecn_kb=16,down");
+  REQUIRE(c.delay_ns == 20000);
+  REQUIRE(c.jitter_ns == 5000);
+  REQUIRE(c.loss == Approx(0.01));
+  REQUIRE(c.rate_bps == 10'000'000'000ull);
+  REQUIRE(c.queue_limit_bytes == 65536);
+  REQUIRE(c.ecn_threshold_bytes == 16384);
+  REQUIRE_FALSE(c.up);
+  auto again = parse_path_spec(format_path_spec(c));
+  REQUIRE(again.delay_ns == c.delay_ns);
+  REQUIRE(again.rate_bps == c.rate_bps);
+  REQUIRE(again.up == c.up);
+  REQUIRE(parse_path_spec("up", c).up);
+  REQUIRE(parse_path_spec("loss=0.5", c).delay_ns == 20000);  // applied on top of the base
+}
+
+TEST_CASE("a bad path spec names the offending item") {
+  REQUIRE_THROWS_WITH(parse_path_spec("delay_us=abc"), Catch::Contains("delay_us"));
+  REQUIRE_THROWS_WITH(parse_path_spec("loss=2"), Catch::Contains("loss"));
+  REQUIRE_THROWS_WITH(parse_path_spec("colour=blue"), Catch::Contains("colour"));
+  REQUIRE_THROWS_WITH(parse_path_spec("sideways"), Catch::Contains("sideways"));
+}
