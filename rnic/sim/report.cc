@@ -1,0 +1,70 @@
+#include "rnic/sim/report.h"
+
+#include <cstdio>
+
+namespace tandem::rnic::sim {
+
+nlohmann::ordered_json results_json(const Scenario& s, uint64_t seed, const std::vector<RunResult>& results) {
+  nlohmann::ordered_json j;
+  j["scenario"] = s.name;
+  j["seed"] = seed;
+  auto& arr = j["results"] = nlohmann::ordered_json::array();
+  for (const RunResult& r : results) {
+    nlohmann::ordered_json o;
+    o["policy"] = r.policy;
+    o["fct_us_mean"] = r.fct_us_mean;
+    o["fct_us_p50"] = r.fct_us_p50;
+    o["fct_us_p99"] = r.fct_us_p99;
+    o["fct_us_max"] = r.fct_us_max;
+    o["goodput_gbps"] = r.goodput_gbps;
+    o["retx_bytes"] = r.retx_bytes;
+    o["retx_pkts"] = r.retx_pkts;
+    o["data_pkts"] = r.data_pkts;
+    o["drops"] = r.drops;
+    o["data_ok"] = r.data_ok;
+    o["messages"] = r.messages;
+    o["completed"] = r.completed;
+    o["error_completions"] = r.error_completions;
+    o["data_mismatches"] = r.data_mismatches;
+    o["bytes"] = r.bytes;
+    o["timeouts"] = r.timeouts;
+    o["naks"] = r.naks;
+    o["sacks"] = r.sacks;
+    o["drops_queue"] = r.drops_queue;
+    o["drops_loss"] = r.drops_loss;
+    o["drops_link_down"] = r.drops_link_down;
+    o["drops_no_route"] = r.drops_no_route;
+    o["rx_rejected"] = r.rx_rejected;
+    o["ecn_marks"] = r.ecn_marks;
+    o["max_queue_bytes"] = r.max_queue_bytes;
+    o["reorder_depth_max"] = r.reorder_depth_max;
+    if (!r.path_frames.empty()) o["path_frames"] = r.path_frames;
+    o["sim_time_us"] = r.sim_time_us;
+    o["events"] = r.events;
+    o["stop_reason"] = r.stop_reason;
+    arr.push_back(std::move(o));
+  }
+  return j;
+}
+
+void print_table(std::ostream& out, const Scenario& s, uint64_t seed, const std::vector<RunResult>& results) {
+  out << "scenario " << s.name << " (seed " << seed << ")\n";
+  if (!s.description.empty()) out << "  " << s.description << "\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "%-16s %9s %9s %9s %8s %10s %8s %7s %6s %8s %8s %7s %s\n", "policy", "fct_mean",
+                "fct_p50", "fct_p99", "gbps", "retx_bytes", "drops", "reorder", "tmo", "maxq_kb", "done", "data_ok",
+                "stop");
+  out << line;
+  for (const RunResult& r : results) {
+    std::snprintf(line, sizeof line, "%-16s %9.1f %9.1f %9.1f %8.2f %10llu %8llu %7u %6llu %8.1f %4llu/%-4llu %7s %s\n",
+                  r.policy.c_str(), r.fct_us_mean, r.fct_us_p50, r.fct_us_p99, r.goodput_gbps,
+                  static_cast<unsigned long long>(r.retx_bytes), static_cast<unsigned long long>(r.drops),
+                  r.reorder_depth_max, static_cast<unsigned long long>(r.timeouts), r.max_queue_bytes / 1024.0,
+                  static_cast<unsigned long long>(r.completed), static_cast<unsigned long long>(r.messages),
+                  r.data_ok ? "yes" : "NO", r.stop_reason.c_str());
+    out << line;
+  }
+  out << "(times in us; reorder = largest PSN distance a receiver saw ahead of the expected one)\n";
+}
+
+}  // namespace tandem::rnic::sim

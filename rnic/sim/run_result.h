@@ -1,0 +1,47 @@
+// What one run of one policy measured: message completion times, goodput,
+// fabric queues and drops, transport recovery work, and whether every byte
+// arrived as sent.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem::rnic::sim {
+
+struct RunResult {
+  std::string policy;
+  uint64_t seed = 0;
+  uint64_t messages = 0;        // posted by the workload
+  uint64_t completed = 0;       // completed with success at the sender
+  uint64_t error_completions = 0;
+  uint64_t bytes = 0;           // payload bytes of completed messages
+  double fct_us_mean = 0;
+  double fct_us_p50 = 0;
+  double fct_us_p99 = 0;
+  double fct_us_max = 0;
+  double goodput_gbps = 0;      // completed bytes over the time from first post to last completion
+  double sim_time_us = 0;       // when the last event ran
+  uint64_t data_pkts = 0;       // request/response data packets sent by NICs
+  uint64_t retx_pkts = 0;       // of them, retransmissions
+  uint64_t retx_bytes = 0;
+  uint64_t timeouts = 0;
+  uint64_t naks = 0;            // PSN-sequence and other NAKs sent by responders
+  uint64_t sacks = 0;           // SACK packets sent by responders
+  uint64_t drops = 0;           // frames the fabric dropped, all reasons
+  uint64_t drops_queue = 0;
+  uint64_t drops_loss = 0;
+  uint64_t drops_link_down = 0;
+  uint64_t drops_no_route = 0;
+  uint64_t rx_rejected = 0;     // frames the receiving transport refused (duplicates, out of window, ...)
+  uint64_t ecn_marks = 0;
+  uint64_t max_queue_bytes = 0; // deepest switch queue
+  uint32_t reorder_depth_max = 0;
+  uint64_t events = 0;
+  uint64_t data_mismatches = 0; // messages whose bytes at the receiver differ from what was sent
+  bool data_ok = false;         // every message completed and every byte matched
+  std::string stop_reason;      // "done", "time limit", "stalled"
+  std::vector<uint64_t> path_frames;  // parallel topology: frames over each path, forward direction
+};
+
+}  // namespace tandem::rnic::sim

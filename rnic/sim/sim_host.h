@@ -1,0 +1,139 @@
+// A simulated host: an RNIC running the real transport core (rnic::Transport)
+// behind a NIC that drains its TX descriptors at line rate, feeds it received
+// frames and calls it at the deadlines it asks for; its registered memory;
+// and the application side of the workload (posting messages, checking
+// completions and the bytes that arrived).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rnic/core/transport.h"
+#include "rnic/sim/event_queue.h"
+#include "rnic/sim/fabric.h"
+#include "rnic/sim/frame_pool.h"
+
+namespace tandem::rnic::sim {
+
+// Transport settings of one policy (scenario `transport:` merged with the
+// policy's own keys).
+struct HostOptions {
+  Reliability mode = Reliability::kIrn;
+  std::string path_policy = "single";
+  std::string cc_policy = "fixed_window";
+  uint64_t cc_window_bytes = 1ull << 20;
+  uint32_t num_paths = 1;
+  bool path_seed_search = true;  // pick each QP's path seed so its path set covers distinct routes
+  bool nic_spray = false;        // the NIC sprays per packet over discovered paths (overrides the core's port)
+  uint32_t spray_paths = 64;
+  uint32_t qps_per_flow = 1;
+  uint32_t mtu = 4096;
+  uint64_t timeout_ns = 1'000'000;
+  uint8_t retry_cnt = 7;
+  uint64_t reorder_delay_ns = 50'000;
+  uint32_t ack_every = 16;
+  uint32_t window_pkts = 1024;
+  uint32_t tx_queue_capacity = 64;
+  bool send_op = false;  // SEND/RECV instead of RDMA WRITE
+};
+
+// One QP pair carrying part of a flow's messages, `outstanding` at a time,
+// each message in its own slot of the sender's and the receiver's memory.
+struct Conn {
+  uint32_t index = 0;
+  uint32_t src = 0;
+  uint32_t dst = 0;
+  uint32_t src_qpn = 0;
+  uint32_t dst_qpn = 0;
+  uint64_t start_ns = 0;
+  std::vector<uint64_t> sizes;
+  uint32_t outstanding = 1;
+  uint64_t slot_bytes = 0;
+  uint64_t send_off = 0;  // offset of slot 0 in the sender's arena
+  uint64_t recv_off = 0;  // ... in the receiver's arena
+  uint32_t next_post = 0;
+  uint32_t next_recv = 0;  // SEND: RECVs posted
+  uint32_t completed = 0;
+  uint32_t verified = 0;
+  std::vector<uint64_t> post_ns;
+};
+
+struct WorkloadTotals {
+  uint64_t messages = 0;
+  uint64_t completed = 0;
+  uint64_t errors = 0;
+  uint64_t mismatches = 0;
+  uint64_t verified = 0;
+  uint64_t bytes = 0;
+  uint64_t first_post_ns = ~0ull;
+  uint64_t last_completion_ns = 0;
+  std::vector<uint64_t> fct_ns;
+};
+
+struct NicCounters {
+  uint64_t data_pkts = 0;
+  uint64_t retx_pkts = 0;
+  uint64_t retx_bytes = 0;
+  uint64_t rx_frames = 0;
+  uint64_t rx_parse_drops = 0;  // frames that failed parse_roce (bad ICRC, ...)
+  uint64_t rx_rejected = 0;     // frames on_packet refused
+};
+
+class SimHost {
+ public:
+  SimHost(uint32_t index, const HostOptions& opt, Fabric& fabric, EventQueue& events, FramePool& frames,
+          std::vector<Conn>& conns, std::vector<std::unique_ptr<SimHost>>& hosts, WorkloadTotals& totals);
+
+  // Set-up, in this order for all hosts: add_arena_bytes, finish_memory,
+  // create_qps, connect_qps.
+  void add_arena_bytes(uint64_t n) noexcept { arena_size_ += n; }
+  void finish_memory(uint32_t qps);
+  void create_qp_for(Conn& c, bool sender);
+  void connect_qp(Conn& c, bool sender, uint32_t rq_psn, uint32_t sq_psn, uint16_t path_seed);
+  uint16_t choose_path_seed(const Conn& c, bool sender, uint32_t base) const;
+
+  // Event handlers.
+  void on_frame(uint32_t frame, uint64_t now);
+  void on_nic_idle(uint64_t now);
+  void on_timer(uint64_t generation, uint64_t now);
+  void start_conn(Conn& c, uint64_t now);  // the sender posts its first messages
+  void post_initial_recvs(Conn& c);
+
+  const Transport& transport() const noexcept { return *transport_; }
+  const NicCounters& nic() const noexcept { return nic_; }
+  uint64_t arena_addr() const noexcept { return mr_.addr; }
+  uint8_t* arena() noexcept { return arena_.get(); }
+
+ private:
+  void service(uint64_t now);
+  void drain_cq(uint64_t now);
+  void post_message(Conn& c, uint64_t now);
+  void post_recv(Conn& c);
+  void kick_nic(uint64_t now);
+  void arm_timer(uint64_t now);
+  const std::vector<uint16_t>& spray_set(uint32_t peer_host);
+
+  uint32_t index_;
+  const HostOptions& opt_;
+  Fabric& fabric_;
+  EventQueue& events_;
+  FramePool& frames_;
+  std::vector<Conn>& conns_;
+  std::vector<std::unique_ptr<SimHost>>& hosts_;
+  WorkloadTotals& totals_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<uint8_t[]> arena_;
+  uint64_t arena_size_ = 0;
+  MemoryRegion mr_;
+  uint32_t cq_ = 0;
+  uint64_t timer_at_ = kNever;
+  uint64_t timer_gen_ = 0;
+  NicCounters nic_;
+  std::vector<std::vector<uint16_t>> spray_sets_;  // per peer host, discovered lazily
+  std::vector<uint32_t> spray_next_;
+  bool in_service_ = false;
+};
+
+}  // namespace tandem::rnic::sim

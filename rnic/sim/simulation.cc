@@ -1,0 +1,241 @@
+#include "rnic/sim/simulation.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "rnic/sim/host_options.h"
+#include "rnic/sim/topology.h"
+#include "rnic/sim/workload.h"
+
+namespace tandem::rnic::sim {
+
+namespace {
+
+// Streams of the run seed (see derive_seed): the workload is drawn from its
+// own stream, so every policy of a scenario sees the same messages.
+constexpr uint64_t kStreamWorkload = 1;
+constexpr uint64_t kStreamPsn = 2;
+constexpr uint64_t kStreamFabric = 3;
+
+constexpr uint64_t kMaxArenaBytes = 8ull << 30;
+
+double percentile(std::vector<uint64_t> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  // Nearest rank.
+  auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
+  rank = std::clamp<std::size_t>(rank, 1, v.size());
+  return static_cast<double>(v[rank - 1]);
+}
+
+}  // namespace
+
+Simulation::Simulation(const Scenario& scenario, const PolicySpec& policy, uint64_t seed)
+    : scenario_(scenario),
+      policy_(policy),
+      seed_(seed),
+      opt_(parse_host_options(scenario, policy)),
+      fabric_(events_, frames_, derive_seed(seed, kStreamFabric)) {
+  build_topology(fabric_, scenario.topology);
+  for (const FailureSpec& f : scenario.failures) {
+    const int link = fabric_.find_link(f.link);
+    if (link < 0) throw ScenarioError("failures: no link named '" + f.link + "'");
+  }
+  const uint32_t n_hosts = fabric_.host_count();
+  Rng wl_rng(derive_seed(seed, kStreamWorkload));
+  const std::vector<Flow> flows = make_flows(scenario.workload, n_hosts, wl_rng);
+
+  // Each flow's messages go round-robin over qps_per_flow connections.
+  for (const Flow& f : flows) {
+    const uint32_t q = std::min<uint32_t>(opt_.qps_per_flow, static_cast<uint32_t>(f.sizes.size()));
+    for (uint32_t k = 0; k < q; ++k) {
+      Conn c;
+      c.index = static_cast<uint32_t>(conns_.size());
+      c.src = f.src;
+      c.dst = f.dst;
+      c.start_ns = f.start_ns;
+      for (std::size_t m = k; m < f.sizes.size(); m += q) c.sizes.push_back(f.sizes[m]);
+      c.outstanding = std::max<uint32_t>(1, scenario.workload.outstanding / q);
+      c.outstanding = std::min<uint32_t>(c.outstanding, static_cast<uint32_t>(c.sizes.size()));
+      c.slot_bytes = (*std::max_element(c.sizes.begin(), c.sizes.end()) + 63) & ~63ull;
+      c.post_ns.assign(c.sizes.size(), 0);
+      totals_.messages += c.sizes.size();
+      conns_.push_back(std::move(c));
+    }
+  }
+
+  // Memory: every connection has `outstanding` slots at both ends.
+  std::vector<uint64_t> arena(n_hosts, 0);
+  std::vector<uint32_t> qps(n_hosts, 0);
+  uint64_t total = 0;
+  for (Conn& c : conns_) {
+    c.send_off = arena[c.src];
+    arena[c.src] += c.outstanding * c.slot_bytes;
+    c.recv_off = arena[c.dst];
+    arena[c.dst] += c.outstanding * c.slot_bytes;
+    total += 2 * c.outstanding * c.slot_bytes;
+    ++qps[c.src];
+    ++qps[c.dst];
+  }
+  if (total > kMaxArenaBytes) {
+    throw ScenarioError("workload needs " + std::to_string(total >> 20) +
+                        " MiB of registered memory (limit 8 GiB): lower outstanding or message sizes");
+  }
+  for (uint32_t h = 0; h < n_hosts; ++h) {
+    hosts_.push_back(std::make_unique<SimHost>(h, opt_, fabric_, events_, frames_, conns_, hosts_, totals_));
+    hosts_.back()->add_arena_bytes(arena[h]);
+    hosts_.back()->finish_memory(qps[h]);
+  }
+  for (Conn& c : conns_) {
+    hosts_[c.src]->create_qp_for(c, true);
+    hosts_[c.dst]->create_qp_for(c, false);
+  }
+  Rng psn_rng(derive_seed(seed, kStreamPsn));
+  for (Conn& c : conns_) {
+    // Random initial PSNs, so runs cross the 24-bit wrap now and then.
+    const auto a_psn = static_cast<uint32_t>(psn_rng.below(1u << 24));
+    const auto b_psn = static_cast<uint32_t>(psn_rng.below(1u << 24));
+    const auto base = static_cast<uint32_t>(psn_rng.below(1u << 16));
+    hosts_[c.src]->connect_qp(c, true, b_psn, a_psn, hosts_[c.src]->choose_path_seed(c, true, base));
+    hosts_[c.dst]->connect_qp(c, false, a_psn, b_psn, hosts_[c.dst]->choose_path_seed(c, false, base + 1));
+  }
+  fabric_.set_callbacks([this](uint32_t h, uint32_t frame, uint64_t now) { hosts_[h]->on_frame(frame, now); },
+                        [this](uint32_t h, uint64_t now) { hosts_[h]->on_nic_idle(now); });
+  for (Conn& c : conns_) {
+    hosts_[c.dst]->post_initial_recvs(c);
+    events_.push(c.start_ns, EventKind::kHostPost, c.index);
+  }
+  for (const FailureSpec& f : scenario.failures) {
+    events_.push(f.at_ns, EventKind::kLinkState, static_cast<uint32_t>(fabric_.find_link(f.link)),
+                 (f.up ? 1 : 0) | (scenario.failover_ns << 1));
+  }
+}
+
+Simulation::~Simulation() = default;
+
+void Simulation::dispatch(const Event& e) {
+  switch (e.kind) {
+    case EventKind::kHostTimer:
+      hosts_[e.a]->on_timer(e.b, e.time);
+      break;
+    case EventKind::kHostPost: {
+      Conn& c = conns_[e.a];
+      hosts_[c.src]->start_conn(c, e.time);
+      break;
+    }
+    case EventKind::kLinkState:
+      fabric_.set_link_state(e.a, (e.b & 1) != 0, e.time, e.b >> 1);
+      break;
+    default:
+      fabric_.handle(e);
+      break;
+  }
+}
+
+bool Simulation::all_done() const noexcept {
+  const uint64_t settled = totals_.completed + totals_.errors;
+  if (settled < totals_.messages) return false;
+  // SEND: the receivers must have checked every message too.
+  return !opt_.send_op || totals_.verified + totals_.mismatches >= totals_.messages;
+}
+
+bool Simulation::step_until(uint64_t until) {
+  while (!events_.empty() && events_.top().time <= until) {
+    Event e = events_.pop();
+    now_ = e.time;
+    ++events_run_;
+    dispatch(e);
+  }
+  return !events_.empty();
+}
+
+RunResult Simulation::run() {
+  std::string reason = "stalled";
+  while (!events_.empty()) {
+    if (events_.top().time > scenario_.stop_ns) {
+      reason = "time limit";
+      break;
+    }
+    Event e = events_.pop();
+    now_ = e.time;
+    ++events_run_;
+    dispatch(e);
+    if (all_done()) {
+      reason = "done";
+      break;
+    }
+  }
+  return collect(reason);
+}
+
+RunResult Simulation::collect(const std::string& stop_reason) const {
+  RunResult r;
+  r.policy = policy_.name;
+  r.seed = seed_;
+  r.stop_reason = stop_reason;
+  r.messages = totals_.messages;
+  r.completed = totals_.completed;
+  r.error_completions = totals_.errors;
+  r.bytes = totals_.bytes;
+  r.data_mismatches = totals_.mismatches;
+  r.data_ok = totals_.completed == totals_.messages && totals_.errors == 0 && totals_.mismatches == 0 &&
+              totals_.verified == totals_.messages;
+  if (!totals_.fct_ns.empty()) {
+    long double sum = 0;
+    for (uint64_t v : totals_.fct_ns) sum += v;
+    r.fct_us_mean = static_cast<double>(sum / totals_.fct_ns.size()) / 1000.0;
+    r.fct_us_p50 = percentile(totals_.fct_ns, 0.50) / 1000.0;
+    r.fct_us_p99 = percentile(totals_.fct_ns, 0.99) / 1000.0;
+    r.fct_us_max = percentile(totals_.fct_ns, 1.0) / 1000.0;
+  }
+  if (totals_.last_completion_ns > totals_.first_post_ns && totals_.first_post_ns != ~0ull) {
+    r.goodput_gbps = static_cast<double>(totals_.bytes) * 8.0 /
+                     static_cast<double>(totals_.last_completion_ns - totals_.first_post_ns);
+  }
+  r.sim_time_us = static_cast<double>(now_) / 1000.0;
+  r.events = events_run_;
+  for (const auto& h : hosts_) {
+    const NicCounters& n = h->nic();
+    r.data_pkts += n.data_pkts;
+    r.retx_pkts += n.retx_pkts;
+    r.retx_bytes += n.retx_bytes;
+    r.rx_rejected += n.rx_rejected + n.rx_parse_drops;
+  }
+  for (const Conn& c : conns_) {
+    for (auto [host, qpn] : {std::pair{c.src, c.src_qpn}, std::pair{c.dst, c.dst_qpn}}) {
+      const QpCounters* q = hosts_[host]->transport().qp_counters(qpn);
+      if (q == nullptr) continue;
+      r.timeouts += q->timeouts;
+      r.naks += q->naks_tx;
+      r.sacks += q->sacks_tx;
+      r.reorder_depth_max = std::max(r.reorder_depth_max, q->reorder_depth_max);
+    }
+  }
+  const FabricStats fs = fabric_.stats();
+  r.drops = fs.drops();
+  r.drops_queue = fs.drops_queue;
+  r.drops_loss = fs.drops_loss;
+  r.drops_link_down = fs.drops_down;
+  r.drops_no_route = fs.drops_no_route;
+  r.ecn_marks = fs.ecn_marks;
+  r.max_queue_bytes = fs.max_queue_bytes;
+  if (scenario_.topology.kind == TopologySpec::Kind::kParallel) {
+    for (std::size_t i = 0; i < scenario_.topology.paths.size(); ++i) {
+      const int link = fabric_.find_link("path" + std::to_string(i));
+      // The first port of a link is the forward (s0 -> s1) direction.
+      r.path_frames.push_back(fabric_.ports()[fabric_.links()[link].ports[0]].stats.tx_frames);
+    }
+  }
+  return r;
+}
+
+std::vector<RunResult> run_scenario(const Scenario& scenario, uint64_t seed) {
+  std::vector<RunResult> out;
+  for (const PolicySpec& p : scenario.policies) {
+    Simulation sim(scenario, p, seed);
+    out.push_back(sim.run());
+  }
+  return out;
+}
+
+}  // namespace tandem::rnic::sim

@@ -1,0 +1,55 @@
+// One run of one transport policy over a scenario's fabric and workload: the
+// event loop, the hosts (a NIC and a real rnic::Transport each), link
+// failures, and the result.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "rnic/sim/event_queue.h"
+#include "rnic/sim/fabric.h"
+#include "rnic/sim/frame_pool.h"
+#include "rnic/sim/run_result.h"
+#include "rnic/sim/scenario.h"
+#include "rnic/sim/sim_host.h"
+
+namespace tandem::rnic::sim {
+
+class Simulation {
+ public:
+  // Throws ScenarioError for options or workloads that do not fit.
+  Simulation(const Scenario& scenario, const PolicySpec& policy, uint64_t seed);
+  ~Simulation();
+  Simulation(const Simulation&) = delete;
+  Simulation& operator=(const Simulation&) = delete;
+
+  RunResult run();
+
+  // Runs events up to `until` (for tests); false once nothing is left to do.
+  bool step_until(uint64_t until);
+  const Fabric& fabric() const noexcept { return fabric_; }
+
+ private:
+  void dispatch(const Event& e);
+  bool all_done() const noexcept;
+  RunResult collect(const std::string& stop_reason) const;
+
+  const Scenario& scenario_;
+  const PolicySpec& policy_;
+  uint64_t seed_;
+  HostOptions opt_;
+  EventQueue events_;
+  FramePool frames_;
+  Fabric fabric_;
+  std::vector<std::unique_ptr<SimHost>> hosts_;
+  std::vector<Conn> conns_;
+  WorkloadTotals totals_;
+  uint64_t now_ = 0;
+  uint64_t events_run_ = 0;
+};
+
+// Runs every policy of the scenario with the same seed.
+std::vector<RunResult> run_scenario(const Scenario& scenario, uint64_t seed);
+
+}  // namespace tandem::rnic::sim
