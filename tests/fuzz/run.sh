@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (parse_roce + frame decoder, pcap reader) with
+# clang++-14 and ASan/UBSan, then runs each for FUZZ_SECONDS (default 20) from
+# a seed corpus made on the fly. Exits non-zero if a target crashes.
+# Output: build/fuzz/ (or $FUZZ_OUT); crash inputs are kept there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+OUT=${FUZZ_OUT:-$ROOT/build/fuzz}
+SECONDS_EACH=${FUZZ_SECONDS:-20}
+CXX=${FUZZ_CXX:-clang++-14}
+mkdir -p "$OUT"
+
+if ! command -v "$CXX" >/dev/null; then
+  echo "fuzz: $CXX not found (scripts/setup.sh installs clang)"; exit 1
+fi
+CRC_FLAGS=()
+CRC_LIBS=(-lz)
+if [[ -f /usr/include/isa-l/crc.h ]]; then CRC_FLAGS=(-DTANDEM_HAVE_ISAL); CRC_LIBS=(-lisal); fi
+FLAGS=(-std=c++20 -O1 -g -I"$ROOT" "${CRC_FLAGS[@]}" -fno-omit-frame-pointer)
+SAN=(-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
+WIRE=(common/wire/headers.cc common/wire/icrc.cc common/wire/opcode.cc common/wire/roce_packet.cc)
+PCAP=(common/pcap/pcap_reader.cc common/pcap/pcap_writer.cc)
+
+# Rebuilds $1 from the remaining sources only when one of them (or a header
+# they may include) is newer.
+build() {
+  local bin=$1; shift
+  local kind=$1; shift
+  if [[ -x $bin ]] && [[ -z $(find common tests/fuzz -newer "$bin" \( -name '*.cc' -o -name '*.h' \) -print -quit) ]]; then
+    return 0
+  fi
+  echo "fuzz: building $(basename "$bin")"
+  if [[ $kind == fuzz ]]; then
+    "$CXX" "${FLAGS[@]}" "${SAN[@]}" "$@" "${CRC_LIBS[@]}" -o "$bin"
+  else
+    "$CXX" "${FLAGS[@]}" "$@" "${CRC_LIBS[@]}" -o "$bin"
+  fi
+}
+
+build "$OUT/seed_writer" plain tests/fuzz/seed_writer.cc "${WIRE[@]}" "${PCAP[@]}"
+build "$OUT/fuzz_parse_roce" fuzz tests/fuzz/fuzz_parse_roce.cc common/wiretool/frame_decoder.cc "${WIRE[@]}"
+build "$OUT/fuzz_pcap_reader" fuzz tests/fuzz/fuzz_pcap_reader.cc "${WIRE[@]}" "${PCAP[@]}"
+
+WORK=$(mktemp -d /tmp/tandem-fuzz-XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/frames" "$WORK/pcaps" "$WORK/new-frames" "$WORK/new-pcaps"
+"$OUT/seed_writer" "$WORK/frames" "$WORK/pcaps"
+
+fail=0
+run_one() {
+  local name=$1 corpus=$2 seeds=$3
+  echo "fuzz: running $name for ${SECONDS_EACH}s"
+  if ! "$OUT/$name" -max_total_time="$SECONDS_EACH" -max_len=9100 -timeout=10 -rss_limit_mb=1024 \
+        -print_final_stats=1 -artifact_prefix="$OUT/$name-" "$corpus" "$seeds" \
+        >"$OUT/$name.log" 2>&1; then
+    echo "fuzz: $name FAILED (log: $OUT/$name.log)"
+    grep -E "ERROR|SUMMARY|Test unit written" "$OUT/$name.log" | head -10
+    fail=1
+  else
+    echo "fuzz: $name ok: $(grep -E '^stat::number_of_executed_units' "$OUT/$name.log" | awk '{print $2}') inputs, $(grep -E '^#[0-9]+.*cov:' "$OUT/$name.log" | tail -1 | grep -oE 'cov: [0-9]+')"
+  fi
+}
+run_one fuzz_parse_roce "$WORK/new-frames" "$WORK/frames"
+run_one fuzz_pcap_reader "$WORK/new-pcaps" "$WORK/pcaps"
+exit $fail
