@@ -51,6 +51,8 @@
 // buffers must stay registered until it completes (as with verbs).
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -139,6 +141,7 @@ class Transport {
   TransportConfig cfg_;
   TxQueue tx_;
   bool tx_blocked_ = false;
+  std::size_t rr_ = 0;  // QP poll() starts with
   std::vector<MemoryRegion> mrs_;        // index = key >> 8
   std::vector<std::unique_ptr<Qp>> qps_; // index = qpn - qpn_base
   std::vector<std::unique_ptr<Cq>> cqs_;

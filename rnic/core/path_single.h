@@ -1,0 +1,18 @@
+// Spraying policy "single": every packet of a QP takes one path, the UDP
+// source port derived from its QPN and path seed (standard RoCE behaviour).
+#pragma once
+
+#include "rnic/core/path_policy.h"
+
+namespace tandem::rnic {
+
+class PathSingle final : public PathPolicy {
+ public:
+  void reset(const PathPolicyParams& p) noexcept override;
+  uint16_t choose(uint32_t psn, bool retransmit, uint64_t now) noexcept override;
+
+ private:
+  uint16_t port_ = 0xC000;
+};
+
+}  // namespace tandem::rnic

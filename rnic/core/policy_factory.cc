@@ -1,0 +1,22 @@
+#include "rnic/core/policy_factory.h"
+
+#include <cstring>
+
+#include "rnic/core/cc_fixed_window.h"
+#include "rnic/core/path_single.h"
+
+namespace tandem::rnic {
+
+std::unique_ptr<PathPolicy> make_path_policy(const char* name) {
+  if (name == nullptr) return nullptr;
+  if (std::strcmp(name, "single") == 0) return std::make_unique<PathSingle>();
+  return nullptr;
+}
+
+std::unique_ptr<CcPolicy> make_cc_policy(const char* name) {
+  if (name == nullptr) return nullptr;
+  if (std::strcmp(name, "fixed_window") == 0) return std::make_unique<CcFixedWindow>();
+  return nullptr;
+}
+
+}  // namespace tandem::rnic

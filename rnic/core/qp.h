@@ -1,0 +1,200 @@
+// Internal state of a queue pair and a completion queue: the requester
+// (send queue, PSN records, retransmission) and the responder (receive queue,
+// reorder window, ACK/SACK/NAK state, READ responses). Everything is sized at
+// creation; the fast path only indexes rings.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "rnic/core/cc_policy.h"
+#include "rnic/core/path_policy.h"
+#include "rnic/core/qp_counters.h"
+#include "rnic/core/transport.h"
+#include "rnic/core/verbs_types.h"
+
+namespace tandem::rnic {
+
+struct Cq {
+  std::vector<Completion> ring;
+  uint32_t mask = 0;
+  uint32_t head = 0;
+  uint32_t tail = 0;
+  uint64_t overflows = 0;
+
+  bool push(const Completion& c) noexcept {
+    if (tail - head > mask) { ++overflows; return false; }
+    ring[tail++ & mask] = c;
+    return true;
+  }
+};
+
+struct SendWqe {
+  SendWr wr;
+  std::array<uint8_t*, kMaxSge> sge_ptr{};  // host pointers of sg_list
+  uint64_t len = 0;         // total bytes
+  uint32_t npkts = 1;       // PSNs the message uses (READ: response packets)
+  uint32_t first_psn = 0;   // valid once started
+  uint32_t pkts_sent = 0;   // PSNs assigned so far (lazy segmentation)
+  uint32_t recv_idx = 0;    // SEND / WRITE_WITH_IMM: ordinal among RECV consumers
+  ibv_wc_status status = IBV_WC_SUCCESS;
+};
+
+struct RecvWqe {
+  RecvWr wr;
+  std::array<uint8_t*, kMaxSge> sge_ptr{};
+  uint64_t len = 0;
+};
+
+// Requester record per PSN in flight (ring indexed by psn & window mask).
+struct PsnRec {
+  uint64_t sent_at = 0;
+  uint32_t wqe = 0;        // absolute SQ index
+  uint32_t pkt_idx = 0;    // packet index in the message
+  uint32_t len = 0;        // data bytes
+  uint32_t chunk_last = 0; // READ: last packet index of this read request
+  uint16_t sport = 0;
+  uint8_t flags = 0;
+};
+inline constexpr uint8_t kRecAcked = 1;   // acknowledged / READ response received
+inline constexpr uint8_t kRecLost = 2;    // must be retransmitted
+inline constexpr uint8_t kRecRetx = 4;    // retransmitted at least once (no RTT sample)
+inline constexpr uint8_t kRecRead = 8;    // PSN of a READ (done only by its response)
+
+// Responder record per PSN of the reorder window.
+struct RxSlot {
+  uint8_t flags = 0;
+  uint8_t has_imm = 0;
+  uint8_t wc_kind = 0;      // 0: RECV, 1: RECV_RDMA_WITH_IMM
+  uint32_t recv_idx = 0;
+  uint32_t msg_len = 0;
+  uint32_t imm = 0;
+  uint32_t read_rkey = 0;
+  uint32_t read_len = 0;
+  uint64_t read_va = 0;     // READ: validated host address as integer
+};
+inline constexpr uint8_t kSlotArrived = 1;
+inline constexpr uint8_t kSlotRecvDone = 2;  // completes a RECV when passed in order
+inline constexpr uint8_t kSlotMsgEnd = 4;    // ends a message (MSN + 1)
+inline constexpr uint8_t kSlotRead = 8;      // first PSN of a READ request
+
+struct ReadJob {
+  uint32_t psn = 0;
+  const uint8_t* ptr = nullptr;
+  uint32_t len = 0;
+  uint32_t npkts = 1;
+  uint32_t next_pkt = 0;  // packets already emitted
+};
+
+struct Qp {
+  Transport* t = nullptr;
+  uint32_t qpn = 0;
+  QpInitAttr init;
+  QpAttr attr;
+  QpState state = QpState::kReset;
+  QpCounters c;
+  Cq* send_cq = nullptr;
+  Cq* recv_cq = nullptr;
+  std::unique_ptr<PathPolicy> path;
+  std::unique_ptr<CcPolicy> cc;
+  uint32_t wmask = 0;  // window_pkts - 1
+
+  // --- requester ---
+  std::vector<SendWqe> sq;
+  uint32_t sq_head = 0;  // oldest not completed
+  uint32_t sq_send = 0;  // next to segment
+  uint32_t sq_tail = 0;  // next free
+  uint32_t next_recv_idx = 0;
+  std::vector<PsnRec> recs;
+  uint32_t una = 0;      // oldest PSN not done
+  uint32_t nxt = 0;      // next new PSN
+  uint32_t lost = 0;     // records flagged kRecLost
+  uint32_t rtx_cursor = 0;
+  uint64_t inflight_bytes = 0;
+  uint32_t reads_inflight = 0;
+  uint64_t last_progress = 0;
+  uint32_t backoff = 0;
+  uint32_t retries = 0;
+  uint64_t rnr_until = 0;
+  uint32_t rnr_retries = 0;
+  uint32_t rnr_psn = 0;
+  bool rnr_wait = false;
+  uint64_t read_hole_since = kNever;
+  uint32_t read_high = 0;
+  bool cc_blocked = false;
+
+  // --- responder ---
+  std::vector<RecvWqe> rq;
+  uint32_t rq_head = 0;
+  uint32_t rq_tail = 0;
+  std::vector<RxSlot> slots;
+  uint32_t epsn = 0;
+  uint32_t high = 0;        // highest PSN + 1 that arrived (IRN)
+  uint32_t msn = 0;
+  bool ack_pending = false;
+  bool ecn_echo = false;
+  uint32_t unacked = 0;
+  uint64_t hole_since = kNever;
+  uint64_t last_sack = 0;
+  bool nak_pending = false;
+  uint8_t nak_syndrome = 0;
+  uint32_t nak_psn = 0;
+  bool seq_nak_sent = false;  // GoBackN: one NAK per expected PSN
+  bool rnr_armed = true;      // one RNR NAK until a RECV is posted or ePSN moves
+  // GoBackN in-order message state
+  uint8_t gbn_kind = 0;       // 0 none, 1 send, 2 write
+  uint32_t gbn_offset = 0;
+  uint64_t gbn_va = 0;
+  uint32_t gbn_rkey = 0;
+  uint32_t gbn_len = 0;
+  std::vector<ReadJob> reads;
+  uint32_t reads_head = 0;
+  uint32_t reads_tail = 0;
+
+  uint32_t mtu() const noexcept { return attr.path_mtu; }
+  bool irn() const noexcept { return init.mode == Reliability::kIrn; }
+  PsnRec& rec(uint32_t psn) noexcept { return recs[psn & wmask]; }
+  RxSlot& slot(uint32_t psn) noexcept { return slots[psn & wmask]; }
+  SendWqe& wqe(uint32_t idx) noexcept { return sq[idx % sq.size()]; }
+  RecvWqe& rwqe(uint32_t idx) noexcept { return rq[idx % rq.size()]; }
+  void drop(common::DropReason r) noexcept { ++c.drops[static_cast<std::size_t>(r)]; }
+
+  void reset_state() noexcept;
+
+  // requester.cc
+  int post_send(const SendWr& wr) noexcept;
+  common::DropReason on_response(const common::RocePacket& pkt, const uint8_t* payload,
+                                 uint32_t len, uint64_t now) noexcept;
+  bool tx_requests(uint64_t now) noexcept;  // false: TX queue full
+  void on_timers_requester(uint64_t now) noexcept;
+  uint64_t requester_deadline() const noexcept;
+  void to_error(ibv_wc_status first_status) noexcept;
+  void complete_sends() noexcept;
+  bool send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept;
+  void ack_rec(uint32_t psn, uint64_t now, uint64_t& bytes, uint64_t& rtt) noexcept;
+  void mark_lost(uint32_t psn) noexcept;
+  void mark_lost_from(uint32_t psn) noexcept;
+  void cum_ack(uint32_t psn, uint64_t now) noexcept;
+  void advance_una(uint64_t now) noexcept;
+  void on_sack(uint64_t sack, uint64_t now) noexcept;
+  common::DropReason on_read_response(const common::RocePacket& pkt, const uint8_t* payload,
+                                      uint32_t len, uint64_t now) noexcept;
+  uint64_t rto() const noexcept { return attr.timeout_ns << backoff; }
+
+  // responder.cc
+  int post_recv(const RecvWr& wr) noexcept;
+  common::DropReason on_request(const common::RocePacket& pkt, const uint8_t* payload,
+                                uint32_t len, uint64_t now) noexcept;
+  bool tx_responses(uint64_t now) noexcept;  // false: TX queue full
+  uint64_t responder_deadline() const noexcept;
+  void advance_epsn(uint64_t now) noexcept;
+  void nak(uint8_t syndrome, uint32_t psn) noexcept;
+  bool read_job(uint32_t psn, const common::Reth& reth, common::DropReason& why) noexcept;
+
+  // shared helpers (transport.cc)
+  TxDesc* tx_slot() noexcept;
+  void tx_commit(TxDesc* d, uint64_t now) noexcept;
+};
+
+}  // namespace tandem::rnic

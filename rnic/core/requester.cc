@@ -1,0 +1,510 @@
+// Requester side of a QP: work requests -> packets (lazy segmentation, PSNs,
+// ACK requests, READ requests), ACK/SACK/NAK processing, READ response
+// placement, selective or go-back-N retransmission, timeouts and RNR waits.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/wire/opcode.h"
+#include "common/wire/psn.h"
+#include "rnic/core/qp.h"
+
+namespace tandem::rnic {
+
+using common::DropReason;
+using common::psn_add;
+using common::psn_diff;
+using common::psn_le;
+using common::psn_lt;
+
+namespace {
+
+// A READ is sent as several read requests of at most this share of the
+// window, so that a 64 MB read never needs more PSN records than exist.
+uint32_t read_chunk_pkts(uint32_t window) noexcept { return std::max(1u, window / 4); }
+
+ibv_wc_opcode wc_opcode(ibv_wr_opcode op) noexcept {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+    default: return IBV_WC_SEND;
+  }
+}
+
+uint8_t request_opcode(ibv_wr_opcode op, bool first, bool last) noexcept {
+  const bool imm = op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  if (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM) {
+    if (first && last) return imm ? IBV_OPCODE_RC_SEND_ONLY_WITH_IMMEDIATE : IBV_OPCODE_RC_SEND_ONLY;
+    if (first) return IBV_OPCODE_RC_SEND_FIRST;
+    if (last) return imm ? IBV_OPCODE_RC_SEND_LAST_WITH_IMMEDIATE : IBV_OPCODE_RC_SEND_LAST;
+    return IBV_OPCODE_RC_SEND_MIDDLE;
+  }
+  if (first && last)
+    return imm ? IBV_OPCODE_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE : IBV_OPCODE_RC_RDMA_WRITE_ONLY;
+  if (first) return IBV_OPCODE_RC_RDMA_WRITE_FIRST;
+  if (last)
+    return imm ? IBV_OPCODE_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE : IBV_OPCODE_RC_RDMA_WRITE_LAST;
+  return IBV_OPCODE_RC_RDMA_WRITE_MIDDLE;
+}
+
+// Points the descriptor at `len` bytes of the WR's gather list from `off`.
+void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noexcept {
+  uint32_t k = 0;
+  for (uint32_t j = 0; j < w.wr.num_sge && len > 0; ++j) {
+    const uint32_t sl = w.wr.sg_list[j].length;
+    if (off >= sl) { off -= sl; continue; }
+    const uint32_t take = static_cast<uint32_t>(std::min<uint64_t>(len, sl - off));
+    d->segs[k++] = TxSeg{w.sge_ptr[j] + off, take};
+    len -= take;
+    off = 0;
+  }
+  d->num_segs = k;
+}
+
+}  // namespace
+
+int Qp::post_send(const SendWr& wr) noexcept {
+  if (state == QpState::kError) {
+    send_cq->push(Completion{wr.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(wr.opcode), 0, 0, qpn,
+                             attr.dest_qp_num, 0});
+    return 0;
+  }
+  if (state != QpState::kRtr && state != QpState::kRts) return EINVAL;
+  if (sq_tail - sq_head >= sq.size()) return ENOMEM;
+  switch (wr.opcode) {
+    case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM: case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM: case IBV_WR_RDMA_READ: break;
+    default: return EINVAL;
+  }
+  if (wr.num_sge > kMaxSge) return EINVAL;
+  SendWqe& w = wqe(sq_tail);
+  w.wr = wr;
+  w.len = 0;
+  for (uint32_t j = 0; j < wr.num_sge; ++j) {
+    const Sge& g = wr.sg_list[j];
+    const MemoryRegion* mr = t->find_mr(g.lkey);
+    if (mr == nullptr || g.addr < mr->addr || g.addr - mr->addr > mr->len ||
+        g.length > mr->len - (g.addr - mr->addr))
+      return EINVAL;
+    if (wr.opcode == IBV_WR_RDMA_READ && !(mr->access & IBV_ACCESS_LOCAL_WRITE)) return EINVAL;
+    w.sge_ptr[j] = mr->host_ptr + (g.addr - mr->addr);
+    w.len += g.length;
+  }
+  if (w.len > (1ull << 31)) return EINVAL;
+  w.npkts = w.len == 0 ? 1 : static_cast<uint32_t>((w.len + mtu() - 1) / mtu());
+  w.pkts_sent = 0;
+  w.status = IBV_WC_SUCCESS;
+  if (wr.opcode == IBV_WR_SEND || wr.opcode == IBV_WR_SEND_WITH_IMM ||
+      wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+    w.recv_idx = next_recv_idx;
+    next_recv_idx = (next_recv_idx + 1) & 0xFFFFFF;
+  }
+  ++sq_tail;
+  return 0;
+}
+
+// Queues the packet for `psn` (its record is filled). Returns false when the
+// TX queue is full; sets cc_stop when congestion control says wait.
+bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept {
+  PsnRec& r = rec(psn);
+  SendWqe& w = wqe(r.wqe);
+  const bool is_read = (r.flags & kRecRead) != 0;
+  if (!is_read && !cc->can_send(inflight_bytes, r.len, now)) {
+    cc_stop = true;
+    return true;
+  }
+  TxDesc* d = tx_slot();
+  if (d == nullptr) return false;
+  d->bth.psn = psn;
+  d->retransmit = retx;
+  const uint64_t off = uint64_t{r.pkt_idx} * mtu();
+  if (is_read) {
+    const uint64_t end = std::min<uint64_t>(w.len, uint64_t{r.chunk_last + 1} * mtu());
+    d->bth.opcode = IBV_OPCODE_RC_RDMA_READ_REQUEST;
+    d->bth.ack_req = false;
+    d->reth = common::Reth{w.wr.remote_addr + off, w.wr.rkey, static_cast<uint32_t>(end - off)};
+    // The request covers every PSN up to the chunk's end again.
+    for (uint32_t i = r.pkt_idx; i <= r.chunk_last; ++i) {
+      PsnRec& q = rec(psn_add(psn, i - r.pkt_idx));
+      if (q.flags & kRecLost) { q.flags &= ~kRecLost; --lost; }
+      q.sent_at = now;
+      if (retx) q.flags |= kRecRetx;
+    }
+  } else {
+    const bool first = r.pkt_idx == 0, last = r.pkt_idx + 1 == w.npkts;
+    const ibv_wr_opcode op = w.wr.opcode;
+    d->bth.opcode = request_opcode(op, first, last);
+    d->bth.ack_req = last || (r.pkt_idx + 1) % attr.ack_every == 0;
+    d->bth.se = last && (w.wr.send_flags & IBV_SEND_SOLICITED) &&
+                (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM);
+    if (common::opcode_has(d->bth.opcode, common::kOpReth))
+      d->reth = common::Reth{w.wr.remote_addr, w.wr.rkey, static_cast<uint32_t>(w.len)};
+    if (common::opcode_has(d->bth.opcode, common::kOpImm)) d->imm = w.wr.imm_data;
+    if (irn()) {
+      const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+      d->has_xeth = true;
+      d->xeth = Xeth{w.recv_idx, static_cast<uint32_t>(off), static_cast<uint32_t>(w.len),
+                     write ? w.wr.rkey : 0, write ? w.wr.remote_addr : 0};
+    }
+    d->payload_len = r.len;
+    gather(w, off, r.len, d);
+    r.sent_at = now;
+    if (retx) r.flags |= kRecRetx;
+    if (r.flags & kRecLost) { r.flags &= ~kRecLost; --lost; }
+    inflight_bytes += r.len;
+    cc->on_sent(r.len, now);
+  }
+  ++c.tx_data_pkts;
+  if (retx) { ++c.retx_pkts; c.retx_bytes += d->payload_len; }
+  tx_commit(d, now);
+  r.sport = d->udp_sport;
+  return true;
+}
+
+bool Qp::tx_requests(uint64_t now) noexcept {
+  if (rnr_wait) {
+    if (now < rnr_until) return true;
+    rnr_wait = false;
+    mark_lost_from(una);  // everything not acknowledged goes again
+  }
+  bool cc_stop = false;
+  cc_blocked = false;
+  // Retransmissions first, oldest first.
+  while (lost > 0 && psn_lt(rtx_cursor, nxt)) {
+    PsnRec& r = rec(rtx_cursor);
+    if (!(r.flags & kRecLost)) { rtx_cursor = psn_add(rtx_cursor, 1); continue; }
+    if (!send_psn(rtx_cursor, true, now, cc_stop)) return false;
+    if (cc_stop) { cc_blocked = true; return true; }
+  }
+  if (lost == 0) rtx_cursor = nxt;
+  const uint32_t window = wmask + 1;
+  while (sq_send != sq_tail) {
+    SendWqe& w = wqe(sq_send);
+    const bool is_read = w.wr.opcode == IBV_WR_RDMA_READ;
+    if (w.pkts_sent == 0) {
+      if (is_read && reads_inflight >= init.max_rd_atomic) return true;
+      w.first_psn = nxt;
+    }
+    const uint32_t n = is_read ? std::min(w.npkts - w.pkts_sent, read_chunk_pkts(window)) : 1;
+    if (static_cast<uint32_t>(psn_diff(nxt, una)) + n > window - 1) return true;
+    // Fill the records, then send the first.
+    for (uint32_t i = 0; i < n; ++i) {
+      PsnRec& r = rec(psn_add(nxt, i));
+      r = PsnRec{};
+      r.wqe = sq_send;
+      r.pkt_idx = w.pkts_sent + i;
+      r.chunk_last = w.pkts_sent + n - 1;
+      r.flags = is_read ? kRecRead : 0;
+      r.len = is_read ? 0
+                      : static_cast<uint32_t>(std::min<uint64_t>(
+                            mtu(), w.len - uint64_t{r.pkt_idx} * mtu()));
+    }
+    if (!is_read && !cc->can_send(inflight_bytes, rec(nxt).len, now)) {
+      cc_blocked = true;
+      return true;
+    }
+    if (una == nxt) last_progress = now;  // the retransmission timer starts
+    const uint32_t psn = nxt;
+    if (t->txq().full()) return false;
+    nxt = psn_add(nxt, n);
+    bool stop = false;
+    send_psn(psn, false, now, stop);
+    if (w.pkts_sent == 0 && is_read) ++reads_inflight;
+    w.pkts_sent += n;
+    if (w.pkts_sent == w.npkts) ++sq_send;
+  }
+  return true;
+}
+
+void Qp::ack_rec(uint32_t psn, uint64_t now, uint64_t& bytes, uint64_t& rtt) noexcept {
+  PsnRec& r = rec(psn);
+  if (r.flags & kRecAcked) return;
+  r.flags |= kRecAcked;
+  if (r.flags & kRecLost) {
+    r.flags &= ~kRecLost;
+    --lost;
+  } else {
+    inflight_bytes -= r.len;
+  }
+  bytes += r.len;
+  if (!(r.flags & kRecRetx) && now >= r.sent_at) {
+    rtt = now - r.sent_at;
+    path->on_ack(r.sport, rtt, now);
+  }
+}
+
+void Qp::mark_lost(uint32_t psn) noexcept {
+  PsnRec& r = rec(psn);
+  if (r.flags & (kRecAcked | kRecLost)) return;
+  r.flags |= kRecLost;
+  ++lost;
+  inflight_bytes -= r.len;
+  if (psn_lt(psn, rtx_cursor) || lost == 1) rtx_cursor = psn;
+  path->on_loss(r.sport, 0);
+}
+
+void Qp::mark_lost_from(uint32_t psn) noexcept {
+  uint32_t n = 0;
+  for (uint32_t p = psn; psn_lt(p, nxt); p = psn_add(p, 1)) {
+    const uint32_t before = lost;
+    mark_lost(p);
+    n += lost - before;
+  }
+  if (n) cc->on_loss(n, 0);
+}
+
+void Qp::cum_ack(uint32_t psn, uint64_t now) noexcept {
+  uint64_t bytes = 0, rtt = 0;
+  // READ PSNs are done only by their responses.
+  for (uint32_t p = una; psn_le(p, psn) && psn_lt(p, nxt); p = psn_add(p, 1)) {
+    if (!(rec(p).flags & kRecRead)) ack_rec(p, now, bytes, rtt);
+  }
+  if (bytes || rtt) cc->on_ack(bytes, rtt, now);
+  advance_una(now);
+}
+
+void Qp::advance_una(uint64_t now) noexcept {
+  const uint32_t before = una;
+  while (una != nxt && (rec(una).flags & kRecAcked)) una = psn_add(una, 1);
+  if (una != before) {
+    last_progress = now;
+    retries = 0;
+    backoff = 0;
+    rnr_retries = 0;
+    if (lost == 0 || psn_lt(rtx_cursor, una)) rtx_cursor = lost ? una : nxt;
+    complete_sends();
+  }
+}
+
+void Qp::on_sack(uint64_t sack, uint64_t now) noexcept {
+  const uint32_t base = sack_base(sack);
+  const uint64_t bm = sack_bitmap(sack);
+  uint64_t bytes = 0, rtt = 0, latest = 0;
+  int top = -1;
+  for (uint32_t i = 0; i < kSackBits; ++i) {
+    if (!((bm >> i) & 1)) continue;
+    const uint32_t p = psn_add(base, i);
+    if (psn_lt(p, una) || !psn_lt(p, nxt)) continue;
+    PsnRec& r = rec(p);
+    if (r.flags & kRecRead) continue;
+    latest = std::max(latest, r.sent_at);
+    top = static_cast<int>(i);
+    ack_rec(p, now, bytes, rtt);
+  }
+  uint32_t lost_now = 0;
+  for (int i = 0; i < top; ++i) {
+    if ((bm >> i) & 1) continue;
+    const uint32_t p = psn_add(base, i);
+    if (psn_lt(p, una) || !psn_lt(p, nxt)) continue;
+    PsnRec& r = rec(p);
+    // Lost only if something sent after it has arrived (RACK-like), so a
+    // retransmission still in flight is not sent again.
+    if ((r.flags & (kRecAcked | kRecLost | kRecRead)) || r.sent_at >= latest) continue;
+    mark_lost(p);
+    ++lost_now;
+  }
+  if (bytes || rtt) cc->on_ack(bytes, rtt, now);
+  if (lost_now) cc->on_loss(lost_now, now);
+  advance_una(now);
+}
+
+void Qp::complete_sends() noexcept {
+  while (sq_head != sq_send) {
+    SendWqe& w = wqe(sq_head);
+    const uint32_t last = psn_add(w.first_psn, w.npkts - 1);
+    if (!psn_lt(last, una)) break;
+    if ((w.wr.send_flags & IBV_SEND_SIGNALED) || w.status != IBV_WC_SUCCESS) {
+      send_cq->push(Completion{w.wr.wr_id, w.status, wc_opcode(w.wr.opcode),
+                               w.wr.opcode == IBV_WR_RDMA_READ ? static_cast<uint32_t>(w.len) : 0,
+                               0, qpn, attr.dest_qp_num, 0});
+    }
+    if (w.wr.opcode == IBV_WR_RDMA_READ) --reads_inflight;
+    ++sq_head;
+  }
+}
+
+void Qp::to_error(ibv_wc_status first_status) noexcept {
+  state = QpState::kError;
+  if (first_status != IBV_WC_WR_FLUSH_ERR && sq_head != sq_tail) {
+    SendWqe& w = wqe(sq_head);
+    send_cq->push(Completion{w.wr.wr_id, first_status, wc_opcode(w.wr.opcode), 0, 0, qpn,
+                             attr.dest_qp_num, 0});
+    ++sq_head;
+  }
+  for (; sq_head != sq_tail; ++sq_head) {
+    SendWqe& w = wqe(sq_head);
+    send_cq->push(Completion{w.wr.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(w.wr.opcode), 0, 0, qpn,
+                             attr.dest_qp_num, 0});
+  }
+  for (; rq_head != rq_tail; ++rq_head) {
+    recv_cq->push(Completion{rwqe(rq_head).wr.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, 0, qpn,
+                             attr.dest_qp_num, 0});
+  }
+  sq_send = sq_head;
+  una = nxt;
+  rtx_cursor = nxt;
+  lost = 0;
+  inflight_bytes = 0;
+  reads_inflight = 0;
+  rnr_wait = false;
+  read_hole_since = kNever;
+  ack_pending = nak_pending = false;
+  hole_since = kNever;
+  reads_head = reads_tail;
+}
+
+DropReason Qp::on_read_response(const common::RocePacket& pkt, const uint8_t* payload,
+                                uint32_t len, uint64_t now) noexcept {
+  const uint32_t psn = pkt.bth.psn;
+  if (psn_lt(psn, una) || !psn_lt(psn, nxt)) return DropReason::kDuplicate;
+  PsnRec& r = rec(psn);
+  if (!(r.flags & kRecRead)) return DropReason::kInvalidRequest;
+  if (r.flags & kRecAcked) return DropReason::kDuplicate;
+  SendWqe& w = wqe(r.wqe);
+  const uint64_t off = uint64_t{r.pkt_idx} * mtu();
+  const uint32_t want = static_cast<uint32_t>(std::min<uint64_t>(mtu(), w.len - off));
+  if (len != want) return DropReason::kInvalidRequest;
+  if (!irn()) {
+    // In order only: an earlier READ PSN still missing means a response was
+    // lost; re-request from there (only what was requested before this one).
+    for (uint32_t p = una; psn_lt(p, psn); p = psn_add(p, 1)) {
+      PsnRec& q = rec(p);
+      if ((q.flags & kRecRead) && !(q.flags & kRecAcked)) {
+        bool any = false;
+        for (uint32_t x = p; psn_lt(x, psn); x = psn_add(x, 1)) {
+          PsnRec& y = rec(x);
+          if ((y.flags & kRecRead) && y.sent_at <= r.sent_at && !(y.flags & kRecLost)) {
+            mark_lost(x);
+            any = true;
+          }
+        }
+        if (any) cc->on_loss(1, now);
+        return DropReason::kPsnOutOfWindow;
+      }
+    }
+  }
+  // A READ response implicitly acknowledges every earlier request.
+  uint64_t bytes = 0, rtt = 0;
+  for (uint32_t p = una; psn_lt(p, psn); p = psn_add(p, 1)) {
+    if (!(rec(p).flags & kRecRead)) ack_rec(p, now, bytes, rtt);
+  }
+  // Scatter into the WR's list.
+  uint64_t o = off;
+  uint32_t left = len;
+  const uint8_t* src = payload;
+  for (uint32_t j = 0; j < w.wr.num_sge && left > 0; ++j) {
+    const uint32_t sl = w.wr.sg_list[j].length;
+    if (o >= sl) { o -= sl; continue; }
+    const uint32_t take = static_cast<uint32_t>(std::min<uint64_t>(left, sl - o));
+    std::memcpy(w.sge_ptr[j] + o, src, take);
+    src += take;
+    left -= take;
+    o = 0;
+  }
+  ++c.rx_pkts;
+  c.rx_bytes += len;
+  ack_rec(psn, now, bytes, rtt);
+  if (psn_lt(read_high, psn)) read_high = psn;
+  if (bytes || rtt) cc->on_ack(bytes, rtt, now);
+  advance_una(now);
+  if (irn() && psn_lt(una, psn) && read_hole_since == kNever) read_hole_since = now;
+  return DropReason::kNone;
+}
+
+DropReason Qp::on_response(const common::RocePacket& pkt, const uint8_t* payload, uint32_t len,
+                           uint64_t now) noexcept {
+  DropReason why = DropReason::kNone;
+  const uint8_t op = pkt.bth.opcode;
+  if (common::opcode_has(op, common::kOpReadResp)) {
+    why = on_read_response(pkt, payload, len, now);
+    if (why != DropReason::kNone) drop(why);
+    return why;
+  }
+  const uint32_t psn = pkt.bth.psn;
+  // Valid ACK PSNs: una - 1 .. nxt - 1.
+  if (psn_diff(psn, una) < -1) { drop(DropReason::kDuplicate); return DropReason::kDuplicate; }
+  if (!psn_lt(psn, nxt)) { drop(DropReason::kPsnOutOfWindow); return DropReason::kPsnOutOfWindow; }
+  const uint8_t syn = pkt.aeth.syndrome;
+  switch (common::aeth_kind(syn)) {
+    case common::kAethAck:
+      if (op == IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE) {
+        if (!irn()) { drop(DropReason::kInvalidRequest); return DropReason::kInvalidRequest; }
+        ++c.sacks_rx;
+        cum_ack(psn, now);
+        if (state == QpState::kRts) on_sack(pkt.atomic_ack, now);
+      } else {
+        ++c.acks_rx;
+        cum_ack(psn, now);
+      }
+      if (pkt.bth.becn) cc->on_ecn_echo(now);
+      return DropReason::kNone;
+    case common::kAethRnrNak: {
+      ++c.rnr_naks_rx;
+      cum_ack(psn_add(psn, -1), now);
+      if (rnr_wait) return DropReason::kNone;  // already waiting
+      if (attr.rnr_retry != 7 && ++rnr_retries > attr.rnr_retry) {
+        to_error(IBV_WC_RNR_RETRY_EXC_ERR);
+        return DropReason::kNone;
+      }
+      rnr_wait = true;
+      rnr_psn = psn;
+      rnr_until = now + rnr_timer_ns(common::aeth_value(syn));
+      return DropReason::kNone;
+    }
+    case common::kAethNak: {
+      ++c.naks_rx;
+      cum_ack(psn_add(psn, -1), now);
+      const uint8_t code = common::aeth_value(syn);
+      if (code == common::kNakPsnSeqError) {
+        mark_lost_from(psn);
+        return DropReason::kNone;
+      }
+      const ibv_wc_status st = code == common::kNakRemoteAccess ? IBV_WC_REM_ACCESS_ERR
+                               : code == common::kNakRemoteOp   ? IBV_WC_REM_OP_ERR
+                                                                 : IBV_WC_REM_INV_REQ_ERR;
+      to_error(st);
+      return DropReason::kNone;
+    }
+    default:
+      drop(DropReason::kInvalidRequest);
+      return DropReason::kInvalidRequest;
+  }
+}
+
+void Qp::on_timers_requester(uint64_t now) noexcept {
+  if (una != nxt && now >= last_progress + rto()) {
+    ++c.timeouts;
+    if (++retries > attr.retry_cnt) {
+      to_error(IBV_WC_RETRY_EXC_ERR);
+      return;
+    }
+    backoff = std::min<uint32_t>(backoff + 1, 10);
+    last_progress = now;
+    cc->on_timeout(now);
+    mark_lost_from(una);
+  }
+  if (read_hole_since != kNever && now >= read_hole_since + attr.reorder_delay_ns) {
+    read_hole_since = kNever;
+    uint32_t n = 0;
+    for (uint32_t p = una; psn_le(p, read_high) && psn_lt(p, nxt); p = psn_add(p, 1)) {
+      PsnRec& r = rec(p);
+      if ((r.flags & kRecRead) && !(r.flags & (kRecAcked | kRecLost)) &&
+          r.sent_at + attr.reorder_delay_ns <= now) {
+        mark_lost(p);
+        ++n;
+      }
+    }
+    if (n) cc->on_loss(n, now);
+  }
+}
+
+uint64_t Qp::requester_deadline() const noexcept {
+  uint64_t d = kNever;
+  if (una != nxt) d = last_progress + rto();
+  if (rnr_wait) d = std::min(d, rnr_until);
+  if (read_hole_since != kNever) d = std::min(d, read_hole_since + attr.reorder_delay_ns);
+  return d;
+}
+
+}  // namespace tandem::rnic

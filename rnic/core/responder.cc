@@ -1,0 +1,387 @@
+// Responder side of a QP: request checks (QPN state, PSN window, R_Key,
+// bounds, access), placement of WRITE and SEND data (in order in GoBackN
+// mode, out of order through the XETH in IRN mode), in-order completion of
+// RECVs, READ execution, and ACK / SACK / NAK / RNR NAK generation.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/wire/opcode.h"
+#include "common/wire/psn.h"
+#include "rnic/core/qp.h"
+
+namespace tandem::rnic {
+
+using common::DropReason;
+using common::psn_add;
+using common::psn_diff;
+using common::psn_lt;
+
+namespace {
+
+inline constexpr uint8_t kAckNoCredit = common::kAethAck | 0x1F;  // no end-to-end credits
+inline constexpr uint32_t kMaxSackChunks = 4;
+
+bool range_in_mr(const MemoryRegion* mr, uint64_t va, uint64_t len) noexcept {
+  return mr != nullptr && va >= mr->addr && va - mr->addr <= mr->len &&
+         len <= mr->len - (va - mr->addr);
+}
+
+}  // namespace
+
+int Qp::post_recv(const RecvWr& wr) noexcept {
+  if (state == QpState::kError) {
+    recv_cq->push(Completion{wr.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, 0, qpn,
+                             attr.dest_qp_num, 0});
+    return 0;
+  }
+  if (state == QpState::kReset) return EINVAL;
+  if (rq_tail - rq_head >= rq.size()) return ENOMEM;
+  if (wr.num_sge > kMaxSge) return EINVAL;
+  RecvWqe& w = rwqe(rq_tail);
+  w.wr = wr;
+  w.len = 0;
+  for (uint32_t j = 0; j < wr.num_sge; ++j) {
+    const Sge& g = wr.sg_list[j];
+    const MemoryRegion* mr = t->find_mr(g.lkey);
+    if (!range_in_mr(mr, g.addr, g.length) || !(mr->access & IBV_ACCESS_LOCAL_WRITE))
+      return EINVAL;
+    w.sge_ptr[j] = mr->host_ptr + (g.addr - mr->addr);
+    w.len += g.length;
+  }
+  ++rq_tail;
+  rnr_armed = true;
+  return 0;
+}
+
+void Qp::nak(uint8_t syndrome, uint32_t psn) noexcept {
+  if (nak_pending) return;  // the first reason wins until it is sent
+  nak_pending = true;
+  nak_syndrome = syndrome;
+  nak_psn = psn;
+}
+
+// Validates a READ request and queues its responses. False: `why` says why.
+bool Qp::read_job(uint32_t psn, const common::Reth& reth, DropReason& why) noexcept {
+  const MemoryRegion* mr = t->find_mr(reth.rkey);
+  if (!(attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) || !range_in_mr(mr, reth.va, reth.len) ||
+      !(mr->access & IBV_ACCESS_REMOTE_READ)) {
+    why = DropReason::kAccessViolation;
+    return false;
+  }
+  if (reads_tail - reads_head >= reads.size()) {
+    why = DropReason::kNoBuffer;  // the requester asks again
+    return false;
+  }
+  ReadJob& j = reads[reads_tail++ % reads.size()];
+  j.psn = psn;
+  j.ptr = mr->host_ptr + (reth.va - mr->addr);
+  j.len = reth.len;
+  j.npkts = reth.len == 0 ? 1 : (reth.len + mtu() - 1) / mtu();
+  j.next_pkt = 0;
+  return true;
+}
+
+DropReason Qp::on_request(const common::RocePacket& pkt, const uint8_t* payload, uint32_t len,
+                          uint64_t now) noexcept {
+  const uint8_t op = pkt.bth.opcode;
+  const uint32_t psn = pkt.bth.psn;
+  const uint32_t window = wmask + 1;
+  auto fail = [&](DropReason r) {
+    drop(r);
+    return r;
+  };
+  if ((pkt.ip.tos & 3) == 3) {
+    ++c.ecn_ce_rx;
+    ecn_echo = true;
+  }
+  const int32_t d = psn_diff(psn, epsn);
+  if (d < 0) {
+    // Duplicate: answer it (a retried READ is executed again), place nothing.
+    if (op == IBV_OPCODE_RC_RDMA_READ_REQUEST) {
+      DropReason why;
+      if (!read_job(psn, pkt.reth, why)) {
+        if (why == DropReason::kAccessViolation) nak(common::kAethNak | common::kNakRemoteAccess, psn);
+        return fail(why);
+      }
+    } else {
+      ack_pending = true;
+    }
+    return fail(DropReason::kDuplicate);
+  }
+  if (!irn() && d > 0) {
+    if (!seq_nak_sent) {
+      nak(common::kAethNak | common::kNakPsnSeqError, epsn);
+      seq_nak_sent = true;
+    }
+    return fail(DropReason::kPsnOutOfWindow);
+  }
+  if (d >= static_cast<int32_t>(window)) return fail(DropReason::kPsnOutOfWindow);
+  RxSlot& s = slot(psn);
+  if (s.flags & kSlotArrived) {
+    ack_pending = true;
+    return fail(DropReason::kDuplicate);
+  }
+  const bool first = common::opcode_has(op, common::kOpFirst);
+  const bool last = common::opcode_has(op, common::kOpLast);
+  const bool has_imm = common::opcode_has(op, common::kOpImm);
+
+  if (op == IBV_OPCODE_RC_RDMA_READ_REQUEST) {
+    const uint32_t npkts = pkt.reth.len == 0 ? 1 : (pkt.reth.len + mtu() - 1) / mtu();
+    if (d + npkts > window) return fail(DropReason::kPsnOutOfWindow);
+    const MemoryRegion* mr = t->find_mr(pkt.reth.rkey);
+    if (!(attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) ||
+        !range_in_mr(mr, pkt.reth.va, pkt.reth.len) || !(mr->access & IBV_ACCESS_REMOTE_READ)) {
+      nak(common::kAethNak | common::kNakRemoteAccess, psn);
+      return fail(DropReason::kAccessViolation);
+    }
+    // Executed when ePSN reaches it, so it sees every earlier WRITE.
+    for (uint32_t i = 0; i < npkts; ++i) slot(psn_add(psn, i)).flags = kSlotArrived;
+    s.flags = kSlotArrived | kSlotRead | kSlotMsgEnd;
+    s.read_va = pkt.reth.va;
+    s.read_len = pkt.reth.len;
+    s.read_rkey = pkt.reth.rkey;
+    ++c.rx_pkts;
+    if (psn_lt(high, psn_add(psn, npkts))) high = psn_add(psn, npkts);
+    c.reorder_depth_max = std::max<uint32_t>(c.reorder_depth_max, static_cast<uint32_t>(d));
+    advance_epsn(now);
+    return DropReason::kNone;
+  }
+
+  // SEND / WRITE: where does this packet go?
+  const bool is_write = common::opcode_has(op, common::kOpWrite);
+  const uint8_t* data = payload;
+  uint32_t dlen = len;
+  uint32_t recv_idx = 0, offset = 0, msg_len = 0, rkey = 0;
+  uint64_t va = 0;
+  if (irn()) {
+    Xeth x;
+    if (!read_xeth(payload, len, x)) {
+      nak(common::kAethNak | common::kNakInvalidRequest, psn);
+      return fail(DropReason::kInvalidRequest);
+    }
+    data += kXethLen;
+    dlen -= kXethLen;
+    recv_idx = x.recv_idx;
+    offset = x.msg_offset;
+    msg_len = x.msg_len;
+    rkey = x.rkey;
+    va = x.va;
+    if (uint64_t{offset} + dlen > msg_len || (last && offset + dlen != msg_len) ||
+        (first && offset != 0)) {
+      nak(common::kAethNak | common::kNakInvalidRequest, psn);
+      return fail(DropReason::kInvalidRequest);
+    }
+  } else {
+    const uint8_t kind = is_write ? 2 : 1;
+    if (first != (gbn_kind == 0) || (!first && gbn_kind != kind)) {
+      nak(common::kAethNak | common::kNakInvalidRequest, psn);
+      return fail(DropReason::kInvalidRequest);
+    }
+    if (first) {
+      gbn_offset = 0;
+      if (is_write) {
+        gbn_va = pkt.reth.va;
+        gbn_rkey = pkt.reth.rkey;
+        gbn_len = pkt.reth.len;
+      }
+    }
+    recv_idx = rq_head & 0xFFFFFF;
+    offset = gbn_offset;
+    msg_len = is_write ? gbn_len : offset + dlen;
+    rkey = gbn_rkey;
+    va = gbn_va;
+    if ((is_write && uint64_t{offset} + dlen > msg_len) ||
+        (is_write && last && offset + dlen != msg_len)) {
+      nak(common::kAethNak | common::kNakInvalidRequest, psn);
+      return fail(DropReason::kInvalidRequest);
+    }
+  }
+  if (dlen > mtu() || (!last && dlen != mtu())) {
+    nak(common::kAethNak | common::kNakInvalidRequest, psn);
+    return fail(DropReason::kInvalidRequest);
+  }
+
+  const bool consumes_recv = !is_write || (last && has_imm);
+  RecvWqe* rw = nullptr;
+  if (consumes_recv) {
+    const uint32_t delta = (recv_idx - rq_head) & 0xFFFFFF;
+    if (delta >= rq_tail - rq_head) {
+      if (rnr_armed) {
+        nak(common::kAethRnrNak | (attr.min_rnr_timer & 0x1F), psn);
+        rnr_armed = false;
+      }
+      if (!irn()) seq_nak_sent = true;  // later packets are dropped quietly
+      return fail(DropReason::kNoBuffer);
+    }
+    rw = &rwqe(rq_head + delta);
+  }
+  if (is_write) {
+    const MemoryRegion* mr = t->find_mr(rkey);
+    if (!(attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) || !range_in_mr(mr, va, msg_len) ||
+        !(mr->access & IBV_ACCESS_REMOTE_WRITE)) {
+      nak(common::kAethNak | common::kNakRemoteAccess, psn);
+      if (!irn()) gbn_kind = 0;
+      return fail(DropReason::kAccessViolation);
+    }
+    if (dlen) std::memcpy(mr->host_ptr + (va - mr->addr) + offset, data, dlen);
+  } else {
+    if (uint64_t{offset} + dlen > rw->len) {
+      nak(common::kAethNak | common::kNakInvalidRequest, psn);
+      return fail(DropReason::kInvalidRequest);
+    }
+    uint64_t o = offset;
+    uint32_t left = dlen;
+    const uint8_t* src = data;
+    for (uint32_t j = 0; j < rw->wr.num_sge && left > 0; ++j) {
+      const uint32_t sl = rw->wr.sg_list[j].length;
+      if (o >= sl) { o -= sl; continue; }
+      const uint32_t take = static_cast<uint32_t>(std::min<uint64_t>(left, sl - o));
+      std::memcpy(rw->sge_ptr[j] + o, src, take);
+      src += take;
+      left -= take;
+      o = 0;
+    }
+  }
+  if (!irn()) {
+    gbn_kind = last ? 0 : (is_write ? 2 : 1);
+    gbn_offset += dlen;
+  }
+  s.flags = kSlotArrived;
+  if (last) {
+    s.flags |= kSlotMsgEnd;
+    if (consumes_recv) {
+      s.flags |= kSlotRecvDone;
+      s.recv_idx = recv_idx;
+      s.msg_len = is_write ? msg_len : offset + dlen;
+      s.imm = pkt.imm;
+      s.has_imm = has_imm;
+      s.wc_kind = is_write ? 1 : 0;
+    }
+  }
+  ++c.rx_pkts;
+  c.rx_bytes += dlen;
+  c.reorder_depth_max = std::max<uint32_t>(c.reorder_depth_max, static_cast<uint32_t>(d));
+  if (pkt.bth.ack_req || ++unacked >= attr.ack_every) ack_pending = true;
+  if (psn_lt(high, psn_add(psn, 1))) high = psn_add(psn, 1);
+  advance_epsn(now);
+  return DropReason::kNone;
+}
+
+void Qp::advance_epsn(uint64_t now) noexcept {
+  const uint32_t before = epsn;
+  while (slot(epsn).flags & kSlotArrived) {
+    RxSlot& s = slot(epsn);
+    if (s.flags & kSlotRead) {
+      DropReason why;
+      common::Reth reth{s.read_va, s.read_rkey, s.read_len};
+      if (!read_job(epsn, reth, why)) drop(why);  // the requester's retry re-executes it
+    }
+    if (s.flags & kSlotRecvDone) {
+      RecvWqe& w = rwqe(rq_head);
+      recv_cq->push(Completion{w.wr.wr_id, IBV_WC_SUCCESS,
+                               s.wc_kind ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV, s.msg_len,
+                               s.has_imm ? s.imm : 0, qpn, attr.dest_qp_num,
+                               s.has_imm ? static_cast<uint32_t>(IBV_WC_WITH_IMM) : 0u});
+      ++rq_head;
+    }
+    if (s.flags & kSlotMsgEnd) msn = (msn + 1) & 0xFFFFFF;
+    s = RxSlot{};
+    epsn = psn_add(epsn, 1);
+  }
+  if (epsn != before) {
+    seq_nak_sent = false;
+    rnr_armed = true;
+  }
+  if (psn_lt(epsn, high)) {
+    if (hole_since == kNever) hole_since = now;
+  } else {
+    high = epsn;
+    hole_since = kNever;
+  }
+}
+
+bool Qp::tx_responses(uint64_t now) noexcept {
+  if (nak_pending) {
+    TxDesc* d = tx_slot();
+    if (d == nullptr) return false;
+    d->bth.opcode = IBV_OPCODE_RC_ACKNOWLEDGE;
+    d->bth.psn = nak_psn;
+    d->aeth = common::Aeth{nak_syndrome, msn};
+    if (common::aeth_kind(nak_syndrome) == common::kAethRnrNak) ++c.rnr_naks_tx;
+    else ++c.naks_tx;
+    tx_commit(d, now);
+    nak_pending = false;
+  }
+  if (irn() && hole_since != kNever &&
+      now >= std::max(hole_since, last_sack) + attr.reorder_delay_ns) {
+    // Up to kMaxSackChunks chunks, each starting at a gap.
+    uint32_t base = epsn;
+    for (uint32_t k = 0; k < kMaxSackChunks && psn_lt(base, high); ++k) {
+      uint64_t bm = 0;
+      for (uint32_t i = 0; i < kSackBits; ++i) {
+        const uint32_t p = psn_add(base, i);
+        if (!psn_lt(p, high)) break;
+        if (slot(p).flags & kSlotArrived) bm |= 1ull << i;
+      }
+      TxDesc* d = tx_slot();
+      if (d == nullptr) return false;
+      d->bth.opcode = IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE;
+      d->bth.psn = psn_add(epsn, -1);
+      d->bth.becn = ecn_echo;
+      d->aeth = common::Aeth{kAckNoCredit, msn};
+      d->atomic_ack = sack_encode(base, bm);
+      ++c.sacks_tx;
+      tx_commit(d, now);
+      // The next chunk starts at the next gap past this one.
+      base = psn_add(base, kSackBits);
+      while (psn_lt(base, high) && (slot(base).flags & kSlotArrived)) base = psn_add(base, 1);
+    }
+    last_sack = now;
+    ecn_echo = false;
+    ack_pending = false;
+    unacked = 0;
+  }
+  if (ack_pending) {
+    TxDesc* d = tx_slot();
+    if (d == nullptr) return false;
+    d->bth.opcode = IBV_OPCODE_RC_ACKNOWLEDGE;
+    d->bth.psn = psn_add(epsn, -1);
+    d->bth.becn = ecn_echo;
+    d->aeth = common::Aeth{kAckNoCredit, msn};
+    ++c.acks_tx;
+    tx_commit(d, now);
+    ack_pending = false;
+    ecn_echo = false;
+    unacked = 0;
+  }
+  while (reads_head != reads_tail) {
+    ReadJob& j = reads[reads_head % reads.size()];
+    TxDesc* d = tx_slot();
+    if (d == nullptr) return false;
+    const uint32_t k = j.next_pkt;
+    const bool first = k == 0, last = k + 1 == j.npkts;
+    d->bth.opcode = first && last ? IBV_OPCODE_RC_RDMA_READ_RESPONSE_ONLY
+                    : first       ? IBV_OPCODE_RC_RDMA_READ_RESPONSE_FIRST
+                    : last        ? IBV_OPCODE_RC_RDMA_READ_RESPONSE_LAST
+                                  : IBV_OPCODE_RC_RDMA_READ_RESPONSE_MIDDLE;
+    d->bth.psn = psn_add(j.psn, k);
+    d->aeth = common::Aeth{kAckNoCredit, msn};
+    const uint64_t off = uint64_t{k} * mtu();
+    const uint32_t dlen = static_cast<uint32_t>(std::min<uint64_t>(mtu(), j.len - off));
+    d->payload_len = dlen;
+    d->num_segs = dlen ? 1 : 0;
+    d->segs[0] = TxSeg{j.ptr + off, dlen};
+    ++c.tx_data_pkts;
+    tx_commit(d, now);
+    if (++j.next_pkt == j.npkts) ++reads_head;
+  }
+  return true;
+}
+
+uint64_t Qp::responder_deadline() const noexcept {
+  if (!irn() || hole_since == kNever) return kNever;
+  return std::max(hole_since, last_sack) + attr.reorder_delay_ns;
+}
+
+}  // namespace tandem::rnic

@@ -1,0 +1,352 @@
+#include "rnic/core/transport.h"
+
+#include <cerrno>
+
+#include "common/wire/opcode.h"
+#include "common/wire/psn.h"
+#include "rnic/core/policy_factory.h"
+#include "rnic/core/qp.h"
+
+namespace tandem::rnic {
+
+using common::DropReason;
+
+uint64_t rnr_timer_ns(uint8_t code) noexcept {
+  // IBA table 45, in microseconds x 100 (code 0 is the longest).
+  static constexpr uint32_t kTenUs[32] = {
+      65536, 1,    2,    3,    4,    6,    8,     12,    16,    24,    32,
+      48,    64,   96,   128,  192,  256,  384,   512,   768,   1024,  1536,
+      2048,  3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152};
+  return uint64_t{kTenUs[code & 31]} * 10'000;
+}
+
+TxQueue::TxQueue(uint32_t capacity_pow2)
+    : cap_(capacity_pow2), mask_(capacity_pow2 - 1), ring_(capacity_pow2) {}
+
+uint32_t TxQueue::pop_burst(TxDesc* out, uint32_t n) noexcept {
+  uint32_t k = 0;
+  while (k < n && !empty()) {
+    out[k++] = front();
+    pop();
+  }
+  return k;
+}
+
+namespace {
+uint32_t pow2_at_least(uint32_t v) {
+  uint32_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+}  // namespace
+
+Transport::Transport(const TransportConfig& cfg)
+    : cfg_(cfg), tx_(pow2_at_least(cfg.tx_queue_capacity ? cfg.tx_queue_capacity : 1)) {
+  mrs_.resize(cfg_.max_mrs);
+  qps_.resize(cfg_.max_qps);
+  cqs_.reserve(cfg_.max_cqs);
+}
+
+Transport::~Transport() = default;
+
+MemoryRegion Transport::reg_mr(void* host_ptr, uint64_t len, uint32_t access) noexcept {
+  auto* p = static_cast<uint8_t*>(host_ptr);
+  return reg_mr(reinterpret_cast<uint64_t>(p), p, len, access);
+}
+
+MemoryRegion Transport::reg_mr(uint64_t addr, uint8_t* host_ptr, uint64_t len,
+                               uint32_t access) noexcept {
+  // Index 0 is never used, so key 0 is never valid.
+  for (std::size_t i = 1; i < mrs_.size(); ++i) {
+    if (mrs_[i].host_ptr != nullptr) continue;
+    mr_generation_ = (mr_generation_ + 1) & 0xFF;
+    if (mr_generation_ == 0) mr_generation_ = 1;
+    const uint32_t key = static_cast<uint32_t>(i << 8) | mr_generation_;
+    mrs_[i] = MemoryRegion{addr, len, host_ptr, key, key, access};
+    return mrs_[i];
+  }
+  return {};
+}
+
+int Transport::dereg_mr(uint32_t lkey) noexcept {
+  const uint32_t i = lkey >> 8;
+  if (i == 0 || i >= mrs_.size() || mrs_[i].lkey != lkey || mrs_[i].host_ptr == nullptr)
+    return EINVAL;
+  mrs_[i] = MemoryRegion{};
+  return 0;
+}
+
+const MemoryRegion* Transport::find_mr(uint32_t key) const noexcept {
+  const uint32_t i = key >> 8;
+  if (i == 0 || i >= mrs_.size()) return nullptr;
+  const MemoryRegion& m = mrs_[i];
+  return (m.host_ptr != nullptr && m.lkey == key) ? &m : nullptr;
+}
+
+uint32_t Transport::create_cq(uint32_t capacity) {
+  if (cqs_.size() >= cfg_.max_cqs) return UINT32_MAX;
+  auto cq = std::make_unique<Cq>();
+  const uint32_t cap = pow2_at_least(capacity ? capacity : 1);
+  cq->ring.resize(cap);
+  cq->mask = cap - 1;
+  cqs_.push_back(std::move(cq));
+  return static_cast<uint32_t>(cqs_.size() - 1);
+}
+
+Cq* Transport::cq(uint32_t id) noexcept { return id < cqs_.size() ? cqs_[id].get() : nullptr; }
+
+uint32_t Transport::poll_cq(uint32_t id, Completion* out, uint32_t n) noexcept {
+  Cq* q = cq(id);
+  if (q == nullptr) return 0;
+  uint32_t k = 0;
+  while (k < n && q->head != q->tail) out[k++] = q->ring[q->head++ & q->mask];
+  return k;
+}
+
+uint32_t Transport::create_qp(const QpInitAttr& init) {
+  if (cq(init.send_cq) == nullptr || cq(init.recv_cq) == nullptr) return 0;
+  const uint32_t w = init.window_pkts;
+  if (w < 2 || w > (1u << 16) || (w & (w - 1)) != 0) return 0;
+  if (init.sq_depth == 0 || init.rq_depth == 0 || init.max_dest_rd_atomic == 0) return 0;
+  auto path = make_path_policy(init.policy.path);
+  auto cc = make_cc_policy(init.policy.cc);
+  if (!path || !cc) return 0;
+  for (std::size_t i = 0; i < qps_.size(); ++i) {
+    if (qps_[i]) continue;
+    auto qp = std::make_unique<Qp>();
+    qp->t = this;
+    qp->qpn = (cfg_.qpn_base + static_cast<uint32_t>(i)) & 0xFFFFFF;
+    qp->init = init;
+    qp->send_cq = cq(init.send_cq);
+    qp->recv_cq = cq(init.recv_cq);
+    qp->path = std::move(path);
+    qp->cc = std::move(cc);
+    qp->wmask = w - 1;
+    qp->sq.resize(init.sq_depth);
+    qp->rq.resize(init.rq_depth);
+    qp->recs.resize(w);
+    qp->slots.resize(w);
+    qp->reads.resize(init.max_dest_rd_atomic);
+    qp->reset_state();
+    qps_[i] = std::move(qp);
+    return qps_[i]->qpn;
+  }
+  return 0;
+}
+
+Qp* Transport::find_qp(uint32_t qpn) const noexcept {
+  const uint32_t i = (qpn - cfg_.qpn_base) & 0xFFFFFF;
+  if (i >= qps_.size()) return nullptr;
+  return qps_[i].get();
+}
+
+int Transport::destroy_qp(uint32_t qpn) noexcept {
+  const uint32_t i = (qpn - cfg_.qpn_base) & 0xFFFFFF;
+  if (i >= qps_.size() || !qps_[i]) return EINVAL;
+  qps_[i].reset();
+  return 0;
+}
+
+QpState Transport::qp_state(uint32_t qpn) const noexcept {
+  const Qp* qp = find_qp(qpn);
+  return qp ? qp->state : QpState::kReset;
+}
+
+const QpCounters* Transport::qp_counters(uint32_t qpn) const noexcept {
+  const Qp* qp = find_qp(qpn);
+  return qp ? &qp->c : nullptr;
+}
+
+void Qp::reset_state() noexcept {
+  sq_head = sq_send = sq_tail = 0;
+  next_recv_idx = 0;
+  for (auto& r : recs) r = PsnRec{};
+  una = nxt = rtx_cursor = 0;
+  lost = 0;
+  inflight_bytes = 0;
+  reads_inflight = 0;
+  last_progress = 0;
+  backoff = retries = 0;
+  rnr_until = 0;
+  rnr_retries = 0;
+  rnr_wait = false;
+  read_hole_since = kNever;
+  read_high = 0;
+  cc_blocked = false;
+  rq_head = rq_tail = 0;
+  for (auto& s : slots) s = RxSlot{};
+  epsn = high = msn = 0;
+  ack_pending = ecn_echo = false;
+  unacked = 0;
+  hole_since = kNever;
+  last_sack = 0;
+  nak_pending = false;
+  seq_nak_sent = false;
+  gbn_kind = 0;
+  gbn_offset = 0;
+  reads_head = reads_tail = 0;
+}
+
+int Transport::modify_qp(uint32_t qpn, const QpAttr& a, int mask) noexcept {
+  Qp* qp = find_qp(qpn);
+  if (qp == nullptr) return EINVAL;
+  const QpState from = qp->state;
+  const QpState to = (mask & IBV_QP_STATE) ? a.state : from;
+  bool ok = false;
+  switch (to) {
+    case QpState::kReset: ok = true; break;
+    case QpState::kError: ok = true; break;
+    case QpState::kInit: ok = from == QpState::kReset || from == QpState::kInit; break;
+    case QpState::kRtr:
+      ok = (from == QpState::kInit &&
+            (mask & (IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_PATH_MTU | IBV_QP_AV)) ==
+                (IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_PATH_MTU | IBV_QP_AV)) ||
+           (from == QpState::kRtr && !(mask & IBV_QP_STATE));
+      break;
+    case QpState::kRts:
+      ok = (from == QpState::kRtr && (mask & IBV_QP_SQ_PSN)) || from == QpState::kRts;
+      break;
+  }
+  if (!ok) return EINVAL;
+  if (mask & IBV_QP_PATH_MTU) {
+    const uint32_t m = a.path_mtu;
+    if (m != 256 && m != 512 && m != 1024 && m != 2048 && m != 4096) return EINVAL;
+  }
+  if (mask & IBV_QP_ACCESS_FLAGS) qp->attr.qp_access_flags = a.qp_access_flags;
+  if (mask & IBV_QP_PATH_MTU) qp->attr.path_mtu = a.path_mtu;
+  if (mask & IBV_QP_DEST_QPN) qp->attr.dest_qp_num = a.dest_qp_num & 0xFFFFFF;
+  if (mask & IBV_QP_AV) {
+    qp->attr.peer = a.peer;
+    qp->attr.path_seed = a.path_seed;
+    qp->attr.reorder_delay_ns = a.reorder_delay_ns;
+    qp->attr.ack_every = a.ack_every ? a.ack_every : 1;
+  }
+  if (mask & IBV_QP_TIMEOUT) qp->attr.timeout_ns = a.timeout_ns ? a.timeout_ns : 1;
+  if (mask & IBV_QP_RETRY_CNT) qp->attr.retry_cnt = a.retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) qp->attr.rnr_retry = a.rnr_retry;
+  if (mask & IBV_QP_MIN_RNR_TIMER) qp->attr.min_rnr_timer = a.min_rnr_timer;
+  if (mask & IBV_QP_RQ_PSN) {
+    qp->attr.rq_psn = a.rq_psn & common::kPsnMask;
+    qp->epsn = qp->high = qp->attr.rq_psn;
+  }
+  if (mask & IBV_QP_SQ_PSN) {
+    qp->attr.sq_psn = a.sq_psn & common::kPsnMask;
+    qp->una = qp->nxt = qp->rtx_cursor = qp->read_high = qp->attr.sq_psn;
+  }
+  if (to == QpState::kRtr && from == QpState::kInit) {
+    qp->path->reset(PathPolicyParams{qp->qpn, qp->attr.path_seed, qp->init.policy.num_paths});
+    qp->cc->reset(CcParams{qp->attr.path_mtu, qp->init.policy.cc_window_bytes});
+  }
+  if (to == QpState::kError && from != QpState::kError) {
+    qp->to_error(IBV_WC_WR_FLUSH_ERR);
+    return 0;
+  }
+  if (to == QpState::kReset) {
+    qp->reset_state();
+    qp->attr = QpAttr{};
+  }
+  qp->state = to;
+  return 0;
+}
+
+int Transport::post_send(uint32_t qpn, const SendWr& wr) noexcept {
+  Qp* qp = find_qp(qpn);
+  return qp ? qp->post_send(wr) : EINVAL;
+}
+
+int Transport::post_recv(uint32_t qpn, const RecvWr& wr) noexcept {
+  Qp* qp = find_qp(qpn);
+  return qp ? qp->post_recv(wr) : EINVAL;
+}
+
+DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* payload,
+                                uint32_t payload_len, uint64_t now) noexcept {
+  ++counters_.rx_pkts;
+  auto count = [&](DropReason r) {
+    ++counters_.drops[static_cast<std::size_t>(r)];
+    return r;
+  };
+  Qp* qp = find_qp(pkt.bth.dqpn);
+  if (qp == nullptr) return count(DropReason::kUnknownQpn);
+  const uint8_t op = pkt.bth.opcode;
+  if (common::opcode_has(op, common::kOpCnp)) {
+    if (qp->state != QpState::kRts) return count(DropReason::kBadQpState);
+    ++qp->c.cnp_rx;
+    qp->cc->on_cnp(now);
+    return DropReason::kNone;
+  }
+  if (qp->state != QpState::kRtr && qp->state != QpState::kRts) {
+    qp->drop(DropReason::kBadQpState);
+    return count(DropReason::kBadQpState);
+  }
+  DropReason r;
+  if (common::opcode_has(op, common::kOpSend | common::kOpWrite | common::kOpReadReq)) {
+    r = qp->on_request(pkt, payload, payload_len, now);
+  } else if (common::opcode_has(op, common::kOpReadResp | common::kOpAck)) {
+    r = qp->state == QpState::kRts ? qp->on_response(pkt, payload, payload_len, now)
+                                    : DropReason::kBadQpState;
+    if (r == DropReason::kBadQpState) qp->drop(r);
+  } else {
+    r = DropReason::kInvalidRequest;  // atomics are not supported
+    qp->drop(r);
+  }
+  if (r != DropReason::kNone) ++counters_.drops[static_cast<std::size_t>(r)];
+  return r;
+}
+
+TxDesc* Qp::tx_slot() noexcept {
+  TxDesc* d = t->txq().reserve();
+  if (d == nullptr) return nullptr;
+  d->bth = common::Bth{};
+  d->bth.dqpn = attr.dest_qp_num;
+  d->imm = 0;
+  d->atomic_ack = 0;
+  d->has_xeth = false;
+  d->local_qpn = qpn;
+  d->remote_qpn = attr.dest_qp_num;
+  d->peer = attr.peer;
+  d->retransmit = false;
+  d->payload_len = 0;
+  d->num_segs = 0;
+  return d;
+}
+
+void Qp::tx_commit(TxDesc* d, uint64_t now) noexcept {
+  d->udp_sport = path->choose(d->bth.psn, d->retransmit, now);
+  ++c.tx_pkts;
+  c.tx_bytes += d->payload_len;
+  t->txq().commit();
+}
+
+uint32_t Transport::poll(uint64_t now) noexcept {
+  const uint32_t before = tx_.size();
+  tx_blocked_ = false;
+  const std::size_t n = qps_.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    // Rotate the starting QP so that one busy QP cannot starve the others.
+    Qp* qp = qps_[(rr_ + k) % n].get();
+    if (qp == nullptr) continue;
+    if (qp->state == QpState::kRts) qp->on_timers_requester(now);
+    if (qp->state == QpState::kRtr || qp->state == QpState::kRts) {
+      if (!qp->tx_responses(now)) { tx_blocked_ = true; break; }
+    }
+    if (qp->state == QpState::kRts) {
+      if (!qp->tx_requests(now)) { tx_blocked_ = true; break; }
+    }
+  }
+  rr_ = n ? (rr_ + 1) % n : 0;
+  return tx_.size() - before;
+}
+
+uint64_t Transport::next_deadline() const noexcept {
+  uint64_t d = kNever;
+  for (const auto& qp : qps_) {
+    if (!qp) continue;
+    if (qp->state == QpState::kRts) d = std::min(d, qp->requester_deadline());
+    if (qp->state == QpState::kRtr || qp->state == QpState::kRts)
+      d = std::min(d, qp->responder_deadline());
+  }
+  return d;
+}
+
+}  // namespace tandem::rnic
