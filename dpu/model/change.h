@@ -1,0 +1,67 @@
+// One accepted change to the level-1 state. The agent validates a change
+// against the state, persists it (store), then applies it: the same value
+// flows through all three, so what is stored is exactly what was applied.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+
+#include "common/wire/headers.h"
+
+namespace tandem::dpu {
+
+using common::MacAddr;
+
+struct AddTenant {
+  uint32_t vni = 0;  // 1..2^24-1
+  std::string name;
+};
+struct RemoveTenant {
+  uint32_t vni = 0;  // refused while the tenant still has vNICs or mappings
+};
+// An RNIC (port) this agent manages.
+struct AddRnic {
+  std::string name;            // e.g. "rnic0"
+  uint32_t underlay_ip = 0;    // its underlay (physical) IPv4
+  MacAddr mac{};               // its underlay MAC
+  uint16_t path_base_port = 0; // first UDP source-port entropy value it sprays over
+  uint8_t path_count = 1;      // number of paths
+};
+struct AddVnic {
+  uint32_t id = 0;             // agent-wide vNIC id, also the level-2 egress key
+  uint32_t vni = 0;            // owning tenant
+  std::string rnic;            // managed RNIC it is bound to
+  uint32_t overlay_ip = 0;
+  MacAddr overlay_mac{};
+};
+struct RemoveVnic {
+  uint32_t id = 0;
+};
+struct BindQp {
+  uint32_t vnic = 0;
+  uint32_t qpn = 0;            // 24 bits, unique per RNIC
+};
+// (tenant, overlay IP) -> (underlay IP, next-hop MAC, RNIC); the RNIC may be
+// remote (any name), it only identifies where the address lives.
+struct AddMapping {
+  uint32_t vni = 0;
+  uint32_t overlay_ip = 0;
+  uint32_t underlay_ip = 0;
+  MacAddr next_hop_mac{};
+  std::string rnic;
+};
+struct RemoveMapping {
+  uint32_t vni = 0;
+  uint32_t overlay_ip = 0;
+};
+// Isolation exception: tenants a and b may reach each other's addresses.
+struct AllowPeering {
+  uint32_t vni_a = 0;
+  uint32_t vni_b = 0;
+};
+
+using Change = std::variant<AddTenant, RemoveTenant, AddRnic, AddVnic, RemoveVnic, BindQp,
+                            AddMapping, RemoveMapping, AllowPeering>;
+
+}  // namespace tandem::dpu

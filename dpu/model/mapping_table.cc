@@ -1,0 +1,85 @@
+// Linear-probing mapping table with backward-shift deletion.
+#include "dpu/model/mapping_table.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace tandem::dpu {
+
+std::size_t MappingTable::home(const MappingKey& k) const noexcept {
+  uint64_t x = (uint64_t{k.vni} << 32) | k.overlay_ip;
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return static_cast<std::size_t>(x) & mask_;
+}
+
+void MappingTable::rehash(std::size_t n_slots) {
+  std::vector<Slot> old;
+  old.swap(slots_);
+  slots_.assign(n_slots, Slot{});
+  slots_.shrink_to_fit();
+  mask_ = n_slots - 1;
+  size_ = 0;
+  for (const Slot& s : old)
+    if (s.vni != kEmpty) upsert({s.vni, s.overlay_ip}, {s.underlay_ip, s.mac, s.rnic});
+}
+
+void MappingTable::reserve(std::size_t n) {
+  std::size_t need = std::bit_ceil(std::max<std::size_t>(16, n + n / 4 + 1));  // <= 80% load
+  if (need > slots_.size()) rehash(need);
+}
+
+void MappingTable::clear() {
+  slots_.assign(16, Slot{});
+  slots_.shrink_to_fit();
+  mask_ = 15;
+  size_ = 0;
+}
+
+bool MappingTable::upsert(const MappingKey& k, const Mapping& m) {
+  if ((size_ + 1) * 5 > slots_.size() * 4) rehash(slots_.size() * 2);
+  for (std::size_t i = home(k);; i = (i + 1) & mask_) {
+    Slot& s = slots_[i];
+    if (s.vni == kEmpty || (s.vni == k.vni && s.overlay_ip == k.overlay_ip)) {
+      bool fresh = s.vni == kEmpty;
+      s = Slot{k.vni, k.overlay_ip, m.underlay_ip, m.next_hop_mac, m.rnic};
+      size_ += fresh;
+      return fresh;
+    }
+  }
+}
+
+std::optional<Mapping> MappingTable::find(const MappingKey& k) const noexcept {
+  for (std::size_t i = home(k);; i = (i + 1) & mask_) {
+    const Slot& s = slots_[i];
+    if (s.vni == kEmpty) return std::nullopt;
+    if (s.vni == k.vni && s.overlay_ip == k.overlay_ip) return Mapping{s.underlay_ip, s.mac, s.rnic};
+  }
+}
+
+bool MappingTable::erase(const MappingKey& k) noexcept {
+  std::size_t i = home(k);
+  for (;; i = (i + 1) & mask_) {
+    if (slots_[i].vni == kEmpty) return false;
+    if (slots_[i].vni == k.vni && slots_[i].overlay_ip == k.overlay_ip) break;
+  }
+  // Backward shift: pull later members of the probe run into the hole so
+  // lookups never need tombstones.
+  std::size_t hole = i;
+  for (std::size_t j = (i + 1) & mask_; slots_[j].vni != kEmpty; j = (j + 1) & mask_) {
+    std::size_t h = home({slots_[j].vni, slots_[j].overlay_ip});
+    // Move j into hole if its home is not cyclically in (hole, j].
+    bool in_range = hole <= j ? (h > hole && h <= j) : (h > hole || h <= j);
+    if (!in_range) {
+      slots_[hole] = slots_[j];
+      hole = j;
+    }
+  }
+  slots_[hole] = Slot{};
+  --size_;
+  return true;
+}
+
+}  // namespace tandem::dpu

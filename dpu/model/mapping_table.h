@@ -1,0 +1,71 @@
+// The level-1 overlay->underlay mapping table: (tenant VNI, overlay IPv4) ->
+// (underlay IPv4, next-hop MAC, RNIC). Sized for 16M entries in ordinary
+// memory: a flat open-addressing array of 20-byte slots with linear probing and
+// backward-shift deletion (no tombstones), grown at 80% load, so it costs
+// 25-50 bytes per entry instead of the ~70+ of a node-based std::unordered_map.
+// Single-threaded (the agent's control thread owns it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "common/wire/headers.h"
+
+namespace tandem::dpu {
+
+struct MappingKey {
+  uint32_t vni = 0;         // tenant (24 bits)
+  uint32_t overlay_ip = 0;  // host order
+  friend bool operator==(const MappingKey&, const MappingKey&) = default;
+};
+
+struct Mapping {
+  uint32_t underlay_ip = 0;     // host order
+  common::MacAddr next_hop_mac{};
+  uint16_t rnic = 0;            // RNIC id (index into the agent's RNIC name registry)
+  friend bool operator==(const Mapping&, const Mapping&) = default;
+};
+
+class MappingTable {
+ public:
+  MappingTable() { rehash(16); }
+
+  // Inserts or replaces; returns true if the key was new.
+  bool upsert(const MappingKey& k, const Mapping& m);
+  std::optional<Mapping> find(const MappingKey& k) const noexcept;
+  bool erase(const MappingKey& k) noexcept;
+  void reserve(std::size_t n);  // avoid rehashes during a bulk import
+  void clear();
+
+  std::size_t size() const noexcept { return size_; }
+  std::size_t slots() const noexcept { return slots_.size(); }
+  std::size_t memory_bytes() const noexcept { return slots_.capacity() * sizeof(Slot); }
+
+  template <class F>
+  void for_each(F&& f) const {
+    for (const Slot& s : slots_)
+      if (s.vni != kEmpty) f(MappingKey{s.vni, s.overlay_ip}, Mapping{s.underlay_ip, s.mac, s.rnic});
+  }
+
+ private:
+  static constexpr uint32_t kEmpty = 0xFFFFFFFF;  // never a VNI (24 bits)
+  struct Slot {
+    uint32_t vni = kEmpty;
+    uint32_t overlay_ip = 0;
+    uint32_t underlay_ip = 0;
+    common::MacAddr mac{};
+    uint16_t rnic = 0;
+  };
+  static_assert(sizeof(Slot) == 20);
+
+  std::size_t home(const MappingKey& k) const noexcept;
+  void rehash(std::size_t n_slots);
+
+  std::vector<Slot> slots_;
+  std::size_t mask_ = 0;
+  std::size_t size_ = 0;
+};
+
+}  // namespace tandem::dpu
