@@ -1,0 +1,168 @@
+// Control messages between a tenant application and its RNIC worker, over a
+// SOCK_SEQPACKET Unix socket (one message per request or reply; shared memory
+// travels as file descriptors in SCM_RIGHTS). The fast path (WQEs, CQEs,
+// doorbells) never uses the socket: see queue_layout.h.
+//
+// Every request is answered by exactly one Reply with the same seq; the
+// application has at most one request outstanding. Both messages have a fixed
+// size (sizeof(Request), sizeof(Reply)); anything else, or a wrong magic,
+// closes the connection. Closing the socket detaches the application: the
+// worker frees everything it owned. All integers are host byte order (both
+// ends are on the same machine).
+#pragma once
+
+#include <cstdint>
+
+namespace tandem::rnic::host {
+
+inline constexpr uint32_t kProtocolMagic = 0x54484f53;  // "THOS"
+inline constexpr uint16_t kProtocolVersionMin = 1;      // oldest version this build speaks
+inline constexpr uint16_t kProtocolVersionMax = 1;      // newest version this build speaks
+
+// Keys: lkey == rkey == index << 8 | generation (8 bits), index < kMaxMrs, so
+// a stale key of a freed MR does not match the MR that reuses its slot.
+inline constexpr uint32_t kMaxMrs = 1u << 16;
+constexpr uint32_t mr_key_index(uint32_t key) noexcept { return key >> 8; }
+
+enum class MsgType : uint16_t {
+  kHello = 1,   // fds: [doorbell page]           -> reply fds: [worker page, wake eventfd]
+  kAllocPd,     // no fds
+  kDeallocPd,   // no fds
+  kRegMr,       // fds: [buffer memfd]
+  kDeregMr,     // no fds
+  kCreateCq,    // fds: [CQ ring memfd, laid out by cq_layout(depth)]
+  kDestroyCq,   // no fds
+  kCreateQp,    // fds: [queue memfd, laid out by qp_queue_layout(sq_depth, rq_depth)]
+  kModifyQp,    // no fds
+  kDestroyQp,   // no fds
+};
+
+struct MsgHeader {
+  uint32_t magic;     // kProtocolMagic
+  uint16_t type;      // MsgType
+  uint16_t reserved;  // zero
+  uint32_t seq;       // chosen by the application, echoed in the reply
+  uint32_t status;    // replies: Status (host_status.h); requests: zero
+};
+
+struct HelloRequest {
+  uint16_t version_min;  // oldest protocol version the application speaks
+  uint16_t version_max;  // newest protocol version the application speaks
+  uint32_t pid;          // application pid, for logs and tandemctl
+  char name[32];         // application name, NUL-padded, for logs
+};
+struct HelloReply {
+  uint16_t version;          // version chosen: highest both speak
+  uint16_t reserved;
+  uint32_t app_id;           // the worker's id for this application
+  uint32_t max_qps;          // QPs this application may create (doorbell bits)
+  uint32_t max_sge;          // SGEs per WQE (kMaxSge)
+  uint32_t max_inline;       // inline bytes per send WQE (kMaxInline)
+  uint32_t max_queue_depth;  // entries per SQ/RQ/CQ ring
+  uint32_t worker_pid;       // worker pid
+};
+
+struct PdRequest {
+  uint32_t pd;  // kDeallocPd: the PD handle
+};
+struct PdReply {
+  uint32_t pd;  // kAllocPd: the new PD handle
+};
+
+struct RegMrRequest {
+  uint32_t pd;         // PD handle
+  uint32_t access;     // IBV_ACCESS_* flags
+  uint64_t addr;       // application virtual address of the MR start (remote peers use it)
+  uint64_t length;     // bytes
+  uint64_t fd_offset;  // where the MR starts inside the attached memfd
+};
+struct RegMrReply {
+  uint32_t lkey;     // local key, used in WQE SGEs
+  uint32_t rkey;     // remote key, given to peers
+  uint32_t hugetlb;  // 1 if the worker found the memfd on hugetlbfs (DMA-able for zero copy)
+};
+
+struct DeregMrRequest {
+  uint32_t lkey;  // MR to drop
+};
+
+struct CreateCqRequest {
+  uint32_t depth;  // ring entries, power of two
+};
+struct CqReply {
+  uint32_t cq;  // kCreateCq: the new CQ handle
+};
+struct DestroyCqRequest {
+  uint32_t cq;  // CQ handle
+};
+
+struct CreateQpRequest {
+  uint32_t pd;          // PD handle
+  uint32_t send_cq;     // CQ handle for send completions
+  uint32_t recv_cq;     // CQ handle for receive completions (may equal send_cq)
+  uint32_t sq_depth;    // SQ entries, power of two
+  uint32_t rq_depth;    // RQ entries, power of two
+  uint32_t qp_type;     // ibv_qp_type; only IBV_QPT_RC
+  uint32_t sq_sig_all;  // 1: every send WQE completes as if signaled
+};
+struct CreateQpReply {
+  uint32_t qpn;           // QP number (24 bits)
+  uint32_t doorbell_bit;  // bit in the application's DoorbellPage
+};
+
+// The RC subset of ibv_qp_attr; fields are used when their IBV_QP_* bit is in attr_mask.
+struct ModifyQpRequest {
+  uint32_t qpn;                 // QP to modify
+  uint32_t attr_mask;           // IBV_QP_* bits
+  uint32_t qp_state;            // IBV_QP_STATE: target ibv_qp_state
+  uint32_t path_mtu;            // IBV_QP_PATH_MTU: ibv_mtu
+  uint32_t dest_qp_num;         // IBV_QP_DEST_QPN: remote QPN
+  uint32_t rq_psn;              // IBV_QP_RQ_PSN: first expected PSN
+  uint32_t sq_psn;              // IBV_QP_SQ_PSN: first PSN sent
+  uint32_t qp_access_flags;     // IBV_QP_ACCESS_FLAGS: remote access allowed on this QP
+  uint8_t dgid[16];             // IBV_QP_AV: remote GID (IPv4-mapped IPv6 for RoCEv2)
+  uint8_t sgid_index;           // IBV_QP_AV: local GID index
+  uint8_t port_num;             // IBV_QP_PORT
+  uint8_t timeout;              // IBV_QP_TIMEOUT: 4.096us * 2^timeout
+  uint8_t retry_cnt;            // IBV_QP_RETRY_CNT
+  uint8_t rnr_retry;            // IBV_QP_RNR_RETRY
+  uint8_t min_rnr_timer;        // IBV_QP_MIN_RNR_TIMER
+  uint8_t max_rd_atomic;        // IBV_QP_MAX_QP_RD_ATOMIC
+  uint8_t max_dest_rd_atomic;   // IBV_QP_MAX_DEST_RD_ATOMIC
+};
+struct ModifyQpReply {
+  uint32_t qp_state;  // state after the modify
+};
+
+struct DestroyQpRequest {
+  uint32_t qpn;  // QP to destroy
+};
+
+struct Request {
+  MsgHeader hdr;
+  union {
+    HelloRequest hello;
+    PdRequest pd;
+    RegMrRequest reg_mr;
+    DeregMrRequest dereg_mr;
+    CreateCqRequest create_cq;
+    DestroyCqRequest destroy_cq;
+    CreateQpRequest create_qp;
+    ModifyQpRequest modify_qp;
+    DestroyQpRequest destroy_qp;
+  } body;
+};
+
+struct Reply {
+  MsgHeader hdr;
+  union {
+    HelloReply hello;
+    PdReply pd;
+    RegMrReply reg_mr;
+    CqReply cq;
+    CreateQpReply create_qp;
+    ModifyQpReply modify_qp;
+  } body;
+};
+
+}  // namespace tandem::rnic::host

@@ -1,0 +1,1140 @@
+#include "rnic/host/host_server.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "rnic/host/unix_channel.h"
+
+namespace tandem::rnic::host {
+
+struct HostServer::App {
+  uint32_t id = 0;
+  int sock = -1;
+  uint32_t pid = 0;
+  char name[32] = {};
+  bool hello_done = false;
+  uint16_t version = 0;
+  ShmRegion doorbell_memory;
+  DoorbellPage* doorbells = nullptr;
+  std::vector<uint32_t> qpn_by_bit;  // doorbell bit -> QPN (0: free)
+  std::vector<uint32_t> free_bits;
+};
+
+struct HostServer::QpSlot {
+  bool used = false;
+  uint8_t gen = 0;
+  uint32_t app_index = 0;
+  uint32_t doorbell_bit = 0;
+  QpInfo info{};
+  ShmRegion memory;
+  RingReader<SendWqe> sq;
+  RingReader<RecvWqe> rq;
+};
+
+struct HostServer::CqSlot {
+  bool used = false;
+  uint8_t gen = 0;
+  uint32_t app_id = 0;
+  uint32_t depth = 0;
+  uint32_t refs = 0;  // QPs using it
+  ShmRegion memory;
+  RingWriter<Cqe> ring;
+};
+
+struct HostServer::MrSlot {
+  bool used = false;
+  uint8_t gen = 0;
+  uint32_t app_id = 0;
+  uint32_t pd = 0;
+  uint32_t access = 0;
+  uint64_t addr = 0;  // application virtual address (what peers put in RETH)
+  uint64_t length = 0;
+  uint8_t* base = nullptr;  // worker address of addr
+  ShmRegion memory;
+};
+
+struct HostServer::PdSlot {
+  bool used = false;
+  uint8_t gen = 0;
+  uint32_t app_id = 0;
+  uint32_t refs = 0;  // MRs and QPs in it
+};
+
+namespace {
+
+constexpr uint64_t kTagListen = 0;
+constexpr uint64_t kTagWake = 1;
+constexpr uint64_t kTagFirstApp = 2;
+
+// Handles: generation (1..255) << 16 | slot. Generation 0 is never used, so
+// a QPN is never 0 or 1 (the special QPs of InfiniBand).
+constexpr uint32_t make_handle(uint8_t gen, uint32_t index) noexcept {
+  return (uint32_t{gen} << 16) | index;
+}
+constexpr uint32_t handle_index(uint32_t h) noexcept { return h & 0xFFFF; }
+constexpr uint8_t handle_gen(uint32_t h) noexcept { return static_cast<uint8_t>(h >> 16); }
+constexpr uint32_t make_key(uint8_t gen, uint32_t index) noexcept { return index << 8 | gen; }
+
+uint8_t next_gen(uint8_t g) noexcept { return g == 255 ? 1 : static_cast<uint8_t>(g + 1); }
+
+// vendor_err values of error completions written by the server.
+constexpr uint32_t kVendorBadLkey = 1;
+constexpr uint32_t kVendorOutOfBounds = 2;
+constexpr uint32_t kVendorBadWqe = 3;
+
+template <typename Slot>
+uint32_t alloc_slot(std::vector<Slot>& slots, std::vector<uint32_t>& free_list, uint32_t limit) {
+  uint32_t index;
+  if (!free_list.empty()) {
+    index = free_list.back();
+    free_list.pop_back();
+  } else {
+    if (slots.size() >= limit) return UINT32_MAX;
+    index = static_cast<uint32_t>(slots.size());
+    slots.emplace_back();
+  }
+  Slot& s = slots[index];
+  s.used = true;
+  s.gen = next_gen(s.gen);
+  return index;
+}
+
+ibv_wc_opcode wc_opcode_of(ibv_wr_opcode op) noexcept {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
+bool valid_send_opcode(uint8_t op) noexcept {
+  return op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_SEND ||
+         op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_READ;
+}
+
+// Shared memory may change under us: take one copy, then look only at it.
+template <typename T>
+void copy_from_shared(T* dst, const T* src) noexcept {
+  std::memcpy(dst, src, sizeof(T));
+  asm volatile("" ::: "memory");
+}
+
+}  // namespace
+
+HostServer::HostServer(const ServerConfig& config) : config_(config) {
+  if (config_.max_qps > 0xFFFF) config_.max_qps = 0xFFFF;
+  if (config_.max_cqs > 0xFFFF) config_.max_cqs = 0xFFFF;
+  if (config_.max_mrs > kMaxMrs - 1) config_.max_mrs = kMaxMrs - 1;
+  if (config_.max_queue_depth > kMaxQueueDepth) config_.max_queue_depth = kMaxQueueDepth;
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (config_.socket_path.empty() || config_.socket_path.size() >= sizeof sa.sun_path) {
+    throw std::runtime_error("host socket path empty or too long: '" + config_.socket_path + "'");
+  }
+  std::strcpy(sa.sun_path, config_.socket_path.c_str());
+  listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  unlink(sa.sun_path);  // a stale socket file from a previous run
+  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      listen(listen_fd_, 128) != 0) {
+    int e = errno;
+    close(listen_fd_);
+    throw std::runtime_error("cannot listen on " + config_.socket_path + ": " + std::strerror(e));
+  }
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epoll_fd_ < 0 || wake_fd_ < 0) {
+    throw std::runtime_error(std::string("epoll/eventfd: ") + std::strerror(errno));
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kTagListen;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  ev.data.u64 = kTagWake;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  if (ShmRegion::create("tandem-worker", sizeof(WorkerPage), false, &worker_page_) != Status::kOk) {
+    throw std::runtime_error("cannot create the worker page (memfd)");
+  }
+  page_ = reinterpret_cast<WorkerPage*>(worker_page_.data());
+  page_->magic = WorkerPage::kMagic;
+  page_->version = kProtocolVersionMax;
+  page_->sleeping.store(0, std::memory_order_relaxed);
+  page_->heartbeat_ns.store(0, std::memory_order_relaxed);
+}
+
+HostServer::~HostServer() {
+  for (auto& a : apps_) {
+    if (a && a->sock >= 0) close(a->sock);
+  }
+  if (listen_fd_ >= 0) {
+    close(listen_fd_);
+    unlink(config_.socket_path.c_str());
+  }
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+// ---------------------------------------------------------------- control path
+
+void HostServer::poll(uint64_t now) {
+  now_ = now;
+  ++poll_seq_;
+  page_->heartbeat_ns.store(now, std::memory_order_relaxed);
+  while (!retired_.empty() && retired_.front().poll_seq < poll_seq_ &&
+         now - retired_.front().since >= config_.unmap_grace_ns) {
+    retired_bytes_ -= retired_.front().region.size();
+    retired_.pop_front();
+  }
+  epoll_event evs[64];
+  int n = epoll_wait(epoll_fd_, evs, 64, 0);
+  for (int i = 0; i < n; ++i) {
+    uint64_t tag = evs[i].data.u64;
+    if (tag == kTagListen) {
+      accept_apps();
+    } else if (tag == kTagWake) {
+      uint64_t v;
+      while (read(wake_fd_, &v, sizeof v) == sizeof v) {
+      }
+    } else {
+      uint32_t index = static_cast<uint32_t>(tag - kTagFirstApp);
+      if (index < apps_.size() && apps_[index]) serve(index);
+    }
+  }
+}
+
+void HostServer::accept_apps() {
+  for (;;) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    if (app_count() >= config_.max_apps) {
+      close(fd);
+      ++counters_.requests_refused;
+      continue;
+    }
+    uint32_t index = 0;
+    while (index < apps_.size() && apps_[index]) ++index;
+    if (index == apps_.size()) apps_.emplace_back();
+    auto app = std::make_unique<App>();
+    app->id = next_app_id_++;
+    app->sock = fd;
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+      app->pid = static_cast<uint32_t>(cred.pid);
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kTagFirstApp + index;
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      close(fd);
+      continue;
+    }
+    apps_[index] = std::move(app);
+  }
+}
+
+void HostServer::serve(uint32_t app_index) {
+  for (int budget = 0; budget < 16; ++budget) {
+    App& app = *apps_[app_index];
+    Request req{};
+    int fds[kMaxFdsPerMessage];
+    std::size_t nfds = 0;
+    ssize_t n = recv_message(app.sock, &req, sizeof req, fds, kMaxFdsPerMessage, &nfds, true);
+    if (n == -EAGAIN || n == -EWOULDBLOCK) return;
+    if (n <= 0 && n != -EMSGSIZE) {  // end of stream or reset: the application is gone
+      drop_app(app_index, true);
+      return;
+    }
+    bool malformed = n != static_cast<ssize_t>(sizeof req) || req.hdr.magic != kProtocolMagic ||
+                     (!app.hello_done && req.hdr.type != static_cast<uint16_t>(MsgType::kHello));
+    if (malformed) {
+      for (std::size_t i = 0; i < nfds; ++i) close(fds[i]);
+      ++counters_.protocol_errors;
+      drop_app(app_index, true);
+      return;
+    }
+    Reply rep{};
+    rep.hdr.magic = kProtocolMagic;
+    rep.hdr.type = req.hdr.type;
+    rep.hdr.seq = req.hdr.seq;
+    int rfds[kMaxFdsPerMessage];
+    std::size_t nrfds = 0;
+    handle(app_index, req, fds, nfds, &rep, rfds, &nrfds);
+    for (std::size_t i = 0; i < nfds; ++i) {
+      if (fds[i] >= 0) close(fds[i]);  // descriptors no handler took
+    }
+    if (rep.hdr.status != 0) ++counters_.requests_refused;
+    if (send_message(app.sock, &rep, sizeof rep, rfds, nrfds) != static_cast<ssize_t>(sizeof rep)) {
+      drop_app(app_index, true);
+      return;
+    }
+    if (!app.hello_done) {  // a refused hello (version mismatch): the answer was the last word
+      drop_app(app_index, false);
+      return;
+    }
+  }
+}
+
+void HostServer::handle(uint32_t app_index, const Request& req, int* fds, std::size_t nfds,
+                        Reply* rep, int* rfds, std::size_t* nrfds) {
+  App& app = *apps_[app_index];
+  Status st;
+  switch (static_cast<MsgType>(req.hdr.type)) {
+    case MsgType::kHello:
+      st = app.hello_done ? Status::kProtocolError
+                          : on_hello(app, req, fds, nfds, rep, rfds, nrfds);
+      break;
+    case MsgType::kAllocPd:
+      st = on_alloc_pd(app, rep);
+      break;
+    case MsgType::kDeallocPd:
+      st = on_dealloc_pd(app, req);
+      break;
+    case MsgType::kRegMr:
+      st = on_reg_mr(app, req, fds, nfds, rep);
+      break;
+    case MsgType::kDeregMr:
+      st = on_dereg_mr(app, req);
+      break;
+    case MsgType::kCreateCq:
+      st = on_create_cq(app, req, fds, nfds, rep);
+      break;
+    case MsgType::kDestroyCq:
+      st = on_destroy_cq(app, req);
+      break;
+    case MsgType::kCreateQp:
+      st = on_create_qp(app, req, fds, nfds, rep);
+      break;
+    case MsgType::kModifyQp:
+      st = on_modify_qp(app, req, rep);
+      break;
+    case MsgType::kDestroyQp:
+      st = on_destroy_qp(app, req);
+      break;
+    default:
+      st = Status::kUnsupported;
+      break;
+  }
+  rep->hdr.status = static_cast<uint32_t>(st);
+}
+
+Status HostServer::on_hello(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep,
+                            int* rfds, std::size_t* nrfds) {
+  const HelloRequest& h = req.body.hello;
+  uint16_t version = std::min(h.version_max, kProtocolVersionMax);
+  if (version < std::max(h.version_min, kProtocolVersionMin)) return Status::kVersionMismatch;
+  if (nfds != 1) return Status::kProtocolError;
+  Status st = ShmRegion::map_fd(fds[0], sizeof(DoorbellPage), 1u << 20, true, &app.doorbell_memory);
+  fds[0] = -1;
+  if (st != Status::kOk) return st;
+  mapped_bytes_ += app.doorbell_memory.size();
+  app.doorbells = reinterpret_cast<DoorbellPage*>(app.doorbell_memory.data());
+  app.version = version;
+  std::memcpy(app.name, h.name, sizeof app.name);
+  app.name[sizeof app.name - 1] = '\0';
+  app.hello_done = true;
+  HelloReply& r = rep->body.hello;
+  r.version = version;
+  r.app_id = app.id;
+  r.max_qps = kMaxQpsPerApp;
+  r.max_sge = kMaxSge;
+  r.max_inline = kMaxInline;
+  r.max_queue_depth = config_.max_queue_depth;
+  r.worker_pid = static_cast<uint32_t>(getpid());
+  rfds[0] = worker_page_.fd();
+  rfds[1] = wake_fd_;
+  *nrfds = 2;
+  ++counters_.apps_attached;
+  HostEvent ev{};
+  ev.kind = HostEventKind::kAppAttached;
+  ev.app_id = app.id;
+  events_.push_back(ev);
+  return Status::kOk;
+}
+
+Status HostServer::on_alloc_pd(App& app, Reply* rep) {
+  uint32_t index = alloc_slot(pds_, free_pds_, 0xFFFF);
+  if (index == UINT32_MAX) return Status::kNoResources;
+  PdSlot& pd = pds_[index];
+  pd.app_id = app.id;
+  pd.refs = 0;
+  rep->body.pd.pd = make_handle(pd.gen, index);
+  return Status::kOk;
+}
+
+Status HostServer::on_dealloc_pd(App& app, const Request& req) {
+  uint32_t h = req.body.pd.pd;
+  uint32_t index = handle_index(h);
+  if (index >= pds_.size() || !pds_[index].used || pds_[index].gen != handle_gen(h) ||
+      pds_[index].app_id != app.id) {
+    return Status::kNotFound;
+  }
+  if (pds_[index].refs != 0) return Status::kBusy;
+  pds_[index].used = false;
+  free_pds_.push_back(index);
+  return Status::kOk;
+}
+
+Status HostServer::on_reg_mr(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep) {
+  const RegMrRequest& m = req.body.reg_mr;
+  uint32_t pdi = handle_index(m.pd);
+  if (pdi >= pds_.size() || !pds_[pdi].used || pds_[pdi].gen != handle_gen(m.pd) ||
+      pds_[pdi].app_id != app.id) {
+    return Status::kNotFound;
+  }
+  if (nfds != 1) return Status::kProtocolError;
+  if (m.length == 0 || m.length > config_.max_mr_bytes || m.fd_offset > config_.max_mr_bytes ||
+      m.addr + m.length < m.addr) {
+    return Status::kInvalidArgument;
+  }
+  // Remote write without local write is refused by verbs too.
+  if ((m.access & IBV_ACCESS_REMOTE_WRITE) != 0 && (m.access & IBV_ACCESS_LOCAL_WRITE) == 0) {
+    return Status::kInvalidArgument;
+  }
+  ShmRegion region;
+  Status st = ShmRegion::map_fd(fds[0], m.fd_offset + m.length, config_.max_mr_bytes, true, &region);
+  fds[0] = -1;
+  if (st != Status::kOk) return st;
+  uint32_t index = alloc_slot(mrs_, free_mrs_, config_.max_mrs);
+  if (index == UINT32_MAX) return Status::kNoResources;
+  MrSlot& mr = mrs_[index];
+  mr.app_id = app.id;
+  mr.pd = m.pd;
+  mr.access = m.access;
+  mr.addr = m.addr;
+  mr.length = m.length;
+  mr.base = region.data() + m.fd_offset;
+  mapped_bytes_ += region.size();
+  mr.memory = std::move(region);
+  ++pds_[pdi].refs;
+  ++mr_count_;
+  uint32_t key = make_key(mr.gen, index);
+  rep->body.reg_mr.lkey = key;
+  rep->body.reg_mr.rkey = key;
+  rep->body.reg_mr.hugetlb = mr.memory.hugetlb() ? 1 : 0;
+  HostEvent ev{};
+  ev.kind = HostEventKind::kMrRegistered;
+  ev.app_id = app.id;
+  ev.lkey = key;
+  ev.addr = mr.base;
+  ev.length = mr.length;
+  ev.hugetlb = mr.memory.hugetlb();
+  events_.push_back(ev);
+  return Status::kOk;
+}
+
+HostServer::MrSlot* HostServer::find_mr(uint32_t key) noexcept {
+  uint32_t index = key >> 8;
+  if (index >= mrs_.size()) return nullptr;
+  MrSlot& mr = mrs_[index];
+  return mr.used && mr.gen == static_cast<uint8_t>(key) ? &mr : nullptr;
+}
+
+void HostServer::free_mr(uint32_t index) {
+  MrSlot& mr = mrs_[index];
+  HostEvent ev{};
+  ev.kind = HostEventKind::kMrDeregistered;
+  ev.app_id = mr.app_id;
+  ev.lkey = make_key(mr.gen, index);
+  ev.addr = mr.base;
+  ev.length = mr.length;
+  ev.hugetlb = mr.memory.hugetlb();
+  events_.push_back(ev);
+  uint32_t pdi = handle_index(mr.pd);
+  if (pdi < pds_.size() && pds_[pdi].used && pds_[pdi].refs > 0) --pds_[pdi].refs;
+  retire(std::move(mr.memory));
+  mr.used = false;
+  mr.base = nullptr;
+  free_mrs_.push_back(index);
+  --mr_count_;
+}
+
+Status HostServer::on_dereg_mr(App& app, const Request& req) {
+  MrSlot* mr = find_mr(req.body.dereg_mr.lkey);
+  if (mr == nullptr || mr->app_id != app.id) return Status::kNotFound;
+  free_mr(static_cast<uint32_t>(mr - mrs_.data()));
+  return Status::kOk;
+}
+
+Status HostServer::on_create_cq(App& app, const Request& req, int* fds, std::size_t nfds,
+                                Reply* rep) {
+  uint32_t depth = req.body.create_cq.depth;
+  if (nfds != 1) return Status::kProtocolError;
+  if (!is_power_of_two(depth) || depth > config_.max_queue_depth) return Status::kInvalidArgument;
+  CqLayout layout = cq_layout(depth);
+  ShmRegion region;
+  Status st = ShmRegion::map_fd(fds[0], layout.bytes, layout.bytes + huge_page_size(), true, &region);
+  fds[0] = -1;
+  if (st != Status::kOk) return st;
+  uint32_t index = alloc_slot(cqs_, free_cqs_, config_.max_cqs);
+  if (index == UINT32_MAX) return Status::kNoResources;
+  CqSlot& cq = cqs_[index];
+  cq.app_id = app.id;
+  cq.depth = depth;
+  cq.refs = 0;
+  uint8_t* base = region.data();
+  cq.ring = RingWriter<Cqe>(reinterpret_cast<RingControl*>(base + layout.control),
+                            reinterpret_cast<Cqe*>(base + layout.entries), depth);
+  mapped_bytes_ += region.size();
+  cq.memory = std::move(region);
+  ++cq_count_;
+  rep->body.cq.cq = make_handle(cq.gen, index);
+  return Status::kOk;
+}
+
+HostServer::CqSlot* HostServer::find_cq(uint32_t handle) noexcept {
+  uint32_t index = handle_index(handle);
+  if (index >= cqs_.size()) return nullptr;
+  CqSlot& cq = cqs_[index];
+  return cq.used && cq.gen == handle_gen(handle) ? &cq : nullptr;
+}
+
+void HostServer::free_cq(uint32_t index) {
+  CqSlot& cq = cqs_[index];
+  retire(std::move(cq.memory));
+  cq.ring = RingWriter<Cqe>();
+  cq.used = false;
+  free_cqs_.push_back(index);
+  --cq_count_;
+}
+
+Status HostServer::on_destroy_cq(App& app, const Request& req) {
+  CqSlot* cq = find_cq(req.body.destroy_cq.cq);
+  if (cq == nullptr || cq->app_id != app.id) return Status::kNotFound;
+  if (cq->refs != 0) return Status::kBusy;
+  free_cq(static_cast<uint32_t>(cq - cqs_.data()));
+  return Status::kOk;
+}
+
+Status HostServer::on_create_qp(App& app, const Request& req, int* fds, std::size_t nfds,
+                                Reply* rep) {
+  const CreateQpRequest& c = req.body.create_qp;
+  if (nfds != 1) return Status::kProtocolError;
+  uint32_t pdi = handle_index(c.pd);
+  if (pdi >= pds_.size() || !pds_[pdi].used || pds_[pdi].gen != handle_gen(c.pd) ||
+      pds_[pdi].app_id != app.id) {
+    return Status::kNotFound;
+  }
+  CqSlot* scq = find_cq(c.send_cq);
+  CqSlot* rcq = find_cq(c.recv_cq);
+  if (scq == nullptr || rcq == nullptr || scq->app_id != app.id || rcq->app_id != app.id) {
+    return Status::kNotFound;
+  }
+  if (c.qp_type != IBV_QPT_RC) return Status::kUnsupported;
+  if (!is_power_of_two(c.sq_depth) || !is_power_of_two(c.rq_depth) ||
+      c.sq_depth > config_.max_queue_depth || c.rq_depth > config_.max_queue_depth) {
+    return Status::kInvalidArgument;
+  }
+  if (app.free_bits.empty() && app.qpn_by_bit.size() >= kMaxQpsPerApp) return Status::kNoResources;
+  if (qp_count_ >= config_.max_qps) return Status::kNoResources;
+  QpQueueLayout layout = qp_queue_layout(c.sq_depth, c.rq_depth);
+  ShmRegion region;
+  Status st = ShmRegion::map_fd(fds[0], layout.bytes, layout.bytes + huge_page_size(), true, &region);
+  fds[0] = -1;
+  if (st != Status::kOk) return st;
+  uint32_t index = alloc_slot(qps_, free_qps_, config_.max_qps);
+  if (index == UINT32_MAX) return Status::kNoResources;
+  // alloc_slot may have grown qps_, but CQ and PD pointers are into other tables.
+  uint32_t bit;
+  if (!app.free_bits.empty()) {
+    bit = app.free_bits.back();
+    app.free_bits.pop_back();
+  } else {
+    bit = static_cast<uint32_t>(app.qpn_by_bit.size());
+    app.qpn_by_bit.push_back(0);
+  }
+  QpSlot& qp = qps_[index];
+  uint32_t qpn = make_handle(qp.gen, index);
+  app.qpn_by_bit[bit] = qpn;
+  qp.app_index = static_cast<uint32_t>(
+      std::find_if(apps_.begin(), apps_.end(), [&](auto& a) { return a.get() == &app; }) -
+      apps_.begin());
+  qp.doorbell_bit = bit;
+  qp.info = QpInfo{};
+  qp.info.qpn = qpn;
+  qp.info.app_id = app.id;
+  qp.info.pd = c.pd;
+  qp.info.send_cq = c.send_cq;
+  qp.info.recv_cq = c.recv_cq;
+  qp.info.state = IBV_QPS_RESET;
+  qp.info.path_mtu = IBV_MTU_1024;
+  qp.info.sq_sig_all = c.sq_sig_all != 0;
+  qp.info.sq_depth = c.sq_depth;
+  qp.info.rq_depth = c.rq_depth;
+  uint8_t* base = region.data();
+  qp.sq = RingReader<SendWqe>(reinterpret_cast<RingControl*>(base + layout.sq_control),
+                              reinterpret_cast<SendWqe*>(base + layout.sq_entries), c.sq_depth);
+  qp.rq = RingReader<RecvWqe>(reinterpret_cast<RingControl*>(base + layout.rq_control),
+                              reinterpret_cast<RecvWqe*>(base + layout.rq_entries), c.rq_depth);
+  mapped_bytes_ += region.size();
+  qp.memory = std::move(region);
+  ++scq->refs;
+  ++rcq->refs;
+  ++pds_[pdi].refs;
+  ++qp_count_;
+  rep->body.create_qp.qpn = qpn;
+  rep->body.create_qp.doorbell_bit = bit;
+  HostEvent ev{};
+  ev.kind = HostEventKind::kQpCreated;
+  ev.app_id = app.id;
+  ev.qpn = qpn;
+  ev.state = IBV_QPS_RESET;
+  events_.push_back(ev);
+  return Status::kOk;
+}
+
+HostServer::QpSlot* HostServer::find_qp(uint32_t qpn) noexcept {
+  uint32_t index = handle_index(qpn);
+  if (index >= qps_.size() || (qpn >> 24) != 0) return nullptr;
+  QpSlot& qp = qps_[index];
+  return qp.used && qp.gen == handle_gen(qpn) ? &qp : nullptr;
+}
+
+const QpInfo* HostServer::qp_info(uint32_t qpn) const noexcept {
+  auto* self = const_cast<HostServer*>(this);
+  QpSlot* qp = self->find_qp(qpn);
+  return qp != nullptr ? &qp->info : nullptr;
+}
+
+Status HostServer::on_modify_qp(App& app, const Request& req, Reply* rep) {
+  const ModifyQpRequest& m = req.body.modify_qp;
+  QpSlot* qp = find_qp(m.qpn);
+  if (qp == nullptr || qp->info.app_id != app.id) return Status::kNotFound;
+  QpInfo& q = qp->info;
+  uint32_t mask = m.attr_mask;
+  ibv_qp_state cur = q.state;
+  ibv_qp_state target = (mask & IBV_QP_STATE) != 0 ? static_cast<ibv_qp_state>(m.qp_state) : cur;
+  bool allowed = target == IBV_QPS_RESET || target == IBV_QPS_ERR ||
+                 (cur == IBV_QPS_RESET && target == IBV_QPS_INIT) ||
+                 (cur == IBV_QPS_INIT && (target == IBV_QPS_INIT || target == IBV_QPS_RTR)) ||
+                 (cur == IBV_QPS_RTR && target == IBV_QPS_RTS) ||
+                 (cur == IBV_QPS_RTS && target == IBV_QPS_RTS);
+  if (!allowed) return Status::kBadState;
+  constexpr uint32_t kRtrNeeds = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+  if (cur == IBV_QPS_INIT && target == IBV_QPS_RTR && (mask & kRtrNeeds) != kRtrNeeds) {
+    return Status::kInvalidArgument;
+  }
+  if (cur == IBV_QPS_RTR && target == IBV_QPS_RTS && (mask & IBV_QP_SQ_PSN) == 0) {
+    return Status::kInvalidArgument;
+  }
+  if (((mask & IBV_QP_PATH_MTU) != 0 && (m.path_mtu < IBV_MTU_256 || m.path_mtu > IBV_MTU_4096)) ||
+      ((mask & IBV_QP_DEST_QPN) != 0 && m.dest_qp_num > 0xFFFFFF) ||
+      ((mask & IBV_QP_RQ_PSN) != 0 && m.rq_psn > 0xFFFFFF) ||
+      ((mask & IBV_QP_SQ_PSN) != 0 && m.sq_psn > 0xFFFFFF)) {
+    return Status::kInvalidArgument;
+  }
+  if ((mask & IBV_QP_ACCESS_FLAGS) != 0) q.qp_access_flags = m.qp_access_flags;
+  if ((mask & IBV_QP_PORT) != 0) q.port_num = m.port_num;
+  if ((mask & IBV_QP_PATH_MTU) != 0) q.path_mtu = static_cast<ibv_mtu>(m.path_mtu);
+  if ((mask & IBV_QP_DEST_QPN) != 0) q.dest_qp_num = m.dest_qp_num;
+  if ((mask & IBV_QP_RQ_PSN) != 0) q.rq_psn = m.rq_psn;
+  if ((mask & IBV_QP_SQ_PSN) != 0) q.sq_psn = m.sq_psn;
+  if ((mask & IBV_QP_AV) != 0) std::memcpy(q.dgid, m.dgid, sizeof q.dgid);
+  if ((mask & IBV_QP_TIMEOUT) != 0) q.timeout = m.timeout;
+  if ((mask & IBV_QP_RETRY_CNT) != 0) q.retry_cnt = m.retry_cnt;
+  if ((mask & IBV_QP_RNR_RETRY) != 0) q.rnr_retry = m.rnr_retry;
+  if ((mask & IBV_QP_MIN_RNR_TIMER) != 0) q.min_rnr_timer = m.min_rnr_timer;
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) != 0) q.max_rd_atomic = m.max_rd_atomic;
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) != 0) q.max_dest_rd_atomic = m.max_dest_rd_atomic;
+  if (target == IBV_QPS_RESET) {
+    qp->sq.discard();
+    qp->rq.discard();
+  }
+  q.state = target;
+  rep->body.modify_qp.qp_state = target;
+  HostEvent ev{};
+  ev.kind = HostEventKind::kQpStateChanged;
+  ev.app_id = app.id;
+  ev.qpn = q.qpn;
+  ev.state = target;
+  events_.push_back(ev);
+  return Status::kOk;
+}
+
+void HostServer::free_qp(uint32_t index, bool died) {
+  QpSlot& qp = qps_[index];
+  HostEvent ev{};
+  ev.kind = HostEventKind::kQpDestroyed;
+  ev.app_id = qp.info.app_id;
+  ev.qpn = qp.info.qpn;
+  ev.state = qp.info.state;
+  ev.app_died = died;
+  events_.push_back(ev);
+  if (qp.app_index < apps_.size() && apps_[qp.app_index] &&
+      apps_[qp.app_index]->id == qp.info.app_id) {
+    App& app = *apps_[qp.app_index];
+    app.qpn_by_bit[qp.doorbell_bit] = 0;
+    app.free_bits.push_back(qp.doorbell_bit);
+  }
+  if (CqSlot* cq = find_cq(qp.info.send_cq); cq != nullptr && cq->refs > 0) --cq->refs;
+  if (CqSlot* cq = find_cq(qp.info.recv_cq); cq != nullptr && cq->refs > 0) --cq->refs;
+  uint32_t pdi = handle_index(qp.info.pd);
+  if (pdi < pds_.size() && pds_[pdi].used && pds_[pdi].refs > 0) --pds_[pdi].refs;
+  retire(std::move(qp.memory));
+  qp.sq = RingReader<SendWqe>();
+  qp.rq = RingReader<RecvWqe>();
+  qp.used = false;
+  free_qps_.push_back(index);
+  --qp_count_;
+}
+
+Status HostServer::on_destroy_qp(App& app, const Request& req) {
+  QpSlot* qp = find_qp(req.body.destroy_qp.qpn);
+  if (qp == nullptr || qp->info.app_id != app.id) return Status::kNotFound;
+  free_qp(static_cast<uint32_t>(qp - qps_.data()), false);
+  return Status::kOk;
+}
+
+void HostServer::drop_app(uint32_t app_index, bool died) {
+  App& app = *apps_[app_index];
+  uint32_t id = app.id;
+  // QPs first (they hold CQ and PD references), then CQs, MRs and PDs.
+  for (uint32_t i = 0; i < qps_.size(); ++i) {
+    if (qps_[i].used && qps_[i].info.app_id == id) free_qp(i, died);
+  }
+  for (uint32_t i = 0; i < cqs_.size(); ++i) {
+    if (cqs_[i].used && cqs_[i].app_id == id) free_cq(i);
+  }
+  for (uint32_t i = 0; i < mrs_.size(); ++i) {
+    if (mrs_[i].used && mrs_[i].app_id == id) free_mr(i);
+  }
+  for (uint32_t i = 0; i < pds_.size(); ++i) {
+    if (pds_[i].used && pds_[i].app_id == id) {
+      pds_[i].used = false;
+      free_pds_.push_back(i);
+    }
+  }
+  if (app.doorbell_memory.valid()) retire(std::move(app.doorbell_memory));
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, app.sock, nullptr);
+  close(app.sock);
+  if (app.hello_done) {
+    ++counters_.apps_detached;
+    HostEvent ev{};
+    ev.kind = HostEventKind::kAppDetached;
+    ev.app_id = id;
+    ev.app_died = died;
+    events_.push_back(ev);
+  }
+  apps_[app_index].reset();
+}
+
+void HostServer::retire(ShmRegion&& region) {
+  if (!region.valid()) return;
+  mapped_bytes_ -= region.size();
+  retired_bytes_ += region.size();
+  retired_.push_back(Retired{std::move(region), now_, poll_seq_});
+}
+
+bool HostServer::next_event(HostEvent* out) {
+  if (events_.empty()) return false;
+  *out = events_.front();
+  events_.pop_front();
+  return true;
+}
+
+// ---------------------------------------------------------------- fast path
+
+std::size_t HostServer::ready_qps(std::span<uint32_t> out) noexcept {
+  std::size_t n = 0;
+  for (auto& ap : apps_) {
+    if (!ap || ap->doorbells == nullptr) continue;
+    App& app = *ap;
+    DoorbellPage* db = app.doorbells;
+    for (uint32_t s = 0; s < DoorbellPage::kSummaryWords; ++s) {
+      if (db->summary[s].load(std::memory_order_relaxed) == 0) continue;
+      uint64_t summary = db->summary[s].exchange(0, std::memory_order_acquire);
+      while (summary != 0) {
+        uint32_t w = s * 64 + static_cast<uint32_t>(__builtin_ctzll(summary));
+        summary &= summary - 1;
+        uint64_t bits = db->words[w].exchange(0, std::memory_order_acquire);
+        while (bits != 0) {
+          if (n == out.size()) {
+            // Out of room: give back what we took so nothing is lost.
+            db->words[w].fetch_or(bits, std::memory_order_relaxed);
+            db->summary[s].fetch_or(summary | (uint64_t{1} << (w % 64)), std::memory_order_release);
+            return n;
+          }
+          uint32_t bit = w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
+          bits &= bits - 1;
+          if (bit < app.qpn_by_bit.size() && app.qpn_by_bit[bit] != 0) {
+            out[n++] = app.qpn_by_bit[bit];
+          }
+        }
+      }
+    }
+  }
+  return n;
+}
+
+bool HostServer::write_cqe(uint32_t cq_handle, const Cqe& cqe) noexcept {
+  CqSlot* cq = find_cq(cq_handle);
+  if (cq == nullptr) return false;
+  Cqe* slot = cq->ring.claim();
+  if (slot == nullptr) {
+    if (cq->ring.corrupt()) ++counters_.ring_corrupt;
+    ++counters_.cq_overruns;
+    return false;
+  }
+  *slot = cqe;
+  cq->ring.publish();
+  ++counters_.cqes;
+  return true;
+}
+
+uint32_t HostServer::cq_space(uint32_t qpn, bool send) noexcept {
+  QpSlot* qp = find_qp(qpn);
+  if (qp == nullptr) return 0;
+  CqSlot* cq = find_cq(send ? qp->info.send_cq : qp->info.recv_cq);
+  return cq != nullptr ? cq->ring.free_entries() : 0;
+}
+
+void HostServer::set_error(QpSlot& qp) noexcept {
+  if (qp.info.state == IBV_QPS_ERR) return;
+  qp.info.state = IBV_QPS_ERR;
+  HostEvent ev{};
+  ev.kind = HostEventKind::kQpStateChanged;
+  ev.app_id = qp.info.app_id;
+  ev.qpn = qp.info.qpn;
+  ev.state = IBV_QPS_ERR;
+  events_.push_back(ev);  // control-path allocation only: once per QP error
+}
+
+void HostServer::qp_error(uint32_t qpn) noexcept {
+  if (QpSlot* qp = find_qp(qpn)) set_error(*qp);
+}
+
+bool HostServer::translate(const QpSlot& qp, const WqeSge& s, bool local_write, Segment* out,
+                           uint32_t* vendor_err) noexcept {
+  MrSlot* mr = find_mr(s.lkey);
+  if (mr == nullptr || mr->app_id != qp.info.app_id || mr->pd != qp.info.pd ||
+      (local_write && (mr->access & IBV_ACCESS_LOCAL_WRITE) == 0)) {
+    ++counters_.bad_lkey;
+    *vendor_err = kVendorBadLkey;
+    return false;
+  }
+  if (s.offset > mr->length || s.length > mr->length - s.offset) {
+    ++counters_.sge_out_of_bounds;
+    *vendor_err = kVendorOutOfBounds;
+    return false;
+  }
+  out->addr = mr->base + s.offset;
+  out->length = s.length;
+  return true;
+}
+
+std::size_t HostServer::fetch_send(uint32_t qpn, std::span<SendWork> out) noexcept {
+  QpSlot* qp = find_qp(qpn);
+  if (qp == nullptr) return 0;
+  if (qp->info.state == IBV_QPS_ERR) {
+    flush_send(*qp);
+    return 0;
+  }
+  if (qp->info.state != IBV_QPS_RTS && qp->info.state != IBV_QPS_SQD) return 0;
+  uint32_t avail = qp->sq.available();
+  if (qp->sq.corrupt()) {
+    ++counters_.ring_corrupt;
+    set_error(*qp);
+    return 0;
+  }
+  std::size_t n = 0;
+  while (n < out.size() && n < avail) {
+    SendWqe w;
+    copy_from_shared(&w, qp->sq.peek(static_cast<uint32_t>(n)));
+    SendWork& o = out[n];
+    ibv_wc_status why = IBV_WC_SUCCESS;
+    uint32_t vendor = 0;
+    bool inl = (w.send_flags & IBV_SEND_INLINE) != 0;
+    if (!valid_send_opcode(w.opcode) || w.num_sge > kMaxSge || w.inline_len > kMaxInline ||
+        (inl && w.opcode == IBV_WR_RDMA_READ)) {
+      ++counters_.bad_wqe;
+      why = IBV_WC_LOC_QP_OP_ERR;
+      vendor = kVendorBadWqe;
+    }
+    o.wr_id = w.wr_id;
+    o.remote_addr = w.remote_addr;
+    o.rkey = w.rkey;
+    o.imm_data = w.imm_data;
+    o.opcode = static_cast<ibv_wr_opcode>(w.opcode);
+    o.send_flags = w.send_flags;
+    o.num_sge = 0;
+    o.inline_len = 0;
+    uint64_t total = 0;
+    if (why == IBV_WC_SUCCESS && inl) {
+      o.inline_len = w.inline_len;
+      std::memcpy(o.inline_data, w.inline_data, w.inline_len);
+      total = w.inline_len;
+    } else if (why == IBV_WC_SUCCESS) {
+      // RDMA READ writes into the local SGEs: they need local write access.
+      bool local_write = w.opcode == IBV_WR_RDMA_READ;
+      for (uint32_t i = 0; i < w.num_sge; ++i) {
+        if (!translate(*qp, w.sge[i], local_write, &o.sge[i], &vendor)) {
+          why = IBV_WC_LOC_PROT_ERR;
+          break;
+        }
+        total += w.sge[i].length;
+      }
+      o.num_sge = w.num_sge;
+      if (why == IBV_WC_SUCCESS && total > (uint64_t{1} << 31)) {
+        ++counters_.bad_wqe;
+        why = IBV_WC_LOC_LEN_ERR;
+        vendor = kVendorBadWqe;
+      }
+    }
+    if (why != IBV_WC_SUCCESS) {
+      if (n > 0) break;  // hand over the good ones first; this one is next time's first
+      Cqe c{};
+      c.wr_id = w.wr_id;
+      c.qp_num = qpn;
+      c.status = static_cast<uint8_t>(why);
+      c.opcode = static_cast<uint8_t>(wc_opcode_of(static_cast<ibv_wr_opcode>(w.opcode)));
+      c.vendor_err = vendor;
+      if (!write_cqe(qp->info.send_cq, c)) return 0;  // retry when the CQ has room
+      qp->sq.release(1);
+      set_error(*qp);
+      return 0;
+    }
+    o.length = static_cast<uint32_t>(total);
+    ++n;
+  }
+  if (n > 0) {
+    qp->sq.release(static_cast<uint32_t>(n));
+    counters_.send_wqes += n;
+  }
+  return n;
+}
+
+std::size_t HostServer::fetch_recv(uint32_t qpn, std::span<RecvWork> out) noexcept {
+  QpSlot* qp = find_qp(qpn);
+  if (qp == nullptr) return 0;
+  if (qp->info.state == IBV_QPS_ERR) {
+    flush_recv(*qp);
+    return 0;
+  }
+  if (qp->info.state == IBV_QPS_RESET) return 0;
+  uint32_t avail = qp->rq.available();
+  if (qp->rq.corrupt()) {
+    ++counters_.ring_corrupt;
+    set_error(*qp);
+    return 0;
+  }
+  std::size_t n = 0;
+  while (n < out.size() && n < avail) {
+    RecvWqe w;
+    copy_from_shared(&w, qp->rq.peek(static_cast<uint32_t>(n)));
+    RecvWork& o = out[n];
+    ibv_wc_status why = IBV_WC_SUCCESS;
+    uint32_t vendor = 0;
+    uint64_t total = 0;
+    if (w.num_sge > kMaxSge) {
+      ++counters_.bad_wqe;
+      why = IBV_WC_LOC_QP_OP_ERR;
+      vendor = kVendorBadWqe;
+    } else {
+      for (uint32_t i = 0; i < w.num_sge; ++i) {
+        if (!translate(*qp, w.sge[i], true, &o.sge[i], &vendor)) {
+          why = IBV_WC_LOC_PROT_ERR;
+          break;
+        }
+        total += w.sge[i].length;
+      }
+      if (why == IBV_WC_SUCCESS && total > (uint64_t{1} << 31)) {
+        ++counters_.bad_wqe;
+        why = IBV_WC_LOC_LEN_ERR;
+        vendor = kVendorBadWqe;
+      }
+    }
+    if (why != IBV_WC_SUCCESS) {
+      if (n > 0) break;
+      Cqe c{};
+      c.wr_id = w.wr_id;
+      c.qp_num = qpn;
+      c.status = static_cast<uint8_t>(why);
+      c.opcode = IBV_WC_RECV;
+      c.vendor_err = vendor;
+      if (!write_cqe(qp->info.recv_cq, c)) return 0;
+      qp->rq.release(1);
+      set_error(*qp);
+      return 0;
+    }
+    o.wr_id = w.wr_id;
+    o.num_sge = w.num_sge;
+    o.length = static_cast<uint32_t>(total);
+    ++n;
+  }
+  if (n > 0) {
+    qp->rq.release(static_cast<uint32_t>(n));
+    counters_.recv_wqes += n;
+  }
+  return n;
+}
+
+uint32_t HostServer::send_queued(uint32_t qpn) noexcept {
+  QpSlot* qp = find_qp(qpn);
+  return qp != nullptr ? qp->sq.available() : 0;
+}
+
+uint32_t HostServer::recv_queued(uint32_t qpn) noexcept {
+  QpSlot* qp = find_qp(qpn);
+  return qp != nullptr ? qp->rq.available() : 0;
+}
+
+void HostServer::flush_send(QpSlot& qp) noexcept {
+  uint32_t avail = qp.sq.available();
+  uint32_t done = 0;
+  for (; done < avail; ++done) {
+    SendWqe w;
+    copy_from_shared(&w, qp.sq.peek(done));
+    Cqe c{};
+    c.wr_id = w.wr_id;
+    c.qp_num = qp.info.qpn;
+    c.status = IBV_WC_WR_FLUSH_ERR;
+    c.opcode = static_cast<uint8_t>(wc_opcode_of(static_cast<ibv_wr_opcode>(w.opcode)));
+    if (!write_cqe(qp.info.send_cq, c)) break;
+  }
+  if (done > 0) {
+    qp.sq.release(done);
+    counters_.flushed_wqes += done;
+  }
+}
+
+void HostServer::flush_recv(QpSlot& qp) noexcept {
+  uint32_t avail = qp.rq.available();
+  uint32_t done = 0;
+  for (; done < avail; ++done) {
+    Cqe c{};
+    c.wr_id = qp.rq.peek(done)->wr_id;
+    c.qp_num = qp.info.qpn;
+    c.status = IBV_WC_WR_FLUSH_ERR;
+    c.opcode = IBV_WC_RECV;
+    if (!write_cqe(qp.info.recv_cq, c)) break;
+  }
+  if (done > 0) {
+    qp.rq.release(done);
+    counters_.flushed_wqes += done;
+  }
+}
+
+bool HostServer::complete_send(uint32_t qpn, const SendWork& work, ibv_wc_status status) noexcept {
+  QpSlot* qp = find_qp(qpn);
+  if (qp == nullptr) return false;
+  bool signaled = (work.send_flags & IBV_SEND_SIGNALED) != 0 || qp->info.sq_sig_all;
+  if (status != IBV_WC_SUCCESS) set_error(*qp);
+  if (status == IBV_WC_SUCCESS && !signaled) return true;
+  Cqe c{};
+  c.wr_id = work.wr_id;
+  c.qp_num = qpn;
+  c.status = static_cast<uint8_t>(status);
+  c.opcode = static_cast<uint8_t>(wc_opcode_of(work.opcode));
+  c.byte_len = work.opcode == IBV_WR_RDMA_READ ? work.length : 0;
+  if (!write_cqe(qp->info.send_cq, c)) {
+    set_error(*qp);
+    return false;
+  }
+  return true;
+}
+
+bool HostServer::complete_recv(uint32_t qpn, const RecvWork& work, ibv_wc_status status,
+                               uint32_t byte_len, ibv_wc_opcode opcode, bool with_imm,
+                               uint32_t imm_data, uint32_t src_qp) noexcept {
+  QpSlot* qp = find_qp(qpn);
+  if (qp == nullptr) return false;
+  if (status != IBV_WC_SUCCESS) set_error(*qp);
+  Cqe c{};
+  c.wr_id = work.wr_id;
+  c.qp_num = qpn;
+  c.status = static_cast<uint8_t>(status);
+  c.opcode = static_cast<uint8_t>(opcode);
+  c.byte_len = byte_len;
+  c.imm_data = imm_data;
+  c.wc_flags = with_imm ? IBV_WC_WITH_IMM : 0;
+  c.src_qp = src_qp;
+  if (!write_cqe(qp->info.recv_cq, c)) {
+    set_error(*qp);
+    return false;
+  }
+  return true;
+}
+
+uint8_t* HostServer::translate_remote(uint32_t qpn, uint32_t rkey, uint64_t remote_addr,
+                                      uint32_t length, int access) noexcept {
+  QpSlot* qp = find_qp(qpn);
+  MrSlot* mr = find_mr(rkey);
+  auto need = static_cast<uint32_t>(access);
+  if (qp == nullptr || mr == nullptr || mr->app_id != qp->info.app_id || mr->pd != qp->info.pd ||
+      (mr->access & need) != need || (qp->info.qp_access_flags & need) != need ||
+      remote_addr < mr->addr || length > mr->length || remote_addr - mr->addr > mr->length - length) {
+    ++counters_.bad_rkey;
+    return nullptr;
+  }
+  return mr->base + (remote_addr - mr->addr);
+}
+
+// ---------------------------------------------------------------- idle mode
+
+bool HostServer::begin_idle() noexcept {
+  page_->sleeping.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (auto& ap : apps_) {
+    if (!ap || ap->doorbells == nullptr) continue;
+    for (auto& s : ap->doorbells->summary) {
+      if (s.load(std::memory_order_relaxed) != 0) {
+        page_->sleeping.store(0, std::memory_order_relaxed);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+void HostServer::end_idle() noexcept {
+  page_->sleeping.store(0, std::memory_order_relaxed);
+  uint64_t v;
+  while (read(wake_fd_, &v, sizeof v) == sizeof v) {
+  }
+}
+
+// ---------------------------------------------------------------- accounting
+
+std::size_t HostServer::app_count() const noexcept {
+  std::size_t n = 0;
+  for (auto& a : apps_) n += a ? 1 : 0;
+  return n;
+}
+std::size_t HostServer::qp_count() const noexcept { return qp_count_; }
+std::size_t HostServer::cq_count() const noexcept { return cq_count_; }
+std::size_t HostServer::mr_count() const noexcept { return mr_count_; }
+
+HostMemory HostServer::memory() const noexcept {
+  HostMemory m{};
+  m.qps = qp_count_;
+  m.table_bytes = qps_.capacity() * sizeof(QpSlot) + free_qps_.capacity() * sizeof(uint32_t) +
+                  cqs_.capacity() * sizeof(CqSlot) + free_cqs_.capacity() * sizeof(uint32_t) +
+                  mrs_.capacity() * sizeof(MrSlot) + free_mrs_.capacity() * sizeof(uint32_t) +
+                  pds_.capacity() * sizeof(PdSlot) + free_pds_.capacity() * sizeof(uint32_t) +
+                  apps_.capacity() * sizeof(void*);
+  for (auto& a : apps_) {
+    if (a) {
+      m.table_bytes += sizeof(App) + a->qpn_by_bit.capacity() * sizeof(uint32_t) +
+                       a->free_bits.capacity() * sizeof(uint32_t);
+    }
+  }
+  m.mapped_bytes = mapped_bytes_;
+  m.retired_bytes = retired_bytes_;
+  m.bytes_per_qp_slot = sizeof(QpSlot);
+  return m;
+}
+
+}  // namespace tandem::rnic::host

@@ -1,0 +1,287 @@
+// Worker side of the host interface: accepts tenant applications on a Unix
+// socket, maps their registered memory and queue rings, and hands the worker
+// loop validated work (WQEs with SGEs translated to worker pointers) and a
+// way back (completions). Polled, never blocking: poll(now) from the worker
+// loop does all socket work; the fast-path calls touch only shared memory.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rnic/host/host_protocol.h"
+#include "rnic/host/host_status.h"
+#include "rnic/host/queue_layout.h"
+#include "rnic/host/shm_region.h"
+#include "rnic/host/spsc_ring.h"
+
+namespace tandem::rnic::host {
+
+struct ServerConfig {
+  std::string socket_path;            // Unix socket applications connect to
+  uint32_t max_apps = 1024;           // attached applications
+  uint32_t max_qps = 65535;           // QPs per worker (QPN = generation << 16 | slot)
+  uint32_t max_cqs = 65535;           // CQs per worker
+  uint32_t max_mrs = 65535;           // MRs per worker
+  uint32_t max_queue_depth = kMaxQueueDepth;
+  uint64_t max_mr_bytes = uint64_t{64} << 30;  // largest memfd accepted for an MR
+  // Mappings of deregistered MRs, destroyed QPs/CQs and dead applications are
+  // kept this long (and at least until the next poll) so work still held by
+  // the transport never touches unmapped memory.
+  uint64_t unmap_grace_ns = 100'000'000;
+};
+
+// A piece of application memory, translated and bounds-checked.
+struct Segment {
+  uint8_t* addr;
+  uint32_t length;
+};
+
+// A send WQE as the transport sees it: copied out of shared memory, validated.
+struct SendWork {
+  uint64_t wr_id;
+  uint64_t remote_addr;
+  uint32_t rkey;
+  uint32_t imm_data;  // network byte order
+  ibv_wr_opcode opcode;
+  uint32_t send_flags;
+  uint32_t length;  // total bytes (sum of segments, or inline_len)
+  uint32_t num_sge;
+  Segment sge[kMaxSge];
+  uint32_t inline_len;  // IBV_SEND_INLINE: payload is inline_data, sge[] unused
+  uint8_t inline_data[kMaxInline];
+};
+
+struct RecvWork {
+  uint64_t wr_id;
+  uint32_t length;  // total capacity
+  uint32_t num_sge;
+  Segment sge[kMaxSge];
+};
+
+// QP attributes the transport needs (connect parameters from modify_qp).
+struct QpInfo {
+  uint32_t qpn;
+  uint32_t app_id;
+  uint32_t pd;
+  uint32_t send_cq;
+  uint32_t recv_cq;
+  ibv_qp_state state;
+  ibv_mtu path_mtu;
+  uint32_t dest_qp_num;
+  uint32_t rq_psn;
+  uint32_t sq_psn;
+  uint32_t qp_access_flags;
+  uint8_t dgid[16];
+  uint8_t port_num;
+  uint8_t timeout;
+  uint8_t retry_cnt;
+  uint8_t rnr_retry;
+  uint8_t min_rnr_timer;
+  uint8_t max_rd_atomic;
+  uint8_t max_dest_rd_atomic;
+  bool sq_sig_all;
+  uint32_t sq_depth;
+  uint32_t rq_depth;
+};
+
+enum class HostEventKind : uint8_t {
+  kAppAttached,
+  kAppDetached,    // socket closed (exit, crash or close_device); its objects are gone
+  kQpCreated,
+  kQpStateChanged, // by modify_qp, or to IBV_QPS_ERR after a bad WQE / qp_error()
+  kQpDestroyed,    // by destroy_qp or because its application went away: flush it
+  kMrRegistered,   // addr/length/hugetlb: for rte_extmem_register in the DPDK layer
+  kMrDeregistered,
+};
+
+struct HostEvent {
+  HostEventKind kind;
+  uint32_t app_id;
+  uint32_t qpn;        // QP events
+  ibv_qp_state state;  // kQpStateChanged: the new state
+  bool app_died;       // kQpDestroyed: the application went away (no destroy_qp)
+  uint32_t lkey;       // MR events
+  uint8_t* addr;       // MR events: worker-side address
+  uint64_t length;
+  bool hugetlb;
+};
+
+#define TANDEM_FOREACH_HOST_COUNTER(X)                                             \
+  X(apps_attached, "applications attached")                                        \
+  X(apps_detached, "applications detached (closed or died)")                       \
+  X(protocol_errors, "malformed control messages (connection dropped)")            \
+  X(requests_refused, "control requests answered with an error")                   \
+  X(send_wqes, "send WQEs handed to the transport")                                \
+  X(recv_wqes, "receive WQEs handed to the transport")                             \
+  X(bad_lkey, "WQEs with an unknown lkey or one from another PD")                  \
+  X(sge_out_of_bounds, "WQEs with an SGE outside its MR")                          \
+  X(bad_wqe, "WQEs with a bad opcode, SGE count or inline length")                 \
+  X(ring_corrupt, "rings whose shared indices went out of range")                  \
+  X(flushed_wqes, "WQEs completed with IBV_WC_WR_FLUSH_ERR")                        \
+  X(cqes, "completions written")                                                   \
+  X(cq_overruns, "completions lost to a full CQ")                                  \
+  X(bad_rkey, "remote accesses refused (rkey, bounds or access flags)")
+
+struct HostCounters {
+#define TANDEM_HOST_COUNTER_FIELD(name, doc) uint64_t name = 0;
+  TANDEM_FOREACH_HOST_COUNTER(TANDEM_HOST_COUNTER_FIELD)
+#undef TANDEM_HOST_COUNTER_FIELD
+};
+
+struct HostMemory {
+  std::size_t qps;
+  std::size_t table_bytes;     // worker heap used by the QP/CQ/MR/app tables
+  std::size_t mapped_bytes;    // shared memory mapped now (rings + MRs + pages)
+  std::size_t retired_bytes;   // mappings waiting for their grace period
+  std::size_t bytes_per_qp_slot;
+};
+
+class HostServer {
+ public:
+  // Binds and listens (an existing socket file is replaced). Throws
+  // std::runtime_error on failure: start-up only.
+  explicit HostServer(const ServerConfig& config);
+  ~HostServer();
+  HostServer(const HostServer&) = delete;
+  HostServer& operator=(const HostServer&) = delete;
+
+  // Accepts applications, answers their requests, notices the ones that went
+  // away, releases retired mappings. Never blocks.
+  void poll(uint64_t now);
+
+  // QPs whose doorbell rang since the last call (edge-triggered: the worker
+  // keeps QPs it has not drained itself). Returns how many were written.
+  std::size_t ready_qps(std::span<uint32_t> out) noexcept;
+
+  // Takes up to out.size() send WQEs (QP in RTS/SQD). A WQE that fails
+  // validation is completed with an error, moves the QP to ERR and stops the
+  // batch. On a QP in ERR everything queued is completed with
+  // IBV_WC_WR_FLUSH_ERR (flush what you hold first, then call this).
+  std::size_t fetch_send(uint32_t qpn, std::span<SendWork> out) noexcept;
+  std::size_t fetch_recv(uint32_t qpn, std::span<RecvWork> out) noexcept;
+  // Entries queued and not yet fetched (0 for an unknown QP).
+  uint32_t send_queued(uint32_t qpn) noexcept;
+  uint32_t recv_queued(uint32_t qpn) noexcept;
+
+  // Completions. Send side: written only if signaled (or sq_sig_all) or on
+  // error. An error status moves the QP to ERR. False if the CQ was full
+  // (counted; the QP goes to ERR as an overrun would on hardware) or the QP
+  // is unknown.
+  bool complete_send(uint32_t qpn, const SendWork& work, ibv_wc_status status) noexcept;
+  bool complete_recv(uint32_t qpn, const RecvWork& work, ibv_wc_status status,
+                     uint32_t byte_len, ibv_wc_opcode opcode, bool with_imm, uint32_t imm_data,
+                     uint32_t src_qp) noexcept;
+  // Free CQE slots on a QP's send or receive CQ.
+  uint32_t cq_space(uint32_t qpn, bool send) noexcept;
+
+  // Responder side: where remote_addr..+length of rkey is in worker memory,
+  // or nullptr if the rkey is unknown, from another PD, out of bounds or lacks
+  // `access` (IBV_ACCESS_REMOTE_WRITE / IBV_ACCESS_REMOTE_READ).
+  uint8_t* translate_remote(uint32_t qpn, uint32_t rkey, uint64_t remote_addr, uint32_t length,
+                            int access) noexcept;
+
+  // The transport hit a fatal error (retries exhausted...): QP to ERR.
+  void qp_error(uint32_t qpn) noexcept;
+
+  const QpInfo* qp_info(uint32_t qpn) const noexcept;
+  bool next_event(HostEvent* out);
+
+  // Adaptive idle: begin_idle() announces sleep to applications and returns
+  // false if a doorbell is already pending (then do not sleep). If it
+  // returns true, block on wait_fd() (epoll: sockets + wake eventfd) and call
+  // end_idle() afterwards.
+  bool begin_idle() noexcept;
+  void end_idle() noexcept;
+  int wait_fd() const noexcept { return epoll_fd_; }
+
+  const HostCounters& counters() const noexcept { return counters_; }
+  HostMemory memory() const noexcept;
+  std::size_t app_count() const noexcept;
+  std::size_t qp_count() const noexcept;
+  std::size_t cq_count() const noexcept;
+  std::size_t mr_count() const noexcept;
+
+  struct App;
+  struct QpSlot;
+  struct CqSlot;
+  struct MrSlot;
+  struct PdSlot;
+
+ private:
+  void accept_apps();
+  void serve(uint32_t app_index);
+  void handle(uint32_t app_index, const Request& req, int* fds, std::size_t nfds,
+              Reply* rep, int* rfds, std::size_t* nrfds);
+  void drop_app(uint32_t app_index, bool died);
+  void retire(ShmRegion&& region);
+  void set_error(QpSlot& qp) noexcept;
+  bool write_cqe(uint32_t cq_handle, const Cqe& cqe) noexcept;
+  void flush_send(QpSlot& qp) noexcept;
+  void flush_recv(QpSlot& qp) noexcept;
+  QpSlot* find_qp(uint32_t qpn) noexcept;
+  CqSlot* find_cq(uint32_t handle) noexcept;
+  MrSlot* find_mr(uint32_t key) noexcept;
+  bool translate(const QpSlot& qp, const WqeSge& s, bool local_write, Segment* out,
+                 uint32_t* vendor_err) noexcept;
+
+  // Control-path handlers (each fills the reply body, returns its status).
+  Status on_hello(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep,
+                  int* rfds, std::size_t* nrfds);
+  Status on_alloc_pd(App& app, Reply* rep);
+  Status on_dealloc_pd(App& app, const Request& req);
+  Status on_reg_mr(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep);
+  Status on_dereg_mr(App& app, const Request& req);
+  Status on_create_cq(App& app, const Request& req, int* fds, std::size_t nfds,
+                      Reply* rep);
+  Status on_destroy_cq(App& app, const Request& req);
+  Status on_create_qp(App& app, const Request& req, int* fds, std::size_t nfds,
+                      Reply* rep);
+  Status on_modify_qp(App& app, const Request& req, Reply* rep);
+  Status on_destroy_qp(App& app, const Request& req);
+  void free_qp(uint32_t index, bool died);
+  void free_cq(uint32_t index);
+  void free_mr(uint32_t index);
+
+  ServerConfig config_;
+  int listen_fd_ = -1;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  ShmRegion worker_page_;
+  WorkerPage* page_ = nullptr;
+  uint64_t now_ = 0;
+  uint32_t next_app_id_ = 1;
+
+  std::vector<std::unique_ptr<App>> apps_;  // index = epoll tag - 1; nullptr when free
+  std::vector<QpSlot> qps_;
+  std::vector<uint32_t> free_qps_;
+  std::vector<CqSlot> cqs_;
+  std::vector<uint32_t> free_cqs_;
+  std::vector<MrSlot> mrs_;
+  std::vector<uint32_t> free_mrs_;
+  std::vector<PdSlot> pds_;
+  std::vector<uint32_t> free_pds_;
+  std::size_t qp_count_ = 0;
+  std::size_t cq_count_ = 0;
+  std::size_t mr_count_ = 0;
+  std::size_t mapped_bytes_ = 0;
+
+  struct Retired {
+    ShmRegion region;
+    uint64_t since;     // now_ when retired
+    uint64_t poll_seq;  // poll_seq_ when retired: released at a later poll only
+  };
+  uint64_t poll_seq_ = 0;
+  std::deque<Retired> retired_;
+  std::size_t retired_bytes_ = 0;
+  std::deque<HostEvent> events_;
+  HostCounters counters_;
+};
+
+}  // namespace tandem::rnic::host

@@ -1,0 +1,132 @@
+#include "rnic/host/shm_region.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace tandem::rnic::host {
+namespace {
+
+constexpr long kHugetlbfsMagic = 0x958458f6;
+constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+
+std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+
+Status try_create(const char* name, std::size_t bytes, bool huge, uint8_t** data, int* fd_out,
+                  std::size_t* size_out) {
+  unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0u);
+  int fd = memfd_create(name, flags);
+  if (fd < 0) return Status::kNoMemory;
+  std::size_t page = huge ? huge_page_size() : static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  std::size_t size = round_up(bytes == 0 ? 1 : bytes, page);
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0 || fcntl(fd, F_ADD_SEALS, kSeals) != 0) {
+    close(fd);
+    return Status::kNoMemory;
+  }
+  // MAP_SHARED on hugetlbfs reserves the pages now, so a shortage shows up
+  // here rather than as SIGBUS on first touch.
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    close(fd);
+    return Status::kNoMemory;
+  }
+  *data = static_cast<uint8_t*>(p);
+  *fd_out = fd;
+  *size_out = size;
+  return Status::kOk;
+}
+
+}  // namespace
+
+std::size_t huge_page_size() noexcept {
+  static const std::size_t size = [] {
+    std::size_t kb = 2048;
+    if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+      char line[128];
+      while (std::fgets(line, sizeof line, f)) {
+        unsigned long v = 0;
+        if (std::sscanf(line, "Hugepagesize: %lu kB", &v) == 1) kb = v;
+      }
+      std::fclose(f);
+    }
+    return kb * 1024;
+  }();
+  return size;
+}
+
+ShmRegion& ShmRegion::operator=(ShmRegion&& o) noexcept {
+  if (this != &o) {
+    reset();
+    data_ = o.data_;
+    size_ = o.size_;
+    fd_ = o.fd_;
+    hugetlb_ = o.hugetlb_;
+    o.data_ = nullptr;
+    o.size_ = 0;
+    o.fd_ = -1;
+    o.hugetlb_ = false;
+  }
+  return *this;
+}
+
+void ShmRegion::reset() noexcept {
+  if (data_ != nullptr) munmap(data_, size_);
+  close_fd();
+  data_ = nullptr;
+  size_ = 0;
+  hugetlb_ = false;
+}
+
+void ShmRegion::close_fd() noexcept {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
+Status ShmRegion::create(const char* name, std::size_t bytes, bool try_huge, ShmRegion* out) {
+  out->reset();
+  uint8_t* data = nullptr;
+  int fd = -1;
+  std::size_t size = 0;
+  Status st = Status::kNoMemory;
+  if (try_huge) {
+    st = try_create(name, bytes, true, &data, &fd, &size);
+    if (st == Status::kOk) out->hugetlb_ = true;
+  }
+  if (st != Status::kOk) st = try_create(name, bytes, false, &data, &fd, &size);
+  if (st != Status::kOk) return st;
+  out->data_ = data;
+  out->fd_ = fd;
+  out->size_ = size;
+  return Status::kOk;
+}
+
+Status ShmRegion::map_fd(int fd, std::size_t min_bytes, std::size_t max_bytes, bool writable,
+                         ShmRegion* out) {
+  out->reset();
+  struct stat st {};
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_size <= 0 || static_cast<std::size_t>(st.st_size) < min_bytes ||
+      static_cast<std::size_t>(st.st_size) > max_bytes) {
+    close(fd);
+    return Status::kBadRegion;
+  }
+  struct statfs fs {};
+  bool huge = fstatfs(fd, &fs) == 0 && static_cast<long>(fs.f_type) == kHugetlbfsMagic;
+  std::size_t size = static_cast<std::size_t>(st.st_size);
+  int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+  void* p = mmap(nullptr, size, prot, MAP_SHARED, fd, 0);
+  close(fd);  // the mapping keeps the memory alive; no fd per region on the worker
+  if (p == MAP_FAILED) return Status::kBadRegion;
+  out->data_ = static_cast<uint8_t*>(p);
+  out->size_ = size;
+  out->hugetlb_ = huge;
+  return Status::kOk;
+}
+
+}  // namespace tandem::rnic::host

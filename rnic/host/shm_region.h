@@ -1,0 +1,53 @@
+// A memfd-backed shared memory region: created by one side (huge pages
+// first, plain memfd as the fallback), sealed so it cannot shrink under the
+// peer, passed as a file descriptor and mapped by the other side.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "rnic/host/host_status.h"
+
+namespace tandem::rnic::host {
+
+class ShmRegion {
+ public:
+  ShmRegion() = default;
+  ~ShmRegion() { reset(); }
+  ShmRegion(ShmRegion&& o) noexcept { *this = static_cast<ShmRegion&&>(o); }
+  ShmRegion& operator=(ShmRegion&& o) noexcept;
+  ShmRegion(const ShmRegion&) = delete;
+  ShmRegion& operator=(const ShmRegion&) = delete;
+
+  // Creates a sealed memfd of at least `bytes`, mapped read-write. With
+  // `try_huge`, MFD_HUGETLB is tried first; hugetlb() says which one it got.
+  static Status create(const char* name, std::size_t bytes, bool try_huge, ShmRegion* out);
+
+  // Maps a received fd (taking ownership of it: it is closed here whatever
+  // happens). Rejects files that are not sealed against shrinking (a peer
+  // could truncate them and fault us), shorter than `min_bytes`, or larger
+  // than `max_bytes`. Huge pages are detected from the file system, not
+  // taken from the peer's word.
+  static Status map_fd(int fd, std::size_t min_bytes, std::size_t max_bytes, bool writable,
+                       ShmRegion* out);
+
+  void reset() noexcept;
+  void close_fd() noexcept;
+
+  uint8_t* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  bool hugetlb() const noexcept { return hugetlb_; }
+  int fd() const noexcept { return fd_; }
+  bool valid() const noexcept { return data_ != nullptr; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  std::size_t size_ = 0;
+  int fd_ = -1;
+  bool hugetlb_ = false;
+};
+
+// Size of the default huge page (from /proc/meminfo; 2 MB if unknown).
+std::size_t huge_page_size() noexcept;
+
+}  // namespace tandem::rnic::host

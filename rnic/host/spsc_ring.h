@@ -1,0 +1,118 @@
+// Single-producer / single-consumer views of a ring that lives in shared
+// memory (RingControl + entries). Each side keeps its own index privately and
+// only publishes it, so a peer that scribbles on the shared indices can make
+// the ring look corrupt (reported) but cannot make this side index out of
+// bounds.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "rnic/host/queue_layout.h"
+
+namespace tandem::rnic::host {
+
+template <typename T>
+class RingWriter {
+ public:
+  RingWriter() = default;
+  RingWriter(RingControl* control, T* entries, uint32_t depth) noexcept
+      : control_(control), entries_(entries), mask_(depth - 1), depth_(depth) {
+    head_ = control_->producer.load(std::memory_order_relaxed);
+    published_ = head_;
+    tail_ = control_->consumer.load(std::memory_order_acquire);
+  }
+
+  // Next free entry (not yet visible to the consumer), or nullptr when full.
+  T* claim() noexcept {
+    if (head_ - tail_ >= depth_) {
+      uint32_t t = control_->consumer.load(std::memory_order_acquire);
+      if (head_ - t > depth_) {  // consumer index moved past what we produced
+        corrupt_ = true;
+        return nullptr;
+      }
+      tail_ = t;
+      if (head_ - tail_ >= depth_) return nullptr;
+    }
+    return &entries_[head_++ & mask_];
+  }
+
+  // Makes every claimed entry visible: the doorbell write.
+  void publish() noexcept {
+    if (head_ != published_) {
+      control_->producer.store(head_, std::memory_order_release);
+      published_ = head_;
+    }
+  }
+
+  uint32_t unpublished() const noexcept { return head_ - published_; }
+  uint32_t free_entries() noexcept {
+    uint32_t t = control_->consumer.load(std::memory_order_acquire);
+    if (head_ - t > depth_) {
+      corrupt_ = true;
+      return 0;
+    }
+    tail_ = t;
+    return depth_ - (head_ - tail_);
+  }
+  bool corrupt() const noexcept { return corrupt_; }
+  uint32_t depth() const noexcept { return depth_; }
+
+ private:
+  RingControl* control_ = nullptr;
+  T* entries_ = nullptr;
+  uint32_t mask_ = 0;
+  uint32_t depth_ = 0;
+  uint32_t head_ = 0;
+  uint32_t published_ = 0;
+  uint32_t tail_ = 0;
+  bool corrupt_ = false;
+};
+
+template <typename T>
+class RingReader {
+ public:
+  RingReader() = default;
+  RingReader(RingControl* control, T* entries, uint32_t depth) noexcept
+      : control_(control), entries_(entries), mask_(depth - 1), depth_(depth) {
+    tail_ = control_->consumer.load(std::memory_order_relaxed);
+  }
+
+  // Entries published and not yet consumed (0 when the producer index is bogus).
+  uint32_t available() noexcept {
+    uint32_t h = control_->producer.load(std::memory_order_acquire);
+    uint32_t d = h - tail_;
+    if (d > depth_) {
+      corrupt_ = true;
+      return 0;
+    }
+    return d;
+  }
+
+  // i-th unconsumed entry; copy it out before trusting it.
+  const T* peek(uint32_t i) const noexcept { return &entries_[(tail_ + i) & mask_]; }
+
+  void release(uint32_t n) noexcept {
+    tail_ += n;
+    control_->consumer.store(tail_, std::memory_order_release);
+  }
+
+  // Drops everything published so far (QP reset).
+  void discard() noexcept {
+    uint32_t a = available();
+    if (a != 0) release(a);
+  }
+
+  bool corrupt() const noexcept { return corrupt_; }
+  uint32_t depth() const noexcept { return depth_; }
+
+ private:
+  RingControl* control_ = nullptr;
+  T* entries_ = nullptr;
+  uint32_t mask_ = 0;
+  uint32_t depth_ = 0;
+  uint32_t tail_ = 0;
+  bool corrupt_ = false;
+};
+
+}  // namespace tandem::rnic::host

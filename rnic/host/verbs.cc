@@ -1,0 +1,663 @@
+#include "rnic/host/verbs.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "rnic/host/host_protocol.h"
+#include "rnic/host/unix_channel.h"
+
+namespace tandem::rnic::host {
+
+struct Context {
+  int sock = -1;
+  DeviceAttr attr;
+  uint32_t app_id = 0;
+  uint16_t version = 0;
+  uint32_t max_qps = 0;
+  uint32_t max_sge = 0;
+  uint32_t max_inline = 0;
+  uint32_t max_depth = 0;
+  ShmRegion doorbell_memory;
+  ShmRegion worker_memory;
+  DoorbellPage* doorbells = nullptr;
+  const WorkerPage* worker = nullptr;
+  int wake_fd = -1;
+  std::atomic<bool> dead{false};
+
+  std::mutex call_mu;  // one request in flight on the socket
+  uint32_t seq = 0;
+
+  std::mutex buf_mu;  // guards buffers
+  std::map<uintptr_t, std::unique_ptr<ShmRegion>> buffers;  // alloc_buf() regions by base
+
+  // MRs by key index, read lock-free by post_send/post_recv.
+  std::unique_ptr<std::atomic<Mr*>[]> mrs{new std::atomic<Mr*>[kMaxMrs]()};
+};
+
+namespace {
+
+thread_local Status t_status = Status::kOk;
+thread_local char t_message[256] = "ok";
+
+Status fail(Status st, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+Status fail(Status st, const char* fmt, ...) {
+  t_status = st;
+  int n = std::snprintf(t_message, sizeof t_message, "%.*s: ",
+                        static_cast<int>(status_name(st).size()), status_name(st).data());
+  if (n < 0 || static_cast<std::size_t>(n) >= sizeof t_message) return st;
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(t_message + n, sizeof t_message - n, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+Status ok() {
+  t_status = Status::kOk;
+  std::strcpy(t_message, "ok");
+  return Status::kOk;
+}
+
+int rc(Status st) { return static_cast<int>(st); }
+
+void close_fds(int* fds, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) close(fds[i]);
+}
+
+// One request/reply exchange. Received descriptors are stored in rfds.
+Status call(Context* ctx, Request& req, MsgType type, const int* fds, std::size_t nfds,
+            Reply* rep, int* rfds = nullptr, std::size_t max_rfds = 0,
+            std::size_t* nrfds = nullptr) {
+  if (ctx->dead.load(std::memory_order_relaxed)) return fail(Status::kWorkerGone, "worker gone");
+  std::lock_guard lock(ctx->call_mu);
+  req.hdr.magic = kProtocolMagic;
+  req.hdr.type = static_cast<uint16_t>(type);
+  req.hdr.reserved = 0;
+  req.hdr.seq = ++ctx->seq;
+  req.hdr.status = 0;
+  ssize_t n = send_message(ctx->sock, &req, sizeof req, fds, nfds);
+  if (n != static_cast<ssize_t>(sizeof req)) {
+    ctx->dead = true;
+    return fail(Status::kWorkerGone, "send to worker failed (%s)", std::strerror(n < 0 ? -n : EIO));
+  }
+  pollfd p{ctx->sock, POLLIN, 0};
+  int r;
+  do {
+    r = ::poll(&p, 1, ctx->attr.timeout_ms);
+  } while (r < 0 && errno == EINTR);
+  if (r == 0) return fail(Status::kTimeout, "no reply within %d ms", ctx->attr.timeout_ms);
+  int got[kMaxFdsPerMessage];
+  std::size_t ngot = 0;
+  n = recv_message(ctx->sock, rep, sizeof *rep, got, max_rfds, &ngot, false);
+  if (n == 0 || n == -ECONNRESET) {
+    ctx->dead = true;
+    return fail(Status::kWorkerGone, "worker closed the connection");
+  }
+  if (n != static_cast<ssize_t>(sizeof *rep) || rep->hdr.magic != kProtocolMagic ||
+      rep->hdr.seq != req.hdr.seq || rep->hdr.type != req.hdr.type) {
+    close_fds(got, ngot);
+    ctx->dead = true;  // the stream is out of step: nothing after this can be trusted
+    return fail(Status::kProtocolError, "bad reply from worker");
+  }
+  auto st = static_cast<Status>(rep->hdr.status);
+  if (st != Status::kOk) {
+    close_fds(got, ngot);
+    if (st >= Status::kCount) return fail(Status::kProtocolError, "bad status in reply");
+    return fail(st, "refused by worker");
+  }
+  if (nrfds != nullptr) {
+    for (std::size_t i = 0; i < ngot; ++i) rfds[i] = got[i];
+    *nrfds = ngot;
+  } else {
+    close_fds(got, ngot);
+  }
+  return ok();
+}
+
+void ring_doorbell(Context* ctx, uint32_t bit) {
+  DoorbellPage* db = ctx->doorbells;
+  uint64_t mask = uint64_t{1} << (bit % 64);
+  if ((db->words[bit / 64].load(std::memory_order_relaxed) & mask) == 0) {
+    db->words[bit / 64].fetch_or(mask, std::memory_order_release);
+  }
+  // Always set the summary after the word, even if the word was already set:
+  // the worker may have just taken the summary but not yet the word.
+  db->summary[bit / 4096].fetch_or(uint64_t{1} << ((bit / 64) % 64), std::memory_order_release);
+  // Pairs with the worker's fence between "sleeping = 1" and its last look at
+  // the doorbells: either it sees our bit or we see its flag.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (ctx->worker->sleeping.load(std::memory_order_relaxed) != 0) {
+    uint64_t one = 1;
+    ssize_t w = write(ctx->wake_fd, &one, sizeof one);
+    (void)w;  // EAGAIN means the counter is already non-zero: the worker will wake anyway
+  }
+}
+
+Mr* find_mr(Context* ctx, uint32_t lkey) {
+  uint32_t idx = mr_key_index(lkey);
+  if (idx >= kMaxMrs) return nullptr;
+  Mr* mr = ctx->mrs[idx].load(std::memory_order_acquire);
+  return mr != nullptr && mr->lkey == lkey ? mr : nullptr;
+}
+
+// SGE as an offset into its MR. An unknown lkey passes through unchanged: the
+// worker rejects it with an error completion, as hardware would.
+WqeSge to_wqe_sge(Context* ctx, const ibv_sge& s) {
+  Mr* mr = find_mr(ctx, s.lkey);
+  uint64_t base = mr != nullptr ? reinterpret_cast<uintptr_t>(mr->addr) : 0;
+  return WqeSge{s.addr - base, s.length, s.lkey};
+}
+
+bool supported_send_opcode(ibv_wr_opcode op) {
+  return op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_SEND ||
+         op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_READ;
+}
+
+}  // namespace
+
+Status last_status() { return t_status; }
+const char* last_error() { return t_message; }
+
+Context* open_device(const char* socket_path, const DeviceAttr& attr) {
+  auto ctx = std::make_unique<Context>();
+  ctx->attr = attr;
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (socket_path == nullptr || std::strlen(socket_path) >= sizeof sa.sun_path) {
+    fail(Status::kInvalidArgument, "socket path missing or too long");
+    return nullptr;
+  }
+  std::strcpy(sa.sun_path, socket_path);
+  ctx->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (ctx->sock < 0 || connect(ctx->sock, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    fail(Status::kWorkerGone, "cannot connect to %s: %s", socket_path, std::strerror(errno));
+    if (ctx->sock >= 0) close(ctx->sock);
+    return nullptr;
+  }
+  if (ShmRegion::create("tandem-doorbells", sizeof(DoorbellPage), false, &ctx->doorbell_memory) !=
+      Status::kOk) {
+    close(ctx->sock);
+    fail(Status::kNoMemory, "doorbell page: %s", std::strerror(errno));
+    return nullptr;
+  }
+  ctx->doorbells = reinterpret_cast<DoorbellPage*>(ctx->doorbell_memory.data());
+
+  Request req{};
+  req.body.hello.version_min = kProtocolVersionMin;
+  req.body.hello.version_max = kProtocolVersionMax;
+  req.body.hello.pid = static_cast<uint32_t>(getpid());
+  std::snprintf(req.body.hello.name, sizeof req.body.hello.name, "%s",
+                attr.name != nullptr ? attr.name : "app");
+  Reply rep{};
+  int db_fd = ctx->doorbell_memory.fd();
+  int fds[kMaxFdsPerMessage];
+  std::size_t nfds = 0;
+  Status st = call(ctx.get(), req, MsgType::kHello, &db_fd, 1, &rep, fds, 2, &nfds);
+  ctx->doorbell_memory.close_fd();
+  if (st != Status::kOk) {
+    close(ctx->sock);
+    return nullptr;
+  }
+  if (nfds != 2) {
+    close_fds(fds, nfds);
+    close(ctx->sock);
+    fail(Status::kProtocolError, "hello reply carried %zu descriptors, want 2", nfds);
+    return nullptr;
+  }
+  ctx->wake_fd = fds[1];
+  if (ShmRegion::map_fd(fds[0], sizeof(WorkerPage), 1u << 20, false, &ctx->worker_memory) !=
+      Status::kOk) {
+    close(ctx->wake_fd);
+    close(ctx->sock);
+    fail(Status::kProtocolError, "worker page cannot be mapped");
+    return nullptr;
+  }
+  ctx->worker = reinterpret_cast<const WorkerPage*>(ctx->worker_memory.data());
+  if (ctx->worker->magic != WorkerPage::kMagic) {
+    close(ctx->wake_fd);
+    close(ctx->sock);
+    fail(Status::kProtocolError, "worker page has a bad magic");
+    return nullptr;
+  }
+  const HelloReply& h = rep.body.hello;
+  ctx->version = h.version;
+  ctx->app_id = h.app_id;
+  ctx->max_qps = h.max_qps;
+  ctx->max_sge = h.max_sge < kMaxSge ? h.max_sge : kMaxSge;
+  ctx->max_inline = h.max_inline < kMaxInline ? h.max_inline : kMaxInline;
+  ctx->max_depth = h.max_queue_depth < kMaxQueueDepth ? h.max_queue_depth : kMaxQueueDepth;
+  ok();
+  return ctx.release();
+}
+
+int close_device(Context* ctx) {
+  if (ctx == nullptr) return rc(fail(Status::kInvalidArgument, "null context"));
+  close(ctx->sock);
+  if (ctx->wake_fd >= 0) close(ctx->wake_fd);
+  delete ctx;
+  return rc(ok());
+}
+
+uint32_t app_id(const Context* ctx) { return ctx->app_id; }
+uint16_t protocol_version(const Context* ctx) { return ctx->version; }
+
+void* alloc_buf(Context* ctx, std::size_t length) {
+  if (length == 0) {
+    fail(Status::kInvalidArgument, "zero-length buffer");
+    return nullptr;
+  }
+  auto region = std::make_unique<ShmRegion>();
+  if (ShmRegion::create("tandem-buf", length, ctx->attr.huge_buffers, region.get()) !=
+      Status::kOk) {
+    fail(Status::kNoMemory, "memfd of %zu bytes: %s", length, std::strerror(errno));
+    return nullptr;
+  }
+  void* p = region->data();
+  std::lock_guard lock(ctx->buf_mu);
+  ctx->buffers.emplace(reinterpret_cast<uintptr_t>(p), std::move(region));
+  ok();
+  return p;
+}
+
+int free_buf(Context* ctx, void* addr) {
+  std::lock_guard lock(ctx->buf_mu);
+  auto it = ctx->buffers.find(reinterpret_cast<uintptr_t>(addr));
+  if (it == ctx->buffers.end()) return rc(fail(Status::kNotFound, "not an alloc_buf() buffer"));
+  ctx->buffers.erase(it);
+  return rc(ok());
+}
+
+bool buf_is_hugetlb(Context* ctx, const void* addr) {
+  std::lock_guard lock(ctx->buf_mu);
+  auto a = reinterpret_cast<uintptr_t>(addr);
+  auto it = ctx->buffers.upper_bound(a);
+  if (it == ctx->buffers.begin()) return false;
+  --it;
+  return a < it->first + it->second->size() && it->second->hugetlb();
+}
+
+Pd* alloc_pd(Context* ctx) {
+  Request req{};
+  Reply rep{};
+  if (call(ctx, req, MsgType::kAllocPd, nullptr, 0, &rep) != Status::kOk) return nullptr;
+  return new Pd{ctx, rep.body.pd.pd};
+}
+
+int dealloc_pd(Pd* pd) {
+  Request req{};
+  req.body.pd.pd = pd->handle;
+  Reply rep{};
+  Status st = call(pd->context, req, MsgType::kDeallocPd, nullptr, 0, &rep);
+  if (st == Status::kOk || st == Status::kWorkerGone) delete pd;
+  return rc(st);
+}
+
+Mr* reg_mr(Pd* pd, void* addr, std::size_t length, int access) {
+  Context* ctx = pd->context;
+  auto a = reinterpret_cast<uintptr_t>(addr);
+  int fd = -1;
+  uintptr_t base = 0;
+  bool huge = false;
+  {
+    std::lock_guard lock(ctx->buf_mu);
+    auto it = ctx->buffers.upper_bound(a);
+    if (it != ctx->buffers.begin()) {
+      --it;
+      if (a + length >= a && a + length <= it->first + it->second->size()) {
+        fd = it->second->fd();
+        base = it->first;
+        huge = it->second->hugetlb();
+      }
+    }
+  }
+  if (fd < 0) {
+    fail(Status::kNotShared, "%p+%zu is not inside one alloc_buf() buffer", addr, length);
+    return nullptr;
+  }
+  Request req{};
+  req.body.reg_mr.pd = pd->handle;
+  req.body.reg_mr.access = static_cast<uint32_t>(access);
+  req.body.reg_mr.addr = a;
+  req.body.reg_mr.length = length;
+  req.body.reg_mr.fd_offset = a - base;
+  Reply rep{};
+  if (call(ctx, req, MsgType::kRegMr, &fd, 1, &rep) != Status::kOk) return nullptr;
+  auto* mr = new Mr{ctx, pd, addr, length, rep.body.reg_mr.lkey, rep.body.reg_mr.rkey, huge};
+  uint32_t idx = mr_key_index(mr->lkey);
+  if (idx < kMaxMrs) ctx->mrs[idx].store(mr, std::memory_order_release);
+  return mr;
+}
+
+int dereg_mr(Mr* mr) {
+  Context* ctx = mr->context;
+  Request req{};
+  req.body.dereg_mr.lkey = mr->lkey;
+  Reply rep{};
+  Status st = call(ctx, req, MsgType::kDeregMr, nullptr, 0, &rep);
+  if (st == Status::kOk || st == Status::kWorkerGone) {
+    uint32_t idx = mr_key_index(mr->lkey);
+    Mr* expected = mr;
+    if (idx < kMaxMrs) ctx->mrs[idx].compare_exchange_strong(expected, nullptr);
+    delete mr;
+  }
+  return rc(st);
+}
+
+Cq* create_cq(Context* ctx, int cqe, void* cq_context) {
+  if (cqe <= 0 || static_cast<uint32_t>(cqe) > ctx->max_depth) {
+    fail(Status::kInvalidArgument, "cqe %d not in 1..%u", cqe, ctx->max_depth);
+    return nullptr;
+  }
+  uint32_t depth = round_up_pow2(static_cast<uint32_t>(cqe));
+  auto cq = std::make_unique<Cq>();
+  CqLayout layout = cq_layout(depth);
+  if (ShmRegion::create("tandem-cq", layout.bytes, ctx->attr.huge_queues, &cq->ring_memory) !=
+      Status::kOk) {
+    fail(Status::kNoMemory, "CQ ring of %zu bytes", layout.bytes);
+    return nullptr;
+  }
+  Request req{};
+  req.body.create_cq.depth = depth;
+  Reply rep{};
+  int fd = cq->ring_memory.fd();
+  Status st = call(ctx, req, MsgType::kCreateCq, &fd, 1, &rep);
+  cq->ring_memory.close_fd();
+  if (st != Status::kOk) return nullptr;
+  uint8_t* base = cq->ring_memory.data();
+  cq->context = ctx;
+  cq->cq_context = cq_context;
+  cq->cqe = static_cast<int>(depth);
+  cq->handle = rep.body.cq.cq;
+  cq->hugetlb = cq->ring_memory.hugetlb();
+  cq->ring = RingReader<Cqe>(reinterpret_cast<RingControl*>(base + layout.control),
+                             reinterpret_cast<Cqe*>(base + layout.entries), depth);
+  cq->empty_polls = 0;
+  return cq.release();
+}
+
+int destroy_cq(Cq* cq) {
+  Request req{};
+  req.body.destroy_cq.cq = cq->handle;
+  Reply rep{};
+  Status st = call(cq->context, req, MsgType::kDestroyCq, nullptr, 0, &rep);
+  if (st == Status::kOk || st == Status::kWorkerGone) delete cq;
+  return rc(st);
+}
+
+Qp* create_qp(Pd* pd, QpInitAttr* attr) {
+  Context* ctx = pd->context;
+  if (attr == nullptr || attr->send_cq == nullptr || attr->recv_cq == nullptr) {
+    fail(Status::kInvalidArgument, "send_cq and recv_cq are required");
+    return nullptr;
+  }
+  if (attr->qp_type != IBV_QPT_RC) {
+    fail(Status::kUnsupported, "only RC QPs");
+    return nullptr;
+  }
+  ibv_qp_cap& cap = attr->cap;
+  if (cap.max_send_wr > ctx->max_depth || cap.max_recv_wr > ctx->max_depth ||
+      cap.max_send_sge > ctx->max_sge || cap.max_recv_sge > ctx->max_sge ||
+      cap.max_inline_data > ctx->max_inline) {
+    fail(Status::kInvalidArgument, "caps over the limits (depth %u, sge %u, inline %u)",
+         ctx->max_depth, ctx->max_sge, ctx->max_inline);
+    return nullptr;
+  }
+  uint32_t sq_depth = round_up_pow2(cap.max_send_wr == 0 ? 1 : cap.max_send_wr);
+  uint32_t rq_depth = round_up_pow2(cap.max_recv_wr == 0 ? 1 : cap.max_recv_wr);
+  auto qp = std::make_unique<Qp>();
+  QpQueueLayout layout = qp_queue_layout(sq_depth, rq_depth);
+  if (ShmRegion::create("tandem-qp", layout.bytes, ctx->attr.huge_queues, &qp->queue_memory) !=
+      Status::kOk) {
+    fail(Status::kNoMemory, "QP rings of %zu bytes", layout.bytes);
+    return nullptr;
+  }
+  Request req{};
+  CreateQpRequest& c = req.body.create_qp;
+  c.pd = pd->handle;
+  c.send_cq = attr->send_cq->handle;
+  c.recv_cq = attr->recv_cq->handle;
+  c.sq_depth = sq_depth;
+  c.rq_depth = rq_depth;
+  c.qp_type = IBV_QPT_RC;
+  c.sq_sig_all = attr->sq_sig_all != 0 ? 1 : 0;
+  Reply rep{};
+  int fd = qp->queue_memory.fd();
+  Status st = call(ctx, req, MsgType::kCreateQp, &fd, 1, &rep);
+  qp->queue_memory.close_fd();
+  if (st != Status::kOk) return nullptr;
+  cap.max_send_wr = sq_depth;
+  cap.max_recv_wr = rq_depth;
+  if (cap.max_send_sge == 0) cap.max_send_sge = 1;
+  if (cap.max_recv_sge == 0) cap.max_recv_sge = 1;
+  uint8_t* base = qp->queue_memory.data();
+  qp->context = ctx;
+  qp->pd = pd;
+  qp->send_cq = attr->send_cq;
+  qp->recv_cq = attr->recv_cq;
+  qp->qp_context = attr->qp_context;
+  qp->qp_num = rep.body.create_qp.qpn;
+  qp->state = IBV_QPS_RESET;
+  qp->qp_type = IBV_QPT_RC;
+  qp->cap = cap;
+  qp->hugetlb = qp->queue_memory.hugetlb();
+  qp->doorbell_bit = rep.body.create_qp.doorbell_bit;
+  qp->sq = RingWriter<SendWqe>(reinterpret_cast<RingControl*>(base + layout.sq_control),
+                               reinterpret_cast<SendWqe*>(base + layout.sq_entries), sq_depth);
+  qp->rq = RingWriter<RecvWqe>(reinterpret_cast<RingControl*>(base + layout.rq_control),
+                               reinterpret_cast<RecvWqe*>(base + layout.rq_entries), rq_depth);
+  if (qp->doorbell_bit >= kMaxQpsPerApp) {
+    fail(Status::kProtocolError, "doorbell bit %u out of range", qp->doorbell_bit);
+    return nullptr;
+  }
+  return qp.release();
+}
+
+int modify_qp(Qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  if (attr == nullptr) return rc(fail(Status::kInvalidArgument, "null attr"));
+  Request req{};
+  ModifyQpRequest& m = req.body.modify_qp;
+  m.qpn = qp->qp_num;
+  m.attr_mask = static_cast<uint32_t>(attr_mask);
+  m.qp_state = attr->qp_state;
+  m.path_mtu = attr->path_mtu;
+  m.dest_qp_num = attr->dest_qp_num;
+  m.rq_psn = attr->rq_psn;
+  m.sq_psn = attr->sq_psn;
+  m.qp_access_flags = attr->qp_access_flags;
+  std::memcpy(m.dgid, attr->ah_attr.grh.dgid.raw, sizeof m.dgid);
+  m.sgid_index = attr->ah_attr.grh.sgid_index;
+  m.port_num = attr->port_num;
+  m.timeout = attr->timeout;
+  m.retry_cnt = attr->retry_cnt;
+  m.rnr_retry = attr->rnr_retry;
+  m.min_rnr_timer = attr->min_rnr_timer;
+  m.max_rd_atomic = attr->max_rd_atomic;
+  m.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+  Reply rep{};
+  Status st = call(qp->context, req, MsgType::kModifyQp, nullptr, 0, &rep);
+  if (st != Status::kOk) return rc(st);
+  qp->state = static_cast<ibv_qp_state>(rep.body.modify_qp.qp_state);
+  if (qp->state == IBV_QPS_RESET) {
+    // The worker dropped whatever was queued; start over from its consumer index.
+    uint8_t* base = qp->queue_memory.data();
+    QpQueueLayout layout = qp_queue_layout(qp->sq.depth(), qp->rq.depth());
+    qp->sq = RingWriter<SendWqe>(reinterpret_cast<RingControl*>(base + layout.sq_control),
+                                 reinterpret_cast<SendWqe*>(base + layout.sq_entries),
+                                 qp->sq.depth());
+    qp->rq = RingWriter<RecvWqe>(reinterpret_cast<RingControl*>(base + layout.rq_control),
+                                 reinterpret_cast<RecvWqe*>(base + layout.rq_entries),
+                                 qp->rq.depth());
+  }
+  return 0;
+}
+
+int destroy_qp(Qp* qp) {
+  Request req{};
+  req.body.destroy_qp.qpn = qp->qp_num;
+  Reply rep{};
+  Status st = call(qp->context, req, MsgType::kDestroyQp, nullptr, 0, &rep);
+  if (st == Status::kOk || st == Status::kWorkerGone) delete qp;
+  return rc(st);
+}
+
+int post_send(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  Context* ctx = qp->context;
+  Status st = Status::kOk;
+  if (ctx->dead.load(std::memory_order_relaxed)) {
+    st = fail(Status::kWorkerGone, "worker gone");
+  } else if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD && qp->state != IBV_QPS_ERR) {
+    st = fail(Status::kBadState, "post_send on QP %u needs RTS", qp->qp_num);
+  }
+  for (; st == Status::kOk && wr != nullptr; wr = wr->next) {
+    bool inl = (wr->send_flags & IBV_SEND_INLINE) != 0;
+    if (!supported_send_opcode(wr->opcode)) {
+      st = fail(Status::kUnsupported, "send opcode %d", static_cast<int>(wr->opcode));
+      break;
+    }
+    if (wr->num_sge < 0 || (!inl && static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge) ||
+        (wr->num_sge > 0 && wr->sg_list == nullptr)) {
+      st = fail(Status::kInvalidArgument, "num_sge %d (max %u)", wr->num_sge,
+                qp->cap.max_send_sge);
+      break;
+    }
+    uint64_t inline_len = 0;
+    if (inl) {
+      for (int i = 0; i < wr->num_sge; ++i) inline_len += wr->sg_list[i].length;
+      if (wr->opcode == IBV_WR_RDMA_READ || inline_len > qp->cap.max_inline_data) {
+        st = fail(Status::kInvalidArgument, "inline of %lu bytes (max %u)",
+                  static_cast<unsigned long>(inline_len), qp->cap.max_inline_data);
+        break;
+      }
+    }
+    SendWqe* w = qp->sq.claim();
+    if (w == nullptr) {
+      st = qp->sq.corrupt() ? fail(Status::kProtocolError, "SQ indices corrupt")
+                            : fail(Status::kQueueFull, "SQ of QP %u full", qp->qp_num);
+      break;
+    }
+    w->wr_id = wr->wr_id;
+    w->remote_addr = wr->wr.rdma.remote_addr;
+    w->rkey = wr->wr.rdma.rkey;
+    w->imm_data = wr->imm_data;
+    w->send_flags = wr->send_flags;
+    w->opcode = static_cast<uint8_t>(wr->opcode);
+    if (inl) {
+      w->num_sge = 0;
+      w->inline_len = static_cast<uint16_t>(inline_len);
+      std::size_t at = 0;
+      for (int i = 0; i < wr->num_sge; ++i) {
+        const ibv_sge& s = wr->sg_list[i];
+        std::memcpy(w->inline_data + at, reinterpret_cast<const void*>(s.addr), s.length);
+        at += s.length;
+      }
+    } else {
+      w->num_sge = static_cast<uint8_t>(wr->num_sge);
+      w->inline_len = 0;
+      for (int i = 0; i < wr->num_sge; ++i) w->sge[i] = to_wqe_sge(ctx, wr->sg_list[i]);
+    }
+  }
+  if (qp->sq.unpublished() != 0) {
+    qp->sq.publish();
+    ring_doorbell(ctx, qp->doorbell_bit);
+  }
+  if (st != Status::kOk) {
+    if (bad_wr != nullptr) *bad_wr = wr;
+    return rc(st);
+  }
+  return 0;
+}
+
+int post_recv(Qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  Context* ctx = qp->context;
+  Status st = Status::kOk;
+  if (ctx->dead.load(std::memory_order_relaxed)) {
+    st = fail(Status::kWorkerGone, "worker gone");
+  } else if (qp->state == IBV_QPS_RESET) {
+    st = fail(Status::kBadState, "post_recv on QP %u in RESET", qp->qp_num);
+  }
+  for (; st == Status::kOk && wr != nullptr; wr = wr->next) {
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge ||
+        (wr->num_sge > 0 && wr->sg_list == nullptr)) {
+      st = fail(Status::kInvalidArgument, "num_sge %d (max %u)", wr->num_sge,
+                qp->cap.max_recv_sge);
+      break;
+    }
+    RecvWqe* w = qp->rq.claim();
+    if (w == nullptr) {
+      st = qp->rq.corrupt() ? fail(Status::kProtocolError, "RQ indices corrupt")
+                            : fail(Status::kQueueFull, "RQ of QP %u full", qp->qp_num);
+      break;
+    }
+    w->wr_id = wr->wr_id;
+    w->num_sge = static_cast<uint32_t>(wr->num_sge);
+    for (int i = 0; i < wr->num_sge; ++i) w->sge[i] = to_wqe_sge(ctx, wr->sg_list[i]);
+  }
+  if (qp->rq.unpublished() != 0) {
+    qp->rq.publish();
+    ring_doorbell(ctx, qp->doorbell_bit);
+  }
+  if (st != Status::kOk) {
+    if (bad_wr != nullptr) *bad_wr = wr;
+    return rc(st);
+  }
+  return 0;
+}
+
+int poll_cq(Cq* cq, int num_entries, ibv_wc* wc) {
+  if (num_entries <= 0) return 0;
+  uint32_t avail = cq->ring.available();
+  if (cq->ring.corrupt()) return -rc(fail(Status::kProtocolError, "CQ indices corrupt"));
+  if (avail == 0) {
+    // An empty CQ is the only sign a dead worker gives on the fast path:
+    // check the socket now and then, not on every poll.
+    if (++cq->empty_polls % 4096 == 0 && !worker_alive(cq->context)) {
+      return -rc(fail(Status::kWorkerGone, "worker gone"));
+    }
+    return 0;
+  }
+  uint32_t n = avail < static_cast<uint32_t>(num_entries) ? avail : static_cast<uint32_t>(num_entries);
+  for (uint32_t i = 0; i < n; ++i) {
+    const Cqe& c = *cq->ring.peek(i);
+    ibv_wc& w = wc[i];
+    std::memset(&w, 0, sizeof w);
+    w.wr_id = c.wr_id;
+    w.status = static_cast<ibv_wc_status>(c.status);
+    w.opcode = static_cast<ibv_wc_opcode>(c.opcode);
+    w.vendor_err = c.vendor_err;
+    w.byte_len = c.byte_len;
+    w.imm_data = c.imm_data;
+    w.qp_num = c.qp_num;
+    w.src_qp = c.src_qp;
+    w.wc_flags = c.wc_flags;
+  }
+  cq->ring.release(n);
+  return static_cast<int>(n);
+}
+
+bool worker_alive(Context* ctx) {
+  if (ctx->dead.load(std::memory_order_relaxed)) return false;
+  pollfd p{ctx->sock, POLLIN, 0};
+  if (::poll(&p, 1, 0) > 0) {
+    char b;
+    if ((p.revents & (POLLHUP | POLLERR)) != 0 ||
+        recv(ctx->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+      ctx->dead = true;
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace tandem::rnic::host

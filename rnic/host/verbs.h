@@ -1,0 +1,133 @@
+// The tenant application library: verbs over shared memory with a Tandem RNIC
+// worker. Names and types follow rdma-core (<infiniband/verbs.h> is used for
+// its types only; libibverbs is not linked), so porting a verbs program is
+// mechanical:
+//   ibv_open_device -> open_device(socket_path)   malloc(n) -> alloc_buf(ctx, n)
+//   ibv_alloc_pd -> alloc_pd   ibv_reg_mr -> reg_mr   ibv_create_cq -> create_cq
+//   ibv_create_qp -> create_qp(pd, QpInitAttr*)   ibv_modify_qp -> modify_qp
+//   ibv_post_send / post_recv / poll_cq -> post_send / post_recv / poll_cq
+// Registered memory must come from alloc_buf(): the worker can only reach
+// memory that lives in a memfd it was given.
+//
+// Functions returning a pointer return nullptr on error; functions returning
+// int return 0 or a Status value (poll_cq: a count, or -Status). Either way
+// last_status() / last_error() tell what went wrong, per thread.
+// Thread safety: control calls may come from any thread; post_send/post_recv
+// on one QP and poll_cq on one CQ must come from one thread at a time (each
+// ring has a single producer and a single consumer).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "rnic/host/host_status.h"
+#include "rnic/host/queue_layout.h"
+#include "rnic/host/shm_region.h"
+#include "rnic/host/spsc_ring.h"
+
+namespace tandem::rnic::host {
+
+struct Context;
+
+struct DeviceAttr {
+  const char* name = "app";  // shown in the worker's logs
+  bool huge_buffers = true;  // alloc_buf tries MFD_HUGETLB first
+  bool huge_queues = false;  // per-QP/CQ rings on huge pages: 2 MB each, so off by default
+  int timeout_ms = 5000;     // control calls fail with kTimeout after this
+};
+
+struct Pd {
+  Context* context;
+  uint32_t handle;
+};
+
+struct Mr {
+  Context* context;
+  Pd* pd;
+  void* addr;
+  std::size_t length;
+  uint32_t lkey;
+  uint32_t rkey;
+  bool hugetlb;  // the buffer is on huge pages (zero copy possible on a real NIC)
+};
+
+struct Cq {
+  Context* context;
+  void* cq_context;
+  int cqe;  // ring entries (>= what was asked)
+  uint32_t handle;
+  bool hugetlb;
+  ShmRegion ring_memory;
+  RingReader<Cqe> ring;
+  uint32_t empty_polls;
+};
+
+struct QpInitAttr {
+  void* qp_context = nullptr;
+  Cq* send_cq = nullptr;
+  Cq* recv_cq = nullptr;
+  ibv_qp_cap cap{};  // max_send_wr/max_recv_wr/sges/inline; updated to what was granted
+  ibv_qp_type qp_type = IBV_QPT_RC;
+  int sq_sig_all = 0;
+};
+
+struct Qp {
+  Context* context;
+  Pd* pd;
+  Cq* send_cq;
+  Cq* recv_cq;
+  void* qp_context;
+  uint32_t qp_num;
+  ibv_qp_state state;
+  ibv_qp_type qp_type;
+  ibv_qp_cap cap;
+  bool hugetlb;
+  uint32_t doorbell_bit;
+  ShmRegion queue_memory;
+  RingWriter<SendWqe> sq;
+  RingWriter<RecvWqe> rq;
+};
+
+// Attach: connect to the worker's Unix socket and negotiate the protocol version.
+Context* open_device(const char* socket_path, const DeviceAttr& attr = {});
+// Detach: the worker frees everything this context still owns.
+int close_device(Context* ctx);
+uint32_t app_id(const Context* ctx);
+uint16_t protocol_version(const Context* ctx);
+
+// Shared (memfd) memory that reg_mr can register; huge pages when possible.
+void* alloc_buf(Context* ctx, std::size_t length);
+int free_buf(Context* ctx, void* addr);
+// True if the alloc_buf() buffer holding addr is on huge pages.
+bool buf_is_hugetlb(Context* ctx, const void* addr);
+
+Pd* alloc_pd(Context* ctx);
+int dealloc_pd(Pd* pd);
+
+// addr..addr+length must lie in one alloc_buf() buffer (else kNotShared).
+Mr* reg_mr(Pd* pd, void* addr, std::size_t length, int access);
+int dereg_mr(Mr* mr);
+
+Cq* create_cq(Context* ctx, int cqe, void* cq_context = nullptr);
+int destroy_cq(Cq* cq);
+
+Qp* create_qp(Pd* pd, QpInitAttr* attr);
+int modify_qp(Qp* qp, ibv_qp_attr* attr, int attr_mask);
+int destroy_qp(Qp* qp);
+
+// Fast path: fill WQEs in the shared ring and ring the doorbell once per call.
+// SGEs are not checked against the MR here (as on a real RNIC): a bad one
+// comes back as an error completion.
+int post_send(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
+int post_recv(Qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+int poll_cq(Cq* cq, int num_entries, ibv_wc* wc);
+
+// True while the worker's socket is open (checks without blocking).
+bool worker_alive(Context* ctx);
+
+Status last_status();
+const char* last_error();
+
+}  // namespace tandem::rnic::host
