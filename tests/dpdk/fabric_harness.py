@@ -91,6 +91,11 @@ class Telemetry:
                     raise RuntimeError(f"no telemetry socket at {path}")
                 time.sleep(0.1)
         json.loads(self.s.recv(65536).decode())  # greeting
+        # The EAL opens the socket before the app registers its commands.
+        while self.cmd("/tandem/fabric/ports") is None:
+            if time.time() > deadline:
+                raise RuntimeError("tandem-fabric never registered its telemetry commands")
+            time.sleep(0.1)
 
     def cmd(self, c):
         self.s.send(c.encode())
