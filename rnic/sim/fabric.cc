@@ -1,5 +1,6 @@
 #include "rnic/sim/fabric.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "common/fabric/ecmp.h"
@@ -223,7 +224,9 @@ void Fabric::start_tx(uint32_t pid, uint64_t now) {
     ++p.stats.drops_loss;
     drop(frame);
   } else {
-    events_.push(now + ser + p.params.delay_ns + jitter, EventKind::kLinkArrive, pid, frame);
+    const uint64_t at = std::max(now + ser + p.params.delay_ns + jitter, p.last_arrival);
+    p.last_arrival = at;
+    events_.push(at, EventKind::kLinkArrive, pid, frame);
   }
 }
 

@@ -20,7 +20,7 @@ namespace tandem::rnic::sim {
 struct LinkParams {
   uint64_t rate_bps = 100'000'000'000ull;
   uint64_t delay_ns = 1000;   // propagation
-  uint64_t jitter_ns = 0;     // extra delay, uniform in [0, jitter]
+  uint64_t jitter_ns = 0;     // extra delay, uniform in [0, jitter] (FIFO kept)
   double loss = 0;            // probability a frame is lost on the wire
 };
 
@@ -56,6 +56,7 @@ struct Port {
   bool up = true;        // the wire carries frames
   bool routable = true;  // switches still hash onto it (false once routing converged around a failure)
   bool busy = false;
+  uint64_t last_arrival = 0;  // jitter delays frames but a link never reorders them
   uint64_t queue_bytes = 0;
   std::deque<uint32_t> queue;
   PortStats stats;

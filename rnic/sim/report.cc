@@ -38,6 +38,7 @@ nlohmann::ordered_json results_json(const Scenario& s, uint64_t seed, const std:
     o["ecn_marks"] = r.ecn_marks;
     o["max_queue_bytes"] = r.max_queue_bytes;
     o["reorder_depth_max"] = r.reorder_depth_max;
+    o["core_reorder_depth_max"] = r.core_reorder_depth_max;
     if (!r.path_frames.empty()) o["path_frames"] = r.path_frames;
     o["sim_time_us"] = r.sim_time_us;
     o["events"] = r.events;
@@ -64,7 +65,7 @@ void print_table(std::ostream& out, const Scenario& s, uint64_t seed, const std:
                   r.data_ok ? "yes" : "NO", r.stop_reason.c_str());
     out << line;
   }
-  out << "(times in us; reorder = largest PSN distance a receiver saw ahead of the expected one)\n";
+  out << "(times in us; reorder = most PSNs a request arrived behind the highest already received; tmo = timeouts)\n";
 }
 
 }  // namespace tandem::rnic::sim

@@ -36,7 +36,8 @@ struct RunResult {
   uint64_t rx_rejected = 0;     // frames the receiving transport refused (duplicates, out of window, ...)
   uint64_t ecn_marks = 0;
   uint64_t max_queue_bytes = 0; // deepest switch queue
-  uint32_t reorder_depth_max = 0;
+  uint32_t reorder_depth_max = 0;       // as the receiving NICs saw it (PSNs behind the highest)
+  uint32_t core_reorder_depth_max = 0;  // the core's own counter (IRN mode only)
   uint64_t events = 0;
   uint64_t data_mismatches = 0; // messages whose bytes at the receiver differ from what was sent
   bool data_ok = false;         // every message completed and every byte matched

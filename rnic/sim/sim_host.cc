@@ -5,6 +5,7 @@
 
 #include "common/wire/entropy.h"
 #include "common/wire/opcode.h"
+#include "common/wire/psn.h"
 #include "common/wire/roce_packet.h"
 #include "rnic/core/frame.h"
 #include "rnic/core/policy_factory.h"
@@ -46,6 +47,9 @@ void SimHost::finish_memory(uint32_t qps) {
   TransportConfig cfg;
   cfg.max_qps = std::max<uint32_t>(qps, 1);
   cfg.qpn_base = 0x100 + index_ * 0x10;  // distinct QPNs per host make traces easier to read
+  qpn_base_ = cfg.qpn_base;
+  rx_high_psn_.assign(cfg.max_qps, 0);
+  rx_seen_.assign(cfg.max_qps, 0);
   cfg.max_cqs = 1;
   cfg.max_mrs = 4;
   cfg.tx_queue_capacity = pow2_at_least(opt_.tx_queue_capacity);
@@ -248,12 +252,34 @@ void SimHost::on_frame(uint32_t frame, uint64_t now) {
   common::RocePacket pkt;
   if (common::parse_roce(f.data, f.len, pkt) != common::DropReason::kNone) {
     ++nic_.rx_parse_drops;
-  } else if (transport_->on_packet(pkt, f.data + pkt.payload_offset, pkt.payload_len, now) !=
+  } else {
+    note_arrival_order(pkt);
+    if (transport_->on_packet(pkt, f.data + pkt.payload_offset, pkt.payload_len, now) !=
              common::DropReason::kNone) {
-    ++nic_.rx_rejected;
+      ++nic_.rx_rejected;
+    }
   }
   frames_.release(frame);
   service(now);
+}
+
+void SimHost::note_arrival_order(const common::RocePacket& pkt) noexcept {
+  // Reordering as the wire delivers it, the same measure in every mode: how
+  // far behind the highest request PSN already seen a request arrives.
+  if (!(common::opcode_info(pkt.bth.opcode).flags & common::kOpRequest)) return;
+  const uint32_t q = pkt.bth.dqpn - qpn_base_;
+  if (q >= rx_seen_.size()) return;
+  if (!rx_seen_[q]) {
+    rx_seen_[q] = 1;
+    rx_high_psn_[q] = pkt.bth.psn;
+    return;
+  }
+  const int32_t behind = common::psn_diff(rx_high_psn_[q], pkt.bth.psn);
+  if (behind > 0) {
+    nic_.reorder_depth_max = std::max(nic_.reorder_depth_max, static_cast<uint32_t>(behind));
+  } else {
+    rx_high_psn_[q] = pkt.bth.psn;
+  }
 }
 
 void SimHost::on_nic_idle(uint64_t now) { kick_nic(now); }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/wire/roce_packet.h"
 #include "rnic/core/transport.h"
 #include "rnic/sim/event_queue.h"
 #include "rnic/sim/fabric.h"
@@ -79,6 +80,7 @@ struct NicCounters {
   uint64_t rx_frames = 0;
   uint64_t rx_parse_drops = 0;  // frames that failed parse_roce (bad ICRC, ...)
   uint64_t rx_rejected = 0;     // frames on_packet refused
+  uint32_t reorder_depth_max = 0;  // largest PSN distance a request arrived behind the highest seen
 };
 
 class SimHost {
@@ -108,6 +110,7 @@ class SimHost {
 
  private:
   void service(uint64_t now);
+  void note_arrival_order(const common::RocePacket& pkt) noexcept;
   void drain_cq(uint64_t now);
   void post_message(Conn& c, uint64_t now);
   void post_recv(Conn& c);
@@ -133,6 +136,9 @@ class SimHost {
   NicCounters nic_;
   std::vector<std::vector<uint16_t>> spray_sets_;  // per peer host, discovered lazily
   std::vector<uint32_t> spray_next_;
+  std::vector<uint32_t> rx_high_psn_;  // per local QP: highest request PSN seen
+  std::vector<uint8_t> rx_seen_;
+  uint32_t qpn_base_ = 0;
   bool in_service_ = false;
 };
 

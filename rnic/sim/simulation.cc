@@ -200,6 +200,7 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
     r.retx_pkts += n.retx_pkts;
     r.retx_bytes += n.retx_bytes;
     r.rx_rejected += n.rx_rejected + n.rx_parse_drops;
+    r.reorder_depth_max = std::max(r.reorder_depth_max, n.reorder_depth_max);
   }
   for (const Conn& c : conns_) {
     for (auto [host, qpn] : {std::pair{c.src, c.src_qpn}, std::pair{c.dst, c.dst_qpn}}) {
@@ -208,7 +209,7 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
       r.timeouts += q->timeouts;
       r.naks += q->naks_tx;
       r.sacks += q->sacks_tx;
-      r.reorder_depth_max = std::max(r.reorder_depth_max, q->reorder_depth_max);
+      r.core_reorder_depth_max = std::max(r.core_reorder_depth_max, q->reorder_depth_max);
     }
   }
   const FabricStats fs = fabric_.stats();
