@@ -622,7 +622,8 @@ int poll_cq(Cq* cq, int num_entries, ibv_wc* wc) {
   if (avail == 0) {
     // An empty CQ is the only sign a dead worker gives on the fast path:
     // check the socket now and then, not on every poll.
-    if (++cq->empty_polls % 4096 == 0 && !worker_alive(cq->context)) {
+    if (cq->context->dead.load(std::memory_order_relaxed) ||
+        (++cq->empty_polls % 4096 == 0 && !worker_alive(cq->context))) {
       return -rc(fail(Status::kWorkerGone, "worker gone"));
     }
     return 0;
