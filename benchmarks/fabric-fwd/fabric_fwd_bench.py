@@ -106,7 +106,7 @@ def main():
            "baseline": round(results["baseline"], 3), "baseline_name": "dpdk-testpmd io (same vdev)",
            "ratio": round(results["ours"] / results["baseline"], 3),
            "ours_delay_10us": round(results["ours_delay_10us"], 3), "seconds": a.seconds,
-           "vdev": "net_pcap infinite_rx + tx_drop, 124-byte RoCEv2 packets, 1 lcore"}
+           "vdev": "net_pcap infinite_rx + tx_drop, 118-byte RoCEv2 packets, 1 lcore"}
     if a.json:
         print(json.dumps(out))
     else:
