@@ -50,6 +50,7 @@ struct RecvWqe {
 // Requester record per PSN in flight (ring indexed by psn & window mask).
 struct PsnRec {
   uint64_t sent_at = 0;
+  uint64_t sent_seq = 0;   // transmission order (RACK: time ties are common)
   uint32_t wqe = 0;        // absolute SQ index
   uint32_t pkt_idx = 0;    // packet index in the message
   uint32_t len = 0;        // data bytes
@@ -72,7 +73,8 @@ struct RxSlot {
   uint32_t imm = 0;
   uint32_t read_rkey = 0;
   uint32_t read_len = 0;
-  uint64_t read_va = 0;     // READ: validated host address as integer
+  uint64_t read_va = 0;     // READ: requested address
+  uint64_t arrived_at = 0;  // for the reorder delay of the gaps before it
 };
 inline constexpr uint8_t kSlotArrived = 1;
 inline constexpr uint8_t kSlotRecvDone = 2;  // completes a RECV when passed in order
@@ -123,6 +125,7 @@ struct Qp {
   uint64_t read_hole_since = kNever;
   uint32_t read_high = 0;
   bool cc_blocked = false;
+  uint64_t tx_seq = 0;     // transmissions so far
 
   // --- responder ---
   std::vector<RecvWqe> rq;
@@ -138,10 +141,12 @@ struct Qp {
   uint64_t hole_since = kNever;
   uint64_t last_sack = 0;
   bool nak_pending = false;
+  bool error_after_nak = false;  // access / invalid request: the QP goes to ERROR
   uint8_t nak_syndrome = 0;
   uint32_t nak_psn = 0;
   bool seq_nak_sent = false;  // GoBackN: one NAK per expected PSN
-  bool rnr_armed = true;      // one RNR NAK until a RECV is posted or ePSN moves
+  bool rnr_armed = true;      // one RNR NAK until a RECV is posted or ePSN moves,
+  uint32_t rnr_nak_psn = 0;   // or until the NAKed PSN comes again
   // GoBackN in-order message state
   uint8_t gbn_kind = 0;       // 0 none, 1 send, 2 write
   uint32_t gbn_offset = 0;
@@ -188,6 +193,7 @@ struct Qp {
                                 uint32_t len, uint64_t now) noexcept;
   bool tx_responses(uint64_t now) noexcept;  // false: TX queue full
   uint64_t responder_deadline() const noexcept;
+  uint64_t sack_due() const noexcept;
   void advance_epsn(uint64_t now) noexcept;
   void nak(uint8_t syndrome, uint32_t psn) noexcept;
   bool read_job(uint32_t psn, const common::Reth& reth, common::DropReason& why) noexcept;

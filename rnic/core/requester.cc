@@ -129,6 +129,7 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
       PsnRec& q = rec(psn_add(psn, i - r.pkt_idx));
       if (q.flags & kRecLost) { q.flags &= ~kRecLost; --lost; }
       q.sent_at = now;
+      q.sent_seq = tx_seq;
       if (retx) q.flags |= kRecRetx;
     }
   } else {
@@ -150,11 +151,13 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
     d->payload_len = r.len;
     gather(w, off, r.len, d);
     r.sent_at = now;
+    r.sent_seq = tx_seq;
     if (retx) r.flags |= kRecRetx;
     if (r.flags & kRecLost) { r.flags &= ~kRecLost; --lost; }
     inflight_bytes += r.len;
     cc->on_sent(r.len, now);
   }
+  ++tx_seq;
   ++c.tx_data_pkts;
   if (retx) { ++c.retx_pkts; c.retx_bytes += d->payload_len; }
   tx_commit(d, now);
@@ -281,6 +284,7 @@ void Qp::on_sack(uint64_t sack, uint64_t now) noexcept {
   const uint32_t base = sack_base(sack);
   const uint64_t bm = sack_bitmap(sack);
   uint64_t bytes = 0, rtt = 0, latest = 0;
+  bool any = false;
   int top = -1;
   for (uint32_t i = 0; i < kSackBits; ++i) {
     if (!((bm >> i) & 1)) continue;
@@ -288,7 +292,8 @@ void Qp::on_sack(uint64_t sack, uint64_t now) noexcept {
     if (psn_lt(p, una) || !psn_lt(p, nxt)) continue;
     PsnRec& r = rec(p);
     if (r.flags & kRecRead) continue;
-    latest = std::max(latest, r.sent_at);
+    latest = std::max(latest, r.sent_seq);
+    any = true;
     top = static_cast<int>(i);
     ack_rec(p, now, bytes, rtt);
   }
@@ -300,7 +305,7 @@ void Qp::on_sack(uint64_t sack, uint64_t now) noexcept {
     PsnRec& r = rec(p);
     // Lost only if something sent after it has arrived (RACK-like), so a
     // retransmission still in flight is not sent again.
-    if ((r.flags & (kRecAcked | kRecLost | kRecRead)) || r.sent_at >= latest) continue;
+    if (!any || (r.flags & (kRecAcked | kRecLost | kRecRead)) || r.sent_seq >= latest) continue;
     mark_lost(p);
     ++lost_now;
   }
@@ -374,7 +379,8 @@ DropReason Qp::on_read_response(const common::RocePacket& pkt, const uint8_t* pa
         bool any = false;
         for (uint32_t x = p; psn_lt(x, psn); x = psn_add(x, 1)) {
           PsnRec& y = rec(x);
-          if ((y.flags & kRecRead) && y.sent_at <= r.sent_at && !(y.flags & kRecLost)) {
+          if ((y.flags & kRecRead) && !(y.flags & (kRecLost | kRecAcked)) &&
+              y.sent_seq <= r.sent_seq) {
             mark_lost(x);
             any = true;
           }

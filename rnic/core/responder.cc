@@ -57,6 +57,11 @@ int Qp::post_recv(const RecvWr& wr) noexcept {
 void Qp::nak(uint8_t syndrome, uint32_t psn) noexcept {
   if (nak_pending) return;  // the first reason wins until it is sent
   nak_pending = true;
+  // As rxe does for these (IBA class C responder errors): after the NAK the
+  // QP goes to ERROR, so nothing later is placed.
+  const uint8_t code = common::aeth_value(syndrome);
+  if (common::aeth_kind(syndrome) == common::kAethNak && code != common::kNakPsnSeqError)
+    error_after_nak = true;
   nak_syndrome = syndrome;
   nak_psn = psn;
 }
@@ -91,11 +96,13 @@ DropReason Qp::on_request(const common::RocePacket& pkt, const uint8_t* payload,
     drop(r);
     return r;
   };
+  if (error_after_nak) return fail(DropReason::kBadQpState);
   if ((pkt.ip.tos & 3) == 3) {
     ++c.ecn_ce_rx;
     ecn_echo = true;
   }
   const int32_t d = psn_diff(psn, epsn);
+  if (d > 0) c.reorder_depth_max = std::max<uint32_t>(c.reorder_depth_max, static_cast<uint32_t>(d));
   if (d < 0) {
     // Duplicate: answer it (a retried READ is executed again), place nothing.
     if (op == IBV_OPCODE_RC_RDMA_READ_REQUEST) {
@@ -136,7 +143,10 @@ DropReason Qp::on_request(const common::RocePacket& pkt, const uint8_t* payload,
       return fail(DropReason::kAccessViolation);
     }
     // Executed when ePSN reaches it, so it sees every earlier WRITE.
-    for (uint32_t i = 0; i < npkts; ++i) slot(psn_add(psn, i)).flags = kSlotArrived;
+    for (uint32_t i = 0; i < npkts; ++i) {
+      slot(psn_add(psn, i)).flags = kSlotArrived;
+      slot(psn_add(psn, i)).arrived_at = now;
+    }
     s.flags = kSlotArrived | kSlotRead | kSlotMsgEnd;
     s.read_va = pkt.reth.va;
     s.read_len = pkt.reth.len;
@@ -207,9 +217,10 @@ DropReason Qp::on_request(const common::RocePacket& pkt, const uint8_t* payload,
   if (consumes_recv) {
     const uint32_t delta = (recv_idx - rq_head) & 0xFFFFFF;
     if (delta >= rq_tail - rq_head) {
-      if (rnr_armed) {
+      if (rnr_armed || !psn_lt(rnr_nak_psn, psn)) {
         nak(common::kAethRnrNak | (attr.min_rnr_timer & 0x1F), psn);
         rnr_armed = false;
+        rnr_nak_psn = psn;
       }
       if (!irn()) seq_nak_sent = true;  // later packets are dropped quietly
       return fail(DropReason::kNoBuffer);
@@ -248,6 +259,7 @@ DropReason Qp::on_request(const common::RocePacket& pkt, const uint8_t* payload,
     gbn_offset += dlen;
   }
   s.flags = kSlotArrived;
+  s.arrived_at = now;
   if (last) {
     s.flags |= kSlotMsgEnd;
     if (consumes_recv) {
@@ -262,7 +274,10 @@ DropReason Qp::on_request(const common::RocePacket& pkt, const uint8_t* payload,
   ++c.rx_pkts;
   c.rx_bytes += dlen;
   c.reorder_depth_max = std::max<uint32_t>(c.reorder_depth_max, static_cast<uint32_t>(d));
-  if (pkt.bth.ack_req || ++unacked >= attr.ack_every) ack_pending = true;
+  // Filling the gap at ePSN is acknowledged at once (as TCP does), so the
+  // requester learns of the recovery without waiting for the next AckReq.
+  if (pkt.bth.ack_req || ++unacked >= attr.ack_every || (d == 0 && psn_lt(psn_add(psn, 1), high)))
+    ack_pending = true;
   if (psn_lt(high, psn_add(psn, 1))) high = psn_add(psn, 1);
   advance_epsn(now);
   return DropReason::kNone;
@@ -294,7 +309,12 @@ void Qp::advance_epsn(uint64_t now) noexcept {
     rnr_armed = true;
   }
   if (psn_lt(epsn, high)) {
-    if (hole_since == kNever) hole_since = now;
+    // The gap at ePSN is as old as the first arrival after it.
+    if (hole_since == kNever || epsn != before) {
+      uint32_t p = epsn;
+      while (psn_lt(p, high) && !(slot(p).flags & kSlotArrived)) p = psn_add(p, 1);
+      hole_since = psn_lt(p, high) ? slot(p).arrived_at : now;
+    }
   } else {
     high = epsn;
     hole_since = kNever;
@@ -312,9 +332,12 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     else ++c.naks_tx;
     tx_commit(d, now);
     nak_pending = false;
+    if (error_after_nak) {
+      to_error(IBV_WC_WR_FLUSH_ERR);
+      return true;
+    }
   }
-  if (irn() && hole_since != kNever &&
-      now >= std::max(hole_since, last_sack) + attr.reorder_delay_ns) {
+  if (irn() && hole_since != kNever && now >= sack_due()) {
     // Up to kMaxSackChunks chunks, each starting at a gap.
     uint32_t base = epsn;
     for (uint32_t k = 0; k < kMaxSackChunks && psn_lt(base, high); ++k) {
@@ -322,7 +345,10 @@ bool Qp::tx_responses(uint64_t now) noexcept {
       for (uint32_t i = 0; i < kSackBits; ++i) {
         const uint32_t p = psn_add(base, i);
         if (!psn_lt(p, high)) break;
-        if (slot(p).flags & kSlotArrived) bm |= 1ull << i;
+        // Only arrivals older than the reorder delay: a gap before a
+        // younger one may still be mere reordering.
+        const RxSlot& q = slot(p);
+        if ((q.flags & kSlotArrived) && q.arrived_at + attr.reorder_delay_ns <= now) bm |= 1ull << i;
       }
       TxDesc* d = tx_slot();
       if (d == nullptr) return false;
@@ -379,9 +405,16 @@ bool Qp::tx_responses(uint64_t now) noexcept {
   return true;
 }
 
+uint64_t Qp::sack_due() const noexcept {
+  // At most a few SACK events per reorder delay; the requester's RACK rule
+  // keeps repeated SACKs from causing repeated retransmissions.
+  return std::max(hole_since + attr.reorder_delay_ns,
+                  last_sack + std::max<uint64_t>(attr.reorder_delay_ns / 4, 1));
+}
+
 uint64_t Qp::responder_deadline() const noexcept {
   if (!irn() || hole_since == kNever) return kNever;
-  return std::max(hole_since, last_sack) + attr.reorder_delay_ns;
+  return sack_due();
 }
 
 }  // namespace tandem::rnic

@@ -181,6 +181,8 @@ void Qp::reset_state() noexcept {
   hole_since = kNever;
   last_sack = 0;
   nak_pending = false;
+  error_after_nak = false;
+  tx_seq = 0;
   seq_nak_sent = false;
   gbn_kind = 0;
   gbn_offset = 0;
