@@ -411,6 +411,7 @@ DropReason Qp::on_read_response(const common::RocePacket& pkt, const uint8_t* pa
   ++c.rx_pkts;
   c.rx_bytes += len;
   ack_rec(psn, now, bytes, rtt);
+  r.sent_at = now;  // from here on: when the response arrived
   if (psn_lt(read_high, psn)) read_high = psn;
   if (bytes || rtt) cc->on_ack(bytes, rtt, now);
   advance_una(now);
@@ -488,19 +489,53 @@ void Qp::on_timers_requester(uint64_t now) noexcept {
     backoff = std::min<uint32_t>(backoff + 1, 10);
     last_progress = now;
     cc->on_timeout(now);
-    mark_lost_from(una);
+    if (irn()) {
+      // Selective: only what has been out for a whole timeout (the oldest
+      // always is); go-back-N resends everything from the oldest.
+      uint32_t n = 0;
+      for (uint32_t p = una; psn_lt(p, nxt); p = psn_add(p, 1)) {
+        PsnRec& r = rec(p);
+        if (p == una || r.sent_at + attr.timeout_ns <= now) {
+          const uint32_t before = lost;
+          mark_lost(p);
+          n += lost - before;
+        }
+      }
+      if (n) cc->on_loss(n, now);
+    } else {
+      mark_lost_from(una);
+    }
   }
   if (read_hole_since != kNever && now >= read_hole_since + attr.reorder_delay_ns) {
+    // A missing READ response is lost once a response the responder sent
+    // after it (same or later request) has been here for the reorder delay.
     read_hole_since = kNever;
     uint32_t n = 0;
-    for (uint32_t p = una; psn_le(p, read_high) && psn_lt(p, nxt); p = psn_add(p, 1)) {
+    uint64_t seq_limit = 0;
+    bool aged = false, holes = false;
+    for (uint32_t p = read_high; psn_le(una, read_high); p = psn_add(p, -1)) {
       PsnRec& r = rec(p);
-      if ((r.flags & kRecRead) && !(r.flags & (kRecAcked | kRecLost)) &&
-          r.sent_at + attr.reorder_delay_ns <= now) {
-        mark_lost(p);
-        ++n;
+      if (r.flags & kRecRead) {
+        if (r.flags & kRecAcked) {
+          // sent_at holds the arrival time of a received response.
+          if (r.sent_at + attr.reorder_delay_ns <= now) {
+            seq_limit = std::max(seq_limit, r.sent_seq);
+            aged = true;
+          } else {
+            holes = true;  // arrived recently: look again later
+          }
+        } else if (!(r.flags & kRecLost)) {
+          if (aged && r.sent_seq <= seq_limit) {
+            mark_lost(p);
+            ++n;
+          } else {
+            holes = true;
+          }
+        }
       }
+      if (p == una) break;
     }
+    if (holes) read_hole_since = now;
     if (n) cc->on_loss(n, now);
   }
 }

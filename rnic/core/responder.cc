@@ -341,15 +341,20 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     // Up to kMaxSackChunks chunks, each starting at a gap.
     uint32_t base = epsn;
     for (uint32_t k = 0; k < kMaxSackChunks && psn_lt(base, high); ++k) {
+      // Every arrival is reported, but only up to the last one older than
+      // the reorder delay: a gap before a younger arrival may still be mere
+      // reordering, and the requester infers loss from the highest bit.
       uint64_t bm = 0;
+      int top = -1;
       for (uint32_t i = 0; i < kSackBits; ++i) {
         const uint32_t p = psn_add(base, i);
         if (!psn_lt(p, high)) break;
-        // Only arrivals older than the reorder delay: a gap before a
-        // younger one may still be mere reordering.
         const RxSlot& q = slot(p);
-        if ((q.flags & kSlotArrived) && q.arrived_at + attr.reorder_delay_ns <= now) bm |= 1ull << i;
+        if (!(q.flags & kSlotArrived)) continue;
+        bm |= 1ull << i;
+        if (q.arrived_at + attr.reorder_delay_ns <= now) top = static_cast<int>(i);
       }
+      bm &= top < 0 ? 0 : (top == 63 ? ~0ull : (2ull << top) - 1);
       TxDesc* d = tx_slot();
       if (d == nullptr) return false;
       d->bth.opcode = IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE;

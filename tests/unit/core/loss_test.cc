@@ -109,6 +109,12 @@ void run_case(Reliability mode, double loss, uint64_t jitter, double dup, uint64
   for (const auto& c : recv_b) CHECK(c.byte_len == wa.msgs[c.wr_id].len);
   for (const auto& c : recv_a) CHECK(c.byte_len == wb.msgs[c.wr_id].len);
   if (loss > 0) CHECK(l.a.counters().retx_pkts + l.b.counters().retx_pkts > 0);
+  if (getenv("CORE_DEBUG")) {
+    for (Host* h : {&l.a, &l.b}) {
+      const auto& c = h->counters();
+      printf("mode %d loss %g frames %lu dropped %lu: tx %lu retx %lu sack tx/rx %lu/%lu nak tx/rx %lu/%lu rnr %lu/%lu to %lu depth %u\n", int(mode), loss, (unsigned long)l.frames, (unsigned long)l.dropped, (unsigned long)c.tx_data_pkts, (unsigned long)c.retx_pkts, (unsigned long)c.sacks_tx, (unsigned long)c.sacks_rx, (unsigned long)c.naks_tx, (unsigned long)c.naks_rx, (unsigned long)c.rnr_naks_tx, (unsigned long)c.rnr_naks_rx, (unsigned long)c.timeouts, c.reorder_depth_max);
+    }
+  }
 }
 
 }  // namespace
