@@ -201,7 +201,7 @@ std::string summarize_packet(const Json& p) {
     std::snprintf(b, sizeof b, "0x%06x", p["dqpn"].get<unsigned>());
     qpn = b;
   }
-  std::snprintf(line, sizeof line, "%4s  %s:%s > %s:%s  %-34s qpn %s psn %-8s len %-5s", get("index").c_str(),
+  std::snprintf(line, sizeof line, "%4s  %s:%s > %s:%s  %-33s dqpn %s psn %-8s len %-5s", get("index").c_str(),
                 get("src").c_str(), get("sport").c_str(), get("dst").c_str(), get("dport").c_str(),
                 op.c_str(), qpn.c_str(), get("psn").c_str(), get("payload_len").c_str());
   std::string s = line;
