@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   app.add_option("--rxd", c.port.rx_desc, "RX ring size per port (default 512)");
   app.add_option("--txd", c.port.tx_desc, "TX ring size per port (default 512)");
   app.add_option("--link-wait-ms", c.port.link_wait_ms, "How long to wait for each port's link (default 2000)");
-  app.add_option("--idle", idle, "busy (poll, default) or adaptive (pause, then 50 us sleeps when idle)")
+  app.add_option("--idle", idle, "busy (poll, default) or adaptive (pause, then 50 us sleeps when idle; never sleeps while a path holds packets, so delays stay exact)")
       ->check(CLI::IsMember({"busy", "adaptive"}));
   app.add_option("--duration", c.duration_s, "Stop after this many seconds (default: run until a signal)");
   app.add_option("--stats-json", c.stats_json, "Write the counters to this file at exit");

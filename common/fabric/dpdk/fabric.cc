@@ -169,10 +169,14 @@ struct Fabric {
   }
 
   // Moves every packet whose time has come to its output port's TX buffer.
+  // Returns whether anything was sent or is still held: while packets are
+  // in flight the adaptive idle loop must not sleep, or it would stretch
+  // the configured delays by its sleep time.
   bool release(uint64_t now) noexcept {
     bool any = false;
     for (uint32_t k = 0; k < n_paths; ++k) {
       PathState& ps = paths[k];
+      any |= ps.head != ps.tail;
       while (ps.head != ps.tail) {
         const Held& h = ps.fifo[ps.head & ps.mask];
         if (h.at > now) break;
@@ -180,7 +184,6 @@ struct Fabric {
         p.tx_buf[p.tx_n++] = h.m;
         if (p.tx_n == kBurst) flush_port(p);
         ps.head++;
-        any = true;
       }
     }
     for (auto& p : ports) flush_port(p);
