@@ -175,7 +175,10 @@ std::size_t build_roce(const RocePacket& pkt, std::span<const uint8_t> payload, 
   const std::size_t hdr = roce_header_len(pkt);
   const uint8_t pad = roce_pad(payload.size());
   const std::size_t total = hdr + payload.size() + pad + kIcrcLen;
-  if (cap < total || total - roce_ip_offset(pkt) > 0xFFFF) return 0;
+  // The outermost IPv4 datagram (the VXLAN underlay's, if any) must fit its
+  // 16-bit total length; it is the longest of the two.
+  const std::size_t outer_ip_off = pkt.has_outer ? pkt.outer.eth.size() : roce_ip_offset(pkt);
+  if (cap < total || total - outer_ip_off > 0xFFFF) return 0;
   write_roce_headers(pkt, payload.size(), out, cap);
   if (!payload.empty()) std::memcpy(out + hdr, payload.data(), payload.size());
   std::memset(out + hdr + payload.size(), 0, pad);

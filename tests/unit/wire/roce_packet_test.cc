@@ -175,3 +175,18 @@ TEST_CASE("build refuses a buffer that is too small") {
   std::vector<uint8_t> payload(100), out(100);
   CHECK(build_roce(spec, payload, out.data(), out.size()) == 0);
 }
+
+TEST_CASE("build refuses a VXLAN frame whose outer IPv4 length would overflow") {
+  auto spec = make_spec(IBV_OPCODE_RC_SEND_ONLY);
+  spec.has_outer = true;
+  // The inner datagram fits in 16 bits, the outer (36 + 14 bytes more) does not.
+  const std::size_t inner_max = 0xFFFF - (kIpv4HdrLen + kUdpHdrLen + kBthLen + kIcrcLen);
+  std::vector<uint8_t> payload(inner_max - 40), out(70000);
+  CHECK(build_roce(spec, payload, out.data(), out.size()) == 0);
+  payload.resize(0xFFFF - 51 - (kIpv4HdrLen + kUdpHdrLen + kBthLen + kIcrcLen));  // 65440: no pad
+  const std::size_t n = build_roce(spec, payload, out.data(), out.size());
+  REQUIRE(n != 0);
+  RocePacket got;
+  CHECK(parse_roce(out.data(), n, got) == DropReason::kNone);
+  CHECK(got.outer.ip.total_len == 0xFFFE);
+}
