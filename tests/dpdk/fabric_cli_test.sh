@@ -19,4 +19,16 @@ out=$("$FABRIC" --path-default loss=3 -- --no-pci 2>&1); rc=$?
 check "a loss above 1 exits 2 ($rc)" '[[ $rc -eq 2 && $out == *"loss"* ]]'
 out=$("$FABRIC" --route 10.0.0.1=0 2>&1); rc=$?
 check "missing EAL arguments exit 2 ($rc)" '[[ $rc -eq 2 && $out == *"EAL arguments"* ]]'
+bad=$(mktemp --suffix=.yaml); trap 'rm -f "$bad"' EXIT
+printf 'paths: ["delay_us=oops"]\n' >"$bad"
+out=$("$FABRIC" --config "$bad" -- --no-pci 2>&1); rc=$?
+check "a bad YAML path spec exits 2 and names the file ($rc)" '[[ $rc -eq 2 && $out == *"$bad"* && $out == *"delay_us"* ]]'
+
+# The shipped example configuration loads and runs (net_null ports, 0.3 s).
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+PREFIX=tandem-fabric-cli-$$
+trap 'rm -f "$bad"; rm -f /dev/hugepages/${PREFIX}*; rm -rf /var/run/dpdk/${PREFIX}' EXIT
+out=$("$FABRIC" --config "$SRC/common/fabric/dpdk/lab-4paths.yaml" --duration 0.3 --no-pdump -- \
+      --no-pci --file-prefix=$PREFIX -l 0 -m 32 --vdev=net_null0 --vdev=net_null1 2>&1); rc=$?
+check "the example lab-4paths.yaml runs ($rc)" '[[ $rc -eq 0 && $out == *"4 path(s), 2 route(s)"* && $out == *"loss=0.001"* ]]'
 exit $fail
