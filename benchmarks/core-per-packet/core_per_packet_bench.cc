@@ -243,12 +243,12 @@ int main(int argc, char** argv) {
   }
   std::printf("core-per-packet: RDMA WRITE, %u B payload, %llu packets x %d reps (median)\n",
               payload, static_cast<unsigned long long>(pkts), reps);
-  std::printf("%-34s %10s %8s\n", "", "ns/pkt", "ratio");
-  std::printf("%-34s %10.1f %8.2f\n", ("baseline: " + bname).c_str(), b, 1.0);
-  std::printf("%-34s %10.1f %8.2f\n", "IRN send side", tx, tx / b);
-  std::printf("%-34s %10.1f %8.2f\n", "IRN receive side", rx, rx / b);
-  std::printf("%-34s %10.1f %8.2f\n", "go-back-N send side", gtx, gtx / b);
-  std::printf("%-34s %10.1f %8.2f\n", "go-back-N receive side", grx, grx / b);
-  std::printf("%-34s %10.1f %8.2f\n", "ours (IRN, mean of the two sides)", ours, ours / b);
+  std::printf("%-50s %10s %8s\n", "", "ns/pkt", "ratio");
+  std::printf("%-50s %10.1f %8.2f\n", ("baseline: " + bname).c_str(), b, 1.0);
+  std::printf("%-50s %10.1f %8.2f\n", "IRN send side", tx, tx / b);
+  std::printf("%-50s %10.1f %8.2f\n", "IRN receive side", rx, rx / b);
+  std::printf("%-50s %10.1f %8.2f\n", "go-back-N send side", gtx, gtx / b);
+  std::printf("%-50s %10.1f %8.2f\n", "go-back-N receive side", grx, grx / b);
+  std::printf("%-50s %10.1f %8.2f\n", "ours (IRN, mean of the two sides)", ours, ours / b);
   return 0;
 }

@@ -147,6 +147,13 @@ int Transport::destroy_qp(uint32_t qpn) noexcept {
   return 0;
 }
 
+int Transport::set_reorder_delay(uint32_t qpn, uint64_t ns) noexcept {
+  Qp* qp = find_qp(qpn);
+  if (qp == nullptr) return EINVAL;
+  qp->attr.reorder_delay_ns = ns;
+  return 0;
+}
+
 QpState Transport::qp_state(uint32_t qpn) const noexcept {
   const Qp* qp = find_qp(qpn);
   return qp ? qp->state : QpState::kReset;

@@ -77,7 +77,8 @@ struct TransportConfig {
   uint32_t tx_queue_capacity = 256; // power of two
 };
 
-// Counters of packets no QP accepted (unknown QPN, ...), per reason.
+// Every received packet and every drop, per reason: those no QP took
+// (unknown QPN) and, summed over QPs, those a QP refused.
 struct TransportCounters {
   uint64_t rx_pkts = 0;
   std::array<uint64_t, common::kDropReasonCount> drops{};
@@ -111,6 +112,9 @@ class Transport {
   uint32_t create_qp(const QpInitAttr& init);
   int modify_qp(uint32_t qpn, const QpAttr& attr, int attr_mask) noexcept;
   int destroy_qp(uint32_t qpn) noexcept;
+  // Changes the IRN reorder delay of a live QP (e.g. from the measured
+  // spread of path delays); takes effect for the next gap.
+  int set_reorder_delay(uint32_t qpn, uint64_t ns) noexcept;
   QpState qp_state(uint32_t qpn) const noexcept;
   const QpCounters* qp_counters(uint32_t qpn) const noexcept;
   const TransportCounters& counters() const noexcept { return counters_; }
