@@ -38,7 +38,7 @@ double bare_queue_rate(uint64_t n, uint32_t depth, uint64_t& checksum) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string name = "permutation-websearch";
+  std::string name = "reorder-4paths";
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0) {

@@ -13,6 +13,7 @@ inline constexpr uint32_t kFrameCap = 9216 + 128;  // jumbo MTU plus headers
 struct Frame {
   uint32_t len = 0;
   uint32_t src_host = 0;  // injecting host, for per-source statistics
+  bool retransmit = false;  // simulator bookkeeping only (not on the wire): the core resent it
   uint8_t data[kFrameCap];
 };
 

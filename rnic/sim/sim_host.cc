@@ -90,18 +90,30 @@ void SimHost::create_qp_for(Conn& c, bool sender) {
 }
 
 uint16_t SimHost::choose_path_seed(const Conn& c, bool sender, uint32_t base) const {
-  // With a core spraying policy over several paths, try seeds and keep the
-  // first whose path set reaches the most distinct routes of the fabric (so a
-  // 4-path set really uses 4 paths rather than colliding in the ECMP hash).
-  if (!opt_.path_seed_search || opt_.num_paths <= 1) return static_cast<uint16_t>(base);
+  // The core's path policy derives its source ports from the QP's path seed;
+  // try seeds and keep one that uses the fabric well: a multi-path set that
+  // reaches as many distinct routes as it has paths, or, with one path per QP
+  // and several QPs per flow, the flow's k-th distinct route for its k-th QP.
+  if (!opt_.path_seed_search) return static_cast<uint16_t>(base);
+  if (opt_.num_paths <= 1 && opt_.qps_per_flow <= 1) return static_cast<uint16_t>(base);
   const uint32_t peer = sender ? c.dst : c.src;
+  auto policy = make_path_policy(opt_.path_policy.c_str());
+  if (!policy) return static_cast<uint16_t>(base);
+  std::vector<uint32_t> target;
+  if (opt_.num_paths <= 1) {
+    const auto paths = discover_paths(fabric_, index_, peer);
+    if (paths.empty()) return static_cast<uint16_t>(base);
+    target = trace_route(fabric_, index_, peer, paths[c.qp_in_flow % paths.size()]);
+  }
   uint16_t best_seed = static_cast<uint16_t>(base);
   std::size_t best = 0;
-  auto policy = make_path_policy(opt_.path_policy.c_str());
-  if (!policy) return best_seed;
-  for (uint32_t k = 0; k < 256; ++k) {
+  for (uint32_t k = 0; k < 1024; ++k) {
     auto seed = static_cast<uint16_t>(base + k * 7919);
     policy->reset(PathPolicyParams{sender ? c.src_qpn : c.dst_qpn, seed, opt_.num_paths});
+    if (!target.empty()) {
+      if (trace_route(fabric_, index_, peer, policy->choose(0, false, 0)) == target) return seed;
+      continue;
+    }
     std::vector<std::vector<uint32_t>> routes;
     for (uint32_t i = 0; i < opt_.num_paths * 4; ++i) {
       auto r = trace_route(fabric_, index_, peer, policy->choose(i, false, 0));
@@ -253,7 +265,7 @@ void SimHost::on_frame(uint32_t frame, uint64_t now) {
   if (common::parse_roce(f.data, f.len, pkt) != common::DropReason::kNone) {
     ++nic_.rx_parse_drops;
   } else {
-    note_arrival_order(pkt);
+    if (!f.retransmit) note_arrival_order(pkt);
     if (transport_->on_packet(pkt, f.data + pkt.payload_offset, pkt.payload_len, now) !=
              common::DropReason::kNone) {
       ++nic_.rx_rejected;
@@ -265,7 +277,8 @@ void SimHost::on_frame(uint32_t frame, uint64_t now) {
 
 void SimHost::note_arrival_order(const common::RocePacket& pkt) noexcept {
   // Reordering as the wire delivers it, the same measure in every mode: how
-  // far behind the highest request PSN already seen a request arrives.
+  // far behind the highest request PSN already seen a first transmission
+  // arrives (retransmissions are late by nature and not counted).
   if (!(common::opcode_info(pkt.bth.opcode).flags & common::kOpRequest)) return;
   const uint32_t q = pkt.bth.dqpn - qpn_base_;
   if (q >= rx_seen_.size()) return;
@@ -344,6 +357,7 @@ void SimHost::kick_nic(uint64_t now) {
   const uint32_t id = frames_.alloc();
   Frame& f = frames_[id];
   f.len = static_cast<uint32_t>(build_frame(d, addrs, f.data, kFrameCap));
+  f.retransmit = d.retransmit;
   if (f.len == 0) {
     frames_.release(id);
     ++nic_.rx_parse_drops;

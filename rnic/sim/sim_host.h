@@ -48,6 +48,7 @@ struct Conn {
   uint32_t dst = 0;
   uint32_t src_qpn = 0;
   uint32_t dst_qpn = 0;
+  uint32_t qp_in_flow = 0;  // which of the flow's qps_per_flow connections
   uint64_t start_ns = 0;
   std::vector<uint64_t> sizes;
   uint32_t outstanding = 1;

@@ -54,6 +54,7 @@ Simulation::Simulation(const Scenario& scenario, const PolicySpec& policy, uint6
       c.src = f.src;
       c.dst = f.dst;
       c.start_ns = f.start_ns;
+      c.qp_in_flow = k;
       for (std::size_t m = k; m < f.sizes.size(); m += q) c.sizes.push_back(f.sizes[m]);
       c.outstanding = std::max<uint32_t>(1, scenario.workload.outstanding / q);
       c.outstanding = std::min<uint32_t>(c.outstanding, static_cast<uint32_t>(c.sizes.size()));
