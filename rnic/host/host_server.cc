@@ -431,6 +431,8 @@ Status HostServer::on_reg_mr(App& app, const Request& req, int* fds, std::size_t
   ev.lkey = key;
   ev.addr = mr.base;
   ev.length = mr.length;
+  ev.map_addr = mr.memory.data();
+  ev.map_length = mr.memory.size();
   ev.hugetlb = mr.memory.hugetlb();
   events_.push_back(ev);
   return Status::kOk;
@@ -451,6 +453,8 @@ void HostServer::free_mr(uint32_t index) {
   ev.lkey = make_key(mr.gen, index);
   ev.addr = mr.base;
   ev.length = mr.length;
+  ev.map_addr = mr.memory.data();
+  ev.map_length = mr.memory.size();
   ev.hugetlb = mr.memory.hugetlb();
   events_.push_back(ev);
   uint32_t pdi = handle_index(mr.pd);

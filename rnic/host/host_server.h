@@ -108,9 +108,11 @@ struct HostEvent {
   ibv_qp_state state;  // kQpStateChanged: the new state
   bool app_died;       // kQpDestroyed: the application went away (no destroy_qp)
   uint32_t lkey;       // MR events
-  uint8_t* addr;       // MR events: worker-side address
+  uint8_t* addr;       // MR events: worker-side address of the MR
   uint64_t length;
-  bool hugetlb;
+  uint8_t* map_addr;   // MR events: the whole mapping holding it (page aligned),
+  uint64_t map_length; //   what rte_extmem_register / rte_dev_dma_map want
+  bool hugetlb;        // MR events: the mapping is on hugetlbfs (checked by the worker)
 };
 
 #define TANDEM_FOREACH_HOST_COUNTER(X)                                             \
