@@ -38,6 +38,7 @@ const char* table_status_name(TableStatus s) noexcept {
     case TableStatus::kNoTxn: return "no_txn";
     case TableStatus::kTxnOpen: return "txn_open";
     case TableStatus::kBadEntry: return "bad_entry";
+    case TableStatus::kBadVersion: return "bad_version";
   }
   return "invalid";
 }
@@ -254,11 +255,16 @@ TableStatus Level2Table::del(const EntryKey& key) noexcept {
   return TableStatus::kOk;
 }
 
-TableStatus Level2Table::commit() noexcept {
+TableStatus Level2Table::commit(uint64_t new_version) noexcept {
   if (!txn_open_) return TableStatus::kNoTxn;
+  if (new_version == 0) new_version = next_version_;
+  // Staged inserts carry add_version = next_version_ and removals
+  // remove_version = next_version_, so any version >= next_version_ shows
+  // exactly the staged table; a smaller one would expose nothing new.
+  if (new_version < next_version_) return TableStatus::kBadVersion;
   // The single switch: readers that load the new version see every staged
   // insert (published before) and every staged removal.
-  version_.store(next_version_, std::memory_order_seq_cst);
+  version_.store(new_version, std::memory_order_seq_cst);
   uint64_t e = epoch_.fetch_add(1, std::memory_order_seq_cst) + 1;
   for (uint32_t idx : staged_removals_) {
     pool_[idx].grace_epoch = e;  // once every reader is at epoch >= e, none can see it

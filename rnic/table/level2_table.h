@@ -48,6 +48,7 @@ enum class TableStatus : uint8_t {
   kNoTxn,      // PUT/DEL/COMMIT/ABORT without BEGIN
   kTxnOpen,    // BEGIN while a transaction is open
   kBadEntry,   // invalid entry kind or reserved bytes set
+  kBadVersion, // COMMIT to a version not above the committed one
 };
 
 struct Level2TableConfig {
@@ -104,7 +105,9 @@ class Level2Table {
   TableStatus begin(bool from_empty = false) noexcept;
   TableStatus put(const Level2Entry& entry) noexcept;  // insert or replace
   TableStatus del(const EntryKey& key) noexcept;       // absent key is not an error
-  TableStatus commit() noexcept;                       // version + 1, visible at once
+  // Publishes the staged table as new_version (0 = committed + 1; a full
+  // replay may jump ahead), visible to the next begin_read() at once.
+  TableStatus commit(uint64_t new_version = 0) noexcept;
   TableStatus abort() noexcept;
   // min_active_epoch: the smallest Snapshot::epoch held by a reader inside a
   // burst, or epoch() if none is. Frees what no reader can reach any more.

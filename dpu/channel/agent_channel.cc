@@ -1,0 +1,321 @@
+// Agent-side channel state machine.
+#include "dpu/channel/agent_channel.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace tandem::dpu {
+
+using namespace tandem::common;
+
+const char* channel_state_name(ChannelState s) noexcept {
+  switch (s) {
+    case ChannelState::kDown: return "DOWN";
+    case ChannelState::kHello: return "HELLO";
+    case ChannelState::kSync: return "SYNC";
+    case ChannelState::kActive: return "ACTIVE";
+    case ChannelState::kDegraded: return "DEGRADED";
+    case ChannelState::kReset: return "RESET";
+  }
+  return "?";
+}
+
+BarSample sample_bar(const Bar& bar) noexcept {
+  BarSample s;
+  s.state = static_cast<RnicChannelState>(bar.state.value.load(std::memory_order_acquire));
+  s.heartbeat = bar.heartbeat.value.load(std::memory_order_acquire);
+  s.rnic_instance = bar.rnic_instance.value.load(std::memory_order_acquire);
+  s.table = bar_read_table(bar);
+  return s;
+}
+
+AgentChannel::AgentChannel(std::string rnic, const AgentChannelConfig& config, Level2Shadow shadow)
+    : rnic_(std::move(rnic)), config_(config), shadow_(std::move(shadow)) {}
+
+void AgentChannel::send(RawMessage m) {
+  m.set_seq(cmd_seq_++);
+  out_.push_back(m);
+}
+
+bool AgentChannel::pop_command(RawMessage& out) {
+  if (out_.empty()) return false;
+  out = out_.front();
+  out_.pop_front();
+  return true;
+}
+
+std::vector<TxnOutcome> AgentChannel::take_outcomes() { return std::exchange(outcomes_, {}); }
+std::vector<PuntMsg> AgentChannel::take_punts() { return std::exchange(punts_, {}); }
+
+void AgentChannel::enter(ChannelState s, uint64_t now) {
+  state_ = s;
+  state_since_ = now;
+  if (s == ChannelState::kActive) {
+    // The first HEARTBEAT tells the RNIC it is synchronised.
+    HeartbeatMsg hb;
+    hb.counter = ++hb_count_;
+    hb.agent_version = shadow_.version();
+    send(to_raw(hb));
+    last_heartbeat_sent_ = now;
+    maybe_start_txn(now);
+  }
+}
+
+void AgentChannel::start(uint64_t now) {
+  if (state_ != ChannelState::kDown) return;
+  bar_heartbeat_changed_ = now;
+  send_hello(now);
+}
+
+void AgentChannel::send_hello(uint64_t now) {
+  HelloMsg h;
+  h.oldest_version = config_.versions.oldest;
+  h.current_version = config_.versions.current;
+  h.agent_instance = config_.agent_instance;
+  send(to_raw(h));
+  ++stats_.hellos;
+  version_ = 0;
+  enter(ChannelState::kHello, now);
+}
+
+void AgentChannel::submit(ChangeSet cs) {
+  queue_.push_back(Queued{{cs.tag}, std::move(cs.ops)});
+}
+
+void AgentChannel::requeue_inflight() {
+  if (inflight_ && !inflight_->replay)
+    queue_.push_front(Queued{std::move(inflight_->tags), std::move(inflight_->ops)});
+  inflight_.reset();
+}
+
+void AgentChannel::degrade(uint64_t now, std::string why) {
+  last_error_ = std::move(why);
+  if (state_ == ChannelState::kDegraded) return;
+  degraded_by_stall_ = false;
+  requeue_inflight();
+  out_.clear();  // unsent commands of an abandoned txn; RESET discards the sent ones
+  ++stats_.degraded;
+  enter(ChannelState::kDegraded, now);
+}
+
+void AgentChannel::reset(uint64_t now) {
+  requeue_inflight();
+  out_.clear();
+  ResetMsg r;
+  send(to_raw(r));
+  ++stats_.resets;
+  enter(ChannelState::kReset, now);
+}
+
+void AgentChannel::start_replay(uint64_t rnic_version, uint64_t now) {
+  requeue_inflight();
+  uint64_t v = std::max(rnic_version, shadow_.version()) + 1;
+  std::deque<RawMessage> msgs;
+  inflight_ = TxnBuilder::build_replay(shadow_, next_txn_++, v, msgs);
+  for (auto& m : msgs) send(m);
+  txn_sent_at_ = now;
+  ++stats_.replays;
+  state_ = ChannelState::kSync;
+  state_since_ = now;
+}
+
+void AgentChannel::maybe_start_txn(uint64_t now) {
+  if (state_ != ChannelState::kActive || inflight_ || queue_.empty()) return;
+  std::vector<Level2Op> ops;
+  std::vector<uint64_t> tags;
+  // Merge queued change sets into one txn: one round trip for many new flows.
+  while (!queue_.empty() &&
+         (ops.empty() || ops.size() + queue_.front().ops.size() <= config_.max_ops_per_txn)) {
+    Queued& q = queue_.front();
+    ops.insert(ops.end(), q.ops.begin(), q.ops.end());
+    tags.insert(tags.end(), q.tags.begin(), q.tags.end());
+    queue_.pop_front();
+  }
+  std::deque<RawMessage> msgs;
+  inflight_ = TxnBuilder::build(shadow_, next_txn_++, std::move(ops), msgs);
+  inflight_->tags = std::move(tags);
+  for (auto& m : msgs) send(m);
+  txn_sent_at_ = now;
+}
+
+void AgentChannel::on_event(const RawMessage& m, uint64_t now) {
+  switch (m.type()) {
+    case MessageType::kHelloAck: on_hello_ack(as<HelloAckMsg>(m), now); break;
+    case MessageType::kCommitted: on_committed(as<CommittedMsg>(m), now); break;
+    case MessageType::kAborted: on_aborted(as<AbortedMsg>(m), now); break;
+    case MessageType::kTableFull: ++stats_.table_full; break;
+    case MessageType::kPunt: punts_.push_back(as<PuntMsg>(m)); break;
+    case MessageType::kError: {
+      auto e = as<ErrorMsg>(m);
+      ++stats_.errors;
+      // Errors about commands sent before the latest HELLO are expected noise.
+      if (state_ == ChannelState::kHello || state_ == ChannelState::kReset) break;
+      degrade(now, "RNIC " + rnic_ + " reported channel error " +
+                       std::to_string(static_cast<int>(e.code)) + " for command seq " +
+                       std::to_string(e.offending_seq));
+      break;
+    }
+    default: ++stats_.stale_events; break;
+  }
+}
+
+void AgentChannel::on_hello_ack(const HelloAckMsg& m, uint64_t now) {
+  if (state_ != ChannelState::kHello || m.agent_instance != config_.agent_instance) {
+    ++stats_.stale_events;
+    return;
+  }
+  if (m.chosen_version == 0) {
+    degrade(now, "no common protocol version: agent " + std::to_string(config_.versions.oldest) + ".." +
+                     std::to_string(config_.versions.current) + ", RNIC " + rnic_ + " " +
+                     std::to_string(m.oldest_version) + ".." + std::to_string(m.current_version));
+    return;
+  }
+  version_ = m.chosen_version;
+  bool same = m.committed_version == shadow_.version() && m.digest == shadow_.digest().value &&
+              m.entry_count == shadow_.digest().count;
+  if (has_digest_reconcile(version_) && same) {
+    ++stats_.reconcile_skips;
+    enter(ChannelState::kActive, now);
+    return;
+  }
+  start_replay(m.committed_version, now);
+}
+
+void AgentChannel::on_committed(const CommittedMsg& m, uint64_t now) {
+  if (!inflight_ || m.txn != inflight_->txn) {
+    ++stats_.stale_events;
+    return;
+  }
+  bool ok = m.version == inflight_->version;
+  if (has_digest_reconcile(version_))
+    ok = ok && m.digest == inflight_->expected.value && m.entry_count == inflight_->expected.count;
+  if (!ok) {
+    // The RNIC holds something other than what we think: replay our shadow,
+    // then retry these ops (start_replay requeues them).
+    last_error_ = "RNIC " + rnic_ + " committed txn " + std::to_string(m.txn) + " with an unexpected table";
+    start_replay(m.version, now);
+    return;
+  }
+  TxnOutcome o;
+  o.txn = m.txn;
+  o.committed = true;
+  o.replay = inflight_->replay;
+  o.version = m.version;
+  o.tags = std::move(inflight_->tags);
+  if (inflight_->replay) {
+    shadow_.set_version(m.version);
+  } else {
+    shadow_.apply(inflight_->ops, m.version, &o.net_puts, &o.net_dels);
+  }
+  ++stats_.txns_committed;
+  outcomes_.push_back(std::move(o));
+  bool was_replay = inflight_->replay;
+  inflight_.reset();
+  if (was_replay && state_ == ChannelState::kSync)
+    enter(ChannelState::kActive, now);
+  else
+    maybe_start_txn(now);
+}
+
+void AgentChannel::on_aborted(const AbortedMsg& m, uint64_t now) {
+  if (!inflight_ || m.txn != inflight_->txn) {
+    ++stats_.stale_events;
+    return;
+  }
+  ++stats_.txns_aborted;
+  TxnOutcome o;
+  o.txn = m.txn;
+  o.replay = inflight_->replay;
+  o.reason = m.reason;
+  o.version = m.committed_version;
+  o.tags = inflight_->tags;
+  switch (m.reason) {
+    case AbortReason::kVersionMismatch:
+    case AbortReason::kDigestMismatch:
+    case AbortReason::kTxnMismatch:
+      // Our shadow and the RNIC disagree: replay, then retry the same ops.
+      if (inflight_->replay) {
+        inflight_.reset();
+        degrade(now, "replay to RNIC " + rnic_ + " aborted (reason " + std::to_string(int(m.reason)) + ")");
+      } else {
+        start_replay(m.committed_version, now);  // requeues the ops first
+      }
+      return;
+    case AbortReason::kHeadless:
+      reset(now);
+      return;
+    default:
+      break;
+  }
+  // Refused on its merits (table full, bad entry, requested): report, move on.
+  outcomes_.push_back(std::move(o));
+  bool was_replay = inflight_->replay;
+  inflight_.reset();
+  if (was_replay)
+    degrade(now, "replay to RNIC " + rnic_ + " aborted: the table does not fit (reason " +
+                     std::to_string(int(m.reason)) + ")");
+  else
+    maybe_start_txn(now);
+}
+
+void AgentChannel::on_bar(const BarSample& s, uint64_t now) {
+  if (!bar_seen_) {
+    bar_seen_ = true;
+    rnic_instance_ = s.rnic_instance;
+    bar_heartbeat_ = s.heartbeat;
+    bar_heartbeat_changed_ = now;
+    return;
+  }
+  if (s.rnic_instance != rnic_instance_) {
+    // The RNIC restarted: whatever we think it holds, re-HELLO and reconcile.
+    rnic_instance_ = s.rnic_instance;
+    bar_heartbeat_ = s.heartbeat;
+    bar_heartbeat_changed_ = now;
+    if (state_ != ChannelState::kDown && state_ != ChannelState::kHello) reset(now);
+    return;
+  }
+  if (s.heartbeat != bar_heartbeat_) {
+    bar_heartbeat_ = s.heartbeat;
+    bar_heartbeat_changed_ = now;
+    // It is alive again; other degradations wait for degraded_reset_ns.
+    if (state_ == ChannelState::kDegraded && degraded_by_stall_) reset(now);
+  }
+}
+
+void AgentChannel::tick(uint64_t now) {
+  switch (state_) {
+    case ChannelState::kDown:
+      break;
+    case ChannelState::kHello:
+      if (now - state_since_ > config_.hello_timeout_ns) degrade(now, "HELLO to RNIC " + rnic_ + " unanswered");
+      break;
+    case ChannelState::kSync:
+    case ChannelState::kActive:
+      if (bar_seen_ && now - bar_heartbeat_changed_ > config_.heartbeat_timeout_ns) {
+        degrade(now, "RNIC " + rnic_ + " heartbeat stalled");
+        degraded_by_stall_ = true;
+        break;
+      }
+      if (inflight_ && now - txn_sent_at_ > config_.txn_timeout_ns) {
+        degrade(now, "txn " + std::to_string(inflight_->txn) + " to RNIC " + rnic_ + " unanswered");
+        break;
+      }
+      if (now - last_heartbeat_sent_ >= config_.heartbeat_interval_ns) {
+        HeartbeatMsg hb;
+        hb.counter = ++hb_count_;
+        hb.agent_version = shadow_.version();
+        send(to_raw(hb));
+        last_heartbeat_sent_ = now;
+      }
+      maybe_start_txn(now);  // change sets submitted since the last call
+      break;
+    case ChannelState::kDegraded:
+      if (now - state_since_ > config_.degraded_reset_ns) reset(now);
+      break;
+    case ChannelState::kReset:
+      send_hello(now);
+      break;
+  }
+}
+
+}  // namespace tandem::dpu

@@ -1,0 +1,150 @@
+// The agent's per-RNIC communication state machine, sans-I/O. The agent's
+// loop feeds it events from the RNIC's event ring, samples of the RNIC's BAR
+// and the time; it produces commands for the command ring and outcomes
+// (committed/aborted transactions, punts) for the agent.
+//
+//   DOWN --start--> HELLO --HELLO_ACK--> SYNC --COMMITTED(replay)--> ACTIVE
+//                     |                    \--digests equal (v2)----> ACTIVE
+//                     |timeout              ACTIVE: one txn in flight at a time,
+//                     v                     queued change sets merged into it
+//   ACTIVE/SYNC --BAR heartbeat stalled, txn timeout, ERROR--> DEGRADED
+//   DEGRADED --heartbeat back, or degraded_reset_ns--> RESET --next tick--> HELLO
+//   RNIC restarted (BAR instance changed / back in AWAIT_HELLO) --> RESET
+//
+// A transaction in flight when the channel leaves ACTIVE is put back at the
+// head of the queue; the re-HELLO's digest tells whether the RNIC still holds
+// the agent's shadow (skip replay) or needs the full replay first.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/channel/layout.h"
+#include "common/channel/messages.h"
+#include "common/channel/negotiate.h"
+#include "dpu/txn/change_set.h"
+#include "dpu/txn/level2_shadow.h"
+#include "dpu/txn/txn_builder.h"
+
+namespace tandem::dpu {
+
+using common::RawMessage;
+
+enum class ChannelState : uint8_t { kDown, kHello, kSync, kActive, kDegraded, kReset };
+const char* channel_state_name(ChannelState s) noexcept;
+
+struct AgentChannelConfig {
+  common::VersionRange versions = common::kOurVersions;
+  uint32_t agent_instance = 1;                 // changes on every agent start
+  uint64_t hello_timeout_ns = 500'000'000;     // HELLO unanswered -> DEGRADED
+  uint64_t heartbeat_interval_ns = 100'000'000;  // agent HEARTBEAT commands
+  uint64_t heartbeat_timeout_ns = 1'000'000'000; // BAR heartbeat unchanged -> DEGRADED
+  uint64_t txn_timeout_ns = 2'000'000'000;     // COMMIT unanswered -> DEGRADED
+  uint64_t degraded_reset_ns = 1'000'000'000;  // time in DEGRADED before RESET anyway
+  std::size_t max_ops_per_txn = 4096;          // merge queued change sets up to this
+};
+
+// What the agent reads from the RNIC's BAR page.
+struct BarSample {
+  common::RnicChannelState state = common::RnicChannelState::kDown;
+  uint64_t heartbeat = 0;
+  uint64_t rnic_instance = 0;
+  std::optional<common::CommittedTable> table;  // nullopt if caught mid-update
+};
+
+BarSample sample_bar(const common::Bar& bar) noexcept;
+
+struct TxnOutcome {
+  uint32_t txn = 0;
+  bool committed = false;
+  bool replay = false;
+  common::AbortReason reason = common::AbortReason::kNone;
+  uint64_t version = 0;                          // committed version (or still current)
+  std::vector<uint64_t> tags;                    // change sets it carried
+  std::vector<common::Level2Entry> net_puts;     // for the store
+  std::vector<common::EntryKey> net_dels;
+};
+
+struct AgentChannelStats {
+  uint64_t hellos = 0;
+  uint64_t replays = 0;
+  uint64_t reconcile_skips = 0;   // digest matched: no replay needed
+  uint64_t txns_committed = 0;
+  uint64_t txns_aborted = 0;
+  uint64_t table_full = 0;
+  uint64_t degraded = 0;
+  uint64_t resets = 0;
+  uint64_t errors = 0;
+  uint64_t stale_events = 0;
+};
+
+class AgentChannel {
+ public:
+  AgentChannel(std::string rnic, const AgentChannelConfig& config, Level2Shadow shadow = {});
+
+  void start(uint64_t now);
+  void submit(ChangeSet cs);
+  void on_event(const RawMessage& m, uint64_t now);
+  void on_bar(const BarSample& s, uint64_t now);
+  void tick(uint64_t now);
+
+  bool pop_command(RawMessage& out);
+  std::size_t pending_commands() const noexcept { return out_.size(); }
+  std::vector<TxnOutcome> take_outcomes();
+  std::vector<common::PuntMsg> take_punts();
+
+  ChannelState state() const noexcept { return state_; }
+  uint16_t version() const noexcept { return version_; }
+  const Level2Shadow& shadow() const noexcept { return shadow_; }
+  const std::string& rnic() const noexcept { return rnic_; }
+  const std::string& last_error() const noexcept { return last_error_; }
+  std::size_t queued_change_sets() const noexcept { return queue_.size(); }
+  bool txn_in_flight() const noexcept { return inflight_.has_value(); }
+  const AgentChannelStats& stats() const noexcept { return stats_; }
+
+ private:
+  void send(RawMessage m);
+  void send_hello(uint64_t now);
+  void enter(ChannelState s, uint64_t now);
+  void degrade(uint64_t now, std::string why);
+  void reset(uint64_t now);
+  void requeue_inflight();
+  void start_replay(uint64_t rnic_version, uint64_t now);
+  void maybe_start_txn(uint64_t now);
+  void on_hello_ack(const common::HelloAckMsg& m, uint64_t now);
+  void on_committed(const common::CommittedMsg& m, uint64_t now);
+  void on_aborted(const common::AbortedMsg& m, uint64_t now);
+
+  std::string rnic_;
+  AgentChannelConfig config_;
+  Level2Shadow shadow_;
+  ChannelState state_ = ChannelState::kDown;
+  uint16_t version_ = 0;
+  uint32_t cmd_seq_ = 0;
+  uint32_t next_txn_ = 1;
+  uint64_t state_since_ = 0;
+  uint64_t last_heartbeat_sent_ = 0;
+  uint64_t hb_count_ = 0;
+  uint64_t bar_heartbeat_ = 0;
+  uint64_t bar_heartbeat_changed_ = 0;
+  uint64_t rnic_instance_ = 0;
+  bool bar_seen_ = false;
+  bool degraded_by_stall_ = false;  // DEGRADED because the BAR heartbeat stopped
+  uint64_t txn_sent_at_ = 0;
+  struct Queued {
+    std::vector<uint64_t> tags;
+    std::vector<Level2Op> ops;
+  };
+  std::optional<PendingTxn> inflight_;
+  std::deque<Queued> queue_;
+  std::deque<RawMessage> out_;
+  std::vector<TxnOutcome> outcomes_;
+  std::vector<common::PuntMsg> punts_;
+  std::string last_error_;
+  AgentChannelStats stats_;
+};
+
+}  // namespace tandem::dpu

@@ -1,0 +1,93 @@
+// The RNIC end of the DPU channel, sans-I/O: consumes command messages, drives
+// the level-2 table's transactions, produces event messages, and keeps what the
+// BAR shows. The worker's I/O loop moves messages between the rings and this
+// object, calls tick(now) each loop, and copies bar() into the shared page.
+//
+// States (mirrored in the BAR): AWAIT_HELLO -> (HELLO) -> SYNC -> (first
+// HEARTBEAT or commit) -> ACTIVE; no command from the agent for agent_timeout
+// -> HEADLESS: the committed table stays in use for forwarding, an open
+// transaction is discarded and new tenant state is refused until a new HELLO.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+
+#include "common/channel/layout.h"
+#include "common/channel/messages.h"
+#include "common/channel/negotiate.h"
+#include "rnic/table/level2_table.h"
+
+namespace tandem::rnic {
+
+using common::RawMessage;
+using common::RnicChannelState;
+
+struct RnicChannelConfig {
+  common::VersionRange versions = common::kOurVersions;
+  uint64_t agent_timeout_ns = 3'000'000'000;  // silence after which the RNIC goes headless
+  uint64_t rnic_instance = 1;                 // changes on every RNIC start
+};
+
+struct RnicChannelStats {
+  uint64_t commands = 0;
+  uint64_t commits = 0;
+  uint64_t aborts = 0;
+  uint64_t table_full = 0;
+  uint64_t refused_headless = 0;
+  uint64_t sequence_gaps = 0;
+  uint64_t errors = 0;
+  uint64_t headless_entries = 0;
+};
+
+class RnicChannel {
+ public:
+  RnicChannel(Level2Table& table, const RnicChannelConfig& config);
+
+  void on_command(const RawMessage& m, uint64_t now) noexcept;
+  void tick(uint64_t now) noexcept;
+  bool pop_event(RawMessage& out) noexcept;
+  std::size_t pending_events() const noexcept { return out_.size(); }
+
+  // A missed packet for the agent; its headers are already in slot `slot`.
+  void punt(uint32_t slot, uint32_t generation, uint16_t length, uint16_t port,
+            const common::EntryKey& missed) noexcept;
+
+  RnicChannelState state() const noexcept { return state_; }
+  uint16_t negotiated_version() const noexcept { return version_; }
+  uint64_t heartbeat() const noexcept { return heartbeat_; }
+  const RnicChannelStats& stats() const noexcept { return stats_; }
+  // Writes state, heartbeat, negotiated version, committed table and counters.
+  void publish(common::Bar& bar) const noexcept;
+
+ private:
+  template <class M>
+  void emit(M m) noexcept;
+  void abort_open(common::AbortReason reason, uint32_t txn, uint32_t op_index) noexcept;
+  void on_hello(const common::HelloMsg& m) noexcept;
+  void on_begin(uint32_t txn, uint64_t base, bool from_empty) noexcept;
+  void on_op(uint32_t txn, TableStatus st, const common::EntryKey& key) noexcept;
+  void on_commit(const common::CommitMsg& m, bool sync_end) noexcept;
+  bool accepts_state() const noexcept {
+    return state_ == RnicChannelState::kSync || state_ == RnicChannelState::kActive;
+  }
+
+  Level2Table& table_;
+  RnicChannelConfig config_;
+  RnicChannelState state_ = RnicChannelState::kAwaitHello;
+  uint16_t version_ = 0;
+  uint32_t agent_instance_ = 0;
+  uint64_t last_agent_ns_ = 0;
+  bool agent_seen_ = false;
+  uint32_t next_cmd_seq_ = 0;
+  uint32_t event_seq_ = 0;
+  uint64_t heartbeat_ = 0;
+  bool txn_open_ = false;
+  bool txn_is_sync_ = false;
+  uint32_t txn_ = 0;
+  uint32_t op_index_ = 0;
+  bool doomed_ = false;       // txn_ was refused; its remaining commands are ignored
+  std::deque<RawMessage> out_;
+  RnicChannelStats stats_;
+};
+
+}  // namespace tandem::rnic

@@ -1,0 +1,431 @@
+// The agent's and the RNIC's channel state machines wired back to back
+// (two queues for the rings, a Bar in memory), driven with explicit time.
+#include <catch2/catch.hpp>
+
+#include <deque>
+#include <functional>
+#include <memory>
+
+#include "dpu/channel/agent_channel.h"
+#include "rnic/table/level2_table.h"
+#include "rnic/table/rnic_channel.h"
+
+using namespace tandem::dpu;
+using namespace tandem::common;
+using tandem::rnic::Level2Table;
+using tandem::rnic::Level2TableConfig;
+using tandem::rnic::RnicChannel;
+using tandem::rnic::RnicChannelConfig;
+
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+
+Level2Entry egress(uint32_t vnic, uint32_t ip, uint32_t dst) {
+  EgressAction a;
+  a.underlay_src_ip = 0x0A000001;
+  a.underlay_dst_ip = dst;
+  a.vni = 100;
+  return make_egress_entry(egress_key(vnic, ip), a);
+}
+
+ChangeSet puts(uint64_t tag, uint32_t first, uint32_t n, uint32_t dst = 7) {
+  ChangeSet cs;
+  cs.tag = tag;
+  for (uint32_t i = 0; i < n; ++i) cs.put(egress(1, first + i, dst));
+  return cs;
+}
+
+// One RNIC (table + channel end + BAR) that can be restarted.
+struct Rnic {
+  uint32_t capacity;
+  VersionRange versions;
+  uint64_t instance = 1;
+  std::unique_ptr<Level2Table> table;
+  std::unique_ptr<RnicChannel> ch;
+  std::unique_ptr<Bar> bar = std::make_unique<Bar>();
+  bool alive = true;        // worker loop runs (ticks, BAR heartbeat)
+  bool processing = true;   // consumes commands
+
+  Rnic(uint32_t cap = 1024, VersionRange v = kOurVersions) : capacity(cap), versions(v) { boot(); }
+  void boot() {
+    table = std::make_unique<Level2Table>(Level2TableConfig{capacity});
+    RnicChannelConfig c;
+    c.versions = versions;
+    c.agent_timeout_ns = 3000 * kMs;
+    c.rnic_instance = instance;
+    ch = std::make_unique<RnicChannel>(*table, c);
+  }
+  void restart() {
+    ++instance;
+    boot();
+  }
+  const Level2Entry* lookup(const EntryKey& k) const { return table->lookup(table->begin_read(), k); }
+};
+
+struct Link {
+  AgentChannel agent;
+  Rnic& rnic;
+  uint64_t now = 0;
+  std::deque<RawMessage> cmd_ring, evt_ring;
+  std::function<bool(const RawMessage&)> drop_cmd;  // fault injection
+
+  Link(Rnic& r, AgentChannelConfig cfg = {}, Level2Shadow shadow = {})
+      : agent("rnic0", cfg, std::move(shadow)), rnic(r) {}
+
+  // One loop iteration of both processes, 1 ms apart.
+  void step() {
+    now += kMs;
+    RawMessage m;
+    while (agent.pop_command(m))
+      if (!drop_cmd || !drop_cmd(m)) cmd_ring.push_back(m);
+    if (rnic.alive) {
+      if (rnic.processing)
+        while (!cmd_ring.empty()) {
+          rnic.ch->on_command(cmd_ring.front(), now);
+          cmd_ring.pop_front();
+        }
+      rnic.ch->tick(now);
+      rnic.ch->publish(*rnic.bar);
+      while (rnic.ch->pop_event(m)) evt_ring.push_back(m);
+    }
+    while (!evt_ring.empty()) {
+      agent.on_event(evt_ring.front(), now);
+      evt_ring.pop_front();
+    }
+    agent.on_bar(sample_bar(*rnic.bar), now);
+    agent.tick(now);
+  }
+  void run(uint64_t ms) {
+    for (uint64_t i = 0; i < ms; ++i) step();
+  }
+  bool run_until(const std::function<bool()>& done, uint64_t max_ms = 20000) {
+    for (uint64_t i = 0; i < max_ms; ++i) {
+      if (done()) return true;
+      step();
+    }
+    return done();
+  }
+  bool active_and_idle() {
+    return agent.state() == ChannelState::kActive && !agent.txn_in_flight() &&
+           agent.queued_change_sets() == 0 && rnic.ch->state() == RnicChannelState::kActive;
+  }
+  void start() {
+    agent.start(now);
+    REQUIRE(run_until([&] { return active_and_idle(); }));
+  }
+  // The RNIC holds exactly what the agent believes it committed.
+  void require_in_sync() {
+    REQUIRE(rnic.table->version() == agent.shadow().version());
+    REQUIRE(rnic.table->digest() == agent.shadow().digest());
+    for (const auto& [k, e] : agent.shadow().entries()) {
+      const Level2Entry* got = rnic.lookup(k);
+      REQUIRE(got != nullptr);
+      REQUIRE(*got == e);
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("txn builder emits BEGIN, the ops and COMMIT with the next version and digest") {
+  Level2Shadow shadow;
+  shadow.reset(4, {egress(1, 1, 1)});
+  std::deque<RawMessage> out;
+  ChangeSet cs = puts(0, 2, 2);
+  cs.del(egress_key(1, 1));
+  PendingTxn p = TxnBuilder::build(shadow, 9, cs.ops, out);
+  REQUIRE(out.size() == 5);
+  CHECK(out[0].type() == MessageType::kBegin);
+  CHECK(as<BeginMsg>(out[0]).base_version == 4);
+  CHECK(out[1].type() == MessageType::kPut);
+  CHECK(out[3].type() == MessageType::kDel);
+  auto c = as<CommitMsg>(out[4]);
+  CHECK(c.hdr.type == MessageType::kCommit);
+  CHECK(c.version == 5);
+  TableDigest expect;
+  expect.add(egress(1, 2, 7));
+  expect.add(egress(1, 3, 7));
+  CHECK(c.digest == expect.value);
+  CHECK(c.entry_count == 2);
+  CHECK(p.expected == expect);
+}
+
+TEST_CASE("fresh agent and RNIC reach ACTIVE without a replay when both are empty") {
+  Rnic r;
+  Link l(r);
+  l.start();
+  CHECK(l.agent.version() == 2);
+  CHECK(l.agent.stats().replays == 0);
+  CHECK(l.agent.stats().reconcile_skips == 1);
+}
+
+TEST_CASE("change sets commit on the RNIC and the shadow follows") {
+  Rnic r;
+  Link l(r);
+  l.start();
+  for (uint64_t t = 1; t <= 5; ++t) l.agent.submit(puts(t, t * 10, 3));
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  auto outcomes = l.agent.take_outcomes();
+  // Queued change sets were merged into one transaction.
+  REQUIRE(outcomes.size() == 1);
+  CHECK(outcomes[0].committed);
+  CHECK(outcomes[0].tags == std::vector<uint64_t>{1, 2, 3, 4, 5});
+  CHECK(outcomes[0].net_puts.size() == 15);
+  CHECK(r.table->size() == 15);
+  l.require_in_sync();
+
+  ChangeSet del;
+  del.tag = 6;
+  del.del(egress_key(1, 10));
+  l.agent.submit(del);
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  CHECK(r.lookup(egress_key(1, 10)) == nullptr);
+  l.require_in_sync();
+}
+
+TEST_CASE("an RNIC one protocol version behind is driven with full replays") {
+  Rnic r(1024, VersionRange{1, 1});
+  Link l(r);
+  l.start();
+  CHECK(l.agent.version() == 1);
+  CHECK(l.agent.stats().replays == 1);  // v1 has no digest reconcile
+  l.agent.submit(puts(1, 1, 4));
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  l.require_in_sync();
+}
+
+TEST_CASE("no common protocol version leaves the channel DEGRADED with a reason") {
+  Rnic r(1024, VersionRange{3, 3});
+  Link l(r);
+  l.agent.start(l.now);
+  l.run(5);
+  CHECK(l.agent.state() == ChannelState::kDegraded);
+  CHECK(l.agent.last_error().find("no common protocol version") != std::string::npos);
+}
+
+TEST_CASE("a restarted agent with a matching shadow skips the replay") {
+  Rnic r;
+  Level2Shadow saved;
+  {
+    Link l(r);
+    l.start();
+    l.agent.submit(puts(1, 1, 20));
+    REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+    saved = l.agent.shadow();  // what the store would hold
+  }
+  AgentChannelConfig cfg;
+  cfg.agent_instance = 2;
+  Link l2(r, cfg, saved);
+  l2.start();
+  CHECK(l2.agent.stats().replays == 0);
+  CHECK(l2.agent.stats().reconcile_skips == 1);
+  l2.require_in_sync();
+}
+
+TEST_CASE("a restarted agent with a stale shadow replays it in full") {
+  Rnic r;
+  Level2Shadow stale;
+  {
+    Link l(r);
+    l.start();
+    l.agent.submit(puts(1, 1, 5));
+    REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+    stale = l.agent.shadow();
+    l.agent.submit(puts(2, 100, 5));  // committed, but "lost" by the restarted agent
+    REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  }
+  AgentChannelConfig cfg;
+  cfg.agent_instance = 2;
+  Link l2(r, cfg, stale);
+  l2.start();
+  CHECK(l2.agent.stats().replays == 1);
+  CHECK(r.table->size() == 5);
+  CHECK(r.lookup(egress_key(1, 100)) == nullptr);
+  l2.require_in_sync();
+}
+
+TEST_CASE("an RNIC restart is seen in the BAR and the table is replayed") {
+  Rnic r;
+  Link l(r);
+  l.start();
+  l.agent.submit(puts(1, 1, 8));
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  r.restart();  // empty table, new instance number
+  l.cmd_ring.clear();
+  REQUIRE(l.run_until([&] { return l.agent.stats().resets == 1; }));
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  CHECK(r.table->size() == 8);
+  CHECK(l.agent.stats().replays == 1);
+  l.require_in_sync();
+}
+
+TEST_CASE("a stalled RNIC heartbeat degrades the channel; recovery goes through RESET") {
+  Rnic r;
+  AgentChannelConfig cfg;
+  cfg.heartbeat_timeout_ns = 200 * kMs;
+  Link l(r, cfg);
+  l.start();
+  r.alive = false;
+  l.run(150);
+  CHECK(l.agent.state() == ChannelState::kActive);
+  l.agent.submit(puts(1, 1, 2));  // waits while the RNIC is stuck
+  l.run(100);
+  CHECK(l.agent.state() == ChannelState::kDegraded);
+  CHECK(l.agent.last_error() == "RNIC rnic0 heartbeat stalled");
+  r.alive = true;
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  CHECK(l.agent.stats().resets >= 1);
+  CHECK(r.lookup(egress_key(1, 1)) != nullptr);  // the requeued change set landed
+  l.require_in_sync();
+}
+
+TEST_CASE("HELLO without an answer times out, and RESET retries it") {
+  Rnic r;
+  AgentChannelConfig cfg;
+  cfg.hello_timeout_ns = 50 * kMs;
+  cfg.degraded_reset_ns = 100 * kMs;
+  Link l(r, cfg);
+  r.processing = false;
+  l.agent.start(l.now);
+  l.run(60);
+  CHECK(l.agent.state() == ChannelState::kDegraded);
+  CHECK(l.agent.stats().hellos == 1);
+  l.run(110);
+  CHECK(l.agent.stats().resets == 1);
+  CHECK(l.agent.stats().hellos == 2);
+  r.processing = true;
+  l.cmd_ring.clear();
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+}
+
+TEST_CASE("an unanswered transaction times out while the BAR still beats") {
+  Rnic r;
+  AgentChannelConfig cfg;
+  cfg.txn_timeout_ns = 100 * kMs;
+  Link l(r, cfg);
+  l.start();
+  r.processing = false;
+  l.agent.submit(puts(1, 1, 1));
+  l.run(120);
+  CHECK(l.agent.state() == ChannelState::kDegraded);
+  CHECK(l.agent.last_error().find("unanswered") != std::string::npos);
+  r.processing = true;
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  l.require_in_sync();
+}
+
+TEST_CASE("the RNIC goes HEADLESS without the agent, keeps its table and refuses changes") {
+  Rnic r;
+  auto link = std::make_unique<Link>(r);
+  link->start();
+  link->agent.submit(puts(1, 1, 3));
+  REQUIRE(link->run_until([&] { return link->active_and_idle(); }));
+  uint64_t now = link->now;
+  link.reset();  // the agent process dies
+
+  r.ch->tick(now + 2000 * kMs);
+  CHECK(r.ch->state() == RnicChannelState::kActive);
+  r.ch->tick(now + 3500 * kMs);
+  CHECK(r.ch->state() == RnicChannelState::kHeadless);
+  CHECK(r.lookup(egress_key(1, 1)) != nullptr);  // forwarding state kept
+
+  BeginMsg b;
+  b.txn = 77;
+  b.base_version = r.table->version();
+  r.ch->on_command(to_raw(b), now + 3600 * kMs);
+  RawMessage ev;
+  REQUIRE(r.ch->pop_event(ev));
+  REQUIRE(ev.type() == MessageType::kAborted);
+  CHECK(as<AbortedMsg>(ev).reason == AbortReason::kHeadless);
+  CHECK(r.ch->stats().refused_headless == 1);
+
+  // A new agent says HELLO and takes over without a replay.
+  r.ch->tick(now + 3600 * kMs);
+  Level2Shadow saved;
+  saved.reset(r.table->version(), [&] {
+    std::vector<Level2Entry> v;
+    r.table->for_each_committed([&](const Level2Entry& e) { v.push_back(e); });
+    return v;
+  }());
+  AgentChannelConfig cfg;
+  cfg.agent_instance = 9;
+  Link l2(r, cfg, saved);
+  l2.now = now + 3600 * kMs;
+  l2.start();
+  CHECK(l2.agent.stats().replays == 0);
+  l2.require_in_sync();
+}
+
+TEST_CASE("a transaction that does not fit is aborted whole and reported") {
+  Rnic r(4);
+  Link l(r);
+  l.start();
+  l.agent.submit(puts(1, 1, 3));
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  l.agent.take_outcomes();
+  l.agent.submit(puts(2, 10, 3));  // 6 > capacity 4
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  auto o = l.agent.take_outcomes();
+  REQUIRE(o.size() == 1);
+  CHECK_FALSE(o[0].committed);
+  CHECK(o[0].reason == AbortReason::kTableFull);
+  CHECK(l.agent.stats().table_full == 1);
+  CHECK(r.table->size() == 3);
+  CHECK(r.lookup(egress_key(1, 10)) == nullptr);  // nothing of it applied
+  l.require_in_sync();
+  l.agent.submit(puts(3, 20, 1));
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  CHECK(r.table->size() == 4);
+  l.require_in_sync();
+}
+
+TEST_CASE("a version mismatch makes the agent replay, then retry its change set") {
+  Rnic r;
+  Link l(r);
+  l.start();
+  l.agent.submit(puts(1, 1, 2));
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  // Someone changes the RNIC table behind the agent's back.
+  REQUIRE(r.table->begin() == tandem::rnic::TableStatus::kOk);
+  REQUIRE(r.table->put(egress(5, 5, 5)) == tandem::rnic::TableStatus::kOk);
+  REQUIRE(r.table->commit() == tandem::rnic::TableStatus::kOk);
+  l.agent.submit(puts(2, 50, 2));
+  REQUIRE(l.run_until([&] { return l.active_and_idle() && l.agent.stats().txns_committed >= 3; }));
+  CHECK(l.agent.stats().replays == 1);
+  CHECK(r.lookup(egress_key(5, 5)) == nullptr);
+  CHECK(r.lookup(egress_key(1, 50)) != nullptr);
+  l.require_in_sync();
+}
+
+TEST_CASE("a lost command is detected by sequence number and the channel recovers") {
+  Rnic r;
+  AgentChannelConfig cfg;
+  cfg.degraded_reset_ns = 10 * kMs;
+  Link l(r, cfg);
+  l.start();
+  bool dropped = false;
+  l.drop_cmd = [&](const RawMessage& m) {
+    if (!dropped && m.type() == MessageType::kPut) return dropped = true;
+    return false;
+  };
+  l.agent.submit(puts(1, 1, 4));
+  REQUIRE(l.run_until([&] { return l.agent.state() == ChannelState::kDegraded; }));
+  CHECK(r.ch->stats().sequence_gaps == 1);
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  CHECK(r.table->size() == 4);
+  l.require_in_sync();
+}
+
+TEST_CASE("punts reach the agent with their slot and missed key") {
+  Rnic r;
+  Link l(r);
+  l.start();
+  r.ch->punt(3, 11, 64, 0, egress_key(2, 0xC0A80009));
+  l.step();
+  auto p = l.agent.take_punts();
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].slot == 3);
+  CHECK(p[0].generation == 11);
+  CHECK(p[0].missed == egress_key(2, 0xC0A80009));
+}
