@@ -30,7 +30,7 @@ enum class MsgType : uint16_t {
   kDeallocPd,   // no fds
   kRegMr,       // fds: [buffer memfd]
   kDeregMr,     // no fds
-  kCreateCq,    // fds: [CQ ring memfd, laid out by cq_layout(depth)]
+  kCreateCq,    // fds: [CQ ring memfd, laid out by cq_layout(depth)] (+ [channel eventfd])
   kDestroyCq,   // no fds
   kCreateQp,    // fds: [queue memfd, laid out by qp_queue_layout(sq_depth, rq_depth)]
   kModifyQp,    // no fds
@@ -87,7 +87,8 @@ struct DeregMrRequest {
 };
 
 struct CreateCqRequest {
-  uint32_t depth;  // ring entries, power of two
+  uint32_t depth;        // ring entries, power of two
+  uint32_t has_channel;  // 1: a second fd, the completion channel's eventfd, follows the ring
 };
 struct CqReply {
   uint32_t cq;  // kCreateCq: the new CQ handle

@@ -4,11 +4,13 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -48,6 +50,8 @@ struct HostServer::CqSlot {
   uint32_t refs = 0;  // QPs using it
   ShmRegion memory;
   RingWriter<Cqe> ring;
+  CqNotify* notify = nullptr;
+  int event_fd = -1;  // the application's completion channel, or -1
 };
 
 struct HostServer::MrSlot {
@@ -125,6 +129,20 @@ bool valid_send_opcode(uint8_t op) noexcept {
          op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_READ;
 }
 
+// The completion channel fd must be an eventfd: a write to anything else
+// (a full pipe...) could block the worker. Made non-blocking for the same reason.
+bool is_eventfd(int fd) noexcept {
+  char link[64];
+  char target[64];
+  std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(link, target, sizeof target - 1);
+  if (n <= 0) return false;
+  target[n] = '\0';
+  if (std::strcmp(target, "anon_inode:[eventfd]") != 0) return false;
+  int fl = fcntl(fd, F_GETFL);
+  return fl >= 0 && fcntl(fd, F_SETFL, fl | O_NONBLOCK) == 0;
+}
+
 // Shared memory may change under us: take one copy, then look only at it.
 template <typename T>
 void copy_from_shared(T* dst, const T* src) noexcept {
@@ -178,6 +196,9 @@ HostServer::HostServer(const ServerConfig& config) : config_(config) {
 HostServer::~HostServer() {
   for (auto& a : apps_) {
     if (a && a->sock >= 0) close(a->sock);
+  }
+  for (auto& cq : cqs_) {
+    if (cq.event_fd >= 0) close(cq.event_fd);
   }
   if (listen_fd_ >= 0) {
     close(listen_fd_);
@@ -476,7 +497,9 @@ Status HostServer::on_dereg_mr(App& app, const Request& req) {
 Status HostServer::on_create_cq(App& app, const Request& req, int* fds, std::size_t nfds,
                                 Reply* rep) {
   uint32_t depth = req.body.create_cq.depth;
-  if (nfds != 1) return Status::kProtocolError;
+  bool channel = req.body.create_cq.has_channel != 0;
+  if (nfds != (channel ? 2u : 1u)) return Status::kProtocolError;
+  if (channel && !is_eventfd(fds[1])) return Status::kInvalidArgument;
   if (!is_power_of_two(depth) || depth > config_.max_queue_depth) return Status::kInvalidArgument;
   CqLayout layout = cq_layout(depth);
   ShmRegion region;
@@ -492,6 +515,9 @@ Status HostServer::on_create_cq(App& app, const Request& req, int* fds, std::siz
   uint8_t* base = region.data();
   cq.ring = RingWriter<Cqe>(reinterpret_cast<RingControl*>(base + layout.control),
                             reinterpret_cast<Cqe*>(base + layout.entries), depth);
+  cq.notify = reinterpret_cast<CqNotify*>(base + layout.notify);
+  cq.event_fd = channel ? fds[1] : -1;
+  if (channel) fds[1] = -1;
   mapped_bytes_ += region.size();
   cq.memory = std::move(region);
   ++cq_count_;
@@ -510,6 +536,9 @@ void HostServer::free_cq(uint32_t index) {
   CqSlot& cq = cqs_[index];
   retire(std::move(cq.memory));
   cq.ring = RingWriter<Cqe>();
+  cq.notify = nullptr;
+  if (cq.event_fd >= 0) close(cq.event_fd);
+  cq.event_fd = -1;
   cq.used = false;
   free_cqs_.push_back(index);
   --cq_count_;
@@ -795,6 +824,18 @@ bool HostServer::write_cqe(uint32_t cq_handle, const Cqe& cqe) noexcept {
   *slot = cqe;
   cq->ring.publish();
   ++counters_.cqes;
+  if (cq->event_fd >= 0) {
+    // Pairs with the application's fence between arming and its last poll.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (cq->notify->armed.load(std::memory_order_relaxed) != 0 &&
+        cq->notify->armed.exchange(0, std::memory_order_acq_rel) != 0) {
+      cq->notify->fired.store(1, std::memory_order_release);
+      uint64_t one = 1;
+      ssize_t w = write(cq->event_fd, &one, sizeof one);
+      (void)w;  // EAGAIN: the counter is already non-zero, the app will wake anyway
+      ++counters_.cq_events;
+    }
+  }
   return true;
 }
 

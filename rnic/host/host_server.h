@@ -129,7 +129,8 @@ struct HostEvent {
   X(flushed_wqes, "WQEs completed with IBV_WC_WR_FLUSH_ERR")                        \
   X(cqes, "completions written")                                                   \
   X(cq_overruns, "completions lost to a full CQ")                                  \
-  X(bad_rkey, "remote accesses refused (rkey, bounds or access flags)")
+  X(bad_rkey, "remote accesses refused (rkey, bounds or access flags)")        \
+  X(cq_events, "completion channel wake-ups (armed CQs)")
 
 struct HostCounters {
 #define TANDEM_HOST_COUNTER_FIELD(name, doc) uint64_t name = 0;

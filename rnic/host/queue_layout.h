@@ -99,14 +99,25 @@ constexpr QpQueueLayout qp_queue_layout(uint32_t sq_depth, uint32_t rq_depth) no
   return l;
 }
 
-// CQ region: [control][entries].
+// Completion notification (ibv_req_notify_cq): the application arms the CQ;
+// the worker, after writing a CQE to an armed CQ, disarms it, sets `fired`
+// and kicks the completion channel's eventfd.
+struct CqNotify {
+  alignas(kCacheLine) std::atomic<uint32_t> armed;  // set by the app, cleared by the worker
+  std::atomic<uint32_t> fired;                      // set by the worker, cleared by the app
+};
+static_assert(sizeof(CqNotify) == kCacheLine);
+
+// CQ region: [control][notify][entries].
 struct CqLayout {
   std::size_t control;
+  std::size_t notify;
   std::size_t entries;
   std::size_t bytes;
 };
 constexpr CqLayout cq_layout(uint32_t depth) noexcept {
-  return CqLayout{0, sizeof(RingControl), sizeof(RingControl) + std::size_t{depth} * sizeof(Cqe)};
+  return CqLayout{0, sizeof(RingControl), sizeof(RingControl) + sizeof(CqNotify),
+                  sizeof(RingControl) + sizeof(CqNotify) + std::size_t{depth} * sizeof(Cqe)};
 }
 
 // Per-application doorbell page: one bit per QP (the doorbell_bit returned at

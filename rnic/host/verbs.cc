@@ -1,10 +1,12 @@
 #include "rnic/host/verbs.h"
 
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdarg>
@@ -14,11 +16,19 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "rnic/host/host_protocol.h"
 #include "rnic/host/unix_channel.h"
 
 namespace tandem::rnic::host {
+
+struct CompChannel {
+  Context* context = nullptr;
+  int fd = -1;
+  std::mutex mu;  // guards cqs
+  std::vector<Cq*> cqs;
+};
 
 struct Context {
   int sock = -1;
@@ -355,7 +365,69 @@ int dereg_mr(Mr* mr) {
   return rc(st);
 }
 
-Cq* create_cq(Context* ctx, int cqe, void* cq_context) {
+CompChannel* create_comp_channel(Context* ctx) {
+  auto ch = std::make_unique<CompChannel>();
+  ch->context = ctx;
+  ch->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (ch->fd < 0) {
+    fail(Status::kNoMemory, "eventfd: %s", std::strerror(errno));
+    return nullptr;
+  }
+  ok();
+  return ch.release();
+}
+
+int destroy_comp_channel(CompChannel* channel) {
+  {
+    std::lock_guard lock(channel->mu);
+    if (!channel->cqs.empty()) return rc(fail(Status::kBusy, "CQs still use the channel"));
+  }
+  close(channel->fd);
+  delete channel;
+  return rc(ok());
+}
+
+int comp_channel_fd(const CompChannel* channel) { return channel->fd; }
+
+int req_notify_cq(Cq* cq, int solicited_only) {
+  (void)solicited_only;
+  if (cq->channel == nullptr) return rc(fail(Status::kInvalidArgument, "CQ has no channel"));
+  cq->notify->armed.store(1, std::memory_order_relaxed);
+  // Pairs with the worker's fence between publishing a CQE and reading
+  // `armed`: a CQE published before the arm is seen by the caller's next poll.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return rc(ok());
+}
+
+int get_cq_event(CompChannel* channel, Cq** cq, void** cq_context, int timeout_ms) {
+  for (;;) {
+    {
+      std::lock_guard lock(channel->mu);
+      for (Cq* c : channel->cqs) {
+        if (c->notify->fired.load(std::memory_order_acquire) != 0 &&
+            c->notify->fired.exchange(0, std::memory_order_acq_rel) != 0) {
+          *cq = c;
+          if (cq_context != nullptr) *cq_context = c->cq_context;
+          return rc(ok());
+        }
+      }
+    }
+    pollfd p{channel->fd, POLLIN, 0};
+    int r = ::poll(&p, 1, timeout_ms);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return rc(fail(Status::kTimeout, "no CQ event within %d ms", timeout_ms));
+    uint64_t v;
+    ssize_t n = read(channel->fd, &v, sizeof v);
+    (void)n;
+  }
+}
+
+void ack_cq_events(Cq* cq, unsigned int nevents) {
+  (void)cq;
+  (void)nevents;
+}
+
+Cq* create_cq(Context* ctx, int cqe, void* cq_context, CompChannel* channel) {
   if (cqe <= 0 || static_cast<uint32_t>(cqe) > ctx->max_depth) {
     fail(Status::kInvalidArgument, "cqe %d not in 1..%u", cqe, ctx->max_depth);
     return nullptr;
@@ -370,20 +442,27 @@ Cq* create_cq(Context* ctx, int cqe, void* cq_context) {
   }
   Request req{};
   req.body.create_cq.depth = depth;
+  req.body.create_cq.has_channel = channel != nullptr ? 1 : 0;
   Reply rep{};
-  int fd = cq->ring_memory.fd();
-  Status st = call(ctx, req, MsgType::kCreateCq, &fd, 1, &rep);
+  int fds[2] = {cq->ring_memory.fd(), channel != nullptr ? channel->fd : -1};
+  Status st = call(ctx, req, MsgType::kCreateCq, fds, channel != nullptr ? 2 : 1, &rep);
   cq->ring_memory.close_fd();
   if (st != Status::kOk) return nullptr;
   uint8_t* base = cq->ring_memory.data();
   cq->context = ctx;
   cq->cq_context = cq_context;
+  cq->channel = channel;
+  cq->notify = reinterpret_cast<CqNotify*>(base + layout.notify);
   cq->cqe = static_cast<int>(depth);
   cq->handle = rep.body.cq.cq;
   cq->hugetlb = cq->ring_memory.hugetlb();
   cq->ring = RingReader<Cqe>(reinterpret_cast<RingControl*>(base + layout.control),
                              reinterpret_cast<Cqe*>(base + layout.entries), depth);
   cq->empty_polls = 0;
+  if (channel != nullptr) {
+    std::lock_guard lock(channel->mu);
+    channel->cqs.push_back(cq.get());
+  }
   return cq.release();
 }
 
@@ -392,7 +471,13 @@ int destroy_cq(Cq* cq) {
   req.body.destroy_cq.cq = cq->handle;
   Reply rep{};
   Status st = call(cq->context, req, MsgType::kDestroyCq, nullptr, 0, &rep);
-  if (st == Status::kOk || st == Status::kWorkerGone) delete cq;
+  if (st == Status::kOk || st == Status::kWorkerGone) {
+    if (CompChannel* ch = cq->channel) {
+      std::lock_guard lock(ch->mu);
+      ch->cqs.erase(std::find(ch->cqs.begin(), ch->cqs.end(), cq));
+    }
+    delete cq;
+  }
   return rc(st);
 }
 

@@ -53,14 +53,18 @@ struct Mr {
   bool hugetlb;  // the buffer is on huge pages (zero copy possible on a real NIC)
 };
 
+struct CompChannel;
+
 struct Cq {
   Context* context;
   void* cq_context;
+  CompChannel* channel;
   int cqe;  // ring entries (>= what was asked)
   uint32_t handle;
   bool hugetlb;
   ShmRegion ring_memory;
   RingReader<Cqe> ring;
+  CqNotify* notify;
   uint32_t empty_polls;
 };
 
@@ -110,8 +114,19 @@ int dealloc_pd(Pd* pd);
 Mr* reg_mr(Pd* pd, void* addr, std::size_t length, int access);
 int dereg_mr(Mr* mr);
 
-Cq* create_cq(Context* ctx, int cqe, void* cq_context = nullptr);
+// Completion channel (ibv_create_comp_channel): an eventfd the worker kicks
+// when it completes into an armed CQ. fd() is pollable like channel->fd.
+CompChannel* create_comp_channel(Context* ctx);
+int destroy_comp_channel(CompChannel* channel);  // kBusy while CQs use it
+int comp_channel_fd(const CompChannel* channel);
+
+Cq* create_cq(Context* ctx, int cqe, void* cq_context = nullptr, CompChannel* channel = nullptr);
 int destroy_cq(Cq* cq);
+// Arms the CQ for one event. solicited_only is treated as 0 (every completion).
+int req_notify_cq(Cq* cq, int solicited_only);
+// Waits for an armed CQ of the channel to fire; kTimeout after timeout_ms (-1: forever).
+int get_cq_event(CompChannel* channel, Cq** cq, void** cq_context, int timeout_ms = -1);
+void ack_cq_events(Cq* cq, unsigned int nevents);  // nothing to release here; kept for ports
 
 Qp* create_qp(Pd* pd, QpInitAttr* attr);
 int modify_qp(Qp* qp, ibv_qp_attr* attr, int attr_mask);

@@ -332,3 +332,64 @@ TEST_CASE("huge pages are tried for buffers and the worker agrees on what was ob
   CHECK(seen);
   WARN("alloc_buf on huge pages: " << (huge ? "yes" : "no (fell back to plain memfd)"));
 }
+
+TEST_CASE("an armed CQ wakes its completion channel once, an unarmed one does not") {
+  ServerThread st;
+  App app(st.path);
+  CompChannel* ch = create_comp_channel(app.ctx);
+  REQUIRE(ch != nullptr);
+  int tag = 0;
+  Cq* cq = create_cq(app.ctx, 16, &tag, ch);
+  REQUIRE(cq != nullptr);
+  QpInitAttr init;
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.cap.max_send_wr = 8;
+  init.cap.max_recv_wr = 8;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  Qp* qp = create_qp(app.pd, &init);
+  REQUIRE(qp != nullptr);
+  REQUIRE(to_rts(qp, 1) == 0);
+  ibv_sge s = app.sge(0, 8);
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad;
+  auto complete_one = [&](uint64_t id) {
+    wr.wr_id = id;
+    REQUIRE(post_send(qp, &wr, &bad) == 0);
+    SendWork w[1];
+    st.with([&](HostServer& sv) {
+      REQUIRE(sv.fetch_send(qp->qp_num, w) == 1);
+      REQUIRE(sv.complete_send(qp->qp_num, w[0], IBV_WC_SUCCESS));
+    });
+  };
+  Cq* got = nullptr;
+  void* ctx = nullptr;
+
+  complete_one(1);  // not armed: no event
+  CHECK(get_cq_event(ch, &got, &ctx, 0) == static_cast<int>(Status::kTimeout));
+
+  REQUIRE(req_notify_cq(cq, 0) == 0);
+  complete_one(2);
+  REQUIRE(get_cq_event(ch, &got, &ctx, 1000) == 0);
+  CHECK(got == cq);
+  CHECK(ctx == &tag);
+  ack_cq_events(got, 1);
+  complete_one(3);  // one event per arm
+  CHECK(get_cq_event(ch, &got, &ctx, 0) == static_cast<int>(Status::kTimeout));
+  ibv_wc wc[4];
+  int n = 0;
+  for (int i = 0; i < 1000 && n < 3; ++i) n += poll_cq(cq, 4 - n, wc + n);
+  REQUIRE(n == 3);
+  CHECK(wc[1].wr_id == 2);
+  CHECK(st.with([](HostServer& sv) { return sv.counters().cq_events; }) == 1);
+
+  CHECK(destroy_comp_channel(ch) == static_cast<int>(Status::kBusy));
+  REQUIRE(destroy_qp(qp) == 0);
+  REQUIRE(destroy_cq(cq) == 0);
+  CHECK(destroy_comp_channel(ch) == 0);
+}
