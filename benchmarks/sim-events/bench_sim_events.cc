@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0) {
       json = true;
+    } else if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf("usage: bench_sim_events [SCENARIO] [--json]\n"
+                  "  SCENARIO  built-in name or YAML file (default reorder-4paths); its first policy is timed\n");
+      return 0;
     } else {
       name = argv[i];
     }

@@ -1,6 +1,7 @@
 #include "rnic/sim/workload.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <string>
 
@@ -27,9 +28,12 @@ uint64_t mix(uint64_t x) noexcept {
   return x ^ (x >> 31);
 }
 
-uint64_t pattern_word(uint32_t src, uint64_t msg, uint64_t word) noexcept {
-  return mix((uint64_t{src} << 40) ^ (msg * 0xC2B2AE3D27D4EB4Full) ^ mix(word));
+// One finaliser per 8 bytes: the message key mixes source and message id once.
+uint64_t pattern_key(uint32_t src, uint64_t msg) noexcept {
+  return mix((uint64_t{src} << 40) ^ (msg * 0xC2B2AE3D27D4EB4Full));
 }
+
+uint64_t pattern_word(uint64_t key, uint64_t word) noexcept { return mix(key ^ (word * 0xD6E8FEB86659FD93ull)); }
 
 }  // namespace
 
@@ -113,18 +117,25 @@ std::vector<Flow> make_flows(const WorkloadSpec& w, uint32_t hosts, Rng& rng) {
   return flows;
 }
 
+static_assert(std::endian::native == std::endian::little, "fill_pattern's whole-word path assumes little-endian");
+
 void fill_pattern(uint8_t* out, uint32_t src, uint64_t msg, uint64_t offset, uint64_t len) noexcept {
+  const uint64_t key = pattern_key(src, msg);
   uint64_t o = offset;
   const uint64_t end = offset + len;
-  while (o < end) {
-    const uint64_t word = o / 8;
-    const uint64_t v = pattern_word(src, msg, word);
-    uint8_t bytes[8];
-    std::memcpy(bytes, &v, 8);
-    uint64_t first = o - word * 8;
-    uint64_t n = std::min<uint64_t>(8 - first, end - o);
-    std::memcpy(out + (o - offset), bytes + first, n);
-    o += n;
+  // A partial first word, then whole words, then a partial last word.
+  while (o < end && (o & 7) != 0) {
+    const uint64_t v = pattern_word(key, o / 8);
+    *out++ = static_cast<uint8_t>(v >> ((o & 7) * 8));
+    ++o;
+  }
+  for (; o + 8 <= end; o += 8, out += 8) {
+    const uint64_t v = pattern_word(key, o / 8);
+    std::memcpy(out, &v, 8);  // little-endian hosts: byte k of the word is bits 8k..8k+7
+  }
+  for (; o < end; ++o) {
+    const uint64_t v = pattern_word(key, o / 8);
+    *out++ = static_cast<uint8_t>(v >> ((o & 7) * 8));
   }
 }
 
