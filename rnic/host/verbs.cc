@@ -102,21 +102,30 @@ Status call(Context* ctx, Request& req, MsgType type, const int* fds, std::size_
     ctx->dead = true;
     return fail(Status::kWorkerGone, "send to worker failed (%s)", std::strerror(n < 0 ? -n : EIO));
   }
-  pollfd p{ctx->sock, POLLIN, 0};
-  int r;
-  do {
-    r = ::poll(&p, 1, ctx->attr.timeout_ms);
-  } while (r < 0 && errno == EINTR);
-  if (r == 0) return fail(Status::kTimeout, "no reply within %d ms", ctx->attr.timeout_ms);
   int got[kMaxFdsPerMessage];
   std::size_t ngot = 0;
-  n = recv_message(ctx->sock, rep, sizeof *rep, got, max_rfds, &ngot, false);
-  if (n == 0 || n == -ECONNRESET) {
-    ctx->dead = true;
-    return fail(Status::kWorkerGone, "worker closed the connection");
+  for (;;) {
+    pollfd p{ctx->sock, POLLIN, 0};
+    int r;
+    do {
+      r = ::poll(&p, 1, ctx->attr.timeout_ms);
+    } while (r < 0 && errno == EINTR);
+    if (r == 0) return fail(Status::kTimeout, "no reply within %d ms", ctx->attr.timeout_ms);
+    n = recv_message(ctx->sock, rep, sizeof *rep, got, kMaxFdsPerMessage, &ngot, false);
+    if (n == 0 || n == -ECONNRESET) {
+      ctx->dead = true;
+      return fail(Status::kWorkerGone, "worker closed the connection");
+    }
+    // A late answer to a request that already timed out: drop it and keep waiting.
+    if (n == static_cast<ssize_t>(sizeof *rep) && rep->hdr.magic == kProtocolMagic &&
+        static_cast<int32_t>(rep->hdr.seq - req.hdr.seq) < 0) {
+      close_fds(got, ngot);
+      continue;
+    }
+    break;
   }
   if (n != static_cast<ssize_t>(sizeof *rep) || rep->hdr.magic != kProtocolMagic ||
-      rep->hdr.seq != req.hdr.seq || rep->hdr.type != req.hdr.type) {
+      rep->hdr.seq != req.hdr.seq || rep->hdr.type != req.hdr.type || ngot > max_rfds) {
     close_fds(got, ngot);
     ctx->dead = true;  // the stream is out of step: nothing after this can be trusted
     return fail(Status::kProtocolError, "bad reply from worker");

@@ -4,7 +4,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
+#include <filesystem>
+#include <thread>
 #include <vector>
 
 #include "rnic/host/host_protocol.h"
@@ -15,6 +18,7 @@
 
 using namespace tandem::rnic::host;
 using tandem::rnic::host::test::ServerThread;
+namespace test = tandem::rnic::host::test;
 
 namespace {
 
@@ -159,4 +163,44 @@ TEST_CASE("registering memory that is not shared with the worker is refused clea
   CHECK(dealloc_pd(pd) == 0);
   free_buf(ctx, buf);
   close_device(ctx);
+}
+
+TEST_CASE("a worker that answers too late yields a timeout, and its late answer is skipped") {
+  std::string dir = test::make_temp_dir();
+  ServerConfig cfg;
+  cfg.socket_path = dir + "/rnic0.sock";
+  HostServer server(cfg);
+  std::atomic<int> stage{0};
+  Status first = Status::kOk;
+  Status second = Status::kOk;
+  Context* ctx = nullptr;
+  std::thread app([&] {
+    DeviceAttr attr;
+    attr.timeout_ms = 100;
+    ctx = open_device(cfg.socket_path.c_str(), attr);
+    stage = 1;
+    while (stage != 2) std::this_thread::yield();
+    Pd* pd = alloc_pd(ctx);  // the worker is not polled: times out
+    first = last_status();
+    if (pd != nullptr) dealloc_pd(pd);
+    stage = 3;
+    while (stage != 4) std::this_thread::yield();
+    pd = alloc_pd(ctx);  // gets the stale reply first, skips it
+    second = last_status();
+    if (pd != nullptr) dealloc_pd(pd);
+    stage = 5;
+  });
+  uint64_t now = 0;
+  while (stage != 1) server.poll(now += 1000);
+  REQUIRE(ctx != nullptr);
+  stage = 2;
+  while (stage != 3) std::this_thread::yield();
+  stage = 4;
+  while (stage != 5) server.poll(now += 1000);
+  app.join();
+  CHECK(first == Status::kTimeout);
+  CHECK(second == Status::kOk);
+  CHECK(worker_alive(ctx));
+  close_device(ctx);
+  std::filesystem::remove_all(dir);
 }
