@@ -61,7 +61,7 @@ struct alignas(64) PathState {
   std::vector<Held> fifo;
   uint32_t mask = 0, head = 0, tail = 0;
   uint64_t ce_not_ect = 0;  // marking asked for, but the packet was not ECN-capable
-  uint64_t flushed_on_fail = 0;
+  uint64_t flushed_on_fail = 0;  // accepted, then lost when the path failed (also in drop_path_down)
   // Control requests from the telemetry thread, applied by the fast path.
   std::atomic<int> want_up{-1};
   std::atomic<uint64_t> want_loss_bits{0};
@@ -235,7 +235,8 @@ struct Fabric {
       const PathCounters& c = ps.model.counters();
       nlohmann::json pj{{"path", k}, {"up", ps.model.up()}, {"spec", format_path_spec(ps.model.config())},
                         {"packets", c.packets}, {"bytes", c.bytes}, {"ecn_marks", c.ecn_marks},
-                        {"ce_not_ect", ps.ce_not_ect}, {"max_queue_bytes", c.max_queue_bytes},
+                        {"ce_not_ect", ps.ce_not_ect}, {"flushed_on_fail", ps.flushed_on_fail},
+                        {"max_queue_bytes", c.max_queue_bytes},
                         {"held", ps.held()}};
       for (std::size_t d = 1; d < kPathDropCount; ++d)
         pj[std::string("drop_") + std::string(path_drop_name(static_cast<PathDrop>(d)))] = c.drops[d];
@@ -291,6 +292,8 @@ struct Fabric {
                                      d.u64((std::string("drop_") + std::string(path_drop_name(static_cast<PathDrop>(r)))).c_str(),
                                            c.drops[r]);
                                    d.u64("ecn_marks", c.ecn_marks);
+                                   d.u64("ce_not_ect", ps.ce_not_ect);
+                                   d.u64("flushed_on_fail", ps.flushed_on_fail);
                                    d.u64("max_queue_bytes", c.max_queue_bytes);
                                    d.u64("held", ps.held());
                                  });
