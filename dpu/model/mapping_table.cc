@@ -59,6 +59,35 @@ std::optional<Mapping> MappingTable::find(const MappingKey& k) const noexcept {
   }
 }
 
+std::size_t MappingTable::find_bulk(const MappingKey* keys, std::size_t n, Mapping* out,
+                                   bool* hit) const noexcept {
+  constexpr std::size_t kChunk = 32;
+  std::size_t homes[kChunk];
+  std::size_t hits = 0;
+  for (std::size_t base = 0; base < n; base += kChunk) {
+    std::size_t m = std::min(kChunk, n - base);
+    for (std::size_t i = 0; i < m; ++i) {
+      homes[i] = home(keys[base + i]);
+      __builtin_prefetch(&slots_[homes[i]]);
+    }
+    for (std::size_t i = 0; i < m; ++i) {
+      const MappingKey& k = keys[base + i];
+      hit[base + i] = false;
+      for (std::size_t j = homes[i];; j = (j + 1) & mask_) {
+        const Slot& s = slots_[j];
+        if (s.vni == kEmpty) break;
+        if (s.vni == k.vni && s.overlay_ip == k.overlay_ip) {
+          out[base + i] = Mapping{s.underlay_ip, s.mac, s.rnic};
+          hit[base + i] = true;
+          ++hits;
+          break;
+        }
+      }
+    }
+  }
+  return hits;
+}
+
 bool MappingTable::erase(const MappingKey& k) noexcept {
   std::size_t i = home(k);
   for (;; i = (i + 1) & mask_) {

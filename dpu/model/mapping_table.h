@@ -35,6 +35,9 @@ class MappingTable {
   // Inserts or replaces; returns true if the key was new.
   bool upsert(const MappingKey& k, const Mapping& m);
   std::optional<Mapping> find(const MappingKey& k) const noexcept;
+  // Looks up n keys (prefetching their home slots first, so the cache misses
+  // overlap); out[i] is valid where hit[i]. Returns the number of hits.
+  std::size_t find_bulk(const MappingKey* keys, std::size_t n, Mapping* out, bool* hit) const noexcept;
   bool erase(const MappingKey& k) noexcept;
   void reserve(std::size_t n);  // avoid rehashes during a bulk import
   void clear();

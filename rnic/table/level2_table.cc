@@ -45,7 +45,7 @@ const char* table_status_name(TableStatus s) noexcept {
 
 Level2Table::Level2Table(const Level2TableConfig& config)
     : capacity_(std::max<uint32_t>(config.capacity, 1)),
-      hash_fn_(config.hash ? config.hash : &default_hash) {
+      hash_fn_(config.hash) {
   // Pool: room for a full committed table plus a full staged replacement.
   std::size_t pool = std::size_t{capacity_} * 2;
   // Buckets: linked records fill at most half the slots, so the two-choice
@@ -56,6 +56,7 @@ Level2Table::Level2Table(const Level2TableConfig& config)
   for (std::size_t b = 0; b < nb; ++b)
     for (auto& s : buckets_[b].slot) s.store(0, std::memory_order_relaxed);
   pool_ = std::vector<Record>(pool);
+  meta_.resize(pool);
   free_.reserve(pool);
   for (std::size_t i = pool; i-- > 0;) free_.push_back(static_cast<uint32_t>(i));
   staged_inserts_.reserve(capacity_);
@@ -65,13 +66,15 @@ Level2Table::Level2Table(const Level2TableConfig& config)
 }
 
 std::size_t Level2Table::memory_bytes() const noexcept {
-  return (bucket_mask_ + 1) * sizeof(Bucket) + pool_.size() * sizeof(Record) +
+  return (bucket_mask_ + 1) * sizeof(Bucket) + pool_.size() * (sizeof(Record) + sizeof(RecordMeta)) +
          free_.capacity() * sizeof(uint32_t) +
          (staged_inserts_.capacity() + staged_removals_.capacity() + pending_unlink_.capacity() +
           limbo_.capacity()) * sizeof(uint32_t);
 }
 
-uint64_t Level2Table::hash(const EntryKey& k) const noexcept { return hash_fn_(k); }
+uint64_t Level2Table::hash(const EntryKey& k) const noexcept {
+  return hash_fn_ ? hash_fn_(k) : default_hash(k);  // the default inlines: no indirect call per packet
+}
 
 void Level2Table::buckets_of(uint64_t h, uint32_t& b1, uint32_t& b2, uint32_t& tag) const noexcept {
   tag = static_cast<uint32_t>(h >> 32);
@@ -90,7 +93,7 @@ const Level2Entry* Level2Table::find(uint64_t h, const EntryKey& key, uint64_t v
       if (w == 0 || static_cast<uint32_t>(w >> 32) != tag) continue;
       const Record& r = pool_[static_cast<uint32_t>(w) - 1];
       // Full-key compare: a tag match alone never decides.
-      if (visible(r, v) && r.entry.key == key) return &r.entry;
+      if (r.entry.key == key && visible(r, v)) return &r.entry;
     }
   }
   return nullptr;
@@ -107,10 +110,30 @@ std::size_t Level2Table::lookup_burst(const Snapshot& snap, const EntryKey* keys
   std::size_t hits = 0;
   for (std::size_t base = 0; base < n; base += kChunk) {
     std::size_t m = std::min(kChunk, n - base);
-    // Hash and prefetch the whole chunk first so bucket misses overlap.
+    // Three passes so the cache misses of a burst overlap instead of queueing:
+    // hash and prefetch both buckets; find the first tag match and prefetch
+    // its record; then the real lookup, which now mostly hits the cache.
     for (std::size_t i = 0; i < m; ++i) {
       hs[i] = hash(keys[base + i]);
-      __builtin_prefetch(&buckets_[static_cast<uint32_t>(hs[i]) & bucket_mask_]);
+      uint32_t b1, b2, tag;
+      buckets_of(hs[i], b1, b2, tag);
+      __builtin_prefetch(&buckets_[b1]);
+      __builtin_prefetch(&buckets_[b2]);
+    }
+    for (std::size_t i = 0; i < m; ++i) {
+      uint32_t b[2], tag;
+      buckets_of(hs[i], b[0], b[1], tag);
+      for (uint32_t bi : b) {
+        const Bucket& bk = buckets_[bi];
+        for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
+          uint64_t w = bk.slot[s].load(std::memory_order_relaxed);
+          if (w != 0 && static_cast<uint32_t>(w >> 32) == tag) {
+            __builtin_prefetch(&pool_[static_cast<uint32_t>(w) - 1]);
+            goto next;
+          }
+        }
+      }
+    next:;
     }
     for (std::size_t i = 0; i < m; ++i) {
       out[base + i] = find(hs[i], keys[base + i], snap.version);
@@ -151,7 +174,7 @@ TableStatus Level2Table::begin(bool from_empty) noexcept {
   if (from_empty) {
     uint64_t v = version();
     for (uint32_t i = 0; i < pool_.size(); ++i)
-      if (pool_[i].state == RecordState::kLinked && visible(pool_[i], v)) stage_removal(i);
+      if (meta_[i].state == RecordState::kLinked && visible(pool_[i], v)) stage_removal(i);
   }
   return TableStatus::kOk;
 }
@@ -170,11 +193,11 @@ void Level2Table::stage_removal(uint32_t idx) noexcept {
 }
 
 void Level2Table::unlink_now(uint32_t idx) noexcept {
-  Record& r = pool_[idx];
-  buckets_[r.bucket].slot[r.slot].store(0, std::memory_order_release);
-  r.state = RecordState::kLimbo;
+  RecordMeta& mt = meta_[idx];
+  buckets_[mt.bucket].slot[mt.slot].store(0, std::memory_order_release);
+  mt.state = RecordState::kLimbo;
   // Readers that entered before this bump may still hold the slot's old word.
-  r.grace_epoch = epoch_.fetch_add(1, std::memory_order_seq_cst) + 1;
+  mt.grace_epoch = epoch_.fetch_add(1, std::memory_order_seq_cst) + 1;
   limbo_.push_back(idx);
   ++stats_.unlinked;
 }
@@ -213,8 +236,7 @@ TableStatus Level2Table::put(const Level2Entry& entry) noexcept {
   r.entry = entry;
   r.add_version = next_version_;
   r.remove_version.store(kNever, std::memory_order_relaxed);
-  r.tag = tag;
-  r.state = RecordState::kLinked;
+  meta_[idx].state = RecordState::kLinked;
   // Two-choice placement: the emptier of the two buckets keeps both shallow.
   auto free_slot = [&](uint32_t b) -> int {
     for (unsigned s = 0; s < kSlotsPerBucket; ++s)
@@ -233,8 +255,8 @@ TableStatus Level2Table::put(const Level2Entry& entry) noexcept {
     b = b == b1 ? b2 : b1;
     s = free_slot(b);
   }
-  r.bucket = b;
-  r.slot = static_cast<uint8_t>(s);  // has_free_slot() or the unlinked old entry guarantees s >= 0
+  meta_[idx].bucket = b;
+  meta_[idx].slot = static_cast<uint8_t>(s);  // has_free_slot() or the unlinked old entry guarantees s >= 0
   // Publish: the record's fields above happen-before any reader that sees this word.
   buckets_[b].slot[s].store(slot_word(tag, idx), std::memory_order_release);
   staged_inserts_.push_back(idx);
@@ -267,7 +289,7 @@ TableStatus Level2Table::commit(uint64_t new_version) noexcept {
   version_.store(new_version, std::memory_order_seq_cst);
   uint64_t e = epoch_.fetch_add(1, std::memory_order_seq_cst) + 1;
   for (uint32_t idx : staged_removals_) {
-    pool_[idx].grace_epoch = e;  // once every reader is at epoch >= e, none can see it
+    meta_[idx].grace_epoch = e;  // once every reader is at epoch >= e, none can see it
     pending_unlink_.push_back(idx);
   }
   committed_digest_ = staged_digest_;
@@ -281,7 +303,7 @@ TableStatus Level2Table::commit(uint64_t new_version) noexcept {
 TableStatus Level2Table::abort() noexcept {
   if (!txn_open_) return TableStatus::kNoTxn;
   for (uint32_t idx : staged_inserts_)
-    if (pool_[idx].state == RecordState::kLinked && pool_[idx].add_version == next_version_)
+    if (meta_[idx].state == RecordState::kLinked && pool_[idx].add_version == next_version_)
       unlink_now(idx);
   for (uint32_t idx : staged_removals_)
     pool_[idx].remove_version.store(kNever, std::memory_order_relaxed);
@@ -297,8 +319,8 @@ void Level2Table::reclaim(uint64_t min_active_epoch) noexcept {
   // Free what was unlinked long enough ago that no reader can be probing it.
   std::size_t keep = 0;
   for (uint32_t idx : limbo_) {
-    if (pool_[idx].grace_epoch <= min_active_epoch) {
-      pool_[idx].state = RecordState::kFree;
+    if (meta_[idx].grace_epoch <= min_active_epoch) {
+      meta_[idx].state = RecordState::kFree;
       free_.push_back(idx);
       ++stats_.freed;
     } else {
@@ -312,7 +334,7 @@ void Level2Table::reclaim(uint64_t min_active_epoch) noexcept {
   std::size_t n = pend.size();
   for (std::size_t i = 0; i < n; ++i) {
     uint32_t idx = pend[i];
-    if (pool_[idx].grace_epoch <= min_active_epoch)
+    if (meta_[idx].grace_epoch <= min_active_epoch)
       unlink_now(idx);
     else
       pend[keep++] = idx;

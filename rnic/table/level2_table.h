@@ -130,19 +130,23 @@ class Level2Table {
   void for_each_committed(F&& f) const {
     uint64_t v = version();
     for (const Record& r : pool_)
-      if (r.state == RecordState::kLinked && visible(r, v)) f(r.entry);
+      if (meta_[&r - pool_.data()].state == RecordState::kLinked && visible(r, v)) f(r.entry);
   }
 
  private:
   enum class RecordState : uint8_t { kFree, kLinked, kLimbo };
 
-  struct Record {
+  // What readers touch, on one cache line.
+  struct alignas(64) Record {
     Level2Entry entry;
     uint64_t add_version = 0;                  // immutable while linked
     std::atomic<uint64_t> remove_version{kNever};
+  };
+  static_assert(sizeof(Record) == 64);
+  // Writer-only bookkeeping, kept apart so it does not dilute the readers' lines.
+  struct RecordMeta {
     uint64_t grace_epoch = 0;                  // pending unlink / limbo: epoch that must pass
-    uint32_t tag = 0;
-    uint32_t bucket = 0;                       // where it is linked (writer bookkeeping)
+    uint32_t bucket = 0;                       // where it is linked
     uint8_t slot = 0;
     RecordState state = RecordState::kFree;
   };
@@ -164,10 +168,11 @@ class Level2Table {
   void stage_removal(uint32_t idx) noexcept;
 
   uint32_t capacity_;
-  uint64_t (*hash_fn_)(const EntryKey&) noexcept;
+  uint64_t (*hash_fn_)(const EntryKey&) noexcept;  // nullptr: built-in hash
   uint32_t bucket_mask_ = 0;
   std::unique_ptr<Bucket[]> buckets_;
   std::vector<Record> pool_;
+  std::vector<RecordMeta> meta_;
   std::vector<uint32_t> free_;
 
   alignas(64) std::atomic<uint64_t> version_{0};

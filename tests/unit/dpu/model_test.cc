@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <memory>
 #include <random>
 #include <unordered_map>
 
@@ -62,6 +63,20 @@ TEST_CASE("mapping table agrees with a reference map through inserts and deletes
     REQUIRE(m.has_value());
     CHECK(m->underlay_ip == u);
   }
+  // Bulk lookup agrees with single lookups, hits and misses alike.
+  std::vector<MappingKey> keys;
+  for (uint32_t i = 0; i < 100; ++i) keys.push_back({1 + i % 5, i * 37 % 5000});
+  std::vector<Mapping> out(keys.size());
+  std::unique_ptr<bool[]> hit(new bool[keys.size()]);
+  std::size_t hits = t.find_bulk(keys.data(), keys.size(), out.data(), hit.get());
+  std::size_t expect = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    auto m = t.find(keys[i]);
+    REQUIRE(hit[i] == m.has_value());
+    if (m) CHECK(out[i] == *m);
+    expect += m.has_value();
+  }
+  CHECK(hits == expect);
   std::size_t seen = 0;
   t.for_each([&](const MappingKey&, const Mapping&) { ++seen; });
   CHECK(seen == ref.size());
