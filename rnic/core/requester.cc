@@ -120,12 +120,19 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
   d->retransmit = retx;
   const uint64_t off = uint64_t{r.pkt_idx} * mtu();
   if (is_read) {
-    const uint64_t end = std::min<uint64_t>(w.len, uint64_t{r.chunk_last + 1} * mtu());
+    // A retry asks only for the run of missing responses starting here.
+    uint32_t last_idx = r.chunk_last;
+    if (retx) {
+      last_idx = r.pkt_idx;
+      while (last_idx < r.chunk_last &&
+             !(rec(psn_add(psn, last_idx + 1 - r.pkt_idx)).flags & kRecAcked))
+        ++last_idx;
+    }
+    const uint64_t end = std::min<uint64_t>(w.len, uint64_t{last_idx + 1} * mtu());
     d->bth.opcode = IBV_OPCODE_RC_RDMA_READ_REQUEST;
     d->bth.ack_req = false;
     d->reth = common::Reth{w.wr.remote_addr + off, w.wr.rkey, static_cast<uint32_t>(end - off)};
-    // The request covers every PSN up to the chunk's end again.
-    for (uint32_t i = r.pkt_idx; i <= r.chunk_last; ++i) {
+    for (uint32_t i = r.pkt_idx; i <= last_idx; ++i) {
       PsnRec& q = rec(psn_add(psn, i - r.pkt_idx));
       if (q.flags & kRecLost) { q.flags &= ~kRecLost; --lost; }
       q.sent_at = now;
