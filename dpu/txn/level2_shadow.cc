@@ -1,31 +1,53 @@
 // Level-2 shadow bookkeeping.
 #include "dpu/txn/level2_shadow.h"
 
+#include <algorithm>
+
 namespace tandem::dpu {
 
 using common::EntryKey;
 using common::Level2Entry;
 
+namespace {
+// Small transactions (the common case: a few punts) find a key's earlier op by
+// scanning back; larger ones index the ops.
+constexpr std::size_t kScanLimit = 64;
+
+bool key_less(const EntryKey& a, const EntryKey& b) {
+  if (a.kind != b.kind) return a.kind < b.kind;
+  if (a.word0 != b.word0) return a.word0 < b.word0;
+  return a.word1 < b.word1;
+}
+}  // namespace
+
 common::TableDigest Level2Shadow::digest_after(const std::vector<Level2Op>& ops) const {
-  // Later ops see earlier ones: track the txn's own view of touched keys.
-  std::unordered_map<EntryKey, std::pair<bool, Level2Entry>, EntryKeyHash> touched;
+  // Later ops see earlier ones: an op's "current" entry is the last earlier op
+  // on the same key, else the committed one.
+  std::unordered_map<EntryKey, std::size_t, EntryKeyHash> last;  // key -> index of its latest op
+  const bool indexed = ops.size() > kScanLimit;
+  if (indexed) last.reserve(ops.size());
   common::TableDigest d = digest_;
-  for (const Level2Op& op : ops) {
-    const Level2Entry* cur = nullptr;
-    auto it = touched.find(op.entry.key);
-    if (it != touched.end()) {
-      if (it->second.first) cur = &it->second.second;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Level2Op& op = ops[i];
+    const Level2Op* prev = nullptr;
+    if (indexed) {
+      auto it = last.find(op.entry.key);
+      if (it != last.end()) prev = &ops[it->second];
+      last[op.entry.key] = i;
     } else {
-      cur = find(op.entry.key);
+      for (std::size_t j = i; j-- > 0;)
+        if (ops[j].entry.key == op.entry.key) {
+          prev = &ops[j];
+          break;
+        }
     }
+    const Level2Entry* cur = prev ? (prev->del ? nullptr : &prev->entry) : find(op.entry.key);
     if (op.del) {
       if (cur) d.remove(*cur);
-      touched[op.entry.key] = {false, Level2Entry{}};
     } else {
       if (cur && *cur == op.entry) continue;  // same entry again: the RNIC treats it as a no-op
       if (cur) d.remove(*cur);
       d.add(op.entry);
-      touched[op.entry.key] = {true, op.entry};
     }
   }
   return d;
@@ -33,7 +55,8 @@ common::TableDigest Level2Shadow::digest_after(const std::vector<Level2Op>& ops)
 
 void Level2Shadow::apply(const std::vector<Level2Op>& ops, uint64_t new_version,
                          std::vector<Level2Entry>* net_puts, std::vector<EntryKey>* net_dels) {
-  std::unordered_map<EntryKey, bool, EntryKeyHash> touched;
+  std::vector<EntryKey> touched;
+  touched.reserve(ops.size());
   for (const Level2Op& op : ops) {
     auto it = entries_.find(op.entry.key);
     if (op.del) {
@@ -49,10 +72,14 @@ void Level2Shadow::apply(const std::vector<Level2Op>& ops, uint64_t new_version,
       digest_.add(op.entry);
       it->second = op.entry;
     }
-    touched[op.entry.key] = true;
+    touched.push_back(op.entry.key);
   }
   version_ = new_version;
-  for (const auto& [k, _] : touched) {
+  if (!net_puts && !net_dels) return;
+  std::sort(touched.begin(), touched.end(), key_less);
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  if (net_puts) net_puts->reserve(touched.size());
+  for (const EntryKey& k : touched) {
     const Level2Entry* e = find(k);
     if (e && net_puts) net_puts->push_back(*e);
     if (!e && net_dels) net_dels->push_back(k);

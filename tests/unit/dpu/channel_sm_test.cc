@@ -429,3 +429,39 @@ TEST_CASE("punts reach the agent with their slot and missed key") {
   CHECK(p[0].generation == 11);
   CHECK(p[0].missed == egress_key(2, 0xC0A80009));
 }
+
+TEST_CASE("expected digest follows repeated keys within one transaction") {
+  for (uint32_t filler : {0u, 100u}) {  // small txns scan back, large ones index their ops
+    Level2Shadow shadow;
+    shadow.reset(1, {egress(1, 1, 1), egress(1, 2, 2)});
+    ChangeSet cs;
+    cs.put(egress(1, 1, 10));   // replace a committed entry
+    cs.put(egress(1, 1, 11));   // and again
+    cs.del(egress_key(1, 1));   // then delete it
+    cs.put(egress(1, 1, 12));   // and bring it back
+    cs.del(egress_key(1, 2));   // delete a committed entry
+    cs.put(egress(1, 3, 3));
+    cs.put(egress(1, 3, 3));    // same entry twice: a no-op
+    cs.del(egress_key(1, 99));  // absent
+    for (uint32_t i = 0; i < filler; ++i) cs.put(egress(2, i, i));
+    TableDigest expected = shadow.digest_after(cs.ops);
+    Level2Shadow applied = shadow;
+    std::vector<Level2Entry> puts;
+    std::vector<EntryKey> dels;
+    applied.apply(cs.ops, 2, &puts, &dels);
+    CHECK(expected == applied.digest());
+    CHECK(applied.entries().size() == 2 + filler);
+    CHECK(puts.size() == 2 + filler);
+    CHECK(dels.size() == 2);  // (1,2) and the absent (1,99)
+    // And the RNIC table ends with the same digest.
+    Level2Table t({1024});
+    REQUIRE(t.begin() == tandem::rnic::TableStatus::kOk);
+    for (auto& e : shadow.entries()) REQUIRE(t.put(e.second) == tandem::rnic::TableStatus::kOk);
+    REQUIRE(t.commit() == tandem::rnic::TableStatus::kOk);
+    REQUIRE(t.begin() == tandem::rnic::TableStatus::kOk);
+    for (auto& op : cs.ops)
+      REQUIRE((op.del ? t.del(op.entry.key) : t.put(op.entry)) == tandem::rnic::TableStatus::kOk);
+    REQUIRE(t.commit() == tandem::rnic::TableStatus::kOk);
+    CHECK(t.digest() == expected);
+  }
+}
