@@ -262,3 +262,34 @@ TEST_CASE("random loss on a path follows the configured rate") {
   CHECK(s.drops_loss > 120);
   CHECK(s.drops_loss < 280);
 }
+
+TEST_CASE("in a leaf-spine fabric, routing converges around a failed uplink and back after recovery") {
+  Harness h;
+  TopologySpec t;
+  t.kind = TopologySpec::Kind::kLeafSpine;
+  t.hosts_per_leaf = 2;
+  t.leaves = 2;
+  t.spines = 2;
+  build_topology(h.fabric, t);
+  auto node = [&](const std::string& name) {
+    for (uint32_t n = 0; n < h.fabric.nodes().size(); ++n) {
+      if (h.fabric.nodes()[n].name == name) return n;
+    }
+    FAIL("no node " << name);
+    return 0u;
+  };
+  const uint32_t leaf1 = node("leaf1");
+  const int link = h.fabric.find_link("leaf0-spine1");
+  REQUIRE(link >= 0);
+  REQUIRE(h.fabric.nodes()[leaf1].routes[0].size() == 2);
+  h.fabric.set_link_state(static_cast<uint32_t>(link), false, 0, 1000);
+  h.run();
+  // leaf1 no longer sends traffic for leaf0's hosts to spine1, which cannot reach them.
+  CHECK(h.fabric.nodes()[leaf1].routes[0].size() == 1);
+  for (uint32_t v = 0; v < 64; ++v) h.send(2, 0, wire::entropy_port(v), 100, 2000);
+  h.run();
+  CHECK(h.arrivals.size() == 64);
+  CHECK(h.fabric.stats().drops() == 0);
+  h.fabric.set_link_state(static_cast<uint32_t>(link), true, 3000, 1000);
+  CHECK(h.fabric.nodes()[leaf1].routes[0].size() == 2);
+}
