@@ -1,0 +1,57 @@
+// Level-1 -> level-2 derivations.
+#include "dpu/txn/derive.h"
+
+namespace tandem::dpu {
+
+using common::EntryKind;
+using common::Level2Entry;
+
+std::optional<ChangeSet> change_set_for_miss(const Level1State& state, const common::EntryKey& missed,
+                                             uint64_t tag, std::string* rnic, ResolveStatus* why,
+                                             const Level2Shadow* installed) {
+  if (missed.kind != EntryKind::kEgress) {
+    if (why) *why = ResolveStatus::kNoMapping;
+    return std::nullopt;
+  }
+  Resolution r = state.resolve(missed.word0, missed.word1);
+  if (why) *why = r.status;
+  if (r.status != ResolveStatus::kOk) return std::nullopt;
+  if (rnic) *rnic = r.rnic;
+  ChangeSet cs;
+  cs.tag = tag;
+  cs.put(r.egress);
+  const Level2Entry* have = installed ? installed->find(r.ingress.key) : nullptr;
+  if (have && !(have->ingress == r.ingress.ingress))
+    cs.del(r.ingress.key);  // ambiguous: two (sender, receiver) pairs share the key
+  else
+    cs.put(r.ingress);
+  return cs;
+}
+
+namespace {
+bool derived_from(const Level2Entry& e, const MappingKey& m) {
+  if (e.key.kind == EntryKind::kEgress) return e.egress.vni == m.vni && e.key.word1 == m.overlay_ip;
+  return e.ingress.vni == m.vni && e.ingress.overlay_src_ip == m.overlay_ip;
+}
+bool belongs_to(const Level2Entry& e, uint32_t vnic) {
+  if (e.key.kind == EntryKind::kEgress) return e.key.word0 == vnic;
+  return e.ingress.local_vnic_id == vnic;
+}
+}  // namespace
+
+ChangeSet deletions_for_mapping(const Level2Shadow& installed, const MappingKey& m) {
+  ChangeSet cs;
+  for (const auto& [k, e] : installed.entries())
+    if (derived_from(e, m)) cs.del(k);
+  return cs;
+}
+
+ChangeSet deletions_for_vnic(const Level2Shadow& installed, uint32_t vnic, uint32_t vni, uint32_t overlay_ip) {
+  ChangeSet cs;
+  MappingKey own{vni, overlay_ip};
+  for (const auto& [k, e] : installed.entries())
+    if (belongs_to(e, vnic) || derived_from(e, own)) cs.del(k);
+  return cs;
+}
+
+}  // namespace tandem::dpu

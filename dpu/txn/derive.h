@@ -1,0 +1,43 @@
+// What level-1 events mean for the level-2 tables the agent has installed:
+// a punted miss becomes a change set installing the resolved entries; a
+// removed mapping or vNIC becomes change sets deleting every installed entry
+// derived from it, so an RNIC never keeps forwarding on state the agent has
+// withdrawn (the next packet punts and is resolved afresh). Everything needed
+// is in the entries themselves (egress: vNIC id, VNI, destination overlay IP;
+// ingress: local vNIC, VNI, source overlay IP), so a restarted agent needs no
+// extra index: it scans the shadows it reloads.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/channel/messages.h"
+#include "dpu/model/level1_state.h"
+#include "dpu/txn/change_set.h"
+#include "dpu/txn/level2_shadow.h"
+
+namespace tandem::dpu {
+
+// An egress miss (vNIC, dst overlay IP) resolved against level 1: the change
+// set (egress + matching ingress entry) for *rnic, or nullopt with the
+// reason in *why (unknown vNIC, no mapping, denied by isolation, or an
+// ingress-side miss, which the agent cannot attribute and answers with kNoMapping).
+//
+// The ingress key (underlay src, VNI) cannot tell apart two overlay addresses
+// of one tenant behind the same underlay host, nor two local vNICs talking to
+// it. If `installed` (that RNIC's shadow) already maps the key to another
+// (sender, receiver) pair, the ambiguous entry is deleted instead of
+// overwritten, so no packet is ever attributed to the wrong sender or handed
+// to the wrong vNIC; such peers need QPN-keyed ingress entries.
+std::optional<ChangeSet> change_set_for_miss(const Level1State& state, const common::EntryKey& missed,
+                                             uint64_t tag, std::string* rnic, ResolveStatus* why,
+                                             const Level2Shadow* installed = nullptr);
+
+// DELs for every entry in `installed` derived from mapping m.
+ChangeSet deletions_for_mapping(const Level2Shadow& installed, const MappingKey& m);
+// DELs for every entry in `installed` that belongs to the vNIC (id) or is
+// derived from its own address (vni, overlay_ip): what removing it withdraws.
+ChangeSet deletions_for_vnic(const Level2Shadow& installed, uint32_t vnic, uint32_t vni, uint32_t overlay_ip);
+
+}  // namespace tandem::dpu

@@ -1,0 +1,85 @@
+#include <catch2/catch.hpp>
+
+#include "dpu/model/address.h"
+#include "dpu/txn/derive.h"
+
+using namespace tandem::dpu;
+using namespace tandem::common;
+
+namespace {
+uint32_t ip(const char* s) { return *parse_ipv4(s); }
+MacAddr mac(const char* s) { return *parse_mac(s); }
+
+Level1State state() {
+  Level1State s;
+  REQUIRE(s.apply(AddTenant{100, "blue"}).ok());
+  REQUIRE(s.apply(AddTenant{200, "red"}).ok());
+  REQUIRE(s.apply(AddRnic{"rnic0", ip("10.0.0.1"), mac("02:00:00:00:00:01"), 0xC000, 4}).ok());
+  REQUIRE(s.apply(AddVnic{1, 100, "rnic0", ip("192.168.0.1"), mac("02:aa:00:00:00:01")}).ok());
+  REQUIRE(s.apply(AddVnic{2, 100, "rnic0", ip("192.168.0.2"), mac("02:aa:00:00:00:02")}).ok());
+  // Two remote addresses of tenant 100 behind the same server 10.0.1.7.
+  REQUIRE(s.apply(AddMapping{100, ip("192.168.1.9"), ip("10.0.1.7"), mac("02:00:00:00:01:00"), "far0"}).ok());
+  REQUIRE(s.apply(AddMapping{100, ip("192.168.1.10"), ip("10.0.1.7"), mac("02:00:00:00:01:00"), "far0"}).ok());
+  REQUIRE(s.apply(AddMapping{200, ip("172.16.0.5"), ip("10.0.2.2"), mac("02:00:00:00:02:00"), "far1"}).ok());
+  return s;
+}
+}  // namespace
+
+TEST_CASE("a punted egress miss becomes an egress and an ingress PUT for the vNIC's RNIC") {
+  Level1State s = state();
+  std::string rnic;
+  ResolveStatus why;
+  auto cs = change_set_for_miss(s, egress_key(1, ip("192.168.1.9")), 42, &rnic, &why);
+  REQUIRE(cs);
+  CHECK(why == ResolveStatus::kOk);
+  CHECK(rnic == "rnic0");
+  CHECK(cs->tag == 42);
+  REQUIRE(cs->ops.size() == 2);
+  CHECK(cs->ops[0].entry.key == egress_key(1, ip("192.168.1.9")));
+  CHECK(cs->ops[1].entry.key == ingress_key_vni(ip("10.0.1.7"), 100));
+}
+
+TEST_CASE("a miss that isolation forbids installs nothing and says why") {
+  Level1State s = state();
+  ResolveStatus why;
+  CHECK_FALSE(change_set_for_miss(s, egress_key(1, ip("172.16.0.5")), 1, nullptr, &why));
+  CHECK(why == ResolveStatus::kDeniedByIsolation);
+  CHECK_FALSE(change_set_for_miss(s, ingress_key_vni(ip("10.0.1.7"), 100), 1, nullptr, &why));
+  CHECK(why == ResolveStatus::kNoMapping);
+}
+
+TEST_CASE("an ingress key shared by two senders is withdrawn, never overwritten") {
+  Level1State s = state();
+  Level2Shadow installed;
+  auto first = change_set_for_miss(s, egress_key(1, ip("192.168.1.9")), 1, nullptr, nullptr, &installed);
+  REQUIRE(first);
+  installed.apply(first->ops, 1);
+  auto second = change_set_for_miss(s, egress_key(1, ip("192.168.1.10")), 2, nullptr, nullptr, &installed);
+  REQUIRE(second);
+  REQUIRE(second->ops.size() == 2);
+  CHECK_FALSE(second->ops[0].del);
+  CHECK(second->ops[1].del);
+  installed.apply(second->ops, 2);
+  CHECK(installed.find(ingress_key_vni(ip("10.0.1.7"), 100)) == nullptr);
+  CHECK(installed.find(egress_key(1, ip("192.168.1.10"))) != nullptr);
+}
+
+TEST_CASE("removing a mapping or a vNIC withdraws exactly the entries derived from it") {
+  Level1State s = state();
+  Level2Shadow installed;
+  for (auto [vnic, dst] : {std::pair{1u, "192.168.1.9"}, {2u, "192.168.1.9"}, {2u, "192.168.0.1"}}) {
+    auto cs = change_set_for_miss(s, egress_key(vnic, ip(dst)), 0, nullptr, nullptr, &installed);
+    REQUIRE(cs);
+    installed.apply(cs->ops, installed.version() + 1);
+  }
+  // Installed: egress (1,.9), (2,.9), (2,.0.1); ingress (10.0.0.1,100) -> from .0.1 to vNIC 2.
+  // The ingress (10.0.1.7,100) was withdrawn: vNICs 1 and 2 both talk to .9.
+  CHECK(installed.find(ingress_key_vni(ip("10.0.1.7"), 100)) == nullptr);
+  ChangeSet m = deletions_for_mapping(installed, MappingKey{100, ip("192.168.1.9")});
+  CHECK(m.ops.size() == 2);
+  for (auto& op : m.ops) CHECK(op.del);
+  // vNIC 1: its own egress entry, plus what others derived from its address.
+  ChangeSet v = deletions_for_vnic(installed, 1, 100, ip("192.168.0.1"));
+  CHECK(v.ops.size() == 3);  // egress (1,.9), egress (2,.0.1), ingress from .0.1
+  CHECK(deletions_for_mapping(installed, MappingKey{200, ip("192.168.1.9")}).ops.empty());
+}
