@@ -3,8 +3,8 @@
 // processed) and the receive side (on_packet: checks, reorder window,
 // placement memcpy into registered memory, ACK generation), for RDMA WRITE
 // packets of --payload bytes between two in-process Transports. Baseline,
-// measured in the same run over the same memory footprint: a bare memcpy of
-// the payload plus writing the same transport headers, per packet.
+// measured in the same run, harness and memory footprint: a bare memcpy of
+// the payload plus writing the same transport headers, per packet and side.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/wire/icrc.h"
 #include "common/wire/roce_packet.h"
 #include "rnic/core/frame.h"
 #include "rnic/core/transport.h"
@@ -84,7 +85,8 @@ Result run_core(Reliability mode, uint32_t payload, uint64_t target_pkts, std::s
   std::vector<uint8_t> txbuf(16384);
   std::vector<Frame> frames(512);
   for (auto& f : frames) f.bytes.resize(payload + 256);
-  std::vector<TxDesc> acks(512);
+  // Descriptors stay valid in the TX ring until the core's next poll().
+  std::vector<const TxDesc*> sent(512);
   Completion wc[64];
   Result r;
   while (r.pkts < target_pkts) {
@@ -112,8 +114,7 @@ Result run_core(Reliability mode, uint32_t payload, uint64_t target_pkts, std::s
         std::memcpy(txbuf.data() + h, d.segs[i].data, d.segs[i].len);
         h += d.segs[i].len;
       }
-      // (untimed below) keep the descriptor to turn it into a frame for B
-      acks[n] = d;
+      sent[n] = &d;  // turned into a frame for B below, untimed
       a.t.tx().pop();
       ++n;
     }
@@ -122,7 +123,7 @@ Result run_core(Reliability mode, uint32_t payload, uint64_t target_pkts, std::s
     for (uint32_t i = 0; i < n; ++i) {
       Frame& f = frames[i];
       f.bytes.resize(payload + 256);
-      const std::size_t len = build_frame(acks[i], FrameAddrs{}, f.bytes.data(), f.bytes.size());
+      const std::size_t len = build_frame(*sent[i], FrameAddrs{}, f.bytes.data(), f.bytes.size());
       f.bytes.resize(len);
       tandem::common::parse_roce(f.bytes.data(), len, f.pkt);
     }
@@ -164,30 +165,49 @@ Result run_core(Reliability mode, uint32_t payload, uint64_t target_pkts, std::s
   return r;
 }
 
-// The floor: per packet, write the same transport headers and copy the
-// payload, from and to buffers of the same size as the cores' memory.
-double run_baseline(uint32_t payload, uint64_t pkts, std::size_t mem) {
+// The floor, in the same harness: per packet the send side writes the same
+// transport headers and copies the payload from the sender's memory into a
+// frame buffer; the frames get their ICRC (untimed, as the cores' frames
+// do); the receive side copies the payload into the receiver's memory.
+Result run_baseline(uint32_t payload, uint64_t target_pkts, std::size_t mem) {
   std::vector<uint8_t> src(mem, 1), dst(mem, 0);
-  uint8_t hdr[kMaxTransportHdrLen];
+  std::vector<std::vector<uint8_t>> frames(256, std::vector<uint8_t>(payload + 256));
   TxDesc d;
   d.bth.opcode = IBV_OPCODE_RC_RDMA_WRITE_MIDDLE;
   d.has_xeth = true;
   d.payload_len = payload;
-  std::size_t off = 0;
-  const auto t0 = Clock::now();
-  for (uint64_t i = 0; i < pkts; ++i) {
-    d.bth.psn = static_cast<uint32_t>(i) & 0xFFFFFF;
-    d.xeth.msg_offset = static_cast<uint32_t>(off);
-    const std::size_t h = write_transport_headers(d, hdr);
-    std::memcpy(dst.data() + off, src.data() + off, payload);
-    dst[off] ^= hdr[h - 1];  // keep the header write observable
-    off += payload;
-    if (off + payload > mem) off = 0;
+  std::size_t off = 0, roff = 0;
+  Result r;
+  uint32_t psn = 0;
+  while (r.pkts < target_pkts) {
+    auto t0 = Clock::now();
+    for (auto& f : frames) {
+      d.bth.psn = psn++ & 0xFFFFFF;
+      d.xeth.msg_offset = static_cast<uint32_t>(off);
+      const std::size_t h = write_transport_headers(d, f.data());
+      std::memcpy(f.data() + h, src.data() + off, payload);
+      off += payload;
+      if (off + payload > mem) off = 0;
+    }
+    r.tx_ns += ns_since(t0);
+    for (auto& f : frames) {  // the wire: untimed
+      const uint32_t crc = tandem::common::roce_icrc(f.data(), payload + 40);
+      std::memcpy(f.data() + payload + 40, &crc, 4);
+    }
+    t0 = Clock::now();
+    for (auto& f : frames) {
+      std::memcpy(dst.data() + roff, f.data() + 40, payload);
+      roff += payload;
+      if (roff + payload > mem) roff = 0;
+    }
+    r.rx_ns += ns_since(t0);
+    r.pkts += frames.size();
   }
-  const double ns = ns_since(t0) / static_cast<double>(pkts);
   volatile uint8_t sink = dst[payload / 2];
   (void)sink;
-  return ns;
+  r.tx_ns /= static_cast<double>(r.pkts);
+  r.rx_ns /= static_cast<double>(r.pkts);
+  return r;
 }
 
 double median(std::vector<double> v) {
@@ -216,17 +236,20 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   const std::size_t mem = mem_mb << 20;
-  std::vector<double> irn_tx, irn_rx, gbn_tx, gbn_rx, base;
+  std::vector<double> irn_tx, irn_rx, gbn_tx, gbn_rx, base_tx, base_rx;
   for (int i = 0; i < reps; ++i) {
-    base.push_back(run_baseline(payload, pkts, mem));
+    const Result rb = run_baseline(payload, pkts, mem);
     const Result ri = run_core(Reliability::kIrn, payload, pkts, mem);
     const Result rg = run_core(Reliability::kGoBackN, payload, pkts, mem);
+    base_tx.push_back(rb.tx_ns);
+    base_rx.push_back(rb.rx_ns);
     irn_tx.push_back(ri.tx_ns);
     irn_rx.push_back(ri.rx_ns);
     gbn_tx.push_back(rg.tx_ns);
     gbn_rx.push_back(rg.rx_ns);
   }
-  const double b = median(base);
+  const double btx = median(base_tx), brx = median(base_rx);
+  const double b = (btx + brx) / 2;  // one side's average, like ours
   const double tx = median(irn_tx), rx = median(irn_rx);
   const double gtx = median(gbn_tx), grx = median(gbn_rx);
   const double ours = (tx + rx) / 2;  // one side's average cost per packet
@@ -235,20 +258,23 @@ int main(int argc, char** argv) {
     nlohmann::json j = {{"bench", "core-per-packet"}, {"unit", "ns/pkt"},
                         {"ours", ours}, {"baseline", b}, {"baseline_name", bname},
                         {"ratio", ours / b}, {"payload", payload}, {"pkts", pkts},
+                        {"mem_mb", mem_mb},
                         {"irn_tx_ns", tx}, {"irn_rx_ns", rx},
                         {"gobackn_tx_ns", gtx}, {"gobackn_rx_ns", grx},
-                        {"tx_ratio", tx / b}, {"rx_ratio", rx / b}};
+                        {"baseline_tx_ns", btx}, {"baseline_rx_ns", brx},
+                        {"tx_ratio", tx / btx}, {"rx_ratio", rx / brx}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("core-per-packet: RDMA WRITE, %u B payload, %llu packets x %d reps (median)\n",
-              payload, static_cast<unsigned long long>(pkts), reps);
-  std::printf("%-50s %10s %8s\n", "", "ns/pkt", "ratio");
-  std::printf("%-50s %10.1f %8.2f\n", ("baseline: " + bname).c_str(), b, 1.0);
-  std::printf("%-50s %10.1f %8.2f\n", "IRN send side", tx, tx / b);
-  std::printf("%-50s %10.1f %8.2f\n", "IRN receive side", rx, rx / b);
-  std::printf("%-50s %10.1f %8.2f\n", "go-back-N send side", gtx, gtx / b);
-  std::printf("%-50s %10.1f %8.2f\n", "go-back-N receive side", grx, grx / b);
-  std::printf("%-50s %10.1f %8.2f\n", "ours (IRN, mean of the two sides)", ours, ours / b);
+  std::printf("core-per-packet: RDMA WRITE, %u B payload, %zu MiB per side, %llu packets x %d reps (median)\n",
+              payload, mem_mb, static_cast<unsigned long long>(pkts), reps);
+  std::printf("%-38s %12s %12s %12s\n", "ns/pkt", "send side", "receive side", "mean");
+  auto row = [](const char* name, double t, double r) {
+    std::printf("%-38s %12.1f %12.1f %12.1f\n", name, t, r, (t + r) / 2);
+  };
+  row(("baseline: " + bname).c_str(), btx, brx);
+  row("ours: IRN", tx, rx);
+  row("ours: go-back-N", gtx, grx);
+  std::printf("%-38s %12.2f %12.2f %12.2f\n", "ratio IRN / baseline", tx / btx, rx / brx, ours / b);
   return 0;
 }
