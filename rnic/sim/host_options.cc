@@ -77,6 +77,7 @@ HostOptions parse_host_options(const Scenario& s, const PolicySpec& p) {
   o.window_pkts = static_cast<uint32_t>(r.number("window_pkts", 1024, 1, 1 << 16));
   o.tx_queue_capacity = static_cast<uint32_t>(r.number("tx_queue", 64, 1, 1 << 16));
   o.send_op = s.workload.op == WorkloadSpec::Op::kSend;
+  o.read_op = s.workload.op == WorkloadSpec::Op::kRead;
   if (!r.kv.empty()) r.fail(r.kv.begin()->first, "is not a known option");
   return o;
 }

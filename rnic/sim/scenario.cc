@@ -156,8 +156,10 @@ WorkloadSpec parse_workload(const Ctx& c, const YAML::Node& n) {
     w.op = WorkloadSpec::Op::kWrite;
   } else if (op == "send") {
     w.op = WorkloadSpec::Op::kSend;
+  } else if (op == "read") {
+    w.op = WorkloadSpec::Op::kRead;
   } else {
-    c.fail("workload.op must be write or send, not '" + op + "'");
+    c.fail("workload.op must be write, send or read, not '" + op + "'");
   }
   w.size = parse_size(c, n["size"]);
   w.messages = get<uint32_t>(c, n, "messages", w.messages);

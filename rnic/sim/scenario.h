@@ -45,7 +45,7 @@ struct SizeDist {
 
 struct WorkloadSpec {
   enum class Kind { kBulk, kPermutation, kIncast, kAllToAll } kind = Kind::kBulk;
-  enum class Op { kWrite, kSend } op = Op::kWrite;
+  enum class Op { kWrite, kSend, kRead } op = Op::kWrite;
   SizeDist size;
   uint32_t messages = 16;     // per flow
   uint32_t outstanding = 4;   // per flow, closed loop

@@ -190,13 +190,20 @@ void SimHost::post_message(Conn& c, uint64_t now) {
   const uint64_t len = c.sizes[j];
   const uint64_t slot = (j % c.outstanding) * c.slot_bytes;
   const uint64_t msg_id = wr_id(c.index, j, false);
-  // The application writes the message into its buffer, then posts it.
-  fill_pattern(arena_.get() + c.send_off + slot, index_, msg_id, 0, len);
+  SimHost& peer = *hosts_[c.dst];
+  if (opt_.read_op) {
+    // READ: the data lives at the destination (its application wrote it);
+    // the local buffer is cleared so stale bytes cannot pass the check.
+    fill_pattern(peer.arena_.get() + c.recv_off + slot, peer.index_, msg_id, 0, len);
+    std::memset(arena_.get() + c.send_off + slot, 0, len);
+  } else {
+    // The application writes the message into its buffer, then posts it.
+    fill_pattern(arena_.get() + c.send_off + slot, index_, msg_id, 0, len);
+  }
   SendWr wr;
   wr.wr_id = msg_id;
-  wr.opcode = opt_.send_op ? IBV_WR_SEND : IBV_WR_RDMA_WRITE;
+  wr.opcode = opt_.read_op ? IBV_WR_RDMA_READ : opt_.send_op ? IBV_WR_SEND : IBV_WR_RDMA_WRITE;
   wr.send_flags = IBV_SEND_SIGNALED;
-  SimHost& peer = *hosts_[c.dst];
   wr.remote_addr = peer.arena_addr() + c.recv_off + slot;
   wr.rkey = peer.mr_.rkey;
   wr.num_sge = 1;
@@ -242,10 +249,15 @@ void SimHost::drain_cq(uint64_t now) {
       totals_.fct_ns.push_back(now - c.post_ns[j]);
       totals_.last_completion_ns = std::max(totals_.last_completion_ns, now);
       if (!opt_.send_op) {
-        // RDMA WRITE: a completion means the data is placed at the responder.
+        // RDMA WRITE: a completion means the data is placed at the responder;
+        // RDMA READ: that the remote bytes are in the local buffer.
         SimHost& peer = *hosts_[c.dst];
-        if (check_pattern(peer.arena_.get() + c.recv_off + slot, index_, wr_id(c.index, j, false), 0,
-                          c.sizes[j]) < 0) {
+        const bool ok = opt_.read_op
+                            ? check_pattern(arena_.get() + c.send_off + slot, peer.index_, wr_id(c.index, j, false),
+                                            0, c.sizes[j]) < 0
+                            : check_pattern(peer.arena_.get() + c.recv_off + slot, index_,
+                                            wr_id(c.index, j, false), 0, c.sizes[j]) < 0;
+        if (ok) {
           ++c.verified;
           ++totals_.verified;
         } else {
@@ -279,7 +291,7 @@ void SimHost::note_arrival_order(const common::RocePacket& pkt) noexcept {
   // Reordering as the wire delivers it, the same measure in every mode: how
   // far behind the highest request PSN already seen a first transmission
   // arrives (retransmissions are late by nature and not counted).
-  if (!(common::opcode_info(pkt.bth.opcode).flags & common::kOpRequest)) return;
+  if (!(common::opcode_info(pkt.bth.opcode).flags & (common::kOpRequest | common::kOpReadResp))) return;
   const uint32_t q = pkt.bth.dqpn - qpn_base_;
   if (q >= rx_seen_.size()) return;
   if (!rx_seen_[q]) {

@@ -38,6 +38,7 @@ struct HostOptions {
   uint32_t window_pkts = 1024;
   uint32_t tx_queue_capacity = 64;
   bool send_op = false;  // SEND/RECV instead of RDMA WRITE
+  bool read_op = false;  // RDMA READ: the flow's source reads from its destination
 };
 
 // One QP pair carrying part of a flow's messages, `outstanding` at a time,
