@@ -3,10 +3,13 @@
 #include <catch2/catch.hpp>
 
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <memory>
+#include <unistd.h>
 
 #include "dpu/channel/agent_channel.h"
+#include "dpu/store/store.h"
 #include "rnic/table/level2_table.h"
 #include "rnic/table/rnic_channel.h"
 
@@ -37,7 +40,7 @@ ChangeSet puts(uint64_t tag, uint32_t first, uint32_t n, uint32_t dst = 7) {
 }
 
 // One RNIC (table + channel end + BAR) that can be restarted.
-struct Rnic {
+struct RnicSide {
   uint32_t capacity;
   VersionRange versions;
   uint64_t instance = 1;
@@ -47,7 +50,7 @@ struct Rnic {
   bool alive = true;        // worker loop runs (ticks, BAR heartbeat)
   bool processing = true;   // consumes commands
 
-  Rnic(uint32_t cap = 1024, VersionRange v = kOurVersions) : capacity(cap), versions(v) { boot(); }
+  RnicSide(uint32_t cap = 1024, VersionRange v = kOurVersions) : capacity(cap), versions(v) { boot(); }
   void boot() {
     table = std::make_unique<Level2Table>(Level2TableConfig{capacity});
     RnicChannelConfig c;
@@ -65,12 +68,12 @@ struct Rnic {
 
 struct Link {
   AgentChannel agent;
-  Rnic& rnic;
+  RnicSide& rnic;
   uint64_t now = 0;
   std::deque<RawMessage> cmd_ring, evt_ring;
   std::function<bool(const RawMessage&)> drop_cmd;  // fault injection
 
-  Link(Rnic& r, AgentChannelConfig cfg = {}, Level2Shadow shadow = {})
+  Link(RnicSide& r, AgentChannelConfig cfg = {}, Level2Shadow shadow = {})
       : agent("rnic0", cfg, std::move(shadow)), rnic(r) {}
 
   // One loop iteration of both processes, 1 ms apart.
@@ -152,7 +155,7 @@ TEST_CASE("txn builder emits BEGIN, the ops and COMMIT with the next version and
 }
 
 TEST_CASE("fresh agent and RNIC reach ACTIVE without a replay when both are empty") {
-  Rnic r;
+  RnicSide r;
   Link l(r);
   l.start();
   CHECK(l.agent.version() == 2);
@@ -161,7 +164,7 @@ TEST_CASE("fresh agent and RNIC reach ACTIVE without a replay when both are empt
 }
 
 TEST_CASE("change sets commit on the RNIC and the shadow follows") {
-  Rnic r;
+  RnicSide r;
   Link l(r);
   l.start();
   for (uint64_t t = 1; t <= 5; ++t) l.agent.submit(puts(t, t * 10, 3));
@@ -185,7 +188,7 @@ TEST_CASE("change sets commit on the RNIC and the shadow follows") {
 }
 
 TEST_CASE("an RNIC one protocol version behind is driven with full replays") {
-  Rnic r(1024, VersionRange{1, 1});
+  RnicSide r(1024, VersionRange{1, 1});
   Link l(r);
   l.start();
   CHECK(l.agent.version() == 1);
@@ -196,7 +199,7 @@ TEST_CASE("an RNIC one protocol version behind is driven with full replays") {
 }
 
 TEST_CASE("no common protocol version leaves the channel DEGRADED with a reason") {
-  Rnic r(1024, VersionRange{3, 3});
+  RnicSide r(1024, VersionRange{3, 3});
   Link l(r);
   l.agent.start(l.now);
   l.run(5);
@@ -205,7 +208,7 @@ TEST_CASE("no common protocol version leaves the channel DEGRADED with a reason"
 }
 
 TEST_CASE("a restarted agent with a matching shadow skips the replay") {
-  Rnic r;
+  RnicSide r;
   Level2Shadow saved;
   {
     Link l(r);
@@ -224,7 +227,7 @@ TEST_CASE("a restarted agent with a matching shadow skips the replay") {
 }
 
 TEST_CASE("a restarted agent with a stale shadow replays it in full") {
-  Rnic r;
+  RnicSide r;
   Level2Shadow stale;
   {
     Link l(r);
@@ -246,7 +249,7 @@ TEST_CASE("a restarted agent with a stale shadow replays it in full") {
 }
 
 TEST_CASE("an RNIC restart is seen in the BAR and the table is replayed") {
-  Rnic r;
+  RnicSide r;
   Link l(r);
   l.start();
   l.agent.submit(puts(1, 1, 8));
@@ -261,7 +264,7 @@ TEST_CASE("an RNIC restart is seen in the BAR and the table is replayed") {
 }
 
 TEST_CASE("a stalled RNIC heartbeat degrades the channel; recovery goes through RESET") {
-  Rnic r;
+  RnicSide r;
   AgentChannelConfig cfg;
   cfg.heartbeat_timeout_ns = 200 * kMs;
   Link l(r, cfg);
@@ -281,7 +284,7 @@ TEST_CASE("a stalled RNIC heartbeat degrades the channel; recovery goes through 
 }
 
 TEST_CASE("HELLO without an answer times out, and RESET retries it") {
-  Rnic r;
+  RnicSide r;
   AgentChannelConfig cfg;
   cfg.hello_timeout_ns = 50 * kMs;
   cfg.degraded_reset_ns = 100 * kMs;
@@ -300,7 +303,7 @@ TEST_CASE("HELLO without an answer times out, and RESET retries it") {
 }
 
 TEST_CASE("an unanswered transaction times out while the BAR still beats") {
-  Rnic r;
+  RnicSide r;
   AgentChannelConfig cfg;
   cfg.txn_timeout_ns = 100 * kMs;
   Link l(r, cfg);
@@ -316,7 +319,7 @@ TEST_CASE("an unanswered transaction times out while the BAR still beats") {
 }
 
 TEST_CASE("the RNIC goes HEADLESS without the agent, keeps its table and refuses changes") {
-  Rnic r;
+  RnicSide r;
   auto link = std::make_unique<Link>(r);
   link->start();
   link->agent.submit(puts(1, 1, 3));
@@ -358,7 +361,7 @@ TEST_CASE("the RNIC goes HEADLESS without the agent, keeps its table and refuses
 }
 
 TEST_CASE("a transaction that does not fit is aborted whole and reported") {
-  Rnic r(4);
+  RnicSide r(4);
   Link l(r);
   l.start();
   l.agent.submit(puts(1, 1, 3));
@@ -381,7 +384,7 @@ TEST_CASE("a transaction that does not fit is aborted whole and reported") {
 }
 
 TEST_CASE("a version mismatch makes the agent replay, then retry its change set") {
-  Rnic r;
+  RnicSide r;
   Link l(r);
   l.start();
   l.agent.submit(puts(1, 1, 2));
@@ -399,7 +402,7 @@ TEST_CASE("a version mismatch makes the agent replay, then retry its change set"
 }
 
 TEST_CASE("a lost command is detected by sequence number and the channel recovers") {
-  Rnic r;
+  RnicSide r;
   AgentChannelConfig cfg;
   cfg.degraded_reset_ns = 10 * kMs;
   Link l(r, cfg);
@@ -418,7 +421,7 @@ TEST_CASE("a lost command is detected by sequence number and the channel recover
 }
 
 TEST_CASE("punts reach the agent with their slot and missed key") {
-  Rnic r;
+  RnicSide r;
   Link l(r);
   l.start();
   r.ch->punt(3, 11, 64, 0, egress_key(2, 0xC0A80009));
@@ -464,4 +467,43 @@ TEST_CASE("expected digest follows repeated keys within one transaction") {
     REQUIRE(t.commit() == tandem::rnic::TableStatus::kOk);
     CHECK(t.digest() == expected);
   }
+}
+
+TEST_CASE("an agent restarted from its store reconciles by digest instead of replaying") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("tandem-sm-store-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string db = (dir / "agent.db").string();
+  RnicSide r;
+  {
+    Store store(db);
+    Link l(r);
+    l.start();
+    for (uint64_t t = 1; t <= 3; ++t) {
+      l.agent.submit(puts(t, t * 100, 10));
+      ChangeSet del;
+      del.tag = 10 + t;
+      del.del(egress_key(1, t * 100));
+      l.agent.submit(del);
+      REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+      // What the agent does with each outcome: persist it before moving on.
+      for (const TxnOutcome& o : l.agent.take_outcomes())
+        if (o.committed)
+          store.save_level2("rnic0", o.version, l.agent.shadow().digest().value, o.net_puts, o.net_dels, false);
+    }
+  }  // the agent process ends; the RNIC keeps forwarding
+  Store store(db);
+  Level2Snapshot snap = store.load_level2("rnic0");
+  Level2Shadow shadow;
+  shadow.reset(snap.version, snap.entries);
+  CHECK(shadow.digest().value == snap.digest);
+  CHECK(shadow.entries().size() == 27);
+  AgentChannelConfig cfg;
+  cfg.agent_instance = 2;
+  Link l2(r, cfg, shadow);
+  l2.start();
+  CHECK(l2.agent.stats().replays == 0);
+  CHECK(l2.agent.stats().reconcile_skips == 1);
+  l2.require_in_sync();
+  fs::remove_all(dir);
 }
