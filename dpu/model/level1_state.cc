@@ -60,6 +60,11 @@ const Rnic* Level1State::rnic(const std::string& name) const {
   auto it = rnics_.find(name);
   return it == rnics_.end() ? nullptr : &it->second;
 }
+const Vnic* Level1State::vnic_at(uint32_t vni, uint32_t overlay_ip) const {
+  auto it = vnic_by_addr_.find(uint64_t{vni} << 32 | overlay_ip);
+  return it == vnic_by_addr_.end() ? nullptr : vnic(it->second);
+}
+
 const Vnic* Level1State::vnic(uint32_t id) const {
   auto it = vnics_.find(id);
   return it == vnics_.end() ? nullptr : &it->second;
@@ -141,9 +146,8 @@ ModelResult Level1State::check_one(const AddMapping& c) const {
 ModelResult Level1State::check_one(const RemoveMapping& c) const {
   if (!mappings_.find({c.vni, c.overlay_ip}))
     return fail(ModelErrc::kUnknownMapping, format_ipv4(c.overlay_ip) + " is not mapped in " + vni_str(c.vni));
-  for (const auto& [id, v] : vnics_)
-    if (v.vni == c.vni && v.overlay_ip == c.overlay_ip)
-      return fail(ModelErrc::kInUse, format_ipv4(c.overlay_ip) + " belongs to vNIC " + std::to_string(id) + "; remove the vNIC");
+  if (const Vnic* v = vnic_at(c.vni, c.overlay_ip))
+    return fail(ModelErrc::kInUse, format_ipv4(c.overlay_ip) + " belongs to vNIC " + std::to_string(v->id) + "; remove the vNIC");
   return {};
 }
 
@@ -192,6 +196,7 @@ void Level1State::apply_one(const AddRnic& c) {
 void Level1State::apply_one(const AddVnic& c) {
   const Rnic& r = rnics_.at(c.rnic);
   vnics_[c.id] = Vnic{c.id, c.vni, c.rnic, c.overlay_ip, c.overlay_mac, {}};
+  vnic_by_addr_[uint64_t{c.vni} << 32 | c.overlay_ip] = c.id;
   // A vNIC's own address is a mapping too: peers resolve it like any other.
   mappings_.upsert({c.vni, c.overlay_ip}, Mapping{r.underlay_ip, r.mac, intern_rnic(c.rnic)});
   ++tenant_refs_[c.vni];
@@ -201,6 +206,7 @@ void Level1State::apply_one(const RemoveVnic& c) {
   Vnic& v = vnics_.at(c.id);
   for (uint32_t q : v.qpns) qp_owner_.erase({v.rnic, q});
   mappings_.erase({v.vni, v.overlay_ip});
+  vnic_by_addr_.erase(uint64_t{v.vni} << 32 | v.overlay_ip);
   --tenant_refs_[v.vni];
   vnics_.erase(c.id);
 }
@@ -238,8 +244,7 @@ common::Level2Entry Level1State::ingress_for(const Vnic& v, uint32_t remote_vni,
   in.vni = remote_vni;
   in.local_vnic_id = v.id;
   // The remote's overlay MAC is known when it is one of our vNICs.
-  for (const auto& [id, other] : vnics_)
-    if (other.vni == remote_vni && other.overlay_ip == remote_ip) in.overlay_src_mac = other.overlay_mac;
+  if (const Vnic* other = vnic_at(remote_vni, remote_ip)) in.overlay_src_mac = other->overlay_mac;
   return common::make_ingress_entry(common::ingress_key_vni(m.underlay_ip, remote_vni), in);
 }
 

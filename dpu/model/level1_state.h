@@ -121,6 +121,7 @@ class Level1State {
   void apply_one(const RemoveMapping&);
   void apply_one(const AllowPeering&);
   uint16_t intern_rnic(const std::string& name);
+  const Vnic* vnic_at(uint32_t vni, uint32_t overlay_ip) const;
   common::Level2Entry ingress_for(const Vnic& v, uint32_t remote_vni, uint32_t remote_ip,
                                   const Mapping& m) const;
 
@@ -128,6 +129,7 @@ class Level1State {
   std::map<uint32_t, uint32_t> tenant_refs_;  // vni -> vNICs + mappings referencing it
   std::map<std::string, Rnic> rnics_;
   std::map<uint32_t, Vnic> vnics_;
+  std::unordered_map<uint64_t, uint32_t> vnic_by_addr_;  // (vni << 32 | overlay IP) -> vNIC id
   std::map<std::pair<std::string, uint32_t>, uint32_t> qp_owner_;  // (rnic, qpn) -> vNIC
   std::set<std::pair<uint32_t, uint32_t>> peerings_;               // both orders stored
   std::unordered_map<uint32_t, std::vector<uint32_t>> peers_;      // vni -> peered vnis

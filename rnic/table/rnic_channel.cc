@@ -245,6 +245,7 @@ void RnicChannel::punt(uint32_t slot, uint32_t generation, uint16_t length, uint
 
 void RnicChannel::tick(uint64_t now) noexcept {
   ++heartbeat_;
+  table_.reclaim(config_.readers ? config_.readers->min_active(table_) : table_.begin_read().epoch);
   if (!agent_seen_ || state_ == RnicChannelState::kHeadless) return;
   if (state_ == RnicChannelState::kAwaitHello) return;
   if (now - last_agent_ns_ > config_.agent_timeout_ns) {

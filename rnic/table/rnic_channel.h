@@ -16,6 +16,7 @@
 #include "common/channel/messages.h"
 #include "common/channel/negotiate.h"
 #include "rnic/table/level2_table.h"
+#include "rnic/table/reader_epochs.h"
 
 namespace tandem::rnic {
 
@@ -26,6 +27,10 @@ struct RnicChannelConfig {
   common::VersionRange versions = common::kOurVersions;
   uint64_t agent_timeout_ns = 3'000'000'000;  // silence after which the RNIC goes headless
   uint64_t rnic_instance = 1;                 // changes on every RNIC start
+  // Packet threads reading the table; tick() reclaims what none of them can
+  // reach. nullptr: the packets are processed on this thread between calls,
+  // so nothing is ever in use during tick().
+  const ReaderEpochs* readers = nullptr;
 };
 
 struct RnicChannelStats {
@@ -44,6 +49,7 @@ class RnicChannel {
   RnicChannel(Level2Table& table, const RnicChannelConfig& config);
 
   void on_command(const RawMessage& m, uint64_t now) noexcept;
+  // Heartbeat, agent-silence check, and reclamation of removed table entries.
   void tick(uint64_t now) noexcept;
   bool pop_event(RawMessage& out) noexcept;
   std::size_t pending_events() const noexcept { return out_.size(); }
