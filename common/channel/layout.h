@@ -43,6 +43,7 @@ struct ChannelGeometry {
   uint32_t ring_count = 4096;  // ring capacity in messages (power of two; rte_ring holds count-1)
   uint32_t slot_count = 256;   // slots in the bulk area
   uint32_t slot_size = 2048;   // bytes per slot including its SlotHeader (multiple of 64)
+  friend constexpr bool operator==(const ChannelGeometry&, const ChannelGeometry&) = default;
 
   constexpr bool valid() const noexcept {
     bool pow2 = ring_count >= 2 && (ring_count & (ring_count - 1)) == 0;
@@ -60,6 +61,7 @@ struct ChannelLayout {
   uint64_t slot_offset = 0;
   uint64_t slot_bytes = 0;
   uint64_t total_bytes = 0;
+  friend constexpr bool operator==(const ChannelLayout&, const ChannelLayout&) = default;
 };
 
 constexpr std::size_t ring_area_bytes(uint32_t ring_count) noexcept {

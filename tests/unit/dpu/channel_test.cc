@@ -1,8 +1,11 @@
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <vector>
 
+#include "common/channel/channel_region.h"
 #include "common/channel/entry_digest.h"
 #include "common/channel/layout.h"
 #include "common/channel/messages.h"
@@ -112,4 +115,68 @@ TEST_CASE("BAR table snapshot is consistent and refused mid-update") {
   CHECK(*r == t);
   bar->table_seq.value.fetch_add(1);  // writer caught mid-update
   CHECK_FALSE(bar_read_table(*bar).has_value());
+}
+
+namespace {
+// A page-aligned zeroed buffer standing in for the mapped channel file.
+struct Region {
+  std::size_t size;
+  uint8_t* p;
+  explicit Region(std::size_t n) : size(n), p(static_cast<uint8_t*>(std::aligned_alloc(kPageSize, n))) {
+    std::memset(p, 0, n);
+  }
+  ~Region() { std::free(p); }
+};
+}  // namespace
+
+TEST_CASE("an initialised channel region passes the RNIC's checks") {
+  ChannelGeometry g{64, 8, 256};
+  Region r(compute_layout(g).total_bytes);
+  CHECK(check_channel(r.p, r.size) == "channel not initialised (bad magic)");
+  REQUIRE(init_channel(r.p, r.size, g, 3, "rnic3") == "");
+  CHECK(check_channel(r.p, r.size) == "");
+  auto* h = reinterpret_cast<ChannelHeader*>(r.p);
+  CHECK(std::string(h->rnic_name) == "rnic3");
+  CHECK(h->port_id == 3);
+  CHECK(channel_cmd_ring(r.p) == r.p + h->layout.cmd_ring_offset);
+  announce_rnic(*h, VersionRange{1, 2}, 1234);
+  CHECK(h->rnic_versions.load() == (1u << 16 | 2u));
+  // The BAR is where the header says, and usable.
+  bar_publish_table(channel_bar(r.p), CommittedTable{3, 4, 5});
+  CHECK(bar_read_table(*reinterpret_cast<Bar*>(r.p + h->layout.bar_offset))->digest == 4);
+}
+
+TEST_CASE("a region from another build or too small is refused with a reason") {
+  ChannelGeometry g{64, 8, 256};
+  Region r(compute_layout(g).total_bytes);
+  CHECK(init_channel(r.p, r.size - 1, g, 0, "x").find("layout needs") != std::string::npos);
+  CHECK(init_channel(r.p, r.size, ChannelGeometry{100, 8, 256}, 0, "x").find("geometry invalid") != std::string::npos);
+  REQUIRE(init_channel(r.p, r.size, g, 0, "x") == "");
+  CHECK(check_channel(r.p, r.size - 4096).find("header says") != std::string::npos);
+  auto* h = reinterpret_cast<ChannelHeader*>(r.p);
+  h->layout_version = 99;
+  CHECK(check_channel(r.p, r.size) == "channel layout version 99, expected 1");
+  h->layout_version = kLayoutVersion;
+  h->layout.slot_offset += 64;
+  CHECK(check_channel(r.p, r.size) == "channel layout does not match its geometry");
+}
+
+TEST_CASE("a punt slot read back after reuse is reported lost, not torn") {
+  ChannelGeometry g{64, 4, 128};
+  Region r(compute_layout(g).total_bytes);
+  REQUIRE(init_channel(r.p, r.size, g, 0, "x") == "");
+  uint8_t hdrs[200];
+  for (int i = 0; i < 200; ++i) hdrs[i] = static_cast<uint8_t>(i);
+  uint32_t gen = slot_write(r.p, 1, hdrs, 60);
+  uint8_t out[256];
+  std::size_t len = 0;
+  REQUIRE(slot_read(r.p, 1, gen, out, sizeof out, len));
+  CHECK(len == 60);
+  CHECK(std::memcmp(out, hdrs, 60) == 0);
+  uint32_t gen2 = slot_write(r.p, 5, hdrs + 1, 200);  // slot 5 wraps to slot 1, truncated to capacity
+  CHECK(gen2 != gen);
+  CHECK_FALSE(slot_read(r.p, 1, gen, out, sizeof out, len));
+  REQUIRE(slot_read(r.p, 1, gen2, out, sizeof out, len));
+  CHECK(len == slot_payload_capacity(g));
+  CHECK(out[0] == 1);
 }
