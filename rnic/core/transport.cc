@@ -1,5 +1,6 @@
 #include "rnic/core/transport.h"
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/wire/opcode.h"
@@ -44,6 +45,7 @@ Transport::Transport(const TransportConfig& cfg)
     : cfg_(cfg), tx_(pow2_at_least(cfg.tx_queue_capacity ? cfg.tx_queue_capacity : 1)) {
   mrs_.resize(cfg_.max_mrs);
   qps_.resize(cfg_.max_qps);
+  live_.reserve(cfg_.max_qps);
   cqs_.reserve(cfg_.max_cqs);
 }
 
@@ -129,6 +131,7 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
     qp->reads.resize(init.max_dest_rd_atomic);
     qp->reset_state();
     qps_[i] = std::move(qp);
+    live_.push_back(qps_[i].get());
     return qps_[i]->qpn;
   }
   return 0;
@@ -143,6 +146,7 @@ Qp* Transport::find_qp(uint32_t qpn) const noexcept {
 int Transport::destroy_qp(uint32_t qpn) noexcept {
   const uint32_t i = (qpn - cfg_.qpn_base) & 0xFFFFFF;
   if (i >= qps_.size() || !qps_[i]) return EINVAL;
+  live_.erase(std::find(live_.begin(), live_.end(), qps_[i].get()));
   qps_[i].reset();
   return 0;
 }
@@ -330,11 +334,10 @@ void Qp::tx_commit(TxDesc* d, uint64_t now) noexcept {
 uint32_t Transport::poll(uint64_t now) noexcept {
   const uint32_t before = tx_.size();
   tx_blocked_ = false;
-  const std::size_t n = qps_.size();
+  const std::size_t n = live_.size();
   for (std::size_t k = 0; k < n; ++k) {
     // Rotate the starting QP so that one busy QP cannot starve the others.
-    Qp* qp = qps_[(rr_ + k) % n].get();
-    if (qp == nullptr) continue;
+    Qp* qp = live_[(rr_ + k) % n];
     if (qp->state == QpState::kRts) qp->on_timers_requester(now);
     if (qp->state == QpState::kRtr || qp->state == QpState::kRts) {
       if (!qp->tx_responses(now)) { tx_blocked_ = true; break; }
@@ -349,8 +352,7 @@ uint32_t Transport::poll(uint64_t now) noexcept {
 
 uint64_t Transport::next_deadline() const noexcept {
   uint64_t d = kNever;
-  for (const auto& qp : qps_) {
-    if (!qp) continue;
+  for (const Qp* qp : live_) {
     if (qp->state == QpState::kRts) d = std::min(d, qp->requester_deadline());
     if (qp->state == QpState::kRtr || qp->state == QpState::kRts)
       d = std::min(d, qp->responder_deadline());

@@ -148,6 +148,7 @@ class Transport {
   std::size_t rr_ = 0;  // QP poll() starts with
   std::vector<MemoryRegion> mrs_;        // index = key >> 8
   std::vector<std::unique_ptr<Qp>> qps_; // index = qpn - qpn_base
+  std::vector<Qp*> live_;                // the QPs that exist, for poll()
   std::vector<std::unique_ptr<Cq>> cqs_;
   TransportCounters counters_;
   uint32_t mr_generation_ = 1;

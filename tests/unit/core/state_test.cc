@@ -134,3 +134,58 @@ TEST_CASE("PSNs wrap around 2^24 without losing or reordering messages") {
     CHECK(std::memcmp(l.a.mem.data() + 600000, l.b.mem.data() + (1 << 19), 9000) == 0);
   }
 }
+
+TEST_CASE("several QPs share one transport and its TX queue, each with its own PSNs") {
+  for (Reliability mode : {Reliability::kIrn, Reliability::kGoBackN}) {
+    QpSetup s;
+    s.mode = mode;
+    s.mtu = 512;
+    NetConfig net;
+    net.loss = 0.01;
+    net.jitter_ns = 5000;
+    Loop l(1 << 20, s, net, 77);
+    REQUIRE(l.ok);
+    // A second and third QP pair next to the loop's own.
+    QpInitAttr init;
+    init.mode = mode;
+    init.send_cq = init.recv_cq = l.a.cq;
+    const uint32_t a2 = l.a.t.create_qp(init), a3 = l.a.t.create_qp(init);
+    init.send_cq = init.recv_cq = l.b.cq;
+    const uint32_t b2 = l.b.t.create_qp(init), b3 = l.b.t.create_qp(init);
+    REQUIRE((a2 && a3 && b2 && b3));
+    auto up = [&](Host& h, uint32_t q, uint32_t remote, uint32_t sq, uint32_t rq) {
+      const uint32_t keep = h.qpn;
+      h.qpn = q;
+      const int r = bring_up(h, remote, sq, rq, s, 9);
+      h.qpn = keep;
+      return r;
+    };
+    REQUIRE(up(l.a, a2, b2, 0xFFFFF0, 0x10) == 0);
+    REQUIRE(up(l.b, b2, a2, 0x10, 0xFFFFF0) == 0);
+    REQUIRE(up(l.a, a3, b3, 7, 7) == 0);
+    REQUIRE(up(l.b, b3, a3, 7, 7) == 0);
+    fill_pattern(l.a.mem, 0, 3 * 65536, 3);
+    const uint32_t qps[] = {l.a.qpn, a2, a3};
+    for (int q = 0; q < 3; ++q) {
+      SendWr wr = make_wr(IBV_WR_RDMA_WRITE_WITH_IMM, q, l.a, q * 65536, 65536, &l.b,
+                          (4 + q) * 65536, 100 + q);
+      REQUIRE(l.b.t.post_recv(q == 0 ? l.b.qpn : q == 1 ? b2 : b3, make_recv(q, l.b, 0, 0)) == 0);
+      REQUIRE(l.a.t.post_send(qps[q], wr) == 0);
+    }
+    REQUIRE(l.run([&] { return l.a.done.size() == 3 && l.b.done.size() == 3; }));
+    for (const auto& c : l.a.done) {
+      CHECK(c.status == IBV_WC_SUCCESS);
+      CHECK(c.qp_num == qps[c.wr_id]);
+    }
+    for (const auto& c : l.b.done) {
+      CHECK(c.imm_data == 100 + c.wr_id);
+      CHECK(c.byte_len == 65536);
+      CHECK(std::memcmp(l.a.mem.data() + c.wr_id * 65536, l.b.mem.data() + (4 + c.wr_id) * 65536,
+                        65536) == 0);
+    }
+    // A destroyed QP's packets are unknown from then on.
+    REQUIRE(l.b.t.destroy_qp(b3) == 0);
+    CHECK(l.b.t.qp_counters(b3) == nullptr);
+    CHECK(l.b.t.destroy_qp(b3) == EINVAL);
+  }
+}
