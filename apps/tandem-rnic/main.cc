@@ -1,0 +1,90 @@
+// tandem-rnic: one RNIC port's fast path. Flags -> WorkerConfig -> rnic/dpdk
+// run(); EAL arguments come after `--`.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "rnic/dpdk/worker.h"
+
+namespace rd = tandem::rnic::dpdk;
+
+int main(int argc, char** argv) {
+  std::vector<std::string> eal_args;
+  int app_argc = argc;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--") {
+      app_argc = i;
+      for (int j = i + 1; j < argc; ++j) eal_args.emplace_back(argv[j]);
+      break;
+    }
+
+  CLI::App app{
+      "tandem-rnic: the RoCEv2 RC fast path of one RNIC port, on DPDK. Its own DPDK primary with one\n"
+      "port (the first EAL port: any PMD). Tenant applications attach through --host-socket\n"
+      "(rnic/host verbs library); their QPs run on the sans-I/O transport core (rnic/core); frames\n"
+      "are encapsulated with the underlay addresses of the level-2 table (--table, standalone mode).\n\n"
+      "Example (lab: tandem-fabric is the memif server, start it first):\n"
+      "  tandem-rnic --name h0 --host-socket /tmp/h0.rnic --table h0.yaml --idle adaptive -- \\\n"
+      "      --no-pci --file-prefix=rnic-h0 -l 0 -m 128 \\\n"
+      "      --vdev=net_memif0,role=client,socket=/tmp/h0.sock\n"
+      "Real NIC: -a <pci> instead of --no-pci/--vdev (mlx5, or virtio: -a 0000:00:04.0);\n"
+      "AF_XDP: --vdev=net_af_xdp0,iface=eth1.\n\n"
+      "Further EAL ports are receive-only (e.g. --vdev=net_pcap1,rx_pcap=crafted.pcap,tx_pcap=/dev/null\n"
+      "to replay crafted frames at the worker).\n"
+      "Run time (dpdk-telemetry.py -f <file-prefix>): /tandem/rnic/stats, /tandem/rnic/qps,\n"
+      "/tandem/rnic/table. dpdk-dumpcap -i <port> captures the port. SIGINT/SIGTERM flush every\n"
+      "QP (applications see IBV_WC_WR_FLUSH_ERR), print the counters and write --stats-json."};
+  app.set_help_flag("-h,--help", "Show this help and exit");
+
+  rd::WorkerConfig c;
+  std::string mode = "irn", idle = "busy";
+  app.add_option("--name", c.name, "Name in logs and telemetry (default rnic0)");
+  app.add_option("--host-socket", c.host_socket, "Unix socket where tenant applications attach")->required();
+  app.add_option("--table", c.table_file,
+                 "Standalone level-2 table (YAML): underlay ip/mac/gateway_mac, vnics, egress, ingress")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--mtu", c.mtu, "Largest path MTU a QP may use: 256..4096 (default 1024; a QP's own value is capped)");
+  app.add_option("--mode", mode, "Loss recovery of every QP: irn (out-of-order placement, SACK; default) or gbn")
+      ->check(CLI::IsMember({"irn", "gbn"}));
+  app.add_option("--spray", c.spray, "Path (spraying) policy of rnic/core policy_factory (default single)");
+  app.add_option("--cc", c.cc, "Congestion-control policy of rnic/core policy_factory (default fixed_window)");
+  app.add_option("--cc-window", c.cc_window_bytes, "Bytes in flight per QP for fixed_window (default 1 MiB)");
+  app.add_option("--reorder-delay-us", [&c](const CLI::results_t& r) {
+        c.reorder_delay_ns = std::stoull(r[0]) * 1000;
+        return true;
+      }, "IRN: how long a gap may last before it is SACKed (default 50)");
+  app.add_option("--timeout-us", [&c](const CLI::results_t& r) {
+        c.timeout_ns = std::stoull(r[0]) * 1000;
+        return true;
+      }, "Initial retransmission timeout (default 1000)");
+  app.add_flag("--tx-copy", c.tx_copy,
+               "Copy payloads into mbufs instead of attaching registered memory as external buffers");
+  app.add_option("--idle", idle, "busy (poll) or adaptive (pause, then 50 us sleeps when idle)")
+      ->check(CLI::IsMember({"busy", "adaptive"}));
+  app.add_option("--duration", c.duration_s, "Stop after this many seconds (default: until SIGINT/SIGTERM)");
+  app.add_option("--stats-json", c.stats_json, "Write the counters to this file at exit");
+  app.add_option("--max-qps", c.max_qps, "QPs this worker can run (default 1024)");
+  app.add_option("--rxd", c.port.rx_desc, "RX ring size (default 512)");
+  app.add_option("--txd", c.port.tx_desc, "TX ring size (default 512)");
+  app.add_option("--link-wait-ms", c.port.link_wait_ms, "How long to wait for the link (default 2000)");
+  app.add_flag("!--no-pdump", c.pdump, "Do not initialise rte_pdump (dpdk-dumpcap support)");
+
+  try {
+    app.parse(app_argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  c.mode = mode == "gbn" ? tandem::rnic::Reliability::kGoBackN : tandem::rnic::Reliability::kIrn;
+  c.idle.mode = idle == "adaptive" ? tandem::common::dpdk::IdleMode::kAdaptive : tandem::common::dpdk::IdleMode::kBusy;
+  c.eal_args = std::move(eal_args);
+  try {
+    return rd::run(c);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandem-rnic: %s\n", e.what());
+    return 2;
+  }
+}

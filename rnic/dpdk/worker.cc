@@ -1,0 +1,852 @@
+#include "rnic/dpdk/worker.h"
+
+#include <arpa/inet.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_prefetch.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <utility>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/dpdk/eal.h"
+#include "common/dpdk/stop_signal.h"
+#include "common/dpdk/telemetry.h"
+#include "common/dpdk/tsc_clock.h"
+#include "common/wire/byte_order.h"
+#include "common/wire/entropy.h"
+#include "common/wire/opcode.h"
+#include "common/wire/roce_packet.h"
+#include "rnic/core/policy_factory.h"
+#include "rnic/core/transport.h"
+#include "rnic/dpdk/standalone_table.h"
+#include "rnic/dpdk/tx_encap.h"
+#include "rnic/dpdk/worker_counters.h"
+#include "rnic/host/host_server.h"
+
+namespace tandem::rnic::dpdk {
+
+namespace cd = common::dpdk;
+using common::DropReason;
+
+namespace {
+
+constexpr uint16_t kBurst = 32;
+constexpr uint16_t kPrefetchAhead = 3;
+constexpr uint32_t kQpnBase = 0x100;
+constexpr uint64_t kIdentityBase = 0x1000;  // the identity MR: worker address == MR address
+constexpr uint64_t kIdentityLen = (uint64_t{1} << 47) - kIdentityBase;
+constexpr uint64_t kRecvTag = uint64_t{1} << 32;  // core wr_id = slot (| kRecvTag for RECVs)
+constexpr uint64_t kHostPollNs = 20'000;
+constexpr uint32_t kMaxHostQpSlots = 65536;
+
+uint32_t mtu_bytes(ibv_mtu m) noexcept {
+  return (m >= IBV_MTU_256 && m <= IBV_MTU_4096) ? (128u << m) : 1024u;
+}
+
+const char* state_name(ibv_qp_state s) noexcept {
+  switch (s) {
+    case IBV_QPS_RESET: return "RESET";
+    case IBV_QPS_INIT: return "INIT";
+    case IBV_QPS_RTR: return "RTR";
+    case IBV_QPS_RTS: return "RTS";
+    case IBV_QPS_SQD: return "SQD";
+    case IBV_QPS_SQE: return "SQE";
+    case IBV_QPS_ERR: return "ERR";
+    default: return "?";
+  }
+}
+
+// Per-QP state of the worker: the binding to its tenant (vNIC, remote) and
+// the WQEs the core holds, by slot (the core's wr_id).
+struct QpCtx {
+  bool live = false;
+  bool routed = false;  // RTR done: vNIC and remote resolved
+  uint32_t host_qpn = 0;
+  uint32_t core_qpn = 0;
+  uint32_t app_id = 0;
+  ibv_qp_state state = IBV_QPS_RESET;
+  uint32_t vnic = 0;
+  uint32_t vni = 0;
+  uint32_t remote_overlay = 0;
+  uint32_t remote_underlay = 0;
+  uint32_t mtu = 0;
+  std::vector<host::SendWork> send_slots;
+  std::vector<uint32_t> send_free;
+  std::vector<host::RecvWork> recv_slots;
+  std::vector<uint32_t> recv_free;
+  bool backlog = false;
+};
+
+class Worker {
+ public:
+  Worker(const WorkerConfig& c, StandaloneTable st)
+      : c_(c),
+        st_(std::move(st)),
+        table_(Level2TableConfig{static_cast<uint32_t>(std::max<std::size_t>(64, st_.entries.size() * 2))}),
+        core_(TransportConfig{c.max_qps, kQpnBase, 8, 4, 1024}),
+        host_(host::ServerConfig{.socket_path = c.host_socket}) {
+    commit_standalone_table(st_, table_);
+    core_cq_ = core_.create_cq(1u << 16);
+    const MemoryRegion mr = core_.reg_mr(kIdentityBase, reinterpret_cast<uint8_t*>(kIdentityBase), kIdentityLen,
+                                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+    if (mr.lkey == 0 || core_cq_ == UINT32_MAX) throw std::runtime_error("transport core: cannot create CQ/MR");
+    ident_key_ = mr.lkey;
+    ctx_.resize(c.max_qps);
+    host_index_.assign(kMaxHostQpSlots, UINT32_MAX);
+  }
+
+  void setup_port(rte_mempool* hdr_pool, rte_mempool* ext_pool, uint16_t n_ports) {
+    n_ports_ = n_ports;
+    encap_ = std::make_unique<TxEncap>(hdr_pool, ext_pool, c_.tx_copy);
+  }
+
+  void loop();
+  void shutdown();
+  void print_counters() const;
+  nlohmann::json counters_json() const;
+  void register_telemetry();
+  std::size_t live_qps() const noexcept {
+    return static_cast<std::size_t>(std::count_if(ctx_.begin(), ctx_.end(), [](const QpCtx& q) { return q.live; }));
+  }
+
+ private:
+  uint32_t rx_burst(uint64_t now) noexcept;
+  uint32_t rx_port(uint16_t port, uint64_t now) noexcept;
+  void rx_one(rte_mbuf* m, const Level2Table::Snapshot& snap, uint64_t now) noexcept;
+  DropReason ingress(common::RocePacket& pkt, uint8_t* data, const Level2Table::Snapshot& snap,
+                     QpCtx** out) noexcept;
+  void translate_remote(const QpCtx& q, common::RocePacket& pkt, uint8_t* payload) noexcept;
+  uint32_t tx_drain() noexcept;
+  bool tx_flush() noexcept;
+  void tx_discard() noexcept;
+  uint32_t host_events();
+  uint32_t pump_work() noexcept;
+  uint32_t pump_qp(QpCtx& q) noexcept;
+  uint32_t completions() noexcept;
+  QpCtx* by_host(uint32_t host_qpn) noexcept {
+    const uint32_t i = host_index_[host_qpn & (kMaxHostQpSlots - 1)];
+    if (i == UINT32_MAX) return nullptr;
+    QpCtx& q = ctx_[i];
+    return (q.live && q.host_qpn == host_qpn) ? &q : nullptr;
+  }
+  QpCtx* by_core(uint32_t core_qpn) noexcept {
+    const uint32_t i = core_qpn - kQpnBase;
+    if (i >= ctx_.size() || !ctx_[i].live || ctx_[i].core_qpn != core_qpn) return nullptr;
+    return &ctx_[i];
+  }
+  void on_qp_created(uint32_t host_qpn);
+  void on_qp_state(uint32_t host_qpn, ibv_qp_state state);
+  void on_qp_destroyed(uint32_t host_qpn, bool died);
+  void fail_qp(QpCtx& q) noexcept;
+  uint16_t choose_sport(const common::EgressAction& a, uint16_t core_port) const noexcept;
+
+  const WorkerConfig& c_;
+  StandaloneTable st_;
+  Level2Table table_;
+  Transport core_;
+  host::HostServer host_;
+  std::unique_ptr<TxEncap> encap_;
+  uint32_t core_cq_ = 0;
+  uint32_t ident_key_ = 0;
+  std::vector<QpCtx> ctx_;              // index = core QPN - kQpnBase
+  std::vector<uint32_t> host_index_;    // host QPN slot -> ctx index
+  std::vector<uint32_t> backlog_;       // host QPNs with WQEs left to fetch
+  rte_mbuf* tx_buf_[kBurst];
+  uint16_t tx_n_ = 0;
+  std::vector<uint8_t> scratch_ = std::vector<uint8_t>(16384);
+  WorkerCounters k_;
+  cd::TscClock clock_;
+  uint64_t last_host_poll_ = 0;
+  uint16_t n_ports_ = 1;
+};
+
+// ------------------------------------------------------------------ receive
+
+uint32_t Worker::rx_burst(uint64_t now) noexcept {
+  uint32_t total = 0;
+  for (uint16_t port = 0; port < n_ports_; ++port) total += rx_port(port, now);
+  return total;
+}
+
+uint32_t Worker::rx_port(uint16_t port, uint64_t now) noexcept {
+  rte_mbuf* pkts[kBurst];
+  const uint16_t n = rte_eth_rx_burst(port, 0, pkts, kBurst);
+  if (n == 0) return 0;
+  const Level2Table::Snapshot snap = table_.begin_read();
+  for (uint16_t i = 0; i < n && i < kPrefetchAhead; ++i) rte_prefetch0(rte_pktmbuf_mtod(pkts[i], void*));
+  for (uint16_t i = 0; i < n; ++i) {
+    if (i + kPrefetchAhead < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[i + kPrefetchAhead], void*));
+    rx_one(pkts[i], snap, now);
+    rte_pktmbuf_free(pkts[i]);
+  }
+  return n;
+}
+
+void Worker::rx_one(rte_mbuf* m, const Level2Table::Snapshot& snap, uint64_t now) noexcept {
+  ++k_.rx_packets;
+  k_.rx_bytes += m->pkt_len;
+  uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
+  const uint32_t len = m->pkt_len;
+  if (m->nb_segs > 1) {
+    // A frame larger than one mbuf (memif with a small bsize): parse a copy.
+    if (len > scratch_.size()) {
+      k_.drop(Stage::kParse, DropReason::kTruncated);
+      return;
+    }
+    data = static_cast<uint8_t*>(const_cast<void*>(rte_pktmbuf_read(m, 0, len, scratch_.data())));
+    ++k_.rx_linearized;
+  }
+  common::RocePacket pkt;
+  DropReason r = common::parse_roce(data, len, pkt);
+  if (r != DropReason::kNone) {
+    k_.drop(Stage::kParse, r);
+    return;
+  }
+  QpCtx* q = nullptr;
+  r = ingress(pkt, data, snap, &q);
+  if (r != DropReason::kNone) {
+    k_.drop(Stage::kIngress, r);
+    return;
+  }
+  translate_remote(*q, pkt, data + pkt.payload_offset);
+  pkt.bth.dqpn = q->core_qpn;
+  r = core_.on_packet(pkt, data + pkt.payload_offset, pkt.payload_len, now);
+  if (r != DropReason::kNone) {
+    k_.drop(Stage::kCore, r);
+    return;
+  }
+  ++k_.rx_accepted;
+}
+
+// The tenant owns the QP: the packet must come from the underlay address of
+// the QP's remote, and the table must map (that source, the QP's VNI) to the
+// QP's vNIC and remote overlay address.
+DropReason Worker::ingress(common::RocePacket& pkt, uint8_t*, const Level2Table::Snapshot& snap,
+                           QpCtx** out) noexcept {
+  const common::Ipv4Header& ip = pkt.has_outer ? pkt.outer.ip : pkt.ip;
+  if (ip.dst != st_.underlay_ip) return DropReason::kTableMiss;
+  // A VNI on the wire is checked before the QP is even looked up.
+  if (pkt.has_outer && table_.lookup(snap, common::ingress_key_vni(ip.src, pkt.outer.vxlan.vni)) == nullptr)
+    return DropReason::kTenantMismatch;
+  QpCtx* q = by_host(pkt.bth.dqpn);
+  if (q == nullptr) return DropReason::kUnknownQpn;
+  if (!q->routed) return DropReason::kBadQpState;
+  if (ip.src != q->remote_underlay) return DropReason::kTenantMismatch;
+  if (pkt.has_outer && (pkt.outer.vxlan.vni & 0xFFFFFF) != q->vni) return DropReason::kTenantMismatch;
+  const Level2Entry* e = table_.lookup(snap, common::ingress_key_vni(ip.src, q->vni));
+  if (e == nullptr || e->ingress.local_vnic_id != q->vnic || e->ingress.overlay_src_ip != q->remote_overlay)
+    return DropReason::kTenantMismatch;
+  *out = q;
+  return DropReason::kNone;
+}
+
+// Remote addresses in the packet are the remote application's (rkey, VA):
+// the host interface checks them against this QP's application, PD and
+// access rights and gives the worker pointer, which the core then uses
+// through the identity region. A refused access becomes rkey 0 (the core
+// NAKs it with a remote access error).
+void Worker::translate_remote(const QpCtx& q, common::RocePacket& pkt, uint8_t* payload) noexcept {
+  const uint8_t op = pkt.bth.opcode;
+  if (!common::opcode_has(op, common::kOpRequest)) return;
+  const bool is_write = common::opcode_has(op, common::kOpWrite);
+  if (common::opcode_has(op, common::kOpReth)) {
+    const int access = is_write ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
+    uint8_t* p = host_.translate_remote(q.host_qpn, pkt.reth.rkey, pkt.reth.va, pkt.reth.len, access);
+    if (p == nullptr) {
+      ++k_.remote_refused;
+      pkt.reth.rkey = 0;
+    } else {
+      pkt.reth.rkey = ident_key_;
+      pkt.reth.va = reinterpret_cast<uint64_t>(p);
+    }
+  }
+  if (c_.mode == Reliability::kIrn && is_write && pkt.payload_len >= kXethLen && payload[0] == kXethMagic) {
+    // XETH: bytes 8-11 msg_len, 12-15 rkey, 16-23 va (big-endian).
+    const uint32_t msg_len = common::load_be32(payload + 8);
+    const uint32_t rkey = common::load_be32(payload + 12);
+    const uint64_t va = common::load_be64(payload + 16);
+    uint8_t* p = host_.translate_remote(q.host_qpn, rkey, va, msg_len, IBV_ACCESS_REMOTE_WRITE);
+    if (p == nullptr) {
+      ++k_.remote_refused;
+      common::store_be32(payload + 12, 0);
+    } else {
+      common::store_be32(payload + 12, ident_key_);
+      common::store_be64(payload + 16, reinterpret_cast<uint64_t>(p));
+    }
+  }
+}
+
+// ------------------------------------------------------------------ transmit
+
+uint16_t Worker::choose_sport(const common::EgressAction& a, uint16_t core_port) const noexcept {
+  const uint32_t count = a.path_count ? a.path_count : 1;
+  const uint32_t idx = static_cast<uint32_t>(core_port - common::kEntropyPortBase) % count;
+  if (a.path_set_id != 0 && a.path_set_id <= st_.path_sets.size()) return st_.path_sets[a.path_set_id - 1][idx];
+  return static_cast<uint16_t>(a.path_base_port + idx);
+}
+
+// Frames the port did not take stay at the front of the burst and are
+// retried first: back-pressure reaches the core (its TX queue fills and it
+// stops), instead of dropping frames the peer would have to recover by timeout.
+bool Worker::tx_flush() noexcept {
+  if (tx_n_ == 0) return true;
+  const uint16_t sent = rte_eth_tx_burst(c_.port_id, 0, tx_buf_, tx_n_);
+  for (uint16_t i = 0; i < sent; ++i) k_.tx_bytes += tx_buf_[i]->pkt_len;
+  k_.tx_packets += sent;
+  if (sent < tx_n_) {
+    ++k_.tx_backpressure;
+    std::memmove(tx_buf_, tx_buf_ + sent, (tx_n_ - sent) * sizeof(rte_mbuf*));
+  }
+  tx_n_ = static_cast<uint16_t>(tx_n_ - sent);
+  return tx_n_ == 0;
+}
+
+void Worker::tx_discard() noexcept {
+  k_.tx_not_sent += tx_n_;
+  if (tx_n_) rte_pktmbuf_free_bulk(tx_buf_, tx_n_);
+  tx_n_ = 0;
+}
+
+uint32_t Worker::tx_drain() noexcept {
+  TxQueue& tx = core_.tx();
+  if (!tx_flush() && tx_n_ == kBurst) return 0;  // the port is full: leave the core's queue alone
+  if (tx.empty()) return 0;
+  const Level2Table::Snapshot snap = table_.begin_read();
+  uint32_t n = 0;
+  while (!tx.empty() && tx_n_ < kBurst) {
+    const TxDesc& d = tx.front();
+    ++n;
+    QpCtx* q = by_core(d.local_qpn);
+    if (q == nullptr || !q->routed) {
+      k_.drop(Stage::kEgress, DropReason::kUnknownQpn);
+      tx.pop();
+      continue;
+    }
+    const Level2Entry* e = table_.lookup(snap, common::egress_key(q->vnic, d.peer));
+    if (e == nullptr) {
+      k_.drop(Stage::kEgress, DropReason::kTableMiss);
+      tx.pop();
+      continue;
+    }
+    EncapAddrs a;
+    a.src_mac = st_.underlay_mac;
+    a.dst_mac = e->egress.dst_mac;
+    a.src_ip = e->egress.underlay_src_ip;
+    a.dst_ip = e->egress.underlay_dst_ip;
+    a.sport = choose_sport(e->egress, d.udp_sport);
+    rte_mbuf* m = encap_->build(d, a);
+    if (d.retransmit) ++k_.tx_retransmits;
+    tx.pop();
+    if (m == nullptr) {
+      k_.drop(Stage::kEgress, DropReason::kNoBuffer);
+      continue;
+    }
+    tx_buf_[tx_n_++] = m;
+    if (tx_n_ == kBurst && !tx_flush() && tx_n_ == kBurst) break;
+  }
+  tx_flush();
+  return n;
+}
+
+// ------------------------------------------------------------ host interface
+
+void Worker::fail_qp(QpCtx& q) noexcept { host_.qp_error(q.host_qpn); }
+
+void Worker::on_qp_created(uint32_t host_qpn) {
+  const host::QpInfo* info = host_.qp_info(host_qpn);
+  if (info == nullptr) return;
+  QpInitAttr init;
+  init.send_cq = core_cq_;
+  init.recv_cq = core_cq_;
+  init.sq_depth = std::bit_ceil(std::max<uint32_t>(info->sq_depth, 1));
+  init.rq_depth = std::bit_ceil(std::max<uint32_t>(info->rq_depth, 1));
+  init.mode = c_.mode;
+  init.max_rd_atomic = std::max<uint8_t>(info->max_rd_atomic, 1);
+  init.max_dest_rd_atomic = 16;
+  init.policy.path = c_.spray.c_str();
+  init.policy.cc = c_.cc.c_str();
+  init.policy.cc_window_bytes = c_.cc_window_bytes;
+  init.policy.num_paths = 16;
+  const uint32_t core_qpn = core_.create_qp(init);
+  if (core_qpn == 0) {
+    ++k_.qps_core_refused;
+    host_.qp_error(host_qpn);
+    return;
+  }
+  QpCtx& q = ctx_[core_qpn - kQpnBase];
+  q = QpCtx{};
+  q.live = true;
+  q.host_qpn = host_qpn;
+  q.core_qpn = core_qpn;
+  q.app_id = info->app_id;
+  q.send_slots.resize(init.sq_depth);
+  q.recv_slots.resize(init.rq_depth);
+  for (uint32_t i = init.sq_depth; i-- > 0;) q.send_free.push_back(i);
+  for (uint32_t i = init.rq_depth; i-- > 0;) q.recv_free.push_back(i);
+  host_index_[host_qpn & (kMaxHostQpSlots - 1)] = core_qpn - kQpnBase;
+  ++k_.qps_created;
+}
+
+void Worker::on_qp_state(uint32_t host_qpn, ibv_qp_state state) {
+  QpCtx* q = by_host(host_qpn);
+  const host::QpInfo* info = host_.qp_info(host_qpn);
+  if (q == nullptr || info == nullptr) return;
+  q->state = state;
+  QpAttr a;
+  int rc = 0;
+  switch (state) {
+    case IBV_QPS_INIT:
+      a.state = QpState::kInit;
+      a.qp_access_flags = info->qp_access_flags;
+      rc = core_.modify_qp(q->core_qpn, a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS);
+      break;
+    case IBV_QPS_RTR: {
+      // The remote GID is the remote vNIC's overlay IPv4 (::ffff:a.b.c.d);
+      // the local vNIC is the one with an egress entry toward it.
+      const uint32_t remote = common::load_be32(info->dgid + 12);
+      const Level2Table::Snapshot snap = table_.begin_read();
+      const Level2Entry* e = nullptr;
+      for (const Vnic& v : st_.vnics)
+        if ((e = table_.lookup(snap, common::egress_key(v.id, remote))) != nullptr) {
+          q->vnic = v.id;
+          q->vni = v.vni;
+          break;
+        }
+      if (e == nullptr) {
+        std::fprintf(stderr, "%s: QP 0x%x: no egress entry for remote %s: QP to ERR\n", c_.name.c_str(), host_qpn,
+                     format_ipv4(remote).c_str());
+        ++k_.qps_no_route;
+        fail_qp(*q);
+        return;
+      }
+      q->remote_overlay = remote;
+      q->remote_underlay = e->egress.underlay_dst_ip;
+      q->mtu = std::min(mtu_bytes(info->path_mtu), c_.mtu);
+      a.state = QpState::kRtr;
+      a.qp_access_flags = info->qp_access_flags;
+      a.path_mtu = q->mtu;
+      a.dest_qp_num = info->dest_qp_num;
+      a.rq_psn = info->rq_psn;
+      a.peer = remote;
+      a.path_seed = static_cast<uint16_t>(host_qpn ^ (host_qpn >> 16));
+      a.min_rnr_timer = info->min_rnr_timer;
+      a.reorder_delay_ns = c_.reorder_delay_ns;
+      rc = core_.modify_qp(q->core_qpn, a,
+                           IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                               IBV_QP_AV | IBV_QP_MIN_RNR_TIMER);
+      if (rc == 0) q->routed = true;
+      break;
+    }
+    case IBV_QPS_RTS:
+      a.state = QpState::kRts;
+      a.sq_psn = info->sq_psn;
+      a.timeout_ns = c_.timeout_ns;
+      a.retry_cnt = info->retry_cnt ? info->retry_cnt : 7;
+      a.rnr_retry = info->rnr_retry;
+      rc = core_.modify_qp(q->core_qpn, a,
+                           IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY);
+      break;
+    case IBV_QPS_ERR:
+      a.state = QpState::kError;
+      core_.modify_qp(q->core_qpn, a, IBV_QP_STATE);  // flushes what the core holds
+      break;
+    default:
+      break;
+  }
+  if (rc != 0) {
+    std::fprintf(stderr, "%s: QP 0x%x: core refused %s (errno %d): QP to ERR\n", c_.name.c_str(), host_qpn,
+                 state_name(state), rc);
+    ++k_.qps_core_refused;
+    fail_qp(*q);
+  }
+}
+
+void Worker::on_qp_destroyed(uint32_t host_qpn, bool died) {
+  QpCtx* q = by_host(host_qpn);
+  if (q == nullptr) return;
+  QpAttr a;
+  a.state = QpState::kError;
+  core_.modify_qp(q->core_qpn, a, IBV_QP_STATE);
+  core_.destroy_qp(q->core_qpn);
+  host_index_[host_qpn & (kMaxHostQpSlots - 1)] = UINT32_MAX;
+  *q = QpCtx{};  // its flush completions are dropped: the application's CQ is gone
+  ++(died ? k_.qps_app_died : k_.qps_destroyed);
+}
+
+uint32_t Worker::host_events() {
+  host::HostEvent ev;
+  uint32_t n = 0;
+  while (host_.next_event(&ev)) {
+    ++n;
+    switch (ev.kind) {
+      case host::HostEventKind::kAppAttached: ++k_.apps_attached; break;
+      case host::HostEventKind::kAppDetached: ++k_.apps_detached; break;
+      case host::HostEventKind::kQpCreated: on_qp_created(ev.qpn); break;
+      case host::HostEventKind::kQpStateChanged: on_qp_state(ev.qpn, ev.state); break;
+      case host::HostEventKind::kQpDestroyed: on_qp_destroyed(ev.qpn, ev.app_died); break;
+      // Registered memory needs nothing on vdevs (IOVA = VA); a real NIC in
+      // IOVA-as-PA mode would rte_extmem_register + rte_dev_dma_map here.
+      case host::HostEventKind::kMrRegistered:
+      case host::HostEventKind::kMrDeregistered: break;
+    }
+  }
+  return n;
+}
+
+uint32_t Worker::pump_qp(QpCtx& q) noexcept {
+  uint32_t n = 0;
+  host::RecvWork rw[kBurst];
+  const std::size_t rn = host_.fetch_recv(q.host_qpn, std::span(rw, std::min<std::size_t>(kBurst, q.recv_free.size())));
+  for (std::size_t i = 0; i < rn; ++i) {
+    const uint32_t slot = q.recv_free.back();
+    q.recv_free.pop_back();
+    q.recv_slots[slot] = rw[i];
+    RecvWr wr;
+    wr.wr_id = slot | kRecvTag;
+    wr.num_sge = rw[i].num_sge;
+    for (uint32_t s = 0; s < rw[i].num_sge; ++s)
+      wr.sg_list[s] = Sge{reinterpret_cast<uint64_t>(rw[i].sge[s].addr), rw[i].sge[s].length, ident_key_};
+    if (core_.post_recv(q.core_qpn, wr) != 0) {
+      ++k_.wqe_refused;
+      host_.complete_recv(q.host_qpn, rw[i], IBV_WC_LOC_QP_OP_ERR, 0, IBV_WC_RECV, false, 0, 0);
+      q.recv_free.push_back(slot);
+    } else {
+      ++k_.wqe_recv;
+    }
+  }
+  host::SendWork sw[kBurst];
+  const std::size_t sn = host_.fetch_send(q.host_qpn, std::span(sw, std::min<std::size_t>(kBurst, q.send_free.size())));
+  for (std::size_t i = 0; i < sn; ++i) {
+    const uint32_t slot = q.send_free.back();
+    q.send_free.pop_back();
+    host::SendWork& w = q.send_slots[slot];
+    w = sw[i];
+    SendWr wr;
+    wr.wr_id = slot;
+    wr.opcode = w.opcode;
+    wr.send_flags = IBV_SEND_SIGNALED | (w.send_flags & IBV_SEND_SOLICITED);
+    wr.imm_data = ntohl(w.imm_data);
+    wr.remote_addr = w.remote_addr;
+    wr.rkey = w.rkey;
+    if (w.inline_len > 0 || (w.send_flags & IBV_SEND_INLINE)) {
+      wr.num_sge = w.inline_len ? 1 : 0;
+      wr.sg_list[0] = Sge{reinterpret_cast<uint64_t>(w.inline_data), w.inline_len, ident_key_};
+    } else {
+      wr.num_sge = w.num_sge;
+      for (uint32_t s = 0; s < w.num_sge; ++s)
+        wr.sg_list[s] = Sge{reinterpret_cast<uint64_t>(w.sge[s].addr), w.sge[s].length, ident_key_};
+    }
+    if (core_.post_send(q.core_qpn, wr) != 0) {
+      ++k_.wqe_refused;
+      host_.complete_send(q.host_qpn, w, IBV_WC_LOC_QP_OP_ERR);
+      q.send_free.push_back(slot);
+    } else {
+      ++k_.wqe_send;
+    }
+  }
+  n = static_cast<uint32_t>(rn + sn);
+  // Edge-triggered doorbells: keep the QP while WQEs are left to fetch.
+  q.backlog = host_.send_queued(q.host_qpn) > 0 || host_.recv_queued(q.host_qpn) > 0;
+  return n;
+}
+
+uint32_t Worker::pump_work() noexcept {
+  uint32_t ready[64];
+  uint32_t n = 0;
+  std::size_t r;
+  while ((r = host_.ready_qps(std::span(ready, 64))) > 0) {
+    for (std::size_t i = 0; i < r; ++i) {
+      QpCtx* q = by_host(ready[i]);
+      if (q == nullptr) {
+        // Unknown to the core (creation refused): let the host flush it.
+        host::SendWork sw[8];
+        host::RecvWork rw[8];
+        host_.fetch_send(ready[i], std::span(sw, 8));
+        host_.fetch_recv(ready[i], std::span(rw, 8));
+        continue;
+      }
+      const bool was = q->backlog;
+      n += pump_qp(*q);
+      if (q->backlog && !was) backlog_.push_back(q->host_qpn);
+    }
+    if (r < 64) break;
+  }
+  // QPs left over from earlier iterations.
+  for (std::size_t i = 0; i < backlog_.size();) {
+    QpCtx* q = by_host(backlog_[i]);
+    if (q != nullptr && q->backlog) n += pump_qp(*q);
+    if (q == nullptr || !q->backlog) {
+      backlog_[i] = backlog_.back();
+      backlog_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  return n;
+}
+
+uint32_t Worker::completions() noexcept {
+  Completion wc[64];
+  uint32_t total = 0;
+  uint32_t n;
+  while ((n = core_.poll_cq(core_cq_, wc, 64)) > 0) {
+    total += n;
+    for (uint32_t i = 0; i < n; ++i) {
+      QpCtx* q = by_core(wc[i].qp_num);
+      if (q == nullptr) continue;
+      bool ok;
+      if (wc[i].wr_id & kRecvTag) {
+        const uint32_t slot = static_cast<uint32_t>(wc[i].wr_id & 0xFFFFFFFF);
+        if (slot >= q->recv_slots.size()) continue;
+        ok = host_.complete_recv(q->host_qpn, q->recv_slots[slot], wc[i].status, wc[i].byte_len,
+                                 wc[i].opcode, (wc[i].wc_flags & IBV_WC_WITH_IMM) != 0, htonl(wc[i].imm_data),
+                                 wc[i].src_qp);
+        q->recv_free.push_back(slot);
+        ++k_.cqe_recv;
+      } else {
+        const uint32_t slot = static_cast<uint32_t>(wc[i].wr_id);
+        if (slot >= q->send_slots.size()) continue;
+        ok = host_.complete_send(q->host_qpn, q->send_slots[slot], wc[i].status);
+        q->send_free.push_back(slot);
+        ++k_.cqe_send;
+      }
+      if (!ok) ++k_.cqe_lost;
+      // Freed slots may let a QP fetch more.
+      if (!q->backlog && (host_.send_queued(q->host_qpn) > 0 || host_.recv_queued(q->host_qpn) > 0)) {
+        q->backlog = true;
+        backlog_.push_back(q->host_qpn);
+      }
+    }
+    if (n < 64) break;
+  }
+  return total;
+}
+
+// ------------------------------------------------------------------ the loop
+
+void Worker::loop() {
+  cd::IdleLoop idle(c_.idle);
+  const uint64_t end_ns = c_.duration_s > 0 ? clock_.now_ns() + static_cast<uint64_t>(c_.duration_s * 1e9) : 0;
+  while (!cd::stop_requested()) {
+    uint64_t now = clock_.now_ns();
+    if (end_ns && now >= end_ns) break;
+    ++k_.loop_iterations;
+    uint32_t work = rx_burst(now);
+    if (now - last_host_poll_ >= kHostPollNs || work == 0) {
+      host_.poll(now);
+      last_host_poll_ = now;
+      work += host_events();
+    }
+    work += completions();
+    work += pump_work();
+    for (int i = 0; i < 8; ++i) {
+      core_.poll(now);
+      work += tx_drain();
+      if (!core_.pending()) break;
+    }
+    work += completions();
+    idle.after_iteration(work > 0 || !backlog_.empty());
+  }
+}
+
+void Worker::shutdown() {
+  // Flush every live QP: the core completes what it holds with
+  // IBV_WC_WR_FLUSH_ERR, the host interface takes the completions and moves
+  // the QP to ERR (applications see a dead QP, not a hang).
+  for (QpCtx& q : ctx_) {
+    if (!q.live) continue;
+    QpAttr a;
+    a.state = QpState::kError;
+    core_.modify_qp(q.core_qpn, a, IBV_QP_STATE);
+  }
+  completions();
+  for (QpCtx& q : ctx_)
+    if (q.live) host_.qp_error(q.host_qpn);
+  host_.poll(clock_.now_ns());
+  host_events();
+  for (QpCtx& q : ctx_)
+    if (q.live) pump_qp(q);  // flushes the WQEs still queued in shared memory
+  tx_flush();
+  tx_discard();
+}
+
+// ----------------------------------------------------------------- counters
+
+nlohmann::json Worker::counters_json() const {
+  nlohmann::json j;
+  j["name"] = c_.name;
+  nlohmann::json w;
+#define TANDEM_RNIC_COUNTER_JSON(name, doc) w[#name] = k_.name;
+  TANDEM_FOREACH_RNIC_COUNTER(TANDEM_RNIC_COUNTER_JSON)
+#undef TANDEM_RNIC_COUNTER_JSON
+  j["worker"] = w;
+  nlohmann::json drops = nlohmann::json::object();
+  for (std::size_t s = 0; s < static_cast<std::size_t>(Stage::kCount); ++s) {
+    nlohmann::json d = nlohmann::json::object();
+    for (std::size_t r = 1; r < common::kDropReasonCount; ++r)
+      if (k_.drops[s][r]) d[std::string(common::drop_reason_name(static_cast<DropReason>(r)))] = k_.drops[s][r];
+    drops[kStageNames[s]] = d;
+  }
+  j["drops"] = drops;
+  const EncapCounters& e = encap_->counters();
+  j["tx_encap"] = {{"zero_copy", encap_->zero_copy()}, {"zero_copy_segs", e.zero_copy_segs},
+                   {"copied_bytes", e.copied_bytes}, {"alloc_fail", e.alloc_fail}, {"too_big", e.too_big}};
+  const TransportCounters& tc = core_.counters();
+  nlohmann::json core{{"rx_pkts", tc.rx_pkts}};
+  for (std::size_t r = 1; r < common::kDropReasonCount; ++r)
+    if (tc.drops[r]) core[std::string("drop_") + std::string(common::drop_reason_name(static_cast<DropReason>(r)))] = tc.drops[r];
+  j["core"] = core;
+  nlohmann::json h;
+  const host::HostCounters& hc = host_.counters();
+#define TANDEM_HOST_COUNTER_JSON(name, doc) h[#name] = hc.name;
+  TANDEM_FOREACH_HOST_COUNTER(TANDEM_HOST_COUNTER_JSON)
+#undef TANDEM_HOST_COUNTER_JSON
+  j["host"] = h;
+  j["live_qps"] = live_qps();
+  return j;
+}
+
+void Worker::print_counters() const {
+  std::printf("%s counters:\n", c_.name.c_str());
+#define TANDEM_RNIC_COUNTER_PRINT(name, doc) \
+  if (k_.name) std::printf("  %-18s %14lu  %s\n", #name, static_cast<unsigned long>(k_.name), doc);
+  TANDEM_FOREACH_RNIC_COUNTER(TANDEM_RNIC_COUNTER_PRINT)
+#undef TANDEM_RNIC_COUNTER_PRINT
+  for (std::size_t s = 0; s < static_cast<std::size_t>(Stage::kCount); ++s)
+    for (std::size_t r = 1; r < common::kDropReasonCount; ++r)
+      if (k_.drops[s][r])
+        std::printf("  drop %-8s %-20s %10lu\n", kStageNames[s],
+                    std::string(common::drop_reason_name(static_cast<DropReason>(r))).c_str(),
+                    static_cast<unsigned long>(k_.drops[s][r]));
+  std::fflush(stdout);
+}
+
+void Worker::register_telemetry() {
+  using cd::TelemetryDict;
+  cd::telemetry_register("/tandem/rnic/stats", "tandem-rnic worker counters (per stage drops by reason)",
+                         [this](std::string_view, TelemetryDict& out) {
+                           out.str("name", c_.name);
+#define TANDEM_RNIC_COUNTER_TEL(name, doc) out.u64(#name, k_.name);
+                           TANDEM_FOREACH_RNIC_COUNTER(TANDEM_RNIC_COUNTER_TEL)
+#undef TANDEM_RNIC_COUNTER_TEL
+                           for (std::size_t s = 0; s < static_cast<std::size_t>(Stage::kCount); ++s)
+                             for (std::size_t r = 1; r < common::kDropReasonCount; ++r)
+                               if (k_.drops[s][r])
+                                 out.u64((std::string("drop_") + kStageNames[s] + "_" +
+                                          std::string(common::drop_reason_name(static_cast<DropReason>(r))))
+                                             .c_str(),
+                                         k_.drops[s][r]);
+                           const EncapCounters& e = encap_->counters();
+                           out.u64("tx_zero_copy", encap_->zero_copy());
+                           out.u64("tx_zero_copy_segs", e.zero_copy_segs);
+                           out.u64("tx_copied_bytes", e.copied_bytes);
+                           out.u64("tx_ext_in_flight", encap_->ext_in_flight());
+                           out.u64("core_rx_pkts", core_.counters().rx_pkts);
+                           return 0;
+                         });
+  cd::telemetry_register("/tandem/rnic/qps", "tandem-rnic live QPs: binding and core counters",
+                         [this](std::string_view, TelemetryDict& out) {
+                           for (const QpCtx& q : ctx_) {
+                             if (!q.live) continue;
+                             char key[16];
+                             std::snprintf(key, sizeof key, "0x%x", q.host_qpn);
+                             out.dict(key, [&](TelemetryDict& d) {
+                               d.u64("core_qpn", q.core_qpn);
+                               d.u64("app", q.app_id);
+                               d.str("state", state_name(q.state));
+                               d.u64("vnic", q.vnic);
+                               d.u64("vni", q.vni);
+                               d.str("remote", format_ipv4(q.remote_overlay));
+                               d.str("remote_underlay", format_ipv4(q.remote_underlay));
+                               d.u64("mtu", q.mtu);
+                               if (const QpCounters* qc = core_.qp_counters(q.core_qpn)) {
+                                 d.u64("tx_pkts", qc->tx_pkts);
+                                 d.u64("rx_pkts", qc->rx_pkts);
+                                 d.u64("retx_pkts", qc->retx_pkts);
+                                 d.u64("sacks_rx", qc->sacks_rx);
+                                 d.u64("timeouts", qc->timeouts);
+                               }
+                             });
+                           }
+                           return 0;
+                         });
+  cd::telemetry_register("/tandem/rnic/table", "tandem-rnic level-2 table (standalone YAML)",
+                         [this](std::string_view, TelemetryDict& out) {
+                           out.str("underlay_ip", format_ipv4(st_.underlay_ip));
+                           out.u64("version", table_.version());
+                           out.u64("entries", table_.size());
+                           out.u64("vnics", st_.vnics.size());
+                           return 0;
+                         });
+}
+
+}  // namespace
+
+int run(const WorkerConfig& c) {
+  if (c.host_socket.empty()) throw std::invalid_argument("--host-socket is required");
+  if (c.table_file.empty()) throw std::invalid_argument("--table is required (standalone mode)");
+  if (!make_path_policy(c.spray.c_str())) throw std::invalid_argument("--spray: unknown path policy '" + c.spray + "'");
+  if (!make_cc_policy(c.cc.c_str())) throw std::invalid_argument("--cc: unknown congestion-control policy '" + c.cc + "'");
+  if (c.mtu != 256 && c.mtu != 512 && c.mtu != 1024 && c.mtu != 2048 && c.mtu != 4096)
+    throw std::invalid_argument("--mtu must be 256, 512, 1024, 2048 or 4096");
+  // Parse the table before touching the EAL: a bad file is a clear error, not a half-started port.
+  StandaloneTable table = load_standalone_table(c.table_file);
+  cd::eal_init("tandem-rnic", c.eal_args);
+  auto worker = std::make_unique<Worker>(c, std::move(table));
+  cd::install_stop_handlers();
+  if (rte_eth_dev_count_avail() == 0)
+    throw std::runtime_error("no ports: give the data port after '--' (e.g. --vdev=net_memif0,role=client,socket=...)");
+  if (!rte_eth_dev_is_valid_port(c.port_id)) throw std::runtime_error("no port " + std::to_string(c.port_id));
+  // Frames up to the MTU plus headers fit one mbuf (no chained RX to linearise).
+  const uint16_t room = static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(2048, c.mtu + 256));
+  const uint32_t n_mbufs = cd::mempool_size(1, c.port, kBurst, 1024);
+  rte_mempool* pool = rte_pktmbuf_pool_create("rnic_pool", n_mbufs, 256, 0, room, rte_socket_id());
+  rte_mempool* ext = rte_pktmbuf_pool_create("rnic_ext", n_mbufs, 256, 0, 0, rte_socket_id());
+  if (pool == nullptr || ext == nullptr) throw std::runtime_error("cannot create mbuf pools (hugepages?)");
+  // Port 0 carries the traffic; further ports only receive (e.g. a net_pcap
+  // rx_pcap replay of crafted frames in tests).
+  const uint16_t n_ports = rte_eth_dev_count_avail();
+  worker->setup_port(pool, ext, n_ports);
+  const bool up = cd::port_setup(c.port_id, pool, c.port);
+  for (uint16_t p = 1; p < n_ports; ++p) {
+    cd::PortSetup ps = c.port;
+    ps.link_wait_ms = 0;
+    cd::port_setup(p, pool, ps);
+    std::printf("tandem-rnic %s: receive-only port %u %s\n", c.name.c_str(), p, cd::port_name(p).c_str());
+  }
+  if (c.pdump) cd::pdump_init();
+  worker->register_telemetry();
+  std::printf("tandem-rnic %s: port %u %s link %s, mode %s, spray %s, cc %s, mtu %u, tx %s, host socket %s\n",
+              c.name.c_str(), c.port_id, cd::port_name(c.port_id).c_str(), up ? "up" : "down",
+              c.mode == Reliability::kIrn ? "irn" : "gbn", c.spray.c_str(), c.cc.c_str(), c.mtu,
+              c.tx_copy ? "copy" : "zero-copy (memif/pcap PMDs copy anyway)", c.host_socket.c_str());
+  std::fflush(stdout);
+
+  worker->loop();
+  worker->shutdown();
+  std::printf("%s: stopping (%zu live QPs flushed)\n", c.name.c_str(), worker->live_qps());
+  for (uint16_t p = 0; p < n_ports; ++p) cd::port_close(p);
+  worker->print_counters();
+  if (!c.stats_json.empty()) {
+    std::ofstream f(c.stats_json);
+    f << worker->counters_json().dump(2) << "\n";
+    if (!f) std::fprintf(stderr, "cannot write %s\n", c.stats_json.c_str());
+  }
+  worker.reset();
+  rte_mempool_free(ext);
+  rte_mempool_free(pool);
+  cd::eal_cleanup();
+  return 0;
+}
+
+}  // namespace tandem::rnic::dpdk

@@ -1,0 +1,40 @@
+// Everything tandem-rnic's flags decide, handed to run().
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dpdk/idle_loop.h"
+#include "common/dpdk/port.h"
+#include "rnic/core/verbs_types.h"
+
+namespace tandem::rnic::dpdk {
+
+struct WorkerConfig {
+  std::string name = "rnic0";
+  std::string host_socket;   // where tenant applications attach (rnic/host)
+  std::string table_file;    // standalone level-2 table (YAML)
+  uint32_t mtu = 1024;       // largest path MTU a QP may use (its modify_qp value is capped to it)
+  Reliability mode = Reliability::kIrn;
+  std::string spray = "single";        // rnic/core path policy name
+  std::string cc = "fixed_window";     // rnic/core congestion-control policy name
+  uint64_t cc_window_bytes = 1ull << 20;
+  uint64_t reorder_delay_ns = 50'000;  // IRN: gap age before a SACK
+  uint64_t timeout_ns = 1'000'000;     // initial retransmission timeout
+  bool tx_copy = false;      // copy payloads into mbufs instead of attaching registered memory
+  bool pdump = true;
+  common::dpdk::IdleConfig idle;
+  common::dpdk::PortSetup port;
+  double duration_s = 0;     // 0: until SIGINT/SIGTERM
+  std::string stats_json;
+  uint16_t port_id = 0;      // the data port (first EAL port)
+  uint32_t max_qps = 1024;
+  std::vector<std::string> eal_args;
+};
+
+// Runs the worker until a signal or the duration ends; returns the exit code.
+// Throws std::runtime_error / std::invalid_argument for start-up errors.
+int run(const WorkerConfig& c);
+
+}  // namespace tandem::rnic::dpdk

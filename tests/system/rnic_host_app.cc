@@ -1,0 +1,262 @@
+// A tiny tenant application for the RNIC system test: attaches to a
+// tandem-rnic worker through rnic/host, connects one RC QP to a peer
+// application on another worker (QPN, rkey and address exchanged through
+// files in a directory, as verbs programs exchange them out of band), and
+//   verify: WRITE, SEND and READ in both directions, every byte checked;
+//   stream: WRITEs back to back until killed (the app-death test);
+//   sink:   connects and waits (the peer of `stream`).
+// Exit 0 = every check passed, 1 = a check failed, 2 = set-up failed.
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "rnic/host/verbs.h"
+
+using namespace tandem::rnic::host;
+
+namespace {
+
+constexpr std::size_t kBuf = 1 << 20;
+constexpr std::size_t kSrc = 0, kWriteIn = 256 << 10, kRecvIn = 512 << 10, kReadIn = 768 << 10;
+constexpr uint32_t kWriteLen = 200000, kReadLen = 150000;
+constexpr uint32_t kSendLens[3] = {100, 5000, 60000};
+constexpr uint32_t kSendOff[3] = {1000, 20000, 70000};
+constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+
+[[noreturn]] void die(int code, const std::string& what) {
+  std::fprintf(stderr, "rnic_host_app: %s (%s)\n", what.c_str(), last_error());
+  std::exit(code);
+}
+
+uint8_t pattern(uint32_t seed, std::size_t i) {
+  uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed * 40503u;
+  x ^= x >> 13;
+  return static_cast<uint8_t>(x ^ (x >> 7));
+}
+
+bool wait_file(const std::string& path, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (access(path.c_str(), F_OK) == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+void touch(const std::string& path, const std::string& text = "") {
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << text;
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+struct Peer {
+  uint32_t qpn = 0, rkey = 0;
+  uint64_t addr = 0;
+};
+
+int poll_one(Cq* cq, ibv_wc* wc, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    int n = poll_cq(cq, 1, wc);
+    if (n != 0) return n;
+  }
+  return 0;
+}
+
+void expect_wc(Cq* cq, ibv_wc_opcode op, const char* what, ibv_wc* out = nullptr) {
+  ibv_wc wc{};
+  if (poll_one(cq, &wc, 20) != 1) die(1, std::string("no completion for ") + what);
+  if (wc.status != IBV_WC_SUCCESS || wc.opcode != op)
+    die(1, std::string(what) + ": completion status " + std::to_string(wc.status) + " opcode " +
+               std::to_string(wc.opcode));
+  if (out) *out = wc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 8) {
+    std::fprintf(stderr,
+                 "usage: %s verify|stream|sink SOCKET DIR NAME PEER_NAME SEED PEER_OVERLAY_IP\n", argv[0]);
+    return 2;
+  }
+  const std::string mode = argv[1], sock = argv[2], dir = argv[3], name = argv[4], peer_name = argv[5];
+  const uint32_t seed = static_cast<uint32_t>(std::atoi(argv[6]));
+  in_addr peer_ip{};
+  if (inet_pton(AF_INET, argv[7], &peer_ip) != 1) die(2, "bad peer IP");
+
+  DeviceAttr attr;
+  attr.name = name.c_str();
+  attr.huge_buffers = false;
+  Context* ctx = open_device(sock.c_str(), attr);
+  if (!ctx) die(2, "open_device " + sock);
+  Pd* pd = alloc_pd(ctx);
+  auto* buf = static_cast<uint8_t*>(alloc_buf(ctx, kBuf));
+  if (!pd || !buf) die(2, "alloc");
+  for (std::size_t i = 0; i < kBuf; ++i) buf[i] = i < kWriteIn ? pattern(seed, i) : 0;
+  Mr* mr = reg_mr(pd, buf, kBuf, kAccess);
+  Cq* cq = create_cq(ctx, 256);
+  QpInitAttr qi;
+  qi.send_cq = cq;
+  qi.recv_cq = cq;
+  qi.cap.max_send_wr = 64;
+  qi.cap.max_recv_wr = 64;
+  qi.cap.max_send_sge = 2;
+  qi.cap.max_recv_sge = 2;
+  Qp* qp = mr && cq ? create_qp(pd, &qi) : nullptr;
+  if (!qp) die(2, "reg_mr/create_cq/create_qp");
+
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = kAccess;
+  if (modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) die(2, "INIT");
+  // Receives first (in INIT), so the peer's SENDs find them.
+  for (int i = 0; i < 3; ++i) {
+    ibv_sge s{reinterpret_cast<uintptr_t>(buf + kRecvIn + i * 65536), 65536, mr->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = 100 + i;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    if (mode == "verify" && post_recv(qp, &wr, &bad)) die(2, "post_recv");
+  }
+
+  touch(dir + "/" + name + ".qp", std::to_string(qp->qp_num) + " " + std::to_string(mr->rkey) + " " +
+                                      std::to_string(reinterpret_cast<uintptr_t>(buf)));
+  if (!wait_file(dir + "/" + peer_name + ".qp", 30)) die(2, "peer did not publish its QP");
+  Peer peer;
+  std::ifstream(dir + "/" + peer_name + ".qp") >> peer.qpn >> peer.rkey >> peer.addr;
+
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = peer.qpn;
+  a.rq_psn = 100;
+  a.max_dest_rd_atomic = 4;
+  a.min_rnr_timer = 1;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.port_num = 1;
+  uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  std::memcpy(gid + 12, &peer_ip.s_addr, 4);
+  std::memcpy(a.ah_attr.grh.dgid.raw, gid, 16);
+  if (modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                            IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+    die(2, "RTR");
+  a = {};
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = 100;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 4;
+  if (modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                            IBV_QP_MAX_QP_RD_ATOMIC))
+    die(2, "RTS");
+  touch(dir + "/" + name + ".ready");
+  if (!wait_file(dir + "/" + peer_name + ".ready", 30)) die(2, "peer never reached RTS");
+
+  auto post = [&](ibv_wr_opcode op, std::size_t off, uint32_t len, uint64_t raddr, uint64_t id) {
+    ibv_sge s{reinterpret_cast<uintptr_t>(buf + off), len, mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = id;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = raddr;
+    wr.wr.rdma.rkey = peer.rkey;
+    ibv_send_wr* bad = nullptr;
+    return post_send(qp, &wr, &bad);
+  };
+
+  if (mode == "sink") {
+    std::printf("%s: connected (QP 0x%x), waiting\n", name.c_str(), qp->qp_num);
+    std::fflush(stdout);
+    wait_file(dir + "/" + name + ".stop", 60);
+    return 0;
+  }
+  if (mode == "stream") {
+    uint64_t done = 0, posted = 0;
+    for (;;) {
+      while (posted - done < 32) {
+        if (post(IBV_WR_RDMA_WRITE, kSrc, 65536, peer.addr + kWriteIn, posted)) die(1, "post_send");
+        ++posted;
+      }
+      ibv_wc wc[16];
+      int n = poll_cq(cq, 16, wc);
+      for (int i = 0; i < n; ++i)
+        if (wc[i].status != IBV_WC_SUCCESS) die(1, "stream: completion error " + std::to_string(wc[i].status));
+      if (n > 0 && done == 0) {
+        std::printf("%s: streaming\n", name.c_str());
+        std::fflush(stdout);
+        touch(dir + "/" + name + ".streaming");
+      }
+      done += static_cast<uint64_t>(n > 0 ? n : 0);
+    }
+  }
+
+  // WRITE, then SENDs, then READ; completions in order on one QP.
+  if (post(IBV_WR_RDMA_WRITE, kSrc, kWriteLen, peer.addr + kWriteIn, 1)) die(1, "post WRITE");
+  expect_wc(cq, IBV_WC_RDMA_WRITE, "WRITE");
+  for (int i = 0; i < 3; ++i) {
+    if (post(IBV_WR_SEND, kSendOff[i], kSendLens[i], 0, 10 + i)) die(1, "post SEND");
+  }
+  int sends = 0, recvs = 0;
+  uint32_t recv_len[3] = {};
+  while (sends < 3) {
+    ibv_wc wc{};
+    if (poll_one(cq, &wc, 20) != 1) die(1, "no SEND completion");
+    if (wc.status != IBV_WC_SUCCESS) die(1, "SEND/RECV completion status " + std::to_string(wc.status));
+    if (wc.opcode == IBV_WC_SEND) ++sends;
+    else if (wc.opcode == IBV_WC_RECV) recv_len[wc.wr_id - 100] = wc.byte_len, ++recvs;
+  }
+  if (post(IBV_WR_RDMA_READ, kReadIn, kReadLen, peer.addr + kSrc, 20)) die(1, "post READ");
+  for (;;) {
+    ibv_wc wc{};
+    if (poll_one(cq, &wc, 20) != 1) die(1, "no READ completion");
+    if (wc.status != IBV_WC_SUCCESS) die(1, "READ/RECV completion status " + std::to_string(wc.status));
+    if (wc.opcode == IBV_WC_RDMA_READ) break;
+    if (wc.opcode == IBV_WC_RECV) recv_len[wc.wr_id - 100] = wc.byte_len, ++recvs;
+  }
+  while (recvs < 3) {
+    ibv_wc wc{};
+    expect_wc(cq, IBV_WC_RECV, "RECV", &wc);
+    recv_len[wc.wr_id - 100] = wc.byte_len;
+    ++recvs;
+  }
+  const uint32_t peer_seed = static_cast<uint32_t>(std::atoi(argv[6])) ^ 1;  // the test pairs seeds 2k, 2k+1
+  int bad = 0;
+  for (uint32_t i = 0; i < kReadLen; ++i)
+    if (buf[kReadIn + i] != pattern(peer_seed, kSrc + i)) ++bad;
+  if (bad) die(1, "READ data differs in " + std::to_string(bad) + " bytes");
+  for (int m = 0; m < 3; ++m) {
+    if (recv_len[m] != kSendLens[m]) die(1, "RECV " + std::to_string(m) + " byte_len " + std::to_string(recv_len[m]));
+    for (uint32_t i = 0; i < kSendLens[m]; ++i)
+      if (buf[kRecvIn + m * 65536 + i] != pattern(peer_seed, kSendOff[m] + i)) ++bad;
+  }
+  if (bad) die(1, "SEND data differs in " + std::to_string(bad) + " bytes");
+  // The peer's WRITE completed before its SENDs (same QP, in order): placed.
+  for (uint32_t i = 0; i < kWriteLen; ++i)
+    if (buf[kWriteIn + i] != pattern(peer_seed, kSrc + i)) ++bad;
+  if (bad) die(1, "WRITE data differs in " + std::to_string(bad) + " bytes");
+  touch(dir + "/" + name + ".done");
+  wait_file(dir + "/" + peer_name + ".done", 30);  // keep serving the peer's READ until it is done
+  std::printf("%s: WRITE %u B, SEND %u+%u+%u B, READ %u B verified\n", name.c_str(), kWriteLen, kSendLens[0],
+              kSendLens[1], kSendLens[2], kReadLen);
+  destroy_qp(qp);
+  destroy_cq(cq);
+  dereg_mr(mr);
+  free_buf(ctx, buf);
+  dealloc_pd(pd);
+  close_device(ctx);
+  return 0;
+}
