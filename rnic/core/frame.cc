@@ -18,6 +18,7 @@ std::size_t write_transport_headers(const TxDesc& d, uint8_t* out) noexcept {
   if (f & common::kOpAeth) p += common::write_aeth(p, d.aeth);
   if (f & common::kOpAtomicAck) { common::store_be64(p, d.atomic_ack); p += common::kAtomicAckLen; }
   if (f & common::kOpImm) { common::store_be32(p, d.imm); p += common::kImmLen; }
+  if (f & common::kOpCnp) { std::memset(p, 0, common::kCnpPadLen); p += common::kCnpPadLen; }
   if (d.has_xeth) { write_xeth(p, d.xeth); p += kXethLen; }
   return static_cast<std::size_t>(p - out);
 }

@@ -137,6 +137,9 @@ struct Qp {
   uint32_t msn = 0;
   bool ack_pending = false;
   bool ecn_echo = false;
+  bool cnp_pending = false;
+  uint64_t last_cnp = 0;
+  bool cnp_sent_once = false;
   uint32_t unacked = 0;
   uint64_t hole_since = kNever;
   uint64_t last_sack = 0;

@@ -100,6 +100,8 @@ DropReason Qp::on_request(const common::RocePacket& pkt, const uint8_t* payload,
   if ((pkt.ip.tos & 3) == 3) {
     ++c.ecn_ce_rx;
     ecn_echo = true;
+    if (attr.cnp_interval_ns && (!cnp_sent_once || now >= last_cnp + attr.cnp_interval_ns))
+      cnp_pending = true;
   }
   const int32_t d = psn_diff(psn, epsn);
   if (d > 0) c.reorder_depth_max = std::max<uint32_t>(c.reorder_depth_max, static_cast<uint32_t>(d));
@@ -336,6 +338,18 @@ bool Qp::tx_responses(uint64_t now) noexcept {
       to_error(IBV_WC_WR_FLUSH_ERR);
       return true;
     }
+  }
+  if (cnp_pending) {
+    TxDesc* d = tx_slot();
+    if (d == nullptr) return false;
+    d->bth.opcode = common::kOpcodeCnp;
+    d->bth.becn = true;  // RoCEv2 CNP: BECN set, PSN 0
+    d->bth.psn = 0;
+    ++c.cnp_tx;
+    tx_commit(d, now);
+    cnp_pending = false;
+    cnp_sent_once = true;
+    last_cnp = now;
   }
   if (irn() && hole_since != kNever && now >= sack_due()) {
     // Up to kMaxSackChunks chunks, each starting at a gap.

@@ -188,6 +188,8 @@ void Qp::reset_state() noexcept {
   for (auto& s : slots) s = RxSlot{};
   epsn = high = msn = 0;
   ack_pending = ecn_echo = false;
+  cnp_pending = cnp_sent_once = false;
+  last_cnp = 0;
   unacked = 0;
   hole_since = kNever;
   last_sack = 0;
@@ -233,6 +235,7 @@ int Transport::modify_qp(uint32_t qpn, const QpAttr& a, int mask) noexcept {
     qp->attr.path_seed = a.path_seed;
     qp->attr.reorder_delay_ns = a.reorder_delay_ns;
     qp->attr.ack_every = a.ack_every ? a.ack_every : 1;
+    qp->attr.cnp_interval_ns = a.cnp_interval_ns;
   }
   if (mask & IBV_QP_TIMEOUT) qp->attr.timeout_ns = a.timeout_ns ? a.timeout_ns : 1;
   if (mask & IBV_QP_RETRY_CNT) qp->attr.retry_cnt = a.retry_cnt;

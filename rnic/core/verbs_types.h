@@ -117,8 +117,11 @@ struct QpAttr {
   uint8_t retry_cnt = 7;                 // IBV_QP_RETRY_CNT: timeouts before RETRY_EXC_ERR
   uint8_t rnr_retry = 7;                 // IBV_QP_RNR_RETRY: 7 = retry forever
   uint8_t min_rnr_timer = 1;             // IBV_QP_MIN_RNR_TIMER: IB code 0-31 sent in RNR NAKs
+  // Also set with IBV_QP_AV (Tandem's additions; set them all together):
   uint64_t reorder_delay_ns = 50'000;    // IRN: how long a gap may last before it is SACKed
   uint32_t ack_every = 16;               // responder ACKs at least every N request packets
+  uint64_t cnp_interval_ns = 0;          // responder: CNP on CE-marked requests, at most one per
+                                         //   interval (DCQCN uses 50 us); 0: ECN only echoed in ACKs
 };
 
 // IB RNR timer codes (IBA table 45) in ns.

@@ -74,6 +74,45 @@ TEST_CASE("a CE-marked request is echoed to the requester in the next ACK") {
   CHECK(ack.bth.psn == d.bth.psn);
 }
 
+TEST_CASE("with a CNP interval, CE-marked requests make CNPs, at most one per interval") {
+  QpSetup s;
+  Loop l(1 << 16, s);
+  REQUIRE(l.ok);
+  QpAttr a;
+  a.peer = 1;
+  a.reorder_delay_ns = s.reorder_delay_ns;
+  a.cnp_interval_ns = 50'000;
+  REQUIRE(l.b.t.modify_qp(l.b.qpn, a, IBV_QP_AV) == 0);
+  for (int i = 0; i < 3; ++i)
+    REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, i, l.a, 0, 100, &l.b, 0)) == 0);
+  l.a.t.poll(l.now);
+  std::vector<TxDesc> d;
+  while (!l.a.t.tx().empty()) { d.push_back(l.a.t.tx().front()); l.a.t.tx().pop(); }
+  REQUIRE(d.size() == 3);
+  uint8_t buf[2048];
+  FrameAddrs ce;
+  ce.tos = 0x03;
+  for (int i = 0; i < 3; ++i) {
+    const std::size_t n = build_frame(d[i], ce, buf, sizeof buf);
+    CHECK(l.inject(l.b, std::vector<uint8_t>(buf, buf + n)) == DropReason::kNone);
+  }
+  l.b.t.poll(l.now);
+  int cnps = 0;
+  while (!l.b.t.tx().empty()) {
+    const TxDesc& x = l.b.t.tx().front();
+    if (x.bth.opcode == tandem::common::kOpcodeCnp) {
+      ++cnps;
+      CHECK(x.bth.dqpn == l.a.qpn);
+      const std::size_t n = build_frame(x, FrameAddrs{}, buf, sizeof buf);
+      CHECK(l.inject(l.a, std::vector<uint8_t>(buf, buf + n)) == DropReason::kNone);
+    }
+    l.b.t.tx().pop();
+  }
+  CHECK(cnps == 1);
+  CHECK(l.b.counters().cnp_tx == 1);
+  CHECK(l.a.counters().cnp_rx == 1);
+}
+
 TEST_CASE("next_deadline exposes the retransmission timer and the reorder delay") {
   QpSetup s;
   s.mtu = 256;
