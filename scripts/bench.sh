@@ -48,6 +48,16 @@ json=0
 for a in "$@"; do [[ $a == --json ]] && json=1; done
 log=$(mktemp /tmp/tandem-bench-build-XXXXXX.log)
 trap 'rm -f "$log"' EXIT
+# Folders join the build by existing (fs.exists in meson.build), which meson
+# does not watch: reconfigure when any meson.build is newer than the build.
+reconfigure_if_stale() {
+  local dir=$1
+  [[ -f $dir/build.ninja ]] || return 0
+  if [[ -n $(find . -path './build*' -prune -o -name meson.build -newer "$dir/build.ninja" -print -quit) ]]; then
+    meson setup --reconfigure "$dir" >/dev/null
+  fi
+}
+reconfigure_if_stale "${TANDEM_BUILD:-build}"
 if [[ -n ${TANDEM_BUILD:-} ]]; then
   ninja -C "$TANDEM_BUILD" >"$log" 2>&1 || { cat "$log" >&2; echo "bench: build failed" >&2; exit 1; }
 else

@@ -13,6 +13,16 @@ step() { printf '\n== %s\n' "$*"; }
 step "setup"
 ./scripts/setup.sh
 step "build tandem-wire"
+# Folders join the build by existing (fs.exists in meson.build), which meson
+# does not watch: reconfigure when any meson.build is newer than the build.
+reconfigure_if_stale() {
+  local dir=$1
+  [[ -f $dir/build.ninja ]] || return 0
+  if [[ -n $(find . -path './build*' -prune -o -name meson.build -newer "$dir/build.ninja" -print -quit) ]]; then
+    meson setup --reconfigure "$dir" >/dev/null
+  fi
+}
+reconfigure_if_stale "${TANDEM_BUILD:-build}"
 if [[ -n ${TANDEM_BUILD:-} ]]; then
   ninja -C "$TANDEM_BUILD" apps/tandem-wire/tandem-wire | tail -1
 else
