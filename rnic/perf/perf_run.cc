@@ -98,7 +98,7 @@ struct Plan {
   // so a slot is never refilled (or read back) while a message still uses it.
   uint32_t window() const {
     uint32_t w = verify ? std::min(tx_depth, slots) : tx_depth;
-    return std::max<uint32_t>(1, std::min<uint32_t>(w, host::kMaxQueueDepth / qps));
+    return std::max<uint32_t>(1, std::min<uint32_t>(w, host::kMaxQueueDepth / (2 * qps)));
   }
 };
 
@@ -106,8 +106,12 @@ Plan plan_from(const Options& o) {
   Plan p{o.test, o.size, o.iterations, o.duration_s, o.qps, o.tx_depth, o.mtu, 1, o.verify};
   if (!p.latency()) {
     uint64_t fit = std::max<uint64_t>(1, kMaxBufferBytes / (o.size * o.qps));
-    uint64_t cq_fit = std::max<uint64_t>(1, host::kMaxQueueDepth / o.qps);
-    p.slots = static_cast<uint32_t>(std::min<uint64_t>({o.tx_depth, fit, cq_fit}));
+    uint64_t cq_fit = std::max<uint64_t>(1, host::kMaxQueueDepth / (2 * o.qps));
+    // send_bw: the receiver keeps 4x the sender's window posted (perftest's
+    // rx depth 512 vs tx depth 128), so a message rarely finds no receive (RNR)
+    // while the previous ones are being reposted.
+    uint64_t want = o.test == TestKind::kSendBw ? uint64_t{4} * o.tx_depth : o.tx_depth;
+    p.slots = static_cast<uint32_t>(std::min<uint64_t>({want, fit, cq_fit}));
   }
   return p;
 }
@@ -772,7 +776,9 @@ int run_server(Options o, Resources& r) {
     o.mtu = pm.mtu;
     o.verify = pm.verify != 0;
     refuse = finalize_options(o);
-    if (refuse.empty() && (pm.slots == 0 || pm.slots > o.tx_depth)) refuse = "bad slot count";
+    if (refuse.empty() && (pm.slots == 0 || pm.slots > 4 * o.tx_depth ||
+                           pm.slots * o.size * o.qps > kMaxBufferBytes))
+      refuse = "bad slot count";
   }
   if (!refuse.empty()) {
     std::snprintf(acc.error, sizeof acc.error, "%s", refuse.c_str());

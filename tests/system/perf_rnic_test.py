@@ -1,0 +1,245 @@
+"""System test of tandem-perf through real tandem-rnic workers: the lab fabric
+(memif server, 2 ports, 4 paths, one delayed, one lossy, one jittery) and two
+RNIC workers (memif clients, adaptive idle, per-packet spraying over 4 paths)
+carry tandem-perf's server (on worker A) and client (on worker B), which swap
+QP details over TCP on 127.0.0.1 and run every test with --verify --json:
+
+  * write_bw, send_bw, read_bw (2 QPs), write_lat, send_lat: exit 0 on both
+    sides, verify "ok" on both, the agreed message counts, numbers > 0;
+  * write_bw with -D: both sides agree on the message count;
+  * a client whose server was killed mid-run exits non-zero with an error.
+
+usage: perf_rnic_test.py TANDEM_FABRIC TANDEM_RNIC TANDEM_PERF
+Everything started is stopped by PID; hugepage files, runtime dirs and
+sockets of the file prefixes used are removed, also on failure."""
+import glob
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+FABRIC, RNIC, PERF = sys.argv[1:4]
+TAG = f"perf{os.getpid()}"
+D = tempfile.mkdtemp(prefix="tandem-perf-lab-")
+procs, prefixes, failed = [], [], []
+
+
+def cleanup():
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    for pre in prefixes:
+        for f in glob.glob(f"/dev/hugepages/{pre}*"):
+            try:
+                os.unlink(f)
+            except OSError:
+                pass
+        shutil.rmtree(f"/var/run/dpdk/{pre}", ignore_errors=True)
+    shutil.rmtree(D, ignore_errors=True)
+
+
+def on_signal(signum, frame):
+    cleanup()
+    sys.exit(128 + signum)
+
+
+signal.signal(signal.SIGTERM, on_signal)
+signal.signal(signal.SIGINT, on_signal)
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failed.append(what)
+
+
+def start(argv, log, prefix=None, stderr_separate=False):
+    if prefix:
+        prefixes.append(prefix)
+    err = open(f"{D}/{log}.err", "w") if stderr_separate else subprocess.STDOUT
+    p = subprocess.Popen(argv, stdout=open(f"{D}/{log}.log", "w"), stderr=err)
+    procs.append(p)
+    return p
+
+
+def stop(p, timeout=15):
+    if p.poll() is None:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return p.returncode
+
+
+def log(name, ext="log"):
+    try:
+        with open(f"{D}/{name}.{ext}") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def table_yaml(me, peer):
+    # me/peer: (index, underlay ip, overlay ip)
+    return f"""underlay:
+  ip: {me[1]}
+  mac: 02:00:00:00:00:0{me[0]}
+  gateway_mac: 02:00:00:00:00:fe
+vnics:
+  - {{id: 1, ip: {me[2]}, mac: 02:00:00:00:01:0{me[0]}, vni: 100}}
+egress:
+  - {{vnic: 1, remote_ip: {peer[2]}, underlay_ip: {peer[1]}, paths: 4}}
+ingress:
+  - {{vnic: 1, underlay_src: {peer[1]}, remote_ip: {peer[2]}}}
+"""
+
+
+def perf_pair(name, test, flags, timeout=120):
+    """Server on worker A (overlay 192.168.7.1), client on worker B (192.168.7.2)."""
+    port = free_port()
+    common = [test, "-p", str(port), "--json", "--timeout", "30"]
+    srv = start([PERF] + common + ["--device", f"{D}/A.rnic", "--gid", "192.168.7.1"],
+                f"{name}-server", stderr_separate=True)
+    cli = start([PERF] + common + flags + ["--device", f"{D}/B.rnic", "--gid", "192.168.7.2", "127.0.0.1"],
+                f"{name}-client", stderr_separate=True)
+    results = []
+    for p, side in ((cli, "client"), (srv, "server")):
+        try:
+            code = p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            code = None
+        try:
+            j = json.loads(log(f"{name}-{side}"))
+        except ValueError:
+            j = {}
+        results.append((code, j))
+    (cc, cj), (sc, sj) = results
+    if cc != 0 or sc != 0:
+        print(f"--- {name} client stderr ---\n{log(name + '-client', 'err')}"
+              f"--- {name} server stderr ---\n{log(name + '-server', 'err')}")
+    return cc, cj, sc, sj
+
+
+def main():
+    hosts = [(1, "10.0.0.1", "192.168.7.1"), (2, "10.0.0.2", "192.168.7.2")]
+    for me, peer, n in ((hosts[0], hosts[1], "A"), (hosts[1], hosts[0], "B")):
+        with open(f"{D}/{n}.yaml", "w") as f:
+            f.write(table_yaml(me, peer))
+
+    fab_pre, a_pre, b_pre = f"{TAG}-fab", f"{TAG}-a", f"{TAG}-b"
+    fab = start([FABRIC, "--route", "10.0.0.1=0", "--route", "10.0.0.2=1", "--paths", "4",
+                 "--path", "1:delay_us=20", "--path", "2:loss=0.01", "--path", "3:delay_us=5,jitter_us=5",
+                 "--idle", "adaptive", "--link-wait-ms", "0", "--", "--no-pci", f"--file-prefix={fab_pre}",
+                 "-l", "0", "-m", "64", "--log-level=lib.eal:error",
+                 f"--vdev=net_memif0,role=server,socket={D}/h0.sock",
+                 f"--vdev=net_memif1,role=server,socket={D}/h1.sock"], "fabric", fab_pre)
+    t0 = time.time()
+    while "tandem-fabric:" not in log("fabric"):
+        if time.time() - t0 > 20 or fab.poll() is not None:
+            raise RuntimeError("fabric did not start:\n" + log("fabric"))
+        time.sleep(0.1)
+
+    def worker(n, pre, sock):
+        return start([RNIC, "--name", n, "--host-socket", f"{D}/{n}.rnic", "--table", f"{D}/{n}.yaml",
+                      "--idle", "adaptive", "--mtu", "1024", "--stats-json", f"{D}/{n}.json",
+                      # The default 1 ms RTO (7 retries) runs out when five busy processes share
+                      # two cores (RETRY_EXC_ERR with MBs in flight): this test checks the tool.
+                      "--timeout-us", "20000", "--",
+                      "--no-pci", f"--file-prefix={pre}", "-l", "1", "-m", "128", "--log-level=lib.eal:error",
+                      f"--vdev=net_memif0,role=client,socket={D}/{sock}"], n, pre)
+
+    wa = worker("A", a_pre, "h0.sock")
+    wb = worker("B", b_pre, "h1.sock")
+    t0 = time.time()
+    while not (os.path.exists(f"{D}/A.rnic") and os.path.exists(f"{D}/B.rnic")):
+        if time.time() - t0 > 30 or wa.poll() is not None or wb.poll() is not None:
+            raise RuntimeError("workers did not open their host sockets")
+        time.sleep(0.1)
+    check(True, "fabric and both workers run")
+
+    bw_flags = ["-s", "65536", "-n", "300", "-q", "2", "-t", "8", "--verify"]
+    for test, flags, n in (("write_bw", bw_flags, 300), ("send_bw", bw_flags, 300), ("read_bw", bw_flags, 300),
+                           ("write_lat", ["-s", "64", "-n", "500", "--verify"], 500),
+                           ("send_lat", ["-s", "4096", "-n", "300", "--verify"], 300)):
+        cc, cj, sc, sj = perf_pair(test, test, flags)
+        ok = (cc == 0 and sc == 0 and cj.get("verify") == "ok" and sj.get("verify") == "ok"
+              and cj.get("iterations") == n and sj.get("iterations") == n and cj.get("errors") == 0)
+        if "bw" in test:
+            ok = ok and cj.get("bw_avg_gbps", 0) > 0
+            nums = f"{cj.get('bw_avg_gbps', 0):.3f} Gb/s avg, {cj.get('msg_rate_mpps', 0):.4f} Mpps"
+        else:
+            ok = ok and cj.get("t_typical_us", 0) > 0
+            nums = f"t_typical {cj.get('t_typical_us', 0):.1f} us, t_99 {cj.get('t_99_us', 0):.1f} us"
+        check(ok, f"{test} {' '.join(flags)}: verified on both sides through tandem-rnic "
+                  f"(exit {cc}/{sc}, verify {cj.get('verify')}/{sj.get('verify')}; {nums})")
+
+    cc, cj, sc, sj = perf_pair("duration", "write_bw", ["-s", "16384", "-D", "1", "--verify"])
+    check(cc == 0 and sc == 0 and cj.get("iterations", 0) > 0 and cj.get("iterations") == sj.get("iterations")
+          and sj.get("verify") == "ok",
+          f"write_bw -D 1: both sides agree on {cj.get('iterations')} messages, verified")
+
+    # A server killed mid-run: the client notices and fails with an error.
+    port = free_port()
+    common = ["write_bw", "-p", str(port), "--json", "--timeout", "10", "-s", "65536"]
+    srv = start([PERF] + common + ["--device", f"{D}/A.rnic", "--gid", "192.168.7.1"], "kill-server",
+                stderr_separate=True)
+    cli = start([PERF] + common + ["-D", "60", "--device", f"{D}/B.rnic", "--gid", "192.168.7.2", "127.0.0.1"],
+                "kill-client", stderr_separate=True)
+    time.sleep(2)
+    srv.send_signal(signal.SIGKILL)
+    srv.wait()
+    try:
+        code = cli.wait(40)
+    except subprocess.TimeoutExpired:
+        cli.kill()
+        cli.wait()
+        code = None
+    err = log("kill-client", "err")
+    check(code is not None and code != 0 and "tandem-perf:" in err,
+          f"client fails when its server dies mid-run (exit {code}: {err.strip()[:120]})")
+
+    check(stop(wa) == 0 and stop(wb) == 0, "workers stop cleanly on SIGINT")
+    stop(fab)
+    for n in ("A", "B"):
+        try:
+            with open(f"{D}/{n}.json") as f:
+                j = json.load(f)
+            w = j["worker"]
+            print(f"     worker {n}: tx {w.get('tx_packets')} rx accepted {w.get('rx_accepted')} "
+                  f"retransmits {w.get('tx_retransmits')} live QPs {j.get('live_qps')}")
+            check(j.get("live_qps") == 0, f"worker {n} freed every tandem-perf QP")
+        except (OSError, ValueError, KeyError) as e:
+            check(False, f"worker {n} --stats-json readable: {e}")
+    if failed:
+        for n in ("fabric", "A", "B"):
+            print(f"--- {n} log ---\n{log(n)}")
+
+
+try:
+    main()
+except Exception as e:  # a set-up failure is a test failure, with the logs
+    check(False, f"set-up: {e}")
+    for n in ("fabric", "A", "B"):
+        print(f"--- {n} log ---\n{log(n)}")
+finally:
+    cleanup()
+print(f"perf_rnic: {len(failed)} check(s) failed" if failed else "perf_rnic: all checks passed")
+sys.exit(1 if failed else 0)
