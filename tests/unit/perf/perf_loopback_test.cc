@@ -325,3 +325,25 @@ TEST_CASE("without --json both sides print perftest's table with the QP details 
   }
   CHECK(c.find("Verify         : ok, server: ok") != std::string::npos);
 }
+
+TEST_CASE("the server stops with an error when the client process dies mid-run") {
+  for (std::string test : {"write_bw", "send_bw", "write_lat"}) {
+    DYNAMIC_SECTION(test) {
+      Lab lab;
+      Proc srv = lab.server(test);
+      Proc cli = lab.client(test, {"-D", "30"});
+      for (int i = 0; i < 2000 && lab.worker->messages_placed() < 100; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      REQUIRE(lab.worker->messages_placed() >= 100);
+      kill(cli.pid, SIGKILL);
+      cli.wait();
+      CHECK(srv.wait(25) == 1);
+      std::string err = srv.stderr_text();
+      INFO(err);
+      // Whichever the server sees first: the TCP exchange closing, or (ping-pong)
+      // its reply to the vanished QP failing.
+      CHECK((err.find("peer disconnected") != std::string::npos ||
+             err.find("completion error") != std::string::npos));
+    }
+  }
+}
