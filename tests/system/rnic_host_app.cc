@@ -71,15 +71,6 @@ int poll_one(Cq* cq, ibv_wc* wc, double seconds) {
   return 0;
 }
 
-void expect_wc(Cq* cq, ibv_wc_opcode op, const char* what, ibv_wc* out = nullptr) {
-  ibv_wc wc{};
-  if (poll_one(cq, &wc, 20) != 1) die(1, std::string("no completion for ") + what);
-  if (wc.status != IBV_WC_SUCCESS || wc.opcode != op)
-    die(1, std::string(what) + ": completion status " + std::to_string(wc.status) + " opcode " +
-               std::to_string(wc.opcode));
-  if (out) *out = wc;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -204,35 +195,37 @@ int main(int argc, char** argv) {
     }
   }
 
-  // WRITE, then SENDs, then READ; completions in order on one QP.
-  if (post(IBV_WR_RDMA_WRITE, kSrc, kWriteLen, peer.addr + kWriteIn, 1)) die(1, "post WRITE");
-  expect_wc(cq, IBV_WC_RDMA_WRITE, "WRITE");
-  for (int i = 0; i < 3; ++i) {
-    if (post(IBV_WR_SEND, kSendOff[i], kSendLens[i], 0, 10 + i)) die(1, "post SEND");
-  }
-  int sends = 0, recvs = 0;
+  // WRITE, then SENDs, then READ. The peer's SENDs may complete our RECVs
+  // at any point in between, so every wait also collects RECVs.
+  int recvs = 0;
   uint32_t recv_len[3] = {};
-  while (sends < 3) {
-    ibv_wc wc{};
-    if (poll_one(cq, &wc, 20) != 1) die(1, "no SEND completion");
-    if (wc.status != IBV_WC_SUCCESS) die(1, "SEND/RECV completion status " + std::to_string(wc.status));
-    if (wc.opcode == IBV_WC_SEND) ++sends;
-    else if (wc.opcode == IBV_WC_RECV) recv_len[wc.wr_id - 100] = wc.byte_len, ++recvs;
-  }
+  auto wait_for = [&](ibv_wc_opcode op, int count, const char* what) {
+    int got = 0;
+    while (got < count) {
+      ibv_wc wc{};
+      if (poll_one(cq, &wc, 20) != 1) die(1, std::string("no completion for ") + what);
+      if (wc.status != IBV_WC_SUCCESS)
+        die(1, std::string(what) + ": completion status " + std::to_string(wc.status) + " opcode " +
+                   std::to_string(wc.opcode));
+      if (wc.opcode == IBV_WC_RECV && wc.wr_id >= 100 && wc.wr_id < 103) {
+        recv_len[wc.wr_id - 100] = wc.byte_len;
+        ++recvs;
+        if (op == IBV_WC_RECV) ++got;
+      } else if (wc.opcode == op) {
+        ++got;
+      } else {
+        die(1, std::string(what) + ": unexpected completion opcode " + std::to_string(wc.opcode));
+      }
+    }
+  };
+  if (post(IBV_WR_RDMA_WRITE, kSrc, kWriteLen, peer.addr + kWriteIn, 1)) die(1, "post WRITE");
+  wait_for(IBV_WC_RDMA_WRITE, 1, "WRITE");
+  for (int i = 0; i < 3; ++i)
+    if (post(IBV_WR_SEND, kSendOff[i], kSendLens[i], 0, 10 + i)) die(1, "post SEND");
+  wait_for(IBV_WC_SEND, 3, "SEND");
   if (post(IBV_WR_RDMA_READ, kReadIn, kReadLen, peer.addr + kSrc, 20)) die(1, "post READ");
-  for (;;) {
-    ibv_wc wc{};
-    if (poll_one(cq, &wc, 20) != 1) die(1, "no READ completion");
-    if (wc.status != IBV_WC_SUCCESS) die(1, "READ/RECV completion status " + std::to_string(wc.status));
-    if (wc.opcode == IBV_WC_RDMA_READ) break;
-    if (wc.opcode == IBV_WC_RECV) recv_len[wc.wr_id - 100] = wc.byte_len, ++recvs;
-  }
-  while (recvs < 3) {
-    ibv_wc wc{};
-    expect_wc(cq, IBV_WC_RECV, "RECV", &wc);
-    recv_len[wc.wr_id - 100] = wc.byte_len;
-    ++recvs;
-  }
+  wait_for(IBV_WC_RDMA_READ, 1, "READ");
+  if (recvs < 3) wait_for(IBV_WC_RECV, 3 - recvs, "RECV");
   const uint32_t peer_seed = static_cast<uint32_t>(std::atoi(argv[6])) ^ 1;  // the test pairs seeds 2k, 2k+1
   int bad = 0;
   for (uint32_t i = 0; i < kReadLen; ++i)

@@ -11,7 +11,8 @@ carry real tenant applications attached through rnic/host:
     the worker keeps serving new applications;
   * SIGINT stops each worker cleanly with its counters in --stats-json.
 
-usage: rnic_lab_test.py TANDEM_FABRIC TANDEM_RNIC RNIC_HOST_APP TANDEM_WIRE
+usage: rnic_lab_test.py TANDEM_FABRIC TANDEM_RNIC RNIC_HOST_APP TANDEM_WIRE [WORKER FLAGS...]
+(e.g. --mode gbn --tx-copy: the same checks in go-back-N mode with copied payloads)
 Everything started is stopped by PID, and hugepage files, runtime dirs and
 sockets of the file prefixes used are removed, also on failure."""
 import glob
@@ -26,6 +27,7 @@ import tempfile
 import time
 
 FABRIC, RNIC, APP, WIRE = sys.argv[1:5]
+WORKER_FLAGS = sys.argv[5:]
 TAG = f"rnic{os.getpid()}"
 D = tempfile.mkdtemp(prefix="tandem-rnic-lab-")
 procs, prefixes, failed = [], [], []
@@ -179,7 +181,7 @@ def main():
 
     def worker(n, pre, sock, extra):
         return start([RNIC, "--name", n, "--host-socket", f"{D}/{n}.rnic", "--table", f"{D}/{n}.yaml",
-                      "--idle", "adaptive", "--mtu", "1024", "--stats-json", f"{D}/{n}.json", "--",
+                      "--idle", "adaptive", "--mtu", "1024", "--stats-json", f"{D}/{n}.json"] + WORKER_FLAGS + ["--",
                       "--no-pci", f"--file-prefix={pre}", "-l", "1", "-m", "128", "--log-level=lib.eal:error",
                       f"--vdev=net_memif0,role=client,socket={D}/{sock}"] + extra, n, pre)
 
@@ -208,18 +210,20 @@ def main():
         time.sleep(0.05)
     check(os.path.exists(f"{D}/victim.streaming"), "victim streams WRITEs through the fabric")
     qps_before = len(tel_a.cmd("/tandem/rnic/qps") or {})
+    died_before = tel_a.cmd("/tandem/rnic/stats")["qps_app_died"]
     v.send_signal(signal.SIGKILL)
     v.wait()
     t0 = time.time()
-    died = 0
+    died, qps_after = died_before, qps_before
     while time.time() - t0 < 15:
         died = tel_a.cmd("/tandem/rnic/stats")["qps_app_died"]
-        if died >= 1:
+        qps_after = len(tel_a.cmd("/tandem/rnic/qps") or {})
+        if died > died_before and qps_after == qps_before - 1:
             break
         time.sleep(0.1)
-    qps_after = len(tel_a.cmd("/tandem/rnic/qps") or {})
-    check(died >= 1 and qps_after == qps_before - 1,
-          f"killed application's QP freed by its worker (qps_app_died {died}, live QPs {qps_before} -> {qps_after})")
+    check(died == died_before + 1 and qps_after == qps_before - 1,
+          f"killed application's QP freed by its worker (qps_app_died {died_before} -> {died}, "
+          f"live QPs {qps_before} -> {qps_after})")
     open(f"{D}/sink.stop", "w").close()
     s.wait(30)
 

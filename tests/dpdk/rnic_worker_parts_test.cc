@@ -1,0 +1,229 @@
+// Parts of the tandem-rnic worker under a real EAL (--no-huge --no-pci):
+// the TX encapsulation produces exactly the frame the core's build_frame
+// would (zero-copy chains and copies alike, ICRC chained over the pieces),
+// never frees application memory, and the standalone YAML table loads or
+// fails with the field at fault.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <rte_mbuf.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/dpdk/eal.h"
+#include "common/wire/opcode.h"
+#include "common/wire/roce_packet.h"
+#include "rnic/core/frame.h"
+#include "rnic/dpdk/standalone_table.h"
+#include "rnic/dpdk/tx_encap.h"
+
+using namespace tandem;
+using namespace tandem::rnic;
+using namespace tandem::rnic::dpdk;
+
+namespace {
+
+rte_mempool* hdr_pool() {
+  static rte_mempool* p = rte_pktmbuf_pool_create("t_hdr", 1023, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
+  return p;
+}
+rte_mempool* ext_pool() {
+  static rte_mempool* p = rte_pktmbuf_pool_create("t_ext", 1023, 0, 0, 0, SOCKET_ID_ANY);
+  return p;
+}
+
+std::vector<uint8_t> app_memory(std::size_t n) {
+  std::vector<uint8_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 7 + 3);
+  return v;
+}
+
+TxDesc write_desc(const std::vector<uint8_t>& mem, std::initializer_list<std::pair<uint32_t, uint32_t>> segs,
+                  bool xeth) {
+  TxDesc d;
+  d.bth.opcode = xeth ? 0x08 /* RC_RDMA_WRITE_LAST */ : 0x0A /* RC_RDMA_WRITE_ONLY */;
+  d.bth.dqpn = 0x10001;
+  d.bth.psn = 1234;
+  d.bth.ack_req = true;
+  d.reth = common::Reth{0x7f0000001000, 0x1234, 0};
+  d.has_xeth = xeth;
+  d.xeth = Xeth{5, 4096, 8192, 0x4321, 0x7f0000002000};
+  d.udp_sport = 0xC00A;
+  for (auto [off, len] : segs) {
+    d.segs[d.num_segs++] = TxSeg{mem.data() + off, len};
+    d.payload_len += len;
+  }
+  d.reth.len = d.payload_len;
+  return d;
+}
+
+EncapAddrs addrs() {
+  EncapAddrs a;
+  a.src_mac = {2, 0, 0, 0, 0, 1};
+  a.dst_mac = {2, 0, 0, 0, 0, 0xfe};
+  a.src_ip = 0x0A000001;
+  a.dst_ip = 0x0A000002;
+  a.sport = 0xC00A;
+  return a;
+}
+
+std::vector<uint8_t> reference(const TxDesc& d) {
+  FrameAddrs f;
+  const EncapAddrs a = addrs();
+  f.src_mac = a.src_mac;
+  f.dst_mac = a.dst_mac;
+  f.src_ip = a.src_ip;
+  f.dst_ip = a.dst_ip;
+  std::vector<uint8_t> out(9000);
+  out.resize(build_frame(d, f, out.data(), out.size()));
+  return out;
+}
+
+std::vector<uint8_t> flatten(rte_mbuf* m) {
+  std::vector<uint8_t> v(m->pkt_len);
+  const void* p = rte_pktmbuf_read(m, 0, m->pkt_len, v.data());
+  if (p != v.data()) std::memcpy(v.data(), p, m->pkt_len);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("a zero-copy WRITE is a chain of header, application memory and ICRC tail, equal to build_frame") {
+  auto mem = app_memory(4096);
+  TxEncap enc(hdr_pool(), ext_pool(), false);
+  const TxDesc d = write_desc(mem, {{100, 300}, {1000, 701}}, false);
+  rte_mbuf* m = enc.build(d, addrs());
+  REQUIRE(m != nullptr);
+  CHECK(m->nb_segs == 4);
+  CHECK(rte_pktmbuf_mtod(m->next, const uint8_t*) == mem.data() + 100);  // attached, not copied
+  CHECK(enc.counters().zero_copy_segs == 2);
+  CHECK(enc.ext_in_flight() == 2);
+  const auto bytes = flatten(m);
+  CHECK(bytes == reference(d));
+  common::RocePacket pkt;
+  CHECK(common::parse_roce(bytes.data(), bytes.size(), pkt) == common::DropReason::kNone);
+  CHECK(pkt.payload_len == 1001);
+  rte_pktmbuf_free(m);
+  CHECK(enc.ext_in_flight() == 0);
+  CHECK(mem[100] == static_cast<uint8_t>(100 * 7 + 3));  // the application's memory is untouched
+}
+
+TEST_CASE("IRN data with a placement header encapsulates to the same bytes in copy and zero-copy mode") {
+  auto mem = app_memory(4096);
+  const TxDesc d = write_desc(mem, {{0, 1021}}, true);
+  TxEncap zc(hdr_pool(), ext_pool(), false), cp(hdr_pool(), ext_pool(), true);
+  rte_mbuf* a = zc.build(d, addrs());
+  rte_mbuf* b = cp.build(d, addrs());
+  REQUIRE(a != nullptr);
+  REQUIRE(b != nullptr);
+  CHECK(a->nb_segs == 3);
+  CHECK(b->nb_segs == 1);
+  CHECK(cp.counters().copied_bytes == 1021);
+  CHECK(flatten(a) == reference(d));
+  CHECK(flatten(b) == reference(d));
+  rte_pktmbuf_free(a);
+  rte_pktmbuf_free(b);
+}
+
+TEST_CASE("small payloads and ACKs are copied into one mbuf even in zero-copy mode") {
+  auto mem = app_memory(256);
+  TxEncap enc(hdr_pool(), ext_pool(), false);
+  const TxDesc d = write_desc(mem, {{0, 64}}, false);
+  rte_mbuf* m = enc.build(d, addrs());
+  REQUIRE(m != nullptr);
+  CHECK(m->nb_segs == 1);
+  CHECK(flatten(m) == reference(d));
+  rte_pktmbuf_free(m);
+
+  TxDesc ack;
+  ack.bth.opcode = 0x11;  // RC_ACKNOWLEDGE
+  ack.bth.dqpn = 0x20002;
+  ack.bth.psn = 77;
+  ack.aeth = common::Aeth{0x1F, 9};
+  ack.udp_sport = 0xC00A;
+  TxEncap fresh(hdr_pool(), ext_pool(), false);  // IPv4 id 0 again, as build_frame writes
+  m = fresh.build(ack, addrs());
+  REQUIRE(m != nullptr);
+  const auto bytes = flatten(m);
+  CHECK(bytes == reference(ack));
+  common::RocePacket pkt;
+  CHECK(common::parse_roce(bytes.data(), bytes.size(), pkt) == common::DropReason::kNone);
+  rte_pktmbuf_free(m);
+}
+
+TEST_CASE("the standalone YAML table loads vNICs, egress path sets and ingress entries") {
+  const std::string path = "/tmp/rnic_parts_" + std::to_string(getpid()) + ".yaml";
+  std::ofstream(path) << R"(underlay: {ip: 10.0.0.1, mac: "02:00:00:00:00:01", gateway_mac: "02:00:00:00:00:fe"}
+vnics:
+  - {id: 1, ip: 192.168.1.1, vni: 100}
+  - {id: 2, ip: 172.16.0.1, vni: 200}
+egress:
+  - {vnic: 1, remote_ip: 192.168.1.2, underlay_ip: 10.0.0.2, paths: 4}
+  - {vnic: 2, remote_ip: 172.16.0.9, underlay_ip: 10.0.0.9, mac: "02:00:00:00:00:09", paths: [49152, 50000]}
+ingress:
+  - {vnic: 1, underlay_src: 10.0.0.2, remote_ip: 192.168.1.2}
+)";
+  const StandaloneTable t = load_standalone_table(path);
+  CHECK(t.underlay_ip == 0x0A000001);
+  CHECK(t.vnics.size() == 2);
+  REQUIRE(t.entries.size() == 3);
+  CHECK(t.entries[0].egress.path_count == 4);
+  CHECK(t.entries[0].egress.vni == 100);
+  CHECK(t.entries[0].egress.dst_mac == common::MacAddr{2, 0, 0, 0, 0, 0xfe});  // the gateway by default
+  CHECK(t.entries[1].egress.path_set_id == 1);
+  CHECK(t.path_sets[0] == std::vector<uint16_t>{49152, 50000});
+  Level2Table table(Level2TableConfig{64});
+  commit_standalone_table(t, table);
+  const auto snap = table.begin_read();
+  CHECK(table.lookup(snap, common::egress_key(2, 0xAC100009)) != nullptr);
+  CHECK(table.lookup(snap, common::ingress_key_vni(0x0A000002, 100)) != nullptr);
+  CHECK(table.lookup(snap, common::ingress_key_vni(0x0A000002, 200)) == nullptr);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("a bad standalone table names the file and the field at fault") {
+  const std::string path = "/tmp/rnic_parts_bad_" + std::to_string(getpid()) + ".yaml";
+  auto fails_with = [&](const std::string& yaml, const std::string& what) {
+    std::ofstream(path) << yaml;
+    try {
+      load_standalone_table(path);
+    } catch (const std::runtime_error& e) {
+      const std::string msg = e.what();
+      INFO(msg);
+      CHECK(msg.find(path) != std::string::npos);
+      CHECK(msg.find(what) != std::string::npos);
+      return;
+    }
+    FAIL("no error for: " << yaml);
+  };
+  const std::string head = "underlay: {ip: 10.0.0.1, mac: \"02:00:00:00:00:01\", gateway_mac: \"02:00:00:00:00:fe\"}\n";
+  fails_with("vnics: [{id: 1, ip: 1.2.3.4, vni: 1}]\n", "'underlay'");
+  fails_with("underlay: {ip: 10.0.0.300, mac: \"02:00:00:00:00:01\", gateway_mac: \"02:00:00:00:00:fe\"}\n", "10.0.0.300");
+  fails_with(head + "vnics: [{id: 1, ip: 1.2.3.4, vni: 16777216}]\n", "24 bits");
+  fails_with(head + "vnics: [{id: 1, ip: 1.2.3.4, vni: 1}]\negress: [{vnic: 7, remote_ip: 1.1.1.1, underlay_ip: 2.2.2.2}]\n",
+             "unknown vnic 7");
+  fails_with(head + "vnics: [{id: 1, ip: 1.2.3.4, vni: 1}]\negress: [{vnic: 1, remote_ip: 1.1.1.1, underlay_ip: 2.2.2.2, paths: 0}]\n",
+             "'paths'");
+  std::filesystem::remove(path);
+}
+
+int main(int argc, char** argv) {
+  const std::string prefix = "tandem-rnic-parts-" + std::to_string(getpid());
+  try {
+    common::dpdk::eal_init("rnic_worker_parts_test", {"--no-huge", "--no-pci", "-l", "0", "-m", "64",
+                                                       "--file-prefix=" + prefix, "--log-level=error"});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  const int rc = Catch::Session().run(argc, argv);
+  common::dpdk::eal_cleanup();
+  std::error_code ec;
+  std::filesystem::remove_all("/var/run/dpdk/" + prefix, ec);
+  return rc;
+}
