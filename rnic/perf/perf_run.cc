@@ -153,7 +153,7 @@ struct Resources {
   throw RunError(std::string(what) + ": " + host::last_error());
 }
 
-void create_resources(Resources& r, const Plan& p, const Options& o) {
+void create_resources(Resources& r, const Plan& p) {
   r.pd = host::alloc_pd(r.ctx);
   if (!r.pd) host_fail("alloc_pd");
   r.buf_len = p.per_qp_bytes() * p.qps;
@@ -189,7 +189,6 @@ void create_resources(Resources& r, const Plan& p, const Options& o) {
     if (host::modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
       host_fail("modify_qp to INIT");
   }
-  (void)o;
 }
 
 QpDest local_dest(const Resources& r, uint32_t q, const Plan& p, const uint8_t gid[16]) {
@@ -547,7 +546,7 @@ int finish(RunReport& rep, const Options& o) {
   return 0;
 }
 
-void print_addresses(const Options& o, const Resources& r, const Plan& p, const std::vector<QpDest>& mine,
+void print_addresses(const Options& o, const Plan& p, const std::vector<QpDest>& mine,
                      const std::vector<QpDest>& peer) {
   if (o.json) return;
   for (uint32_t q = 0; q < p.qps; ++q) {
@@ -558,7 +557,6 @@ void print_addresses(const Options& o, const Resources& r, const Plan& p, const 
                   static_cast<unsigned long long>(d.va), gid_text(d.gid).c_str());
     }
   }
-  (void)r;
   std::fflush(stdout);
 }
 
@@ -584,7 +582,7 @@ int run_client(const Options& o, Resources& r) {
   oob.recv_all(&acc, sizeof acc, o.timeout_s);
   if (acc.magic != kOobMagic) throw RunError("the server does not speak tandem-perf's exchange");
   if (!acc.ok) throw RunError(std::string("server refused: ") + acc.error);
-  create_resources(r, p, o);
+  create_resources(r, p);
   uint8_t gid[16];
   local_gid(o, oob, gid);
   std::vector<QpDest> peer(p.qps), mine(p.qps);
@@ -604,7 +602,7 @@ int run_client(const Options& o, Resources& r) {
   rep.options = o;
   rep.role = "client";
   if (!o.json) std::printf("%s", format_header(rep).c_str());  // before the run, as perftest
-  print_addresses(o, r, p, mine, peer);
+  print_addresses(o, p, mine, peer);
   DoneMsg done{};
   done.magic = kOobMagic;
   done.qps = p.qps;
@@ -789,7 +787,7 @@ int run_server(Options o, Resources& r) {
   oob.send_all(&acc, sizeof acc);
   Plan p = plan_from(o);
   p.slots = pm.slots;
-  create_resources(r, p, o);
+  create_resources(r, p);
   uint8_t gid[16];
   local_gid(o, oob, gid);
   std::vector<QpDest> peer(p.qps), mine(p.qps);
@@ -817,7 +815,7 @@ int run_server(Options o, Resources& r) {
   rep.options = o;
   rep.role = "server";
   if (!o.json) std::printf("%s", format_header(rep).c_str());
-  print_addresses(o, r, p, mine, peer);
+  print_addresses(o, p, mine, peer);
   ResultMsg res{};
   res.magic = kOobMagic;
   DoneMsg done{};
