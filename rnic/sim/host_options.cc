@@ -74,6 +74,7 @@ HostOptions parse_host_options(const Scenario& s, const PolicySpec& p) {
   o.retry_cnt = static_cast<uint8_t>(r.number("retry_cnt", 7, 0, 7));
   o.reorder_delay_ns = static_cast<uint64_t>(r.number("reorder_delay_us", 50, 0, 1e9) * 1000);
   o.ack_every = static_cast<uint32_t>(r.number("ack_every", 16, 1, 1 << 16));
+  o.cnp_interval_ns = static_cast<uint64_t>(r.number("cnp_interval_us", 0, 0, 1e9) * 1000);
   o.window_pkts = static_cast<uint32_t>(r.number("window_pkts", 1024, 1, 1 << 16));
   o.tx_queue_capacity = static_cast<uint32_t>(r.number("tx_queue", 64, 1, 1 << 16));
   o.send_op = s.workload.op == WorkloadSpec::Op::kSend;

@@ -30,6 +30,7 @@ nlohmann::ordered_json results_json(const Scenario& s, uint64_t seed, const std:
     o["timeouts"] = r.timeouts;
     o["naks"] = r.naks;
     o["sacks"] = r.sacks;
+    o["cnps"] = r.cnps;
     o["drops_queue"] = r.drops_queue;
     o["drops_loss"] = r.drops_loss;
     o["drops_link_down"] = r.drops_link_down;

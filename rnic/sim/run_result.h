@@ -28,6 +28,7 @@ struct RunResult {
   uint64_t timeouts = 0;
   uint64_t naks = 0;            // PSN-sequence and other NAKs sent by responders
   uint64_t sacks = 0;           // SACK packets sent by responders
+  uint64_t cnps = 0;            // CNPs requesters received
   uint64_t drops = 0;           // frames the fabric dropped, all reasons
   uint64_t drops_queue = 0;
   uint64_t drops_loss = 0;

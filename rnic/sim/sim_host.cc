@@ -144,6 +144,7 @@ void SimHost::connect_qp(Conn& c, bool sender, uint32_t rq_psn, uint32_t sq_psn,
   a.path_seed = path_seed;
   a.reorder_delay_ns = opt_.reorder_delay_ns;
   a.ack_every = opt_.ack_every;
+  a.cnp_interval_ns = opt_.cnp_interval_ns;
   a.min_rnr_timer = 1;
   if (rc == 0) {
     rc = transport_->modify_qp(qpn, a,

@@ -35,6 +35,7 @@ struct HostOptions {
   uint8_t retry_cnt = 7;
   uint64_t reorder_delay_ns = 50'000;
   uint32_t ack_every = 16;
+  uint64_t cnp_interval_ns = 0;  // responder sends CNPs for CE-marked requests (0: only ECN echo in ACKs)
   uint32_t window_pkts = 1024;
   uint32_t tx_queue_capacity = 64;
   bool send_op = false;  // SEND/RECV instead of RDMA WRITE

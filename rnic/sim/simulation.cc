@@ -210,6 +210,7 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
       r.timeouts += q->timeouts;
       r.naks += q->naks_tx;
       r.sacks += q->sacks_tx;
+      r.cnps += q->cnp_rx;
       r.core_reorder_depth_max = std::max(r.core_reorder_depth_max, q->reorder_depth_max);
     }
   }
