@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# tx-pipeline: tandem-rnic transmit path (WR -> segment -> translate -> spray -> encapsulate -> ICRC -> tx_burst on net_null, one lcore) vs dpdk-testpmd txonly on net_null, Mpps.
+# Called by scripts/bench.sh tx-pipeline [--json] [--seconds N].
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+exec /usr/bin/python3 benchmarks/tx-pipeline/tx_pipeline.py \
+  --bench "${TANDEM_BUILD:-build}/benchmarks/tx-pipeline/tx_pipeline_bench" "$@"
