@@ -338,15 +338,12 @@ void Qp::complete_sends() noexcept {
 
 void Qp::to_error(ibv_wc_status first_status) noexcept {
   state = QpState::kError;
-  if (first_status != IBV_WC_WR_FLUSH_ERR && sq_head != sq_tail) {
-    SendWqe& w = wqe(sq_head);
-    send_cq->push(Completion{w.wr.wr_id, first_status, wc_opcode(w.wr.opcode), 0, 0, qpn,
-                             attr.dest_qp_num, 0});
-    ++sq_head;
-  }
+  if (first_status != IBV_WC_WR_FLUSH_ERR && sq_head != sq_tail) wqe(sq_head).status = first_status;
+  // A WR marked with an error (by a NAK) reports it; every other one is flushed.
   for (; sq_head != sq_tail; ++sq_head) {
     SendWqe& w = wqe(sq_head);
-    send_cq->push(Completion{w.wr.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(w.wr.opcode), 0, 0, qpn,
+    const ibv_wc_status st = w.status != IBV_WC_SUCCESS ? w.status : IBV_WC_WR_FLUSH_ERR;
+    send_cq->push(Completion{w.wr.wr_id, st, wc_opcode(w.wr.opcode), 0, 0, qpn,
                              attr.dest_qp_num, 0});
   }
   for (; rq_head != rq_tail; ++rq_head) {
@@ -455,7 +452,9 @@ DropReason Qp::on_response(const common::RocePacket& pkt, const uint8_t* payload
       return DropReason::kNone;
     case common::kAethRnrNak: {
       ++c.rnr_naks_rx;
-      cum_ack(psn_add(psn, -1), now);
+      // In go-back-N the refused PSN is the responder's expected one, so
+      // everything before it arrived; in IRN it may lie past a gap.
+      if (!irn()) cum_ack(psn_add(psn, -1), now);
       if (rnr_wait) return DropReason::kNone;  // already waiting
       if (attr.rnr_retry != 7 && ++rnr_retries > attr.rnr_retry) {
         to_error(IBV_WC_RNR_RETRY_EXC_ERR);
@@ -468,7 +467,7 @@ DropReason Qp::on_response(const common::RocePacket& pkt, const uint8_t* payload
     }
     case common::kAethNak: {
       ++c.naks_rx;
-      cum_ack(psn_add(psn, -1), now);
+      if (!irn()) cum_ack(psn_add(psn, -1), now);  // as for RNR: IRN's NAK PSN may lie past a gap
       const uint8_t code = common::aeth_value(syn);
       if (code == common::kNakPsnSeqError) {
         mark_lost_from(psn);
@@ -477,7 +476,17 @@ DropReason Qp::on_response(const common::RocePacket& pkt, const uint8_t* payload
       const ibv_wc_status st = code == common::kNakRemoteAccess ? IBV_WC_REM_ACCESS_ERR
                                : code == common::kNakRemoteOp   ? IBV_WC_REM_OP_ERR
                                                                  : IBV_WC_REM_INV_REQ_ERR;
-      to_error(st);
+      // The WR the refused PSN belongs to gets the error; the ones before it
+      // completed (or are flushed), the ones after it are flushed.
+      for (uint32_t i = sq_head; i != sq_tail; ++i) {
+        SendWqe& w = wqe(i);
+        if (i == sq_send && w.pkts_sent == 0) break;
+        if (psn_diff(psn, w.first_psn) >= 0 && psn_diff(psn, w.first_psn) < static_cast<int32_t>(w.npkts)) {
+          w.status = st;
+          break;
+        }
+      }
+      to_error(IBV_WC_WR_FLUSH_ERR);
       return DropReason::kNone;
     }
     default:

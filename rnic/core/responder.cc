@@ -324,6 +324,21 @@ void Qp::advance_epsn(uint64_t now) noexcept {
 }
 
 bool Qp::tx_responses(uint64_t now) noexcept {
+  if (nak_pending && error_after_nak && irn()) {
+    // IRN: the NAK's PSN may lie past a gap, so say first what did arrive,
+    // letting the requester complete the WRs before the refused one.
+    ack_pending = true;
+  }
+  if (ack_pending && error_after_nak) {
+    TxDesc* d = tx_slot();
+    if (d == nullptr) return false;
+    d->bth.opcode = IBV_OPCODE_RC_ACKNOWLEDGE;
+    d->bth.psn = psn_add(epsn, -1);
+    d->aeth = common::Aeth{kAckNoCredit, msn};
+    ++c.acks_tx;
+    tx_commit(d, now);
+    ack_pending = false;
+  }
   if (nak_pending) {
     TxDesc* d = tx_slot();
     if (d == nullptr) return false;
