@@ -143,6 +143,8 @@ struct Qp {
   uint32_t unacked = 0;
   uint64_t hole_since = kNever;
   uint64_t last_sack = 0;
+  bool sack_news = false;     // a request arrived since the last SACK
+  uint8_t sack_backoff = 0;   // SACKs sent with nothing new: the interval doubles
   bool nak_pending = false;
   bool error_after_nak = false;  // access / invalid request: the QP goes to ERROR
   uint8_t nak_syndrome = 0;

@@ -286,6 +286,7 @@ DropReason Qp::on_request(const common::RocePacket& pkt, const uint8_t* payload,
 }
 
 void Qp::advance_epsn(uint64_t now) noexcept {
+  sack_news = true;  // called for every accepted request
   const uint32_t before = epsn;
   while (slot(epsn).flags & kSlotArrived) {
     RxSlot& s = slot(epsn);
@@ -398,6 +399,8 @@ bool Qp::tx_responses(uint64_t now) noexcept {
       while (psn_lt(base, high) && (slot(base).flags & kSlotArrived)) base = psn_add(base, 1);
     }
     last_sack = now;
+    sack_backoff = sack_news ? 0 : static_cast<uint8_t>(std::min(sack_backoff + 1, 8));
+    sack_news = false;
     ecn_echo = false;
     ack_pending = false;
     unacked = 0;
@@ -440,10 +443,12 @@ bool Qp::tx_responses(uint64_t now) noexcept {
 }
 
 uint64_t Qp::sack_due() const noexcept {
-  // At most a few SACK events per reorder delay; the requester's RACK rule
-  // keeps repeated SACKs from causing repeated retransmissions.
-  return std::max(hole_since + attr.reorder_delay_ns,
-                  last_sack + std::max<uint64_t>(attr.reorder_delay_ns / 4, 1));
+  // At most a few SACK events per reorder delay (the requester's RACK rule
+  // keeps repeated SACKs from causing repeated retransmissions), and fewer
+  // and fewer while nothing new arrives (the repair is then up to the
+  // requester's timeout).
+  const uint64_t interval = std::max<uint64_t>(attr.reorder_delay_ns / 4, 1) << sack_backoff;
+  return std::max(hole_since + attr.reorder_delay_ns, last_sack + interval);
 }
 
 uint64_t Qp::responder_deadline() const noexcept {

@@ -193,6 +193,8 @@ void Qp::reset_state() noexcept {
   unacked = 0;
   hole_since = kNever;
   last_sack = 0;
+  sack_news = false;
+  sack_backoff = 0;
   nak_pending = false;
   error_after_nak = false;
   tx_seq = 0;
