@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# rx-pipeline: tandem-rnic receive path (mbuf -> parse/ICRC -> ingress lookup -> reorder/place -> ACK encap -> tx_burst on net_null, one lcore) vs mbuf fill + parse only, Mpps.
+# Called by scripts/bench.sh rx-pipeline [--json] [--seconds N].
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+exec /usr/bin/python3 benchmarks/rx-pipeline/rx_pipeline.py \
+  --bench "${TANDEM_BUILD:-build}/benchmarks/rx-pipeline/rx_pipeline_bench" "$@"

@@ -1,0 +1,227 @@
+// rx-pipeline: the tandem-rnic receive path on one lcore, in process. A real
+// sender core produces IRN RDMA WRITE frames (built with build_frame, ICRC
+// and all); they are replayed, sprayed-style reordered (adjacent pairs
+// swapped), through: mbuf fill (what the PMD's DMA/memif copy does) ->
+// parse_roce with ICRC check -> ingress lookup in the level-2 table -> core
+// on_packet (reorder window, placement into registered memory) -> core poll
+// -> ACK/SACK encapsulation -> tx_burst on net_null. Each pass replays the
+// same PSNs after resetting the receiving QP (RESET -> RTS).
+// Baseline in the same run: mbuf fill + parse_roce (ICRC) + free only.
+// Prints one JSON line.
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/dpdk/eal.h"
+#include "common/dpdk/port.h"
+#include "common/dpdk/tsc_clock.h"
+#include "common/wire/entropy.h"
+#include "common/wire/roce_packet.h"
+#include "rnic/core/frame.h"
+#include "rnic/core/transport.h"
+#include "rnic/dpdk/tx_encap.h"
+#include "rnic/table/level2_table.h"
+
+using namespace tandem;
+using namespace tandem::rnic;
+
+namespace {
+
+void connect(Transport& t, uint32_t qpn, uint32_t dest, uint32_t peer, bool reset) {
+  QpAttr a;
+  if (reset) {
+    a.state = QpState::kReset;
+    t.modify_qp(qpn, a, IBV_QP_STATE);
+  }
+  a.state = QpState::kInit;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  t.modify_qp(qpn, a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS);
+  a.state = QpState::kRtr;
+  a.path_mtu = 1024;
+  a.dest_qp_num = dest;
+  a.peer = peer;
+  t.modify_qp(qpn, a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_AV);
+  a.state = QpState::kRts;
+  a.timeout_ns = 1'000'000'000;
+  t.modify_qp(qpn, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double seconds = 3;
+  uint32_t payload = 64, n_frames = 65536;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+    else if (a == "--payload" && i + 1 < argc) payload = static_cast<uint32_t>(std::atoi(argv[++i]));
+    else if (a == "--frames" && i + 1 < argc) n_frames = static_cast<uint32_t>(std::atoi(argv[++i]));
+    else {
+      std::fprintf(stderr, "usage: rx_pipeline_bench [--seconds S] [--payload B] [--frames N]\n");
+      return 2;
+    }
+  }
+  const std::string prefix = "tandem-rxbench-" + std::to_string(getpid());
+  common::dpdk::eal_init("rx_pipeline_bench", {"--no-huge", "--no-pci", "-l", "0", "-m", "256",
+                                               "--file-prefix=" + prefix, "--log-level=error", "--vdev=net_null0"});
+  rte_mempool* pool = rte_pktmbuf_pool_create("rx_pool", 8191, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
+  common::dpdk::PortSetup ps;
+  ps.link_wait_ms = 0;
+  common::dpdk::port_setup(0, pool, ps);
+
+  // Receiver: the core, its registered memory, the ingress table entry.
+  Transport rx(TransportConfig{4, 0x100, 8, 4, 1024});
+  std::vector<uint8_t> rmem(1 << 20);
+  const MemoryRegion rmr = rx.reg_mr(rmem.data(), rmem.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  const uint32_t rcq = rx.create_cq(1 << 16);
+  QpInitAttr init;
+  init.send_cq = rcq;
+  init.recv_cq = rcq;
+  init.sq_depth = 512;
+  const uint32_t rqpn = rx.create_qp(init);
+  Level2Table table(Level2TableConfig{64});
+  common::IngressAction ia;
+  ia.overlay_src_ip = 0xC0A80001;
+  ia.vni = 100;
+  ia.local_vnic_id = 1;
+  common::EgressAction ea;
+  ea.underlay_src_ip = 0x0A000002;
+  ea.underlay_dst_ip = 0x0A000001;
+  ea.path_base_port = common::kEntropyPortBase;
+  ea.path_count = 4;
+  table.begin();
+  table.put(common::make_ingress_entry(common::ingress_key_vni(0x0A000001, 100), ia));
+  table.put(common::make_egress_entry(common::egress_key(1, 0xC0A80001), ea));
+  table.commit();
+
+  // Sender: produces the frames once.
+  Transport tx(TransportConfig{4, 0x200, 8, 4, 1024});
+  std::vector<uint8_t> smem(1 << 20, 0x33);
+  const MemoryRegion smr = tx.reg_mr(smem.data(), smem.size(), IBV_ACCESS_LOCAL_WRITE);
+  const uint32_t scq = tx.create_cq(1 << 16);
+  init.send_cq = scq;
+  init.recv_cq = scq;
+  const uint32_t sqpn = tx.create_qp(init);
+  connect(tx, sqpn, rqpn, 0xC0A80002, false);
+  connect(rx, rqpn, sqpn, 0xC0A80001, false);
+  std::vector<uint8_t> frames;
+  std::vector<std::pair<uint32_t, uint32_t>> index;  // offset, length
+  FrameAddrs fa;
+  fa.src_ip = 0x0A000001;
+  fa.dst_ip = 0x0A000002;
+  uint32_t posted = 0, since_ack = 0, last_psn = 0;
+  Completion wc[64];
+  while (index.size() < n_frames) {
+    while (posted - index.size() < 256) {
+      SendWr wr;
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.remote_addr = reinterpret_cast<uint64_t>(rmem.data()) + (posted % 1024) * 1024;
+      wr.rkey = rmr.rkey;
+      wr.num_sge = 1;
+      wr.sg_list[0] = Sge{reinterpret_cast<uint64_t>(smem.data()), payload, smr.lkey};
+      if (tx.post_send(sqpn, wr) != 0) break;
+      ++posted;
+    }
+    tx.poll(0);
+    while (!tx.tx().empty()) {
+      const TxDesc& d = tx.tx().front();
+      uint8_t buf[2048];
+      const std::size_t n = build_frame(d, fa, buf, sizeof buf);
+      index.emplace_back(static_cast<uint32_t>(frames.size()), static_cast<uint32_t>(n));
+      frames.insert(frames.end(), buf, buf + n);
+      last_psn = d.bth.psn;
+      ++since_ack;
+      tx.tx().pop();
+    }
+    if (since_ack) {
+      common::RocePacket ack;
+      ack.bth.opcode = IBV_OPCODE_RC_ACKNOWLEDGE;
+      ack.bth.dqpn = sqpn;
+      ack.bth.psn = last_psn;
+      ack.aeth.syndrome = 0x1F;
+      tx.on_packet(ack, nullptr, 0, 0);
+      since_ack = 0;
+    }
+    while (tx.poll_cq(scq, wc, 64) > 0) {
+    }
+  }
+  index.resize(n_frames);
+  for (std::size_t i = 0; i + 1 < index.size(); i += 2) std::swap(index[i], index[i + 1]);  // sprayed arrival
+
+  rnic::dpdk::TxEncap encap(pool, nullptr, true);
+  rnic::dpdk::EncapAddrs addrs;
+  common::dpdk::TscClock clock;
+
+  auto run = [&](bool full) {
+    uint64_t pkts = 0, accepted = 0, acks = 0;
+    const uint64_t t0 = clock.now_ns(), end = t0 + static_cast<uint64_t>(seconds * 1e9);
+    while (clock.now_ns() < end) {
+      if (full) connect(rx, rqpn, sqpn, 0xC0A80001, true);
+      for (std::size_t i = 0; i < index.size(); i += 32) {
+        rte_mbuf* ms[32];
+        const std::size_t n = std::min<std::size_t>(32, index.size() - i);
+        if (rte_pktmbuf_alloc_bulk(pool, ms, static_cast<unsigned>(n)) != 0) return std::make_tuple(0.0, 0ul, 0ul);
+        for (std::size_t k = 0; k < n; ++k) {  // the PMD's copy into the mbuf
+          std::memcpy(rte_pktmbuf_mtod(ms[k], uint8_t*), frames.data() + index[i + k].first, index[i + k].second);
+          ms[k]->data_len = static_cast<uint16_t>(index[i + k].second);
+          ms[k]->pkt_len = index[i + k].second;
+        }
+        const uint64_t now = clock.now_ns();
+        const Level2Table::Snapshot snap = table.begin_read();
+        for (std::size_t k = 0; k < n; ++k) {
+          const uint8_t* data = rte_pktmbuf_mtod(ms[k], const uint8_t*);
+          common::RocePacket pkt;
+          if (common::parse_roce(data, ms[k]->pkt_len, pkt) != common::DropReason::kNone) continue;
+          if (!full) continue;
+          const Level2Entry* e = table.lookup(snap, common::ingress_key_vni(pkt.ip.src, 100));
+          if (e == nullptr || e->ingress.local_vnic_id != 1) continue;
+          if (rx.on_packet(pkt, data + pkt.payload_offset, pkt.payload_len, now) == common::DropReason::kNone)
+            ++accepted;
+        }
+        rte_pktmbuf_free_bulk(ms, static_cast<unsigned>(n));
+        pkts += n;
+        if (!full) continue;
+        rx.poll(now);
+        rte_mbuf* out[64];
+        uint16_t no = 0;
+        while (!rx.tx().empty() && no < 64) {
+          const TxDesc& d = rx.tx().front();
+          const Level2Entry* e = table.lookup(snap, common::egress_key(1, d.peer));
+          if (e != nullptr) {
+            addrs.src_ip = e->egress.underlay_src_ip;
+            addrs.dst_ip = e->egress.underlay_dst_ip;
+            addrs.sport = e->egress.path_base_port;
+            if (rte_mbuf* m = encap.build(d, addrs)) out[no++] = m;
+          }
+          rx.tx().pop();
+        }
+        const uint16_t s = rte_eth_tx_burst(0, 0, out, no);
+        acks += s;
+        if (s < no) rte_pktmbuf_free_bulk(out + s, no - s);
+      }
+    }
+    const double secs = static_cast<double>(clock.now_ns() - t0) / 1e9;
+    return std::make_tuple(pkts / secs / 1e6, accepted, acks);
+  };
+  const auto [base_mpps, b1, b2] = run(false);
+  const auto [mpps, accepted, acks] = run(true);
+  std::printf("{\"mpps\": %.4f, \"baseline_mpps\": %.4f, \"accepted\": %lu, \"acks_sent\": %lu, \"payload\": %u, "
+              "\"frame_bytes\": %u, \"frames_per_pass\": %u}\n",
+              mpps, base_mpps, static_cast<unsigned long>(accepted), static_cast<unsigned long>(acks), payload,
+              index.empty() ? 0 : index[0].second, n_frames);
+  (void)b1;
+  (void)b2;
+  common::dpdk::port_close(0);
+  common::dpdk::eal_cleanup();
+  std::error_code ec;
+  std::filesystem::remove_all("/var/run/dpdk/" + prefix, ec);
+  return accepted > 0 ? 0 : 1;
+}
