@@ -16,6 +16,9 @@
 #include <rte_malloc.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <sstream>
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -27,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dpu/model/mapping_table.h"
+#include "dpu/store/store.h"
 #include "rnic/table/level2_table.h"
 
 namespace {
@@ -213,6 +217,66 @@ Row bench_level2(std::size_t n, std::size_t lookups, int reps, std::mt19937_64& 
   return row;
 }
 
+// Persistence at scale: bulk-import `rows` mappings from CSV into SQLite (one
+// transaction, every row validated), then reopen and rebuild the level-1 state
+// as an agent restart does. Supplementary: no baseline.
+struct StoreRow {
+  std::size_t rows = 0;
+  double import_s = 0, load_s = 0, db_bytes_per_row = 0;
+};
+
+StoreRow bench_store(std::size_t rows) {
+  namespace fs = std::filesystem;
+  using namespace tandem::dpu;
+  StoreRow out;
+  out.rows = rows;
+  fs::path dir = fs::temp_directory_path() / ("tandem-bench-store-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string db = (dir / "agent.db").string();
+  std::ostringstream csv;
+  for (std::size_t i = 0; i < rows; ++i) {
+    uint32_t ip = 0x0A000000u + static_cast<uint32_t>(i / 4096);
+    csv << 1 + i % 4096 << ',' << (ip >> 24) << '.' << (ip >> 16 & 255) << '.' << (ip >> 8 & 255) << '.'
+        << (ip & 255) << ",10.1." << i % 200 << ".1,02:00:00:00:00:01,far" << i % 64 << '\n';
+  }
+  {
+    Store store(db);
+    Level1State state;
+    std::vector<Change> tenants;
+    for (uint32_t v = 1; v <= 4096; ++v) {
+      tenants.push_back(AddTenant{v, "t" + std::to_string(v)});
+      state.apply(tenants.back());
+    }
+    store.persist(tenants);  // one transaction, one fsync
+    state.reserve_mappings(rows);
+    std::istringstream in(csv.str());
+    auto t0 = Clock::now();
+    ImportResult r = store.import_mappings(in, ImportFormat::kCsv, state);
+    out.import_s = seconds_since(t0);
+    if (!r.result.ok() || r.imported != rows) {
+      std::fprintf(stderr, "table16m: import failed: %s\n", r.result.message.c_str());
+      std::exit(1);
+    }
+  }
+  {
+    Store store(db);
+    Level1State state;
+    auto t0 = Clock::now();
+    store.load(state);
+    out.load_s = seconds_since(t0);
+    if (state.mappings().size() != rows) {
+      std::fprintf(stderr, "table16m: reload found %zu mappings\n", state.mappings().size());
+      std::exit(1);
+    }
+  }
+  std::size_t bytes = 0;
+  for (auto& f : fs::directory_iterator(dir)) bytes += fs::file_size(f.path());
+  out.db_bytes_per_row = double(bytes) / rows;
+  fs::remove_all(dir);
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -220,6 +284,7 @@ int main(int argc, char** argv) {
   std::size_t entries = 16u << 20, l2_entries = 1u << 20, lookups = 4u << 20;
   int reps = 3;
   uint64_t seed = 1;
+  std::size_t store_rows = 0;
   CLI::App app{"Flow tables: bytes/entry and bulk lookups/s, ours vs DPDK rte_hash"};
   app.add_flag("--json", json, "print one JSON object instead of a table");
   app.add_option("--entries", entries, "level-1 mapping entries")->check(CLI::Range(1024, 1 << 26));
@@ -227,6 +292,8 @@ int main(int argc, char** argv) {
   app.add_option("--lookups", lookups, "random lookups per measurement")->check(CLI::Range(1024, 1 << 28));
   app.add_option("--reps", reps, "measurements (the best is reported)")->check(CLI::Range(1, 20));
   app.add_option("--seed", seed, "key order seed");
+  app.add_option("--store-rows", store_rows, "also time SQLite bulk import + reload of N mappings (0 = skip)")
+      ->check(CLI::Range(0, 1 << 25));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -251,6 +318,8 @@ int main(int argc, char** argv) {
   rows.push_back(bench_level1(entries, lookups, reps, rng));
   if (l2_entries) rows.push_back(bench_level2(l2_entries, lookups, reps, rng));
   const Row& head = rows[0];
+  StoreRow st;
+  if (store_rows) st = bench_store(store_rows);
 
   if (json) {
     nlohmann::json j;
@@ -270,6 +339,9 @@ int main(int argc, char** argv) {
       t["lookup_Mlookups_per_s"] = {{"ours", r.ours_lookup}, {"baseline", r.base_lookup}};
       j[r.table.substr(0, 7)] = t;
     }
+    if (store_rows)
+      j["store"] = {{"rows", st.rows}, {"import_rows_per_s", st.rows / st.import_s},
+                    {"load_rows_per_s", st.rows / st.load_s}, {"db_bytes_per_row", st.db_bytes_per_row}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("flow tables vs DPDK rte_hash (same keys, same random order, bursts of %zu, best of %d)\n",
@@ -280,6 +352,10 @@ int main(int argc, char** argv) {
       std::printf("%-24s %10zu | %8.1f %8.1f | %9.2f %9.2f | %9.2f %9.2f %6.2f\n", r.table.c_str(), r.entries,
                   r.ours_bpe, r.base_bpe, r.ours_build, r.base_build, r.ours_lookup, r.base_lookup,
                   r.ours_lookup / r.base_lookup);
+    if (store_rows)
+      std::printf("SQLite store, %zu mappings: bulk import %.1f s (%.0f rows/s), reload %.1f s (%.0f rows/s), "
+                  "%.0f bytes/row on disk\n",
+                  st.rows, st.import_s, st.rows / st.import_s, st.load_s, st.rows / st.load_s, st.db_bytes_per_row);
   }
   rte_eal_cleanup();
   return 0;
