@@ -13,7 +13,10 @@
 //
 // A transaction in flight when the channel leaves ACTIVE is put back at the
 // head of the queue; the re-HELLO's digest tells whether the RNIC still holds
-// the agent's shadow (skip replay) or needs the full replay first.
+// the agent's shadow (skip replay) or needs the full replay first. Queued
+// change sets are merged into one transaction (all-or-nothing together): if
+// the RNIC refuses it on its merits (TABLE_FULL, bad entry), the outcome lists
+// every merged tag and the caller decides what to resubmit.
 #pragma once
 
 #include <cstdint>
