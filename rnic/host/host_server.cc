@@ -29,6 +29,7 @@ struct HostServer::App {
   DoorbellPage* doorbells = nullptr;
   std::vector<uint32_t> qpn_by_bit;  // doorbell bit -> QPN (0: free)
   std::vector<uint32_t> free_bits;
+  uint32_t qps = 0;
 };
 
 struct HostServer::QpSlot {
@@ -592,6 +593,7 @@ Status HostServer::on_create_qp(App& app, const Request& req, int* fds, std::siz
   QpSlot& qp = qps_[index];
   uint32_t qpn = make_handle(qp.gen, index);
   app.qpn_by_bit[bit] = qpn;
+  ++app.qps;
   qp.app_index = static_cast<uint32_t>(
       std::find_if(apps_.begin(), apps_.end(), [&](auto& a) { return a.get() == &app; }) -
       apps_.begin());
@@ -711,6 +713,7 @@ void HostServer::free_qp(uint32_t index, bool died) {
     App& app = *apps_[qp.app_index];
     app.qpn_by_bit[qp.doorbell_bit] = 0;
     app.free_bits.push_back(qp.doorbell_bit);
+    --app.qps;
   }
   if (CqSlot* cq = find_cq(qp.info.send_cq); cq != nullptr && cq->refs > 0) --cq->refs;
   if (CqSlot* cq = find_cq(qp.info.recv_cq); cq != nullptr && cq->refs > 0) --cq->refs;
@@ -1158,6 +1161,21 @@ std::size_t HostServer::app_count() const noexcept {
   for (auto& a : apps_) n += a ? 1 : 0;
   return n;
 }
+std::size_t HostServer::list_apps(std::span<AppInfo> out) const noexcept {
+  std::size_t n = 0;
+  for (auto& a : apps_) {
+    if (!a || !a->hello_done) continue;
+    if (n == out.size()) break;
+    AppInfo& i = out[n++];
+    i.app_id = a->id;
+    i.pid = a->pid;
+    std::memcpy(i.name, a->name, sizeof i.name);
+    i.version = a->version;
+    i.qps = a->qps;
+  }
+  return n;
+}
+
 std::size_t HostServer::qp_count() const noexcept { return qp_count_; }
 std::size_t HostServer::cq_count() const noexcept { return cq_count_; }
 std::size_t HostServer::mr_count() const noexcept { return mr_count_; }

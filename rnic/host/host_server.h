@@ -138,6 +138,15 @@ struct HostCounters {
 #undef TANDEM_HOST_COUNTER_FIELD
 };
 
+// An attached application, for logs and tandemctl.
+struct AppInfo {
+  uint32_t app_id;
+  uint32_t pid;      // from SO_PEERCRED, not from the application's word
+  char name[32];     // from its hello
+  uint16_t version;  // protocol version negotiated
+  uint32_t qps;      // QPs it owns now
+};
+
 struct HostMemory {
   std::size_t qps;
   std::size_t table_bytes;     // worker heap used by the QP/CQ/MR/app tables
@@ -207,6 +216,7 @@ class HostServer {
   const HostCounters& counters() const noexcept { return counters_; }
   HostMemory memory() const noexcept;
   std::size_t app_count() const noexcept;
+  std::size_t list_apps(std::span<AppInfo> out) const noexcept;
   std::size_t qp_count() const noexcept;
   std::size_t cq_count() const noexcept;
   std::size_t mr_count() const noexcept;

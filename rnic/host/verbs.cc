@@ -483,7 +483,8 @@ int destroy_cq(Cq* cq) {
   if (st == Status::kOk || st == Status::kWorkerGone) {
     if (CompChannel* ch = cq->channel) {
       std::lock_guard lock(ch->mu);
-      ch->cqs.erase(std::find(ch->cqs.begin(), ch->cqs.end(), cq));
+      auto it = std::find(ch->cqs.begin(), ch->cqs.end(), cq);
+      if (it != ch->cqs.end()) ch->cqs.erase(it);
     }
     delete cq;
   }

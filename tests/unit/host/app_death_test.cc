@@ -102,6 +102,10 @@ TEST_CASE("an application process that dies mid-way has its QPs, CQs, MRs and ma
   CHECK(server.cq_count() == 1);
   CHECK(server.mr_count() == 1);
   CHECK(server.app_count() == 1);
+  AppInfo info[2];
+  REQUIRE(server.list_apps(info) == 1);
+  CHECK(info[0].pid == static_cast<uint32_t>(child));  // the kernel's word, not the app's
+  CHECK(info[0].qps == kQps);
   std::size_t mapped_alive = server.memory().mapped_bytes;
   CHECK(mapped_alive > 0);
   // Its WQEs are visible to the worker while it lives.

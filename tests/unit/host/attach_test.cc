@@ -50,6 +50,14 @@ TEST_CASE("an application attaches over the Unix socket and negotiates the versi
   CHECK(app_id(ctx) != 0);
   CHECK(worker_alive(ctx));
   CHECK(st.with([](HostServer& s) { return s.app_count(); }) == 1);
+  st.with([&](HostServer& s) {
+    AppInfo info[4];
+    REQUIRE(s.list_apps(info) == 1);
+    CHECK(info[0].app_id == app_id(ctx));
+    CHECK(info[0].pid == static_cast<uint32_t>(getpid()));
+    CHECK(std::string(info[0].name) == "app");
+    CHECK(info[0].qps == 0);
+  });
   auto ev = drain(st);
   REQUIRE(ev.size() == 1);
   CHECK(ev[0].kind == HostEventKind::kAppAttached);
