@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-us", [&c](const CLI::results_t& r) {
         c.timeout_ns = std::stoull(r[0]) * 1000;
         return true;
-      }, "Initial retransmission timeout (default 1000)");
+      }, "Retransmission timeout when the application sets none, and the floor of the one it sets (4.096 us << ibv_qp_attr.timeout); default 1000");
   app.add_flag("--tx-copy", c.tx_copy,
                "Copy payloads into mbufs instead of attaching registered memory as external buffers");
   app.add_option("--idle", idle, "busy (poll) or adaptive (pause, then 50 us sleeps when idle)")

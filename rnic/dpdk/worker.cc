@@ -450,7 +450,11 @@ void Worker::on_qp_state(uint32_t host_qpn, ibv_qp_state state) {
     case IBV_QPS_RTS:
       a.state = QpState::kRts;
       a.sq_psn = info->sq_psn;
-      a.timeout_ns = c_.timeout_ns;
+      // The application's local ACK timeout (4.096 us << timeout, as verbs)
+      // when it set one; the worker's --timeout-us otherwise. Never below
+      // the worker's: a too-short RTO retransmits whatever is still queued.
+      a.timeout_ns = info->timeout ? std::max<uint64_t>(c_.timeout_ns, uint64_t{4096} << std::min<uint8_t>(info->timeout, 31))
+                                   : c_.timeout_ns;
       a.retry_cnt = info->retry_cnt ? info->retry_cnt : 7;
       a.rnr_retry = info->rnr_retry;
       rc = core_.modify_qp(q->core_qpn, a,
