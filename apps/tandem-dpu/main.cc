@@ -1,0 +1,68 @@
+// tandem-dpu: the DPU control agent. Flags -> AgentConfig -> dpu/dpdk run();
+// EAL arguments come after `--`.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "dpu/dpdk/agent.h"
+
+namespace dd = tandem::dpu::dpdk;
+
+int main(int argc, char** argv) {
+  std::vector<std::string> eal_args;
+  int app_argc = argc;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--") {
+      app_argc = i;
+      for (int j = i + 1; j < argc; ++j) eal_args.emplace_back(argv[j]);
+      break;
+    }
+
+  CLI::App app{
+      "tandem-dpu: the DPU control agent. Owns tenants, vNICs, overlay->underlay mappings and the\n"
+      "isolation policy (SQLite, every accepted change committed before it is acknowledged), and the\n"
+      "level-2 flow table of each managed RNIC: one shared-memory channel file per RNIC\n"
+      "(<channel-dir>/tandem-<rnic>.chan: header, BAR, two rte_rings, punt slots) over which it sends\n"
+      "transactions; table misses punted by an RNIC are resolved against level 1 and installed.\n"
+      "Operators use tandemctl over --control-socket (newline-delimited JSON).\n\n"
+      "Example:\n"
+      "  tandem-dpu --db /var/lib/tandem/dpu.sqlite --control-socket /tmp/tandem-dpu.sock \\\n"
+      "      --channel-dir /dev/shm --rnic h0 --rnic h1 --idle adaptive -- \\\n"
+      "      --no-pci --no-huge -m 64 --file-prefix=tandem-dpu -l 0\n"
+      "  tandem-rnic ... --dpu-channel /dev/shm/tandem-h0.chan\n\n"
+      "Run time (dpdk-telemetry.py -f <file-prefix>): /tandem/dpu/rnics. SIGINT/SIGTERM stop it;\n"
+      "kill -9 loses nothing acknowledged (RNICs go HEADLESS and keep forwarding until it returns)."};
+  app.set_help_flag("-h,--help", "Show this help and exit");
+
+  dd::AgentConfig c;
+  std::string idle = "busy";
+  app.add_option("--db", c.db, "SQLite database holding the agent's state (created if missing)")->required();
+  app.add_option("--control-socket", c.control_socket, "Unix socket tandemctl talks to (default /tmp/tandem-dpu.sock)");
+  app.add_option("--channel-dir", c.channel_dir,
+                 "Directory for the per-RNIC channel files: /dev/shm (default) or a hugetlbfs mount")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--rnic", c.rnics,
+                 "Open a channel for this RNIC (repeatable); RNICs registered with `tandemctl rnic add` get one too");
+  app.add_option("--idle", idle, "busy (poll) or adaptive (pause, then 50 us sleeps when idle)")
+      ->check(CLI::IsMember({"busy", "adaptive"}));
+  app.add_option("--heartbeat-timeout-ms", c.heartbeat_timeout_ms,
+                 "An RNIC whose BAR heartbeat stalls this long is DEGRADED (default 1000)");
+  app.add_option("--duration", c.duration_s, "Stop after this many seconds (default: until SIGINT/SIGTERM)");
+
+  try {
+    app.parse(app_argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  c.idle.mode = idle == "adaptive" ? tandem::common::dpdk::IdleMode::kAdaptive : tandem::common::dpdk::IdleMode::kBusy;
+  c.eal_args = eal_args;
+  try {
+    return dd::run(c);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandem-dpu: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,238 @@
+// tandemctl: the operator's command line for tandem-dpu. Each command becomes
+// one JSON request on the agent's control socket; the reply is printed as a
+// table (or raw with --json). A refused request prints the agent's one-line
+// reason and exits 2; the agent has changed nothing.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "apps/tandemctl/control_client.h"
+
+using nlohmann::json;
+
+namespace {
+
+std::string cell(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_array()) {
+    std::string s;
+    for (const json& x : v) s += (s.empty() ? "" : ",") + cell(x);
+    return s.empty() ? "-" : s;
+  }
+  return v.dump();
+}
+
+// Rows of objects as aligned columns (nested objects left out: use --json).
+void print_table(const json& rows) {
+  if (rows.empty()) {
+    std::puts("(none)");
+    return;
+  }
+  std::vector<std::string> cols;
+  for (const auto& [k, v] : rows[0].items())
+    if (!v.is_object()) cols.push_back(k);
+  std::vector<std::size_t> w(cols.size());
+  for (std::size_t i = 0; i < cols.size(); ++i) w[i] = cols[i].size();
+  for (const json& r : rows)
+    for (std::size_t i = 0; i < cols.size(); ++i) w[i] = std::max(w[i], cell(r.value(cols[i], json(""))).size());
+  for (std::size_t i = 0; i < cols.size(); ++i) std::printf("%-*s  ", static_cast<int>(w[i]), cols[i].c_str());
+  std::puts("");
+  for (const json& r : rows) {
+    for (std::size_t i = 0; i < cols.size(); ++i)
+      std::printf("%-*s  ", static_cast<int>(w[i]), cell(r.value(cols[i], json(""))).c_str());
+    std::puts("");
+  }
+}
+
+void print_kv(const json& o, const std::string& prefix = "") {
+  for (const auto& [k, v] : o.items()) {
+    if (v.is_object()) {
+      print_kv(v, prefix + k + ".");
+    } else {
+      std::printf("%-36s %s\n", (prefix + k).c_str(), cell(v).c_str());
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "tandemctl: configure and inspect a running tandem-dpu over its control socket.\n"
+      "Addresses are dotted IPv4 and colon MACs; VNIs are 1..16777215. Every command takes --json.\n"
+      "Exit status: 0 done, 2 refused (the agent's reason is printed; nothing was changed) or unreachable."};
+  app.set_help_flag("-h,--help", "Show this help and exit");
+  app.require_subcommand(1);
+  app.fallthrough();
+  std::string socket = std::getenv("TANDEM_DPU_SOCKET") ? std::getenv("TANDEM_DPU_SOCKET") : "/tmp/tandem-dpu.sock";
+  bool as_json = false;
+  app.add_option("--socket", socket, "tandem-dpu control socket (default $TANDEM_DPU_SOCKET or /tmp/tandem-dpu.sock)");
+  app.add_flag("--json", as_json, "Print the agent's JSON reply as it is");
+
+  json req;
+  std::string list_key;   // reply array to print as a table
+  std::string show_key;   // reply object to print as key/value lines
+
+  auto group = [&](const char* name, const char* help) {
+    CLI::App* g = app.add_subcommand(name, help);
+    g->require_subcommand(1);
+    g->fallthrough();
+    return g;
+  };
+  auto leaf = [&](CLI::App* g, const char* name, const char* help, const char* cmd) {
+    CLI::App* s = g->add_subcommand(name, help);
+    s->fallthrough();
+    s->preparse_callback([&req, cmd](std::size_t) { req["cmd"] = cmd; });
+    return s;
+  };
+
+  // Values parsed into these, then moved into the request by each callback.
+  static uint64_t vni = 0, id = 0, qpn = 0, level = 2, limit = 0, port = 0, paths = 1, peer = 0;
+  static std::string name, ip, mac, rnic, uip, format, file;
+
+  CLI::App* tenant = group("tenant", "Tenants (VNIs)");
+  CLI::App* s = leaf(tenant, "add", "Add a tenant", "tenant.add");
+  s->add_option("vni", vni, "VNI")->required();
+  s->add_option("name", name, "Name")->required();
+  s->final_callback([&] { req["vni"] = vni; req["name"] = name; });
+  s = leaf(tenant, "del", "Remove a tenant (refused while it has vNICs or mappings)", "tenant.del");
+  s->add_option("vni", vni, "VNI")->required();
+  s->final_callback([&] { req["vni"] = vni; });
+  leaf(tenant, "list", "List tenants", "tenant.list")->final_callback([&] { list_key = "tenants"; });
+  s = leaf(tenant, "peer", "Let two tenants reach each other (isolation exception)", "peering.allow");
+  s->add_option("a", vni, "VNI")->required();
+  s->add_option("b", peer, "VNI")->required();
+  s->final_callback([&] { req["a"] = vni; req["b"] = peer; });
+
+  CLI::App* rn = group("rnic", "Managed RNICs");
+  s = leaf(rn, "add", "Register an RNIC (the agent opens its channel file)", "rnic.add");
+  s->add_option("name", name, "Name (e.g. h0; channel file <channel-dir>/tandem-<name>.chan)")->required();
+  s->add_option("--underlay-ip", ip, "Its underlay IPv4")->required();
+  s->add_option("--mac", mac, "Its underlay MAC")->required();
+  s->add_option("--path-base-port", port, "First UDP source port it sprays over (default 0)");
+  s->add_option("--path-count", paths, "Number of paths (default 1)");
+  s->final_callback([&] {
+    req.update({{"name", name}, {"underlay_ip", ip}, {"mac", mac}, {"path_base_port", port}, {"path_count", paths}});
+  });
+  leaf(rn, "list", "List RNICs with their channel state", "rnic.list")->final_callback([&] { list_key = "rnics"; });
+  s = leaf(rn, "show", "One RNIC: state, protocol version, committed table version, BAR counters", "rnic.show");
+  s->add_option("name", name, "RNIC")->required();
+  s->final_callback([&] { req["name"] = name; show_key = "rnic"; });
+
+  CLI::App* vn = group("vnic", "Tenant vNICs");
+  s = leaf(vn, "add", "Add a vNIC", "vnic.add");
+  s->add_option("id", id, "Agent-wide vNIC id")->required();
+  s->add_option("--vni", vni, "Owning tenant")->required();
+  s->add_option("--rnic", rnic, "RNIC it is bound to")->required();
+  s->add_option("--ip", ip, "Overlay IPv4")->required();
+  s->add_option("--mac", mac, "Overlay MAC")->required();
+  s->final_callback([&] {
+    req.update({{"id", id}, {"vni", vni}, {"rnic", rnic}, {"overlay_ip", ip}, {"overlay_mac", mac}});
+  });
+  s = leaf(vn, "del", "Remove a vNIC (its level-2 entries are withdrawn)", "vnic.del");
+  s->add_option("id", id, "vNIC id")->required();
+  s->final_callback([&] { req["id"] = id; });
+  s = leaf(vn, "bind", "Bind a QP number to a vNIC", "vnic.bind");
+  s->add_option("id", id, "vNIC id")->required();
+  s->add_option("qpn", qpn, "QP number")->required();
+  s->final_callback([&] { req["vnic"] = id; req["qpn"] = qpn; });
+  leaf(vn, "list", "List vNICs", "vnic.list")->final_callback([&] { list_key = "vnics"; });
+
+  CLI::App* mp = group("mapping", "Overlay -> underlay mappings");
+  s = leaf(mp, "add", "Add or replace a mapping", "mapping.add");
+  s->add_option("--vni", vni, "Tenant")->required();
+  s->add_option("--overlay-ip", ip, "Overlay IPv4")->required();
+  s->add_option("--underlay-ip", uip, "Underlay IPv4 of the RNIC it lives behind")->required();
+  s->add_option("--next-hop-mac", mac, "Underlay next-hop MAC")->required();
+  s->add_option("--rnic", rnic, "RNIC it lives behind")->required();
+  s->final_callback([&] {
+    req.update({{"vni", vni}, {"overlay_ip", ip}, {"underlay_ip", uip}, {"next_hop_mac", mac}, {"rnic", rnic}});
+  });
+  s = leaf(mp, "del", "Remove a mapping (installed level-2 entries derived from it are withdrawn)", "mapping.del");
+  s->add_option("--vni", vni, "Tenant")->required();
+  s->add_option("--overlay-ip", ip, "Overlay IPv4")->required();
+  s->final_callback([&] { req.update({{"vni", vni}, {"overlay_ip", ip}}); });
+  s = leaf(mp, "list", "List mappings", "mapping.list");
+  auto* vopt = s->add_option("--vni", vni, "Only this tenant");
+  s->add_option("--limit", limit, "At most this many rows (default 100000)");
+  s->final_callback([&, vopt] {
+    if (vopt->count()) req["vni"] = vni;
+    if (limit) req["limit"] = limit;
+    list_key = "mappings";
+  });
+  s = leaf(mp, "import", "Bulk import (all rows or none): CSV vni,overlay_ip,underlay_ip,next_hop_mac,rnic or JSONL",
+           "mapping.import");
+  s->add_option("file", file, "CSV or JSONL file")->required()->check(CLI::ExistingFile);
+  s->add_option("--format", format, "csv or jsonl (default: by extension)")->check(CLI::IsMember({"csv", "jsonl"}));
+  s->final_callback([&] {
+    req["path"] = std::filesystem::absolute(file).string();
+    if (!format.empty()) req["format"] = format;
+  });
+
+  CLI::App* tb = group("table", "Flow tables");
+  s = leaf(tb, "dump", "Level 1 (tenants, vNICs, mappings) or level 2 (installed entries per RNIC)", "table.dump");
+  s->add_option("--level", level, "1 or 2 (default 2)")->check(CLI::IsMember({1, 2}));
+  auto* ropt = s->add_option("--rnic", rnic, "Only this RNIC (level 2)");
+  s->final_callback([&, ropt] {
+    req["level"] = level;
+    if (ropt->count()) req["rnic"] = rnic;
+  });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  json reply;
+  try {
+    reply = tandem::dpu::ctl::call(socket, req);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandemctl: %s\n", e.what());
+    return 2;
+  }
+  bool ok = reply.value("ok", false);
+  if (as_json) {
+    std::cout << reply.dump(2) << "\n";
+    return ok ? 0 : 2;
+  }
+  if (!ok) {
+    std::fprintf(stderr, "tandemctl: refused (%s): %s\n", reply.value("code", "error").c_str(),
+                 reply.value("error", "").c_str());
+    return 2;
+  }
+  if (!list_key.empty()) {
+    print_table(reply[list_key]);
+    if (reply.value("truncated", false))
+      std::printf("(%s of %s shown)\n", std::to_string(reply[list_key].size()).c_str(), reply["total"].dump().c_str());
+  } else if (!show_key.empty()) {
+    print_kv(reply[show_key]);
+  } else if (req["cmd"] == "table.dump") {
+    if (reply["level"] == 1) {
+      std::puts("tenants:");
+      print_table(reply["tenants"]);
+      std::puts("vnics:");
+      print_table(reply["vnics"]);
+      std::puts("mappings:");
+      print_table(reply["mappings"]);
+    } else {
+      for (const auto& [n, t] : reply["rnics"].items()) {
+        std::printf("%s: version %s, %s entries, digest %s\n", n.c_str(), t["version"].dump().c_str(),
+                    t["count"].dump().c_str(), t["digest"].dump().c_str());
+        print_table(t["entries"]);
+      }
+    }
+  } else if (reply.contains("imported")) {
+    std::printf("imported %s mappings\n", reply["imported"].dump().c_str());
+  } else {
+    std::puts("ok");
+  }
+  return 0;
+}

@@ -1,0 +1,274 @@
+#include "dpu/api/control_api.h"
+
+#include <fstream>
+
+#include "dpu/model/address.h"
+
+namespace tandem::dpu {
+namespace {
+
+using nlohmann::json;
+
+const json& field(const json& r, const char* name) {
+  auto it = r.find(name);
+  if (it == r.end()) throw RequestError(std::string("missing field \"") + name + "\"");
+  return *it;
+}
+
+uint64_t u64(const json& r, const char* name, uint64_t max) {
+  const json& v = field(r, name);
+  if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
+    throw RequestError(std::string("field \"") + name + "\" must be a non-negative integer");
+  uint64_t x = v.get<uint64_t>();
+  if (x > max) throw RequestError(std::string("field \"") + name + "\" is larger than " + std::to_string(max));
+  return x;
+}
+
+uint64_t u64_or(const json& r, const char* name, uint64_t max, uint64_t dflt) {
+  return r.contains(name) ? u64(r, name, max) : dflt;
+}
+
+std::string str(const json& r, const char* name) {
+  const json& v = field(r, name);
+  if (!v.is_string()) throw RequestError(std::string("field \"") + name + "\" must be a string");
+  return v.get<std::string>();
+}
+
+uint32_t ipv4(const json& r, const char* name) {
+  std::string s = str(r, name);
+  auto ip = parse_ipv4(s);
+  if (!ip) throw RequestError(std::string("field \"") + name + "\": \"" + s + "\" is not an IPv4 address");
+  return *ip;
+}
+
+MacAddr mac(const json& r, const char* name) {
+  std::string s = str(r, name);
+  auto m = parse_mac(s);
+  if (!m) throw RequestError(std::string("field \"") + name + "\": \"" + s + "\" is not a MAC address");
+  return *m;
+}
+
+json ok(json j = json::object()) {
+  j["ok"] = true;
+  return j;
+}
+
+json error(const std::string& msg, const char* code = "bad_request") {
+  return json{{"ok", false}, {"error", msg}, {"code", code}};
+}
+
+}  // namespace
+
+json tenant_json(const Tenant& t) { return {{"vni", t.vni}, {"name", t.name}}; }
+
+json rnic_json(const Rnic& r) {
+  return {{"name", r.name}, {"underlay_ip", format_ipv4(r.underlay_ip)}, {"mac", format_mac(r.mac)},
+          {"path_base_port", r.path_base_port}, {"path_count", r.path_count}};
+}
+
+json vnic_json(const Vnic& v) {
+  return {{"id", v.id}, {"vni", v.vni}, {"rnic", v.rnic}, {"overlay_ip", format_ipv4(v.overlay_ip)},
+          {"overlay_mac", format_mac(v.overlay_mac)}, {"qpns", v.qpns}};
+}
+
+json level2_entry_json(const common::Level2Entry& e) {
+  json j;
+  switch (e.key.kind) {
+    case common::EntryKind::kEgress:
+      j = {{"kind", "egress"}, {"vnic", e.key.word0}, {"dst_overlay_ip", format_ipv4(e.key.word1)},
+           {"underlay_src_ip", format_ipv4(e.egress.underlay_src_ip)},
+           {"underlay_dst_ip", format_ipv4(e.egress.underlay_dst_ip)}, {"dst_mac", format_mac(e.egress.dst_mac)},
+           {"vni", e.egress.vni}, {"path_base_port", e.egress.path_base_port},
+           {"path_count", e.egress.path_count}};
+      break;
+    case common::EntryKind::kIngressVni:
+    case common::EntryKind::kIngressQpn:
+      j = {{"kind", e.key.kind == common::EntryKind::kIngressVni ? "ingress_vni" : "ingress_qpn"},
+           {"underlay_src_ip", format_ipv4(e.key.word0)}, {"key", e.key.word1},
+           {"overlay_src_ip", format_ipv4(e.ingress.overlay_src_ip)},
+           {"overlay_dst_ip", format_ipv4(e.ingress.overlay_dst_ip)}, {"vni", e.ingress.vni},
+           {"vnic", e.ingress.local_vnic_id}, {"overlay_src_mac", format_mac(e.ingress.overlay_src_mac)}};
+      break;
+    default:
+      j = {{"kind", "invalid"}};
+  }
+  return j;
+}
+
+std::string ControlApi::handle_line(const std::string& line) {
+  json req;
+  try {
+    req = json::parse(line);
+  } catch (const std::exception& e) {
+    return error(std::string("request is not JSON: ") + e.what()).dump();
+  }
+  return handle(req).dump();
+}
+
+json ControlApi::handle(const json& request) {
+  try {
+    if (!request.is_object()) throw RequestError("request must be a JSON object");
+    return dispatch(str(request, "cmd"), request);
+  } catch (const RequestError& e) {
+    return error(e.what());
+  } catch (const StoreError& e) {
+    return error(std::string("store: ") + e.what(), "store_error");
+  } catch (const std::exception& e) {
+    return error(e.what(), "internal");
+  }
+}
+
+json ControlApi::accept(const Change& c) {
+  std::optional<Vnic> removed;
+  if (auto* rv = std::get_if<RemoveVnic>(&c))
+    if (const Vnic* v = state_.vnic(rv->id)) removed = *v;
+  ModelResult r = accept_change(state_, store_, c);
+  if (!r.ok()) return error(r.message, model_errc_name(r.code));
+  if (hooks_) hooks_->changed(c, removed);
+  return ok();
+}
+
+json ControlApi::dispatch(const std::string& cmd, const json& r) {
+  constexpr uint64_t kVniMax = 0xFFFFFF;
+  if (cmd == "tenant.add") return accept(AddTenant{static_cast<uint32_t>(u64(r, "vni", kVniMax)), str(r, "name")});
+  if (cmd == "tenant.del") return accept(RemoveTenant{static_cast<uint32_t>(u64(r, "vni", kVniMax))});
+  if (cmd == "tenant.list") {
+    json a = json::array();
+    for (const auto& [vni, t] : state_.tenants()) a.push_back(tenant_json(t));
+    return ok({{"tenants", a}});
+  }
+  if (cmd == "rnic.add") {
+    AddRnic c;
+    c.name = str(r, "name");
+    c.underlay_ip = ipv4(r, "underlay_ip");
+    c.mac = mac(r, "mac");
+    c.path_base_port = static_cast<uint16_t>(u64_or(r, "path_base_port", 0xFFFF, 0));
+    c.path_count = static_cast<uint8_t>(u64_or(r, "path_count", 255, 1));
+    return accept(c);
+  }
+  if (cmd == "rnic.list" || cmd == "rnic.show") {
+    json live = hooks_ ? hooks_->rnics() : json::array();
+    json a = json::array();
+    for (const auto& [name, rn] : state_.rnics()) {
+      json j = rnic_json(rn);
+      j["state"] = "no_channel";
+      for (const json& l : live)
+        if (l.value("name", "") == name) {
+          j["state"] = l["state"];
+          j["rnic_state"] = l["bar"]["state"];
+          j["table_version"] = l["table_version"];
+          j["channel"] = l;
+        }
+      a.push_back(j);
+    }
+    for (const json& l : live)  // channels for RNICs not registered in the model (--rnic only)
+      if (!state_.rnic(l.value("name", "")))
+        a.push_back(json{{"name", l["name"]}, {"state", l["state"]}, {"rnic_state", l["bar"]["state"]},
+                         {"table_version", l["table_version"]}, {"channel", l}});
+    if (cmd == "rnic.list") return ok({{"rnics", a}});
+    std::string name = str(r, "name");
+    for (json& j : a)
+      if (j["name"] == name) return ok({{"rnic", j}});
+    throw RequestError("no RNIC named \"" + name + "\"");
+  }
+  if (cmd == "vnic.add") {
+    AddVnic c;
+    c.id = static_cast<uint32_t>(u64(r, "id", 0xFFFFFFFF));
+    c.vni = static_cast<uint32_t>(u64(r, "vni", kVniMax));
+    c.rnic = str(r, "rnic");
+    c.overlay_ip = ipv4(r, "overlay_ip");
+    c.overlay_mac = mac(r, "overlay_mac");
+    return accept(c);
+  }
+  if (cmd == "vnic.del") return accept(RemoveVnic{static_cast<uint32_t>(u64(r, "id", 0xFFFFFFFF))});
+  if (cmd == "vnic.bind") {
+    return accept(BindQp{static_cast<uint32_t>(u64(r, "vnic", 0xFFFFFFFF)),
+                         static_cast<uint32_t>(u64(r, "qpn", 0xFFFFFF))});
+  }
+  if (cmd == "vnic.list") {
+    json a = json::array();
+    for (const auto& [id, v] : state_.vnics()) a.push_back(vnic_json(v));
+    return ok({{"vnics", a}});
+  }
+  if (cmd == "mapping.add") {
+    AddMapping c;
+    c.vni = static_cast<uint32_t>(u64(r, "vni", kVniMax));
+    c.overlay_ip = ipv4(r, "overlay_ip");
+    c.underlay_ip = ipv4(r, "underlay_ip");
+    c.next_hop_mac = mac(r, "next_hop_mac");
+    c.rnic = str(r, "rnic");
+    return accept(c);
+  }
+  if (cmd == "mapping.del")
+    return accept(RemoveMapping{static_cast<uint32_t>(u64(r, "vni", kVniMax)), ipv4(r, "overlay_ip")});
+  if (cmd == "mapping.list") return list_mappings(r);
+  if (cmd == "mapping.import") return import_mappings(r);
+  if (cmd == "peering.allow") {
+    return accept(AllowPeering{static_cast<uint32_t>(u64(r, "a", kVniMax)),
+                               static_cast<uint32_t>(u64(r, "b", kVniMax))});
+  }
+  if (cmd == "table.dump") return table_dump(r);
+  throw RequestError("unknown command \"" + cmd + "\"");
+}
+
+json ControlApi::list_mappings(const json& r) const {
+  bool by_vni = r.contains("vni");
+  uint32_t vni = by_vni ? static_cast<uint32_t>(u64(r, "vni", 0xFFFFFF)) : 0;
+  uint64_t limit = u64_or(r, "limit", UINT64_MAX, 100000);
+  json a = json::array();
+  uint64_t total = 0;
+  state_.mappings().for_each([&](const MappingKey& k, const Mapping& m) {
+    if (by_vni && k.vni != vni) return;
+    ++total;
+    if (a.size() >= limit) return;
+    a.push_back({{"vni", k.vni}, {"overlay_ip", format_ipv4(k.overlay_ip)},
+                 {"underlay_ip", format_ipv4(m.underlay_ip)}, {"next_hop_mac", format_mac(m.next_hop_mac)},
+                 {"rnic", state_.rnic_name(m.rnic)}});
+  });
+  return ok({{"mappings", a}, {"total", total}, {"truncated", total > a.size()}});
+}
+
+json ControlApi::import_mappings(const json& r) {
+  std::string path = str(r, "path");
+  std::string fmt = r.contains("format") ? str(r, "format") : std::string("");
+  if (fmt.empty()) fmt = path.size() > 6 && path.ends_with(".jsonl") ? "jsonl" : "csv";
+  if (fmt != "csv" && fmt != "jsonl") throw RequestError("format must be csv or jsonl");
+  std::ifstream in(path);
+  if (!in) throw RequestError("cannot open \"" + path + "\"");
+  ImportResult res = store_.import_mappings(in, fmt == "csv" ? ImportFormat::kCsv : ImportFormat::kJsonl, state_);
+  if (!res.result.ok()) return error(res.result.message, model_errc_name(res.result.code));
+  return ok({{"imported", res.imported}});
+}
+
+json ControlApi::table_dump(const json& r) const {
+  uint64_t level = u64(r, "level", 2);
+  if (level == 1) {
+    json t = json::array();
+    for (const auto& [vni, x] : state_.tenants()) t.push_back(tenant_json(x));
+    json v = json::array();
+    for (const auto& [id, x] : state_.vnics()) v.push_back(vnic_json(x));
+    json p = json::array();
+    for (const auto& [a, b] : state_.peerings())
+      if (a < b) p.push_back({a, b});
+    json m = list_mappings(json::object());
+    return ok({{"level", 1}, {"tenants", t}, {"vnics", v}, {"peerings", p}, {"mappings", m["mappings"]},
+               {"mappings_total", m["total"]}});
+  }
+  if (level != 2) throw RequestError("level must be 1 or 2");
+  if (!hooks_) throw RequestError("no RNIC channels in this process");
+  json out = json::object();
+  if (r.contains("rnic")) {
+    std::string name = str(r, "rnic");
+    json t = hooks_->level2(name);
+    if (t.is_null()) throw RequestError("no RNIC channel named \"" + name + "\"");
+    out[name] = t;
+  } else {
+    for (const json& l : hooks_->rnics()) {
+      std::string name = l.value("name", "");
+      out[name] = hooks_->level2(name);
+    }
+  }
+  return ok({{"level", 2}, {"rnics", out}});
+}
+
+}  // namespace tandem::dpu

@@ -1,0 +1,347 @@
+#include "dpu/dpdk/agent.h"
+
+#include <rte_ring.h>
+#include <rte_ring_elem.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "common/channel/channel_region.h"
+#include "common/dpdk/eal.h"
+#include "common/dpdk/stop_signal.h"
+#include "common/dpdk/telemetry.h"
+#include "common/dpdk/tsc_clock.h"
+#include "dpu/api/control_api.h"
+#include "dpu/channel/agent_channel.h"
+#include "dpu/dpdk/channel_file.h"
+#include "dpu/dpdk/control_socket.h"
+#include "dpu/store/store.h"
+#include "dpu/txn/derive.h"
+
+namespace tandem::dpu::dpdk {
+
+namespace cd = common::dpdk;
+using nlohmann::json;
+
+std::string channel_path(const std::string& dir, const std::string& rnic) { return dir + "/tandem-" + rnic + ".chan"; }
+
+namespace {
+
+constexpr unsigned kBurst = 64;
+
+const char* rnic_state_name(uint64_t s) noexcept {
+  switch (static_cast<common::RnicChannelState>(s)) {
+    case common::RnicChannelState::kDown: return "down";
+    case common::RnicChannelState::kAwaitHello: return "await_hello";
+    case common::RnicChannelState::kSync: return "sync";
+    case common::RnicChannelState::kActive: return "active";
+    case common::RnicChannelState::kHeadless: return "headless";
+  }
+  return "unknown";
+}
+
+constexpr const char* kBarCounterNames[common::kBarCounterCount] = {
+    "rx_packets", "tx_packets", "table_hits", "table_misses", "punts",
+    "punts_dropped", "table_full", "commits", "aborts", "drops"};
+
+struct PuntStats {
+  uint64_t received = 0;
+  uint64_t resolved = 0;     // change set submitted
+  uint64_t refused = 0;      // no mapping / denied by isolation / unknown vNIC
+  uint64_t denied = 0;       // of refused: isolation
+  uint64_t duplicate = 0;    // already being installed
+  uint64_t slot_lost = 0;    // slot overwritten before it was read
+};
+
+// One managed RNIC: its file, rings and protocol state machine.
+struct Link {
+  std::string name;
+  std::unique_ptr<ChannelFile> file;
+  std::unique_ptr<AgentChannel> ch;
+  std::deque<common::RawMessage> unsent;  // commands the ring had no room for yet
+  std::unordered_map<uint64_t, common::EntryKey> pending_punts;  // tag -> missed key
+  std::unordered_map<common::EntryKey, uint64_t, EntryKeyHash> pending_keys;
+  PuntStats punts;
+  uint64_t save_errors = 0;
+};
+
+class Agent final : public AgentHooks {
+ public:
+  explicit Agent(const AgentConfig& c) : c_(c), store_(c.db), api_(state_, store_, this) {
+    store_.load(state_);
+    instance_ = static_cast<uint32_t>(rte_rdtsc() ^ (uint64_t{static_cast<uint32_t>(getpid())} << 16)) | 1u;
+    ch_cfg_.agent_instance = instance_;
+    ch_cfg_.heartbeat_timeout_ns = c.heartbeat_timeout_ms * 1'000'000ull;
+    for (const auto& [name, r] : state_.rnics()) open_link(name);
+    for (const std::string& n : c.rnics) open_link(n);
+    socket_ = std::make_unique<ControlSocket>(c.control_socket,
+                                              [this](const std::string& l) { return api_.handle_line(l); });
+    cd::telemetry_register("/tandem/dpu/rnics", "tandem-dpu managed RNICs: channel state, versions, BAR counters",
+                           [this](std::string_view, cd::TelemetryDict& d) {
+                             std::lock_guard<std::mutex> g(snap_mu_);
+                             for (const auto& [name, s] : snap_)
+                               d.dict(name.c_str(), [&](cd::TelemetryDict& x) {
+                                 x.str("state", s.state);
+                                 x.str("rnic_state", s.rnic_state);
+                                 x.u64("protocol_version", s.version);
+                                 x.u64("table_version", s.table_version);
+                                 x.u64("entries", s.entries);
+                                 x.u64("txns_committed", s.committed);
+                                 x.u64("punts", s.punts);
+                               });
+                             return 0;
+                           });
+  }
+
+  int loop() {
+    cd::IdleLoop idle(c_.idle);
+    uint64_t end = c_.duration_s > 0 ? static_cast<uint64_t>(c_.duration_s * 1e9) : 0;
+    uint64_t last_snap = 0;
+    uint64_t last_sock = 0;
+    while (!cd::stop_requested()) {
+      uint64_t now = clock_.now_ns();
+      if (end && now >= end) break;
+      bool did = false;
+      for (auto& [name, l] : links_) did |= service(*l, now);
+      if (did || now - last_sock >= 200'000) {  // control socket: every 200 us while idle
+        did |= socket_->poll();
+        last_sock = now;
+      }
+      if (now - last_snap >= 100'000'000) {
+        publish_snapshot();
+        last_snap = now;
+      }
+      idle.after_iteration(did);
+    }
+    return 0;
+  }
+
+  // AgentHooks
+  void changed(const Change& c, const std::optional<Vnic>& removed) override {
+    if (auto* r = std::get_if<AddRnic>(&c)) {
+      open_link(r->name);
+    } else if (auto* m = std::get_if<AddMapping>(&c)) {
+      withdraw_mapping(MappingKey{m->vni, m->overlay_ip});  // a replaced mapping: re-resolve on next miss
+    } else if (auto* m = std::get_if<RemoveMapping>(&c)) {
+      withdraw_mapping(MappingKey{m->vni, m->overlay_ip});
+    } else if (std::holds_alternative<RemoveVnic>(c) && removed) {
+      for (auto& [n, l] : links_) {
+        ChangeSet cs = deletions_for_vnic(l->ch->shadow(), removed->id, removed->vni, removed->overlay_ip);
+        if (!cs.ops.empty()) {
+          cs.tag = next_tag_++;
+          l->ch->submit(std::move(cs));
+        }
+      }
+    }
+  }
+
+  json rnics() const override {
+    json a = json::array();
+    for (const auto& [name, l] : links_) a.push_back(link_json(*l));
+    return a;
+  }
+
+  json level2(const std::string& rnic) const override {
+    auto it = links_.find(rnic);
+    if (it == links_.end()) return nullptr;
+    const Level2Shadow& s = it->second->ch->shadow();
+    json e = json::array();
+    for (const common::Level2Entry& x : s.snapshot()) e.push_back(level2_entry_json(x));
+    return {{"version", s.version()}, {"digest", s.digest().value}, {"count", s.digest().count}, {"entries", e}};
+  }
+
+ private:
+  struct Snap {
+    std::string state, rnic_state;
+    uint64_t version = 0, table_version = 0, entries = 0, committed = 0, punts = 0;
+  };
+
+  void open_link(const std::string& name) {
+    if (links_.count(name)) return;
+    auto l = std::make_unique<Link>();
+    l->name = name;
+    l->file = std::make_unique<ChannelFile>(channel_path(c_.channel_dir, name), name,
+                                            static_cast<uint32_t>(links_.size()));
+    Level2Snapshot snap = store_.load_level2(name);
+    Level2Shadow shadow;
+    shadow.reset(snap.version, snap.entries);
+    l->ch = std::make_unique<AgentChannel>(name, ch_cfg_, std::move(shadow));
+    l->ch->start(clock_.now_ns());
+    std::fprintf(stderr, "tandem-dpu: RNIC %s: channel %s (%s), level-2 shadow v%llu with %zu entries\n",
+                 name.c_str(), l->file->path().c_str(), l->file->reused() ? "re-opened" : "created",
+                 static_cast<unsigned long long>(snap.version), snap.entries.size());
+    links_.emplace(name, std::move(l));
+  }
+
+  void withdraw_mapping(const MappingKey& k) {
+    for (auto& [n, l] : links_) {
+      ChangeSet cs = deletions_for_mapping(l->ch->shadow(), k);
+      if (!cs.ops.empty()) {
+        cs.tag = next_tag_++;
+        l->ch->submit(std::move(cs));
+      }
+    }
+  }
+
+  bool service(Link& l, uint64_t now) {
+    bool did = false;
+    common::RawMessage ev[kBurst];
+    unsigned n = rte_ring_dequeue_burst_elem(l.file->evt_ring(), ev, sizeof(common::RawMessage), kBurst, nullptr);
+    for (unsigned i = 0; i < n; ++i) l.ch->on_event(ev[i], now);
+    did |= n > 0;
+    l.ch->on_bar(sample_bar(common::channel_bar(l.file->base())), now);
+    l.ch->tick(now);
+    common::RawMessage m;
+    while (l.ch->pop_command(m)) l.unsent.push_back(m);
+    while (!l.unsent.empty()) {
+      common::RawMessage out[kBurst];
+      unsigned k = 0;
+      for (; k < kBurst && k < l.unsent.size(); ++k) out[k] = l.unsent[k];
+      unsigned sent = rte_ring_enqueue_burst_elem(l.file->cmd_ring(), out, sizeof(common::RawMessage), k, nullptr);
+      for (unsigned i = 0; i < sent; ++i) l.unsent.pop_front();
+      did |= sent > 0;
+      if (sent < k) break;
+    }
+    for (TxnOutcome& o : l.ch->take_outcomes()) {
+      did = true;
+      if (o.committed) {
+        try {
+          store_.save_level2(l.name, o.version, l.ch->shadow().digest().value, o.net_puts, o.net_dels, o.replay);
+        } catch (const StoreError& e) {
+          ++l.save_errors;
+          std::fprintf(stderr, "tandem-dpu: RNIC %s: saving level-2 v%llu failed: %s\n", l.name.c_str(),
+                       static_cast<unsigned long long>(o.version), e.what());
+        }
+      }
+      for (uint64_t tag : o.tags) {
+        auto it = l.pending_punts.find(tag);
+        if (it == l.pending_punts.end()) continue;
+        l.pending_keys.erase(it->second);
+        l.pending_punts.erase(it);
+      }
+    }
+    for (const common::PuntMsg& p : l.ch->take_punts()) {
+      did = true;
+      resolve_punt(l, p);
+    }
+    return did;
+  }
+
+  void resolve_punt(Link& l, const common::PuntMsg& p) {
+    ++l.punts.received;
+    // The key travels in the message; the slot only carries the headers for
+    // diagnostics, so a reused slot does not lose the punt.
+    uint8_t hdr[2048];
+    std::size_t len = 0;
+    if (p.length && !common::slot_read(l.file->base(), p.slot, p.generation, hdr, sizeof(hdr), len))
+      ++l.punts.slot_lost;
+    if (l.pending_keys.count(p.missed)) {
+      ++l.punts.duplicate;
+      return;
+    }
+    std::string target;
+    ResolveStatus why = ResolveStatus::kOk;
+    uint64_t tag = next_tag_++;
+    std::optional<ChangeSet> cs = change_set_for_miss(state_, p.missed, tag, &target, &why, &l.ch->shadow());
+    if (!cs) {
+      ++l.punts.refused;
+      if (why == ResolveStatus::kDeniedByIsolation) ++l.punts.denied;
+      return;
+    }
+    auto it = links_.find(target);
+    if (it == links_.end()) {
+      ++l.punts.refused;
+      return;
+    }
+    ++l.punts.resolved;
+    it->second->pending_punts[tag] = p.missed;
+    it->second->pending_keys[p.missed] = tag;
+    it->second->ch->submit(std::move(*cs));
+  }
+
+  json link_json(const Link& l) const {
+    const AgentChannel& ch = *l.ch;
+    auto* base = l.file->base();
+    const common::Bar& bar = common::channel_bar(base);
+    const auto* h = static_cast<const common::ChannelHeader*>(base);
+    json counters = json::object();
+    for (std::size_t i = 0; i < common::kBarCounterCount; ++i)
+      counters[kBarCounterNames[i]] = bar.counters[i].value.load(std::memory_order_relaxed);
+    json jbar = {{"state", rnic_state_name(bar.state.value.load(std::memory_order_relaxed))},
+                 {"heartbeat", bar.heartbeat.value.load(std::memory_order_relaxed)},
+                 {"rnic_instance", bar.rnic_instance.value.load(std::memory_order_relaxed)},
+                 {"negotiated_version", bar.negotiated_version.value.load(std::memory_order_relaxed)},
+                 {"rnic_pid", h->rnic_pid.load(std::memory_order_relaxed)},
+                 {"counters", counters}};
+    if (auto t = common::bar_read_table(bar))
+      jbar["table"] = {{"version", t->version}, {"digest", t->digest}, {"entries", t->entry_count}};
+    const AgentChannelStats& s = ch.stats();
+    return {{"name", l.name},
+            {"file", l.file->path()},
+            {"state", channel_state_name(ch.state())},
+            {"protocol_version", ch.version()},
+            {"table_version", ch.shadow().version()},
+            {"table_entries", ch.shadow().digest().count},
+            {"table_digest", ch.shadow().digest().value},
+            {"queued_change_sets", ch.queued_change_sets()},
+            {"txn_in_flight", ch.txn_in_flight()},
+            {"last_error", ch.last_error()},
+            {"stats", {{"hellos", s.hellos}, {"replays", s.replays}, {"reconcile_skips", s.reconcile_skips},
+                       {"txns_committed", s.txns_committed}, {"txns_aborted", s.txns_aborted},
+                       {"table_full", s.table_full}, {"degraded", s.degraded}, {"resets", s.resets},
+                       {"errors", s.errors}, {"stale_events", s.stale_events}}},
+            {"punts", {{"received", l.punts.received}, {"resolved", l.punts.resolved},
+                       {"refused", l.punts.refused}, {"denied", l.punts.denied},
+                       {"duplicate", l.punts.duplicate}, {"slot_lost", l.punts.slot_lost}}},
+            {"bar", jbar}};
+  }
+
+  void publish_snapshot() {
+    std::map<std::string, Snap> s;
+    for (const auto& [name, l] : links_) {
+      const common::Bar& bar = common::channel_bar(l->file->base());
+      s[name] = Snap{channel_state_name(l->ch->state()), rnic_state_name(bar.state.value.load()),
+                     l->ch->version(), l->ch->shadow().version(), l->ch->shadow().digest().count,
+                     l->ch->stats().txns_committed, l->punts.received};
+    }
+    std::lock_guard<std::mutex> g(snap_mu_);
+    snap_ = std::move(s);
+  }
+
+  AgentConfig c_;
+  cd::TscClock clock_;
+  Level1State state_;
+  Store store_;
+  ControlApi api_;
+  uint32_t instance_ = 1;
+  AgentChannelConfig ch_cfg_;
+  std::map<std::string, std::unique_ptr<Link>> links_;
+  std::unique_ptr<ControlSocket> socket_;
+  uint64_t next_tag_ = 1;
+  std::mutex snap_mu_;
+  std::map<std::string, Snap> snap_;
+};
+
+}  // namespace
+
+int run(const AgentConfig& c) {
+  for (const std::string& w : cd::eal_arg_warnings(c.eal_args)) std::fprintf(stderr, "tandem-dpu: warning: %s\n", w.c_str());
+  cd::eal_init("tandem-dpu", c.eal_args);
+  cd::install_stop_handlers();
+  int rc = 0;
+  {
+    Agent a(c);
+    std::fprintf(stderr, "tandem-dpu: serving %s (db %s)\n", c.control_socket.c_str(), c.db.c_str());
+    rc = a.loop();
+  }
+  cd::eal_cleanup();
+  return rc;
+}
+
+}  // namespace tandem::dpu::dpdk

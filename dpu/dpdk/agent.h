@@ -1,0 +1,32 @@
+// tandem-dpu: the DPU control agent process. Loads the level-1 state and the
+// per-RNIC level-2 shadows from SQLite, creates one shared-memory channel
+// file per RNIC, drives dpu/channel's AgentChannel for each from one polling
+// loop (TSC time), serves the JSON control socket (dpu/api) from the same
+// loop, and resolves punted table misses into level-2 transactions.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "common/dpdk/idle_loop.h"
+
+namespace tandem::dpu::dpdk {
+
+struct AgentConfig {
+  std::string db = "tandem-dpu.sqlite";
+  std::string control_socket = "/tmp/tandem-dpu.sock";
+  std::string channel_dir = "/dev/shm";
+  std::vector<std::string> rnics;   // channels to open besides the RNICs registered in the db
+  common::dpdk::IdleConfig idle;
+  double duration_s = 0;            // 0: until SIGINT/SIGTERM
+  uint64_t heartbeat_timeout_ms = 1000;
+  std::vector<std::string> eal_args;
+};
+
+// Channel file path of an RNIC in a channel directory.
+std::string channel_path(const std::string& dir, const std::string& rnic);
+
+// Runs until a signal (or the duration); returns the exit code. Throws
+// std::runtime_error for start-up errors.
+int run(const AgentConfig& c);
+
+}  // namespace tandem::dpu::dpdk
