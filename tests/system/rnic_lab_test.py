@@ -11,8 +11,10 @@ carry real tenant applications attached through rnic/host:
     the worker keeps serving new applications;
   * SIGINT stops each worker cleanly with its counters in --stats-json.
 
-usage: rnic_lab_test.py TANDEM_FABRIC TANDEM_RNIC RNIC_HOST_APP TANDEM_WIRE [WORKER FLAGS...]
-(e.g. --mode gbn --tx-copy: the same checks in go-back-N mode with copied payloads)
+usage: rnic_lab_test.py TANDEM_FABRIC TANDEM_RNIC RNIC_HOST_APP TANDEM_WIRE [--lossy P] [WORKER FLAGS...]
+(e.g. --mode gbn --tx-copy: the same checks in go-back-N mode with copied payloads;
+--lossy 0.02: every fabric path drops that fraction, and the checks then also
+require that the workers recovered by retransmitting)
 Everything started is stopped by PID, and hugepage files, runtime dirs and
 sockets of the file prefixes used are removed, also on failure."""
 import glob
@@ -28,6 +30,9 @@ import time
 
 FABRIC, RNIC, APP, WIRE = sys.argv[1:5]
 WORKER_FLAGS = sys.argv[5:]
+LOSSY = None
+if WORKER_FLAGS[:1] == ["--lossy"]:
+    LOSSY, WORKER_FLAGS = WORKER_FLAGS[1], WORKER_FLAGS[2:]
 TAG = f"rnic{os.getpid()}"
 D = tempfile.mkdtemp(prefix="tandem-rnic-lab-")
 procs, prefixes, failed = [], [], []
@@ -166,7 +171,8 @@ def main():
     subprocess.run([WIRE, "encode", f"{D}/bad.jsonl", f"{D}/bad.pcap"], check=True, stdout=subprocess.DEVNULL)
 
     fab_pre, a_pre, b_pre = f"{TAG}-fab", f"{TAG}-a", f"{TAG}-b"
-    fab = start([FABRIC, "--route", "10.0.0.1=0", "--route", "10.0.0.2=1", "--paths", "4",
+    lossy = ["--path-default", f"loss={LOSSY}"] if LOSSY else []
+    fab = start([FABRIC, "--route", "10.0.0.1=0", "--route", "10.0.0.2=1", "--paths", "4"] + lossy + [
                  "--path", "1:delay_us=20", "--path", "2:loss=0.01", "--path", "3:delay_us=5,jitter_us=5",
                  "--idle", "adaptive", "--link-wait-ms", "0", "--", "--no-pci", f"--file-prefix={fab_pre}",
                  "-l", "0", "-m", "64", "--log-level=lib.eal:error",
@@ -237,15 +243,19 @@ def main():
     # 4. Clean shutdown with counters.
     check(stop(wa) == 0 and stop(wb) == 0, "workers stop cleanly on SIGINT")
     stop(fab)
+    retx = 0
     for n in ("A", "B"):
         try:
             with open(f"{D}/{n}.json") as f:
                 j = json.load(f)
+            retx += j["worker"]["tx_retransmits"]
             check(j["worker"]["tx_packets"] > 0 and j["worker"]["rx_accepted"] > 0 and j["live_qps"] == 0,
                   f"worker {n} wrote --stats-json (tx {j['worker']['tx_packets']}, rx accepted "
                   f"{j['worker']['rx_accepted']}, retransmits {j['worker']['tx_retransmits']})")
         except (OSError, ValueError, KeyError) as e:
             check(False, f"worker {n} --stats-json readable: {e}")
+    if LOSSY:
+        check(retx > 0, f"with {LOSSY} loss on every path the data above arrived through retransmissions ({retx})")
     if failed:
         for n in ("fabric", "A", "B"):
             print(f"--- {n} log ---\n{log(n)}")
