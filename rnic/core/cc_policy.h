@@ -11,6 +11,18 @@ namespace tandem::rnic {
 struct CcParams {
   uint32_t mtu = 1024;
   uint64_t window_bytes = 1ull << 20;  // PolicyConfig::cc_window_bytes
+  double line_rate_gbps = 100;         // PolicyConfig::line_rate_gbps
+  uint64_t unsched_bytes = 64 << 10;   // PolicyConfig::credit_unsched_bytes
+};
+
+// What a policy did, for telemetry (zeros where it does not apply).
+struct CcStats {
+  uint64_t rate_cuts = 0;         // DCQCN: CNPs that cut the rate
+  double rate_gbps = 0;           // DCQCN: current rate
+  double min_rate_gbps = 0;       // DCQCN: lowest rate reached
+  uint64_t credits_received = 0;  // credit: packets' worth of credit the receiver granted us
+  uint64_t credits_used = 0;      // credit: new packets sent against credit (beyond the unscheduled ones)
+  uint64_t credit_stalls = 0;     // credit: times a new packet had to wait for credit
 };
 
 class CcPolicy {
@@ -36,7 +48,20 @@ class CcPolicy {
   virtual void on_loss(uint32_t lost_pkts, uint64_t now) noexcept { (void)lost_pkts; (void)now; }
   virtual void on_timeout(uint64_t now) noexcept { (void)now; }
   // Credits the receiver granted (AETH credit field or a later credit header).
+  // `credits`: packets of credit newly granted (the limit moved this far).
   virtual void on_credit(uint32_t credits, uint64_t now) noexcept { (void)credits; (void)now; }
+
+  // Receiver-driven policies: the requester sends a new PSN only below the
+  // limit the peer granted (unscheduled_pkts() past the initial PSN to start
+  // with), and the responder grants credit from the port's CreditGrantor.
+  virtual bool uses_credits() const noexcept { return false; }
+  virtual uint32_t unscheduled_pkts() const noexcept { return 0; }
+  // The requester found no credit for its next new packet / sent one
+  // against credit (past the unscheduled ones).
+  virtual void on_credit_stall(uint64_t now) noexcept { (void)now; }
+  virtual void on_credit_used(uint64_t now) noexcept { (void)now; }
+
+  virtual CcStats stats() const noexcept { return {}; }
 };
 
 }  // namespace tandem::rnic

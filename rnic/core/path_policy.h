@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "rnic/core/path_health.h"
+
 namespace tandem::rnic {
 
 struct PathPolicyParams {
@@ -31,6 +33,11 @@ class PathPolicy {
   }
   virtual void on_loss(uint16_t sport, uint64_t now) noexcept { (void)sport; (void)now; }
   virtual void on_ecn(uint16_t sport, uint64_t now) noexcept { (void)sport; (void)now; }
+
+  // Counters for telemetry: how many paths the set has and, per path,
+  // packets, acks, losses, removals and returns (path_health.h).
+  virtual uint32_t path_count() const noexcept { return 1; }
+  virtual PathStats path_stats(uint32_t i) const noexcept { (void)i; return {}; }
 };
 
 }  // namespace tandem::rnic

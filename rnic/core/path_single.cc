@@ -9,8 +9,12 @@ void PathSingle::reset(const PathPolicyParams& p) noexcept {
   uint32_t h = p.local_qpn * 0x9E3779B1u ^ p.path_seed;
   h ^= h >> 15;
   port_ = common::entropy_port(h);
+  s_ = PathStats{};
 }
 
-uint16_t PathSingle::choose(uint32_t, bool, uint64_t) noexcept { return port_; }
+uint16_t PathSingle::choose(uint32_t, bool, uint64_t) noexcept {
+  ++s_.pkts;
+  return port_;
+}
 
 }  // namespace tandem::rnic

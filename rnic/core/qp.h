@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/wire/psn.h"
 #include "rnic/core/cc_policy.h"
 #include "rnic/core/path_policy.h"
 #include "rnic/core/qp_counters.h"
@@ -126,6 +127,10 @@ struct Qp {
   uint32_t read_high = 0;
   bool cc_blocked = false;
   uint64_t tx_seq = 0;     // transmissions so far
+  // Receiver-driven credits (cc_credit.h, credit_wire.h)
+  bool credit_mode = false;
+  uint32_t credit_limit = 0;     // requester: new PSNs below this may go
+  uint32_t credit_new_sent = 0;  // requester: new packets sent (the first unscheduled ones free)
 
   // --- responder ---
   std::vector<RecvWqe> rq;
@@ -161,6 +166,10 @@ struct Qp {
   std::vector<ReadJob> reads;
   uint32_t reads_head = 0;
   uint32_t reads_tail = 0;
+  uint32_t grant_psn = 0;        // responder: the limit granted to the requester
+  uint32_t grant_unacked = 0;    // credit granted since the last ACK
+  uint64_t last_rx_ns = 0;       // responder: when a request last arrived
+  uint64_t credits_granted = 0;
 
   uint32_t mtu() const noexcept { return attr.path_mtu; }
   bool irn() const noexcept { return init.mode == Reliability::kIrn; }
@@ -202,6 +211,8 @@ struct Qp {
   void advance_epsn(uint64_t now) noexcept;
   void nak(uint8_t syndrome, uint32_t psn) noexcept;
   bool read_job(uint32_t psn, const common::Reth& reth, common::DropReason& why) noexcept;
+  uint8_t ack_syndrome() const noexcept;  // ACK with the credit field (credit_wire.h)
+  uint32_t rx_front() const noexcept { return common::psn_lt(high, epsn) ? epsn : high; }
 
   // shared helpers (transport.cc)
   TxDesc* tx_slot() noexcept;

@@ -7,6 +7,7 @@
 
 #include "common/wire/opcode.h"
 #include "common/wire/psn.h"
+#include "rnic/core/credit_wire.h"
 #include "rnic/core/qp.h"
 
 namespace tandem::rnic {
@@ -214,6 +215,11 @@ bool Qp::tx_requests(uint64_t now) noexcept {
       cc_blocked = true;
       return true;
     }
+    if (credit_mode && !is_read && !psn_lt(nxt, credit_limit)) {
+      cc->on_credit_stall(now);
+      return true;  // the next ACK carrying credit calls poll again
+    }
+    if (credit_mode && !is_read && ++credit_new_sent > cc->unscheduled_pkts()) cc->on_credit_used(now);
     if (una == nxt) last_progress = now;  // the retransmission timer starts
     const uint32_t psn = nxt;
     if (t->txq().full()) return false;
@@ -439,6 +445,13 @@ DropReason Qp::on_response(const common::RocePacket& pkt, const uint8_t* payload
   const uint8_t syn = pkt.aeth.syndrome;
   switch (common::aeth_kind(syn)) {
     case common::kAethAck:
+      if (credit_mode && common::aeth_value(syn) != kCreditInvalid) {
+        const uint32_t limit = psn_add(psn, 1 + credit_decode(common::aeth_value(syn)));
+        if (psn_lt(credit_limit, limit)) {
+          cc->on_credit(static_cast<uint32_t>(psn_diff(limit, credit_limit)), now);
+          credit_limit = limit;
+        }
+      }
       if (op == IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE) {
         if (!irn()) { drop(DropReason::kInvalidRequest); return DropReason::kInvalidRequest; }
         ++c.sacks_rx;
@@ -561,6 +574,11 @@ uint64_t Qp::requester_deadline() const noexcept {
   if (una != nxt) d = last_progress + rto();
   if (rnr_wait) d = std::min(d, rnr_until);
   if (read_hole_since != kNever) d = std::min(d, read_hole_since + attr.reorder_delay_ns);
+  if (cc_blocked) {
+    // A rate-based policy (dcqcn) says when it may send again.
+    const uint64_t t = cc->next_send_time(0);
+    if (t != 0) d = std::min(d, t);
+  }
   return d;
 }
 

@@ -8,6 +8,7 @@
 
 #include "common/wire/opcode.h"
 #include "common/wire/psn.h"
+#include "rnic/core/credit_wire.h"
 #include "rnic/core/qp.h"
 
 namespace tandem::rnic {
@@ -97,6 +98,7 @@ DropReason Qp::on_request(const common::RocePacket& pkt, const uint8_t* payload,
     return r;
   };
   if (error_after_nak) return fail(DropReason::kBadQpState);
+  last_rx_ns = now;
   if ((pkt.ip.tos & 3) == 3) {
     ++c.ecn_ce_rx;
     ecn_echo = true;
@@ -335,7 +337,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     if (d == nullptr) return false;
     d->bth.opcode = IBV_OPCODE_RC_ACKNOWLEDGE;
     d->bth.psn = psn_add(epsn, -1);
-    d->aeth = common::Aeth{kAckNoCredit, msn};
+    d->aeth = common::Aeth{ack_syndrome(), msn};
     ++c.acks_tx;
     tx_commit(d, now);
     ack_pending = false;
@@ -390,7 +392,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
       d->bth.opcode = IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE;
       d->bth.psn = psn_add(epsn, -1);
       d->bth.becn = ecn_echo;
-      d->aeth = common::Aeth{kAckNoCredit, msn};
+      d->aeth = common::Aeth{ack_syndrome(), msn};
       d->atomic_ack = sack_encode(base, bm);
       ++c.sacks_tx;
       tx_commit(d, now);
@@ -411,7 +413,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     d->bth.opcode = IBV_OPCODE_RC_ACKNOWLEDGE;
     d->bth.psn = psn_add(epsn, -1);
     d->bth.becn = ecn_echo;
-    d->aeth = common::Aeth{kAckNoCredit, msn};
+    d->aeth = common::Aeth{ack_syndrome(), msn};
     ++c.acks_tx;
     tx_commit(d, now);
     ack_pending = false;
@@ -440,6 +442,12 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     if (++j.next_pkt == j.npkts) ++reads_head;
   }
   return true;
+}
+
+uint8_t Qp::ack_syndrome() const noexcept {
+  if (!credit_mode) return kAckNoCredit;
+  const int32_t ahead = psn_diff(grant_psn, epsn);
+  return common::kAethAck | credit_encode(ahead > 0 ? static_cast<uint32_t>(ahead) : 0);
 }
 
 uint64_t Qp::sack_due() const noexcept {

@@ -168,6 +168,16 @@ const QpCounters* Transport::qp_counters(uint32_t qpn) const noexcept {
   return qp ? &qp->c : nullptr;
 }
 
+const PathPolicy* Transport::path_policy(uint32_t qpn) const noexcept {
+  const Qp* qp = find_qp(qpn);
+  return qp ? qp->path.get() : nullptr;
+}
+
+const CcPolicy* Transport::cc_policy(uint32_t qpn) const noexcept {
+  const Qp* qp = find_qp(qpn);
+  return qp ? qp->cc.get() : nullptr;
+}
+
 void Qp::reset_state() noexcept {
   sq_head = sq_send = sq_tail = 0;
   next_recv_idx = 0;
@@ -202,6 +212,10 @@ void Qp::reset_state() noexcept {
   gbn_kind = 0;
   gbn_offset = 0;
   reads_head = reads_tail = 0;
+  credit_limit = credit_new_sent = 0;
+  grant_psn = grant_unacked = 0;
+  last_rx_ns = 0;
+  credits_granted = 0;
 }
 
 int Transport::modify_qp(uint32_t qpn, const QpAttr& a, int mask) noexcept {
@@ -250,10 +264,19 @@ int Transport::modify_qp(uint32_t qpn, const QpAttr& a, int mask) noexcept {
   if (mask & IBV_QP_SQ_PSN) {
     qp->attr.sq_psn = a.sq_psn & common::kPsnMask;
     qp->una = qp->nxt = qp->rtx_cursor = qp->read_high = qp->attr.sq_psn;
+    qp->credit_limit = common::psn_add(qp->attr.sq_psn, qp->cc->unscheduled_pkts());
   }
   if (to == QpState::kRtr && from == QpState::kInit) {
     qp->path->reset(PathPolicyParams{qp->qpn, qp->attr.path_seed, qp->init.policy.num_paths});
-    qp->cc->reset(CcParams{qp->attr.path_mtu, qp->init.policy.cc_window_bytes});
+    qp->cc->reset(CcParams{qp->attr.path_mtu, qp->init.policy.cc_window_bytes,
+                          qp->init.policy.line_rate_gbps, qp->init.policy.credit_unsched_bytes});
+    qp->credit_mode = qp->cc->uses_credits();
+    if (qp->credit_mode) {
+      // Both ends know the unscheduled amount: the first grant is implied.
+      qp->grant_psn = common::psn_add(qp->attr.rq_psn, qp->cc->unscheduled_pkts());
+      if (!grantor_ready_) grantor_.configure(cfg_.credit, qp->attr.path_mtu);
+      grantor_ready_ = true;
+    }
   }
   if (to == QpState::kError && from != QpState::kError) {
     qp->to_error(IBV_WC_WR_FLUSH_ERR);
@@ -339,6 +362,7 @@ void Qp::tx_commit(TxDesc* d, uint64_t now) noexcept {
 uint32_t Transport::poll(uint64_t now) noexcept {
   const uint32_t before = tx_.size();
   tx_blocked_ = false;
+  if (grantor_ready_) grant_credits(now);
   const std::size_t n = live_.size();
   for (std::size_t k = 0; k < n; ++k) {
     // Rotate the starting QP so that one busy QP cannot starve the others.
@@ -355,8 +379,67 @@ uint32_t Transport::poll(uint64_t now) noexcept {
   return tx_.size() - before;
 }
 
+// The receiving side of cc "credit": hands out the port's capacity, one
+// packet of credit at a time, round robin over the QPs whose senders are
+// active, keeping the credit outstanding over all of them (granted, not yet
+// arrived) within one shared budget. A QP that has used all its credit is
+// always eligible (its sender may be waiting); one that is idle (nothing
+// arrived for kIdleNs) neither counts against the budget nor gets more.
+void Transport::grant_credits(uint64_t now) noexcept {
+  constexpr uint64_t kIdleNs = 100'000;
+  credit_wake_ = kNever;
+  uint32_t tokens = grantor_.refill(now);
+  const std::size_t n = live_.size();
+  if (n == 0) return;
+  const uint32_t budget = grantor_.window_pkts();
+  uint32_t outstanding = 0;
+  for (Qp* qp : live_) {
+    if (!qp->credit_mode || (qp->state != QpState::kRtr && qp->state != QpState::kRts)) continue;
+    const int32_t out = common::psn_diff(qp->grant_psn, qp->rx_front());
+    if (out > 0 && now < qp->last_rx_ns + kIdleNs) outstanding += static_cast<uint32_t>(out);
+  }
+  bool want = true;
+  const std::size_t start = credit_rr_;
+  while (want && outstanding < budget) {
+    want = false;
+    for (std::size_t k = 0; k < n && outstanding < budget; ++k) {
+      Qp* qp = live_[(start + k) % n];
+      if (!qp->credit_mode || (qp->state != QpState::kRtr && qp->state != QpState::kRts)) continue;
+      const int32_t out = common::psn_diff(qp->grant_psn, qp->rx_front());
+      const bool active = now < qp->last_rx_ns + kIdleNs;
+      const uint32_t cap = budget;
+      if (qp->last_rx_ns == 0 || out >= static_cast<int32_t>(cap) || (out > 0 && !active)) continue;
+      want = true;
+      if (tokens == 0) {
+        credit_wake_ = grantor_.next_token_time();
+        want = false;
+        break;
+      }
+      --tokens;
+      grantor_.spend(1);
+      grantor_.note_granted(1);
+      qp->grant_psn = common::psn_add(qp->grant_psn, 1);
+      ++qp->credits_granted;
+      ++outstanding;
+      // Batch: an ACK per batch of credit, or when the QP's share is full.
+      if (++qp->grant_unacked >= grantor_.batch_pkts() || out + 1 >= static_cast<int32_t>(cap)) {
+        qp->ack_pending = true;
+        qp->grant_unacked = 0;
+      }
+      credit_rr_ = (start + k + 1) % n;
+    }
+  }
+  // Flush partial batches so that no granted credit waits for an ACK.
+  for (Qp* qp : live_) {
+    if (qp->credit_mode && qp->grant_unacked > 0 && credit_wake_ == kNever) {
+      qp->ack_pending = true;
+      qp->grant_unacked = 0;
+    }
+  }
+}
+
 uint64_t Transport::next_deadline() const noexcept {
-  uint64_t d = kNever;
+  uint64_t d = credit_wake_;
   for (const Qp* qp : live_) {
     if (qp->state == QpState::kRts) d = std::min(d, qp->requester_deadline());
     if (qp->state == QpState::kRtr || qp->state == QpState::kRts)

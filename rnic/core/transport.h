@@ -61,6 +61,9 @@
 
 #include "common/wire/drop_reason.h"
 #include "common/wire/roce_packet.h"
+#include "rnic/core/cc_credit.h"
+#include "rnic/core/cc_policy.h"
+#include "rnic/core/path_policy.h"
 #include "rnic/core/qp_counters.h"
 #include "rnic/core/tx_desc.h"
 #include "rnic/core/verbs_types.h"
@@ -75,6 +78,7 @@ struct TransportConfig {
   uint32_t max_mrs = 256;
   uint32_t max_cqs = 64;
   uint32_t tx_queue_capacity = 256; // power of two
+  CreditConfig credit;              // how this port grants credit (cc "credit" QPs)
 };
 
 // Every received packet and every drop, per reason: those no QP took
@@ -117,7 +121,12 @@ class Transport {
   int set_reorder_delay(uint32_t qpn, uint64_t ns) noexcept;
   QpState qp_state(uint32_t qpn) const noexcept;
   const QpCounters* qp_counters(uint32_t qpn) const noexcept;
+  // The QP's policies, for their counters (nullptr if no such QP).
+  const PathPolicy* path_policy(uint32_t qpn) const noexcept;
+  const CcPolicy* cc_policy(uint32_t qpn) const noexcept;
   const TransportCounters& counters() const noexcept { return counters_; }
+  // Packets of credit this port granted to its senders (cc "credit").
+  uint64_t credits_granted() const noexcept { return grantor_.granted_pkts(); }
 
   // --- fast path ---
   // 0, ENOMEM (queue full), EINVAL (bad state, opcode, SGE count, lkey or
@@ -141,6 +150,7 @@ class Transport {
 
  private:
   Qp* find_qp(uint32_t qpn) const noexcept;
+  void grant_credits(uint64_t now) noexcept;
 
   TransportConfig cfg_;
   TxQueue tx_;
@@ -152,6 +162,10 @@ class Transport {
   std::vector<std::unique_ptr<Cq>> cqs_;
   TransportCounters counters_;
   uint32_t mr_generation_ = 1;
+  CreditGrantor grantor_;
+  bool grantor_ready_ = false;
+  std::size_t credit_rr_ = 0;
+  uint64_t credit_wake_ = kNever;  // when grant_credits has work again
 };
 
 }  // namespace tandem::rnic

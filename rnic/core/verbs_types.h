@@ -85,6 +85,8 @@ struct PolicyConfig {
   const char* cc = "fixed_window";   // "fixed_window": at most cc_window_bytes in flight
   uint64_t cc_window_bytes = 1ull << 20;
   uint32_t num_paths = 1;            // size of the path set (entropy values) a policy may use
+  double line_rate_gbps = 100;       // "dcqcn": the rate it starts at and never exceeds
+  uint64_t credit_unsched_bytes = 64 << 10;  // "credit": sent before any credit (~1 BDP)
 };
 
 // Fixed at creation (like ibv_qp_init_attr). Everything is sized here so that

@@ -17,6 +17,7 @@ enum class EventKind : uint8_t {
   kHostPost,      // the workload posts a message
   kLinkState,     // a link fails or recovers
   kRouteUpdate,   // switches stop (or resume) hashing onto a link
+  kHostDelayedTx, // a host's delayed frame (credit-loop jitter) enters its port
   kUser,          // tests and benchmarks
 };
 

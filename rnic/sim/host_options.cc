@@ -1,5 +1,6 @@
 #include "rnic/sim/host_options.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace tandem::rnic::sim {
@@ -77,6 +78,17 @@ HostOptions parse_host_options(const Scenario& s, const PolicySpec& p) {
   o.cnp_interval_ns = static_cast<uint64_t>(r.number("cnp_interval_us", 0, 0, 1e9) * 1000);
   o.window_pkts = static_cast<uint32_t>(r.number("window_pkts", 1024, 1, 1 << 16));
   o.tx_queue_capacity = static_cast<uint32_t>(r.number("tx_queue", 64, 1, 1 << 16));
+  const double link_gbps = static_cast<double>(s.topology.host_link.rate_bps) / 1e9;
+  o.line_rate_gbps = r.number("line_rate_gbps", link_gbps, 0.001, 1e4);
+  o.credit_unsched_bytes = static_cast<uint64_t>(r.number("credit_unsched_kb", 64, 0.25, 1 << 20) * 1024);
+  o.credit_rate_gbps = r.number("credit_rate_gbps", link_gbps, 0.001, 1e4);
+  o.credit_window_pkts = static_cast<uint32_t>(
+      std::max(1.0, r.number("credit_window_kb", 128, 0.25, 1 << 20) * 1024 / o.mtu));
+  o.jitter_mitigation = r.flag("jitter_mitigation", false);
+  o.credit_headroom_pkts = static_cast<uint32_t>(
+      r.number("credit_headroom_kb", 256, 0, 1 << 20) * 1024 / o.mtu);
+  o.credit_batch_pkts = static_cast<uint32_t>(r.number("credit_batch", 4, 1, 1024));
+  o.credit_jitter_ns = static_cast<uint64_t>(r.number("credit_jitter_us", 0, 0, 1e6) * 1000);
   o.send_op = s.workload.op == WorkloadSpec::Op::kSend;
   o.read_op = s.workload.op == WorkloadSpec::Op::kRead;
   if (!r.kv.empty()) r.fail(r.kv.begin()->first, "is not a known option");

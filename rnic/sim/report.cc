@@ -41,6 +41,17 @@ nlohmann::ordered_json results_json(const Scenario& s, uint64_t seed, const std:
     o["reorder_depth_max"] = r.reorder_depth_max;
     o["core_reorder_depth_max"] = r.core_reorder_depth_max;
     if (!r.path_frames.empty()) o["path_frames"] = r.path_frames;
+    o["path_removals"] = r.path_removals;
+    o["path_returns"] = r.path_returns;
+    o["path_losses"] = r.path_losses;
+    o["first_path_removal_us"] = r.first_path_removal_us;
+    o["credits_granted"] = r.credits_granted;
+    o["credits_received"] = r.credits_received;
+    o["credits_used"] = r.credits_used;
+    o["credit_stalls"] = r.credit_stalls;
+    o["rate_cuts"] = r.rate_cuts;
+    o["min_rate_gbps"] = r.min_rate_gbps;
+    o["qp_path_pkts"] = r.qp_path_pkts;
     o["sim_time_us"] = r.sim_time_us;
     o["events"] = r.events;
     o["stop_reason"] = r.stop_reason;

@@ -44,6 +44,19 @@ struct RunResult {
   bool data_ok = false;         // every message completed and every byte matched
   std::string stop_reason;      // "done", "time limit", "stalled"
   std::vector<uint64_t> path_frames;  // parallel topology: frames over each path, forward direction
+  // Policy counters (rnic/core path and CC policies), summed over sender QPs.
+  uint64_t path_removals = 0;   // path health took a path out
+  uint64_t path_returns = 0;    // ... and a probe brought it back
+  uint64_t path_losses = 0;     // losses the path policies were told about
+  double first_path_removal_us = 0;  // earliest removal (0: none)
+  uint64_t credits_granted = 0;  // receivers: packets of credit granted
+  uint64_t credits_received = 0; // senders: credit that arrived on ACKs
+  uint64_t credits_used = 0;     // senders: packets sent against credit
+  uint64_t credit_stalls = 0;    // senders: times a packet waited for credit
+  uint64_t rate_cuts = 0;        // dcqcn: CNPs that cut a rate
+  double min_rate_gbps = 0;      // dcqcn: lowest rate any QP reached
+  // Per sender QP (the first 64): packets per path of its path set.
+  std::vector<std::vector<uint64_t>> qp_path_pkts;
 };
 
 }  // namespace tandem::rnic::sim

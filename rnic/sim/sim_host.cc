@@ -41,7 +41,7 @@ SimHost::SimHost(uint32_t index, const HostOptions& opt, Fabric& fabric, EventQu
                  FramePool& frames, std::vector<Conn>& conns, std::vector<std::unique_ptr<SimHost>>& hosts,
                  WorkloadTotals& totals)
     : index_(index), opt_(opt), fabric_(fabric), events_(events), frames_(frames), conns_(conns),
-      hosts_(hosts), totals_(totals) {}
+      hosts_(hosts), totals_(totals), jitter_rng_(derive_seed(0x6a177e4, index)) {}
 
 void SimHost::finish_memory(uint32_t qps) {
   TransportConfig cfg;
@@ -53,6 +53,11 @@ void SimHost::finish_memory(uint32_t qps) {
   cfg.max_cqs = 1;
   cfg.max_mrs = 4;
   cfg.tx_queue_capacity = pow2_at_least(opt_.tx_queue_capacity);
+  cfg.credit.rate_gbps = opt_.credit_rate_gbps;
+  cfg.credit.jitter_mitigation = opt_.jitter_mitigation;
+  cfg.credit.window_pkts = opt_.credit_window_pkts;
+  cfg.credit.headroom_pkts = opt_.credit_headroom_pkts;
+  cfg.credit.batch_pkts = opt_.credit_batch_pkts;
   transport_ = std::make_unique<Transport>(cfg);
   const uint64_t size = std::max<uint64_t>(arena_size_, 4096);
   arena_.reset(new uint8_t[size]());
@@ -80,6 +85,8 @@ void SimHost::create_qp_for(Conn& c, bool sender) {
   init.policy.cc = opt_.cc_policy.c_str();
   init.policy.cc_window_bytes = opt_.cc_window_bytes;
   init.policy.num_paths = opt_.num_paths;
+  init.policy.line_rate_gbps = opt_.line_rate_gbps;
+  init.policy.credit_unsched_bytes = opt_.credit_unsched_bytes;
   uint32_t qpn = transport_->create_qp(init);
   if (qpn == 0) {
     throw ScenarioError("host " + std::to_string(index_) + ": create_qp refused the policy (path '" +
@@ -376,8 +383,18 @@ void SimHost::kick_nic(uint64_t now) {
     ++nic_.rx_parse_drops;
     return;
   }
+  if (opt_.credit_jitter_ns && (d.bth.opcode == IBV_OPCODE_RC_ACKNOWLEDGE ||
+                                d.bth.opcode == IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE)) {
+    // Processing delay in the credit loop: the ACK leaves up to
+    // credit_jitter later (the NIC goes on with other frames meanwhile).
+    events_.push(now + jitter_rng_.between(0, opt_.credit_jitter_ns), EventKind::kHostDelayedTx, index_, id);
+    kick_nic(now);  // the port is still idle: pull the next descriptor
+    return;
+  }
   fabric_.send_from_host(index_, id, now);
 }
+
+void SimHost::send_delayed(uint32_t frame, uint64_t now) { fabric_.send_from_host(index_, frame, now); }
 
 void SimHost::arm_timer(uint64_t now) {
   uint64_t d = transport_->next_deadline();

@@ -15,6 +15,7 @@
 #include "rnic/sim/event_queue.h"
 #include "rnic/sim/fabric.h"
 #include "rnic/sim/frame_pool.h"
+#include "rnic/sim/rng.h"
 
 namespace tandem::rnic::sim {
 
@@ -38,6 +39,14 @@ struct HostOptions {
   uint64_t cnp_interval_ns = 0;  // responder sends CNPs for CE-marked requests (0: only ECN echo in ACKs)
   uint32_t window_pkts = 1024;
   uint32_t tx_queue_capacity = 64;
+  double line_rate_gbps = 100;         // dcqcn: start/max rate (default: the host link rate)
+  uint64_t credit_unsched_bytes = 64 << 10;  // credit: sent before any credit (~1 BDP)
+  double credit_rate_gbps = 100;       // credit: the receiver's capacity (default: host link rate)
+  uint32_t credit_window_pkts = 32;    // credit: receiver's outstanding credit over all senders (~1 BDP)
+  bool jitter_mitigation = false;      // credit: headroom + batched grants
+  uint32_t credit_headroom_pkts = 64;  // credit: with mitigation
+  uint32_t credit_batch_pkts = 4;      // credit: with mitigation
+  uint64_t credit_jitter_ns = 0;       // processing delay of each ACK (the credit loop), uniform [0, this]
   bool send_op = false;  // SEND/RECV instead of RDMA WRITE
   bool read_op = false;  // RDMA READ: the flow's source reads from its destination
 };
@@ -105,6 +114,7 @@ class SimHost {
   void on_timer(uint64_t generation, uint64_t now);
   void start_conn(Conn& c, uint64_t now);  // the sender posts its first messages
   void post_initial_recvs(Conn& c);
+  void send_delayed(uint32_t frame, uint64_t now);  // a jittered ACK leaves now
 
   const Transport& transport() const noexcept { return *transport_; }
   const NicCounters& nic() const noexcept { return nic_; }
@@ -141,6 +151,7 @@ class SimHost {
   std::vector<uint32_t> spray_next_;
   std::vector<uint32_t> rx_high_psn_;  // per local QP: highest request PSN seen
   std::vector<uint8_t> rx_seen_;
+  Rng jitter_rng_;
   uint32_t qpn_base_ = 0;
   bool in_service_ = false;
 };

@@ -124,6 +124,9 @@ void Simulation::dispatch(const Event& e) {
       hosts_[c.src]->start_conn(c, e.time);
       break;
     }
+    case EventKind::kHostDelayedTx:
+      hosts_[e.a]->send_delayed(static_cast<uint32_t>(e.b), e.time);
+      break;
     case EventKind::kLinkState:
       fabric_.set_link_state(e.a, (e.b & 1) != 0, e.time, e.b >> 1);
       break;
@@ -213,7 +216,33 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
       r.cnps += q->cnp_rx;
       r.core_reorder_depth_max = std::max(r.core_reorder_depth_max, q->reorder_depth_max);
     }
+    const Transport& st = hosts_[c.src]->transport();
+    if (const PathPolicy* pp = st.path_policy(c.src_qpn)) {
+      std::vector<uint64_t> per_path;
+      for (uint32_t i = 0; i < pp->path_count(); ++i) {
+        const PathStats ps = pp->path_stats(i);
+        per_path.push_back(ps.pkts);
+        r.path_removals += ps.removals;
+        r.path_returns += ps.returns;
+        r.path_losses += ps.losses;
+        if (ps.first_removed_ns) {
+          const double t = static_cast<double>(ps.first_removed_ns) / 1000.0;
+          if (r.first_path_removal_us == 0 || t < r.first_path_removal_us) r.first_path_removal_us = t;
+        }
+      }
+      if (r.qp_path_pkts.size() < 64) r.qp_path_pkts.push_back(std::move(per_path));
+    }
+    if (const CcPolicy* cp = st.cc_policy(c.src_qpn)) {
+      const CcStats cs = cp->stats();
+      r.credits_received += cs.credits_received;
+      r.credits_used += cs.credits_used;
+      r.credit_stalls += cs.credit_stalls;
+      r.rate_cuts += cs.rate_cuts;
+      if (cs.min_rate_gbps > 0 && (r.min_rate_gbps == 0 || cs.min_rate_gbps < r.min_rate_gbps))
+        r.min_rate_gbps = cs.min_rate_gbps;
+    }
   }
+  for (const auto& h : hosts_) r.credits_granted += h->transport().credits_granted();
   const FabricStats fs = fabric_.stats();
   r.drops = fs.drops();
   r.drops_queue = fs.drops_queue;
