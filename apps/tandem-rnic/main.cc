@@ -68,6 +68,14 @@ int main(int argc, char** argv) {
   app.add_option("--duration", c.duration_s, "Stop after this many seconds (default: until SIGINT/SIGTERM)");
   app.add_option("--stats-json", c.stats_json, "Write the counters to this file at exit");
   app.add_option("--max-qps", c.max_qps, "QPs this worker can run (default 1024)");
+  app.add_option("--dpu-channel", c.dpu_channel,
+                 "DPU mode: tandem-dpu's channel file for this port (e.g. /dev/shm/tandem-h0.chan); the agent\n"
+                 "programs the level-2 table and resolves misses, --table then only gives the underlay address\n"
+                 "and vNICs. Without the agent's heartbeat the worker goes HEADLESS and keeps forwarding.");
+  app.add_option("--dpu-agent-timeout-ms", [&c](const CLI::results_t& r) {
+        c.dpu_agent_timeout_ns = std::stoull(r[0]) * 1'000'000;
+        return true;
+      }, "DPU mode: agent silence before HEADLESS (default 1000)");
   app.add_option("--rxd", c.port.rx_desc, "RX ring size (default 512)");
   app.add_option("--txd", c.port.tx_desc, "TX ring size (default 512)");
   app.add_option("--link-wait-ms", c.port.link_wait_ms, "How long to wait for the link (default 2000)");

@@ -29,6 +29,9 @@
 #include "rnic/core/policy_factory.h"
 #include "rnic/core/transport.h"
 #include "rnic/dpdk/standalone_table.h"
+#include <unistd.h>
+
+#include "rnic/dpdk/dpu_link.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/dpdk/worker_counters.h"
 #include "rnic/host/host_server.h"
@@ -92,10 +95,15 @@ class Worker {
   Worker(const WorkerConfig& c, StandaloneTable st)
       : c_(c),
         st_(std::move(st)),
-        table_(Level2TableConfig{static_cast<uint32_t>(std::max<std::size_t>(64, st_.entries.size() * 2))}),
+        table_(Level2TableConfig{static_cast<uint32_t>(
+            std::max<std::size_t>(c.dpu_channel.empty() ? 64 : 65536, st_.entries.size() * 2))}),
         core_(TransportConfig{c.max_qps, kQpnBase, 8, 4, 1024}),
         host_(host::ServerConfig{.socket_path = c.host_socket}) {
-    commit_standalone_table(st_, table_);
+    if (c.dpu_channel.empty())
+      commit_standalone_table(st_, table_);
+    else  // DPU mode: the agent programs the table (its YAML entries are ignored)
+      dpu_ = std::make_unique<DpuLink>(c.dpu_channel, table_, rte_rdtsc() ^ (uint64_t(getpid()) << 32) | 1,
+                                       c.dpu_agent_timeout_ns);
     core_cq_ = core_.create_cq(1u << 16);
     const MemoryRegion mr = core_.reg_mr(kIdentityBase, reinterpret_cast<uint8_t*>(kIdentityBase), kIdentityLen,
                                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
@@ -148,6 +156,7 @@ class Worker {
   void on_qp_state(uint32_t host_qpn, ibv_qp_state state);
   void on_qp_destroyed(uint32_t host_qpn, bool died);
   void fail_qp(QpCtx& q) noexcept;
+  const Level2Entry* resolve_via_dpu(uint32_t remote, QpCtx& q);
   uint16_t choose_sport(const common::EgressAction& a, uint16_t core_port) const noexcept;
 
   const WorkerConfig& c_;
@@ -168,6 +177,7 @@ class Worker {
   cd::TscClock clock_;
   uint64_t last_host_poll_ = 0;
   uint16_t n_ports_ = 1;
+  std::unique_ptr<DpuLink> dpu_;  // DPU mode only
 };
 
 // ------------------------------------------------------------------ receive
@@ -335,6 +345,7 @@ uint32_t Worker::tx_drain() noexcept {
     const Level2Entry* e = table_.lookup(snap, common::egress_key(q->vnic, d.peer));
     if (e == nullptr) {
       k_.drop(Stage::kEgress, DropReason::kTableMiss);
+      if (dpu_) dpu_->punt(common::egress_key(q->vnic, d.peer), nullptr, 0, 0, clock_.now_ns());
       tx.pop();
       continue;
     }
@@ -422,6 +433,7 @@ void Worker::on_qp_state(uint32_t host_qpn, ibv_qp_state state) {
           q->vni = v.vni;
           break;
         }
+      if (e == nullptr && dpu_) e = resolve_via_dpu(remote, *q);
       if (e == nullptr) {
         std::fprintf(stderr, "%s: QP 0x%x: no egress entry for remote %s: QP to ERR\n", c_.name.c_str(), host_qpn,
                      format_ipv4(remote).c_str());
@@ -636,6 +648,28 @@ uint32_t Worker::completions() noexcept {
   return total;
 }
 
+// DPU mode: a QP's first route is a table miss. Punt it for every local vNIC
+// and keep servicing the channel (control path, bounded) until the agent has
+// installed an entry or refused: isolation-denied peers get no entry.
+const Level2Entry* Worker::resolve_via_dpu(uint32_t remote, QpCtx& q) {
+  const uint64_t start = clock_.now_ns();
+  for (uint64_t now = start; now - start < 3'000'000'000; now = clock_.now_ns()) {
+    if (dpu_->state() == RnicChannelState::kActive) {
+      const Level2Table::Snapshot snap = table_.begin_read();
+      for (const Vnic& v : st_.vnics) {
+        if (const Level2Entry* e = table_.lookup(snap, common::egress_key(v.id, remote))) {
+          q.vnic = v.id;
+          q.vni = v.vni;
+          return e;
+        }
+        dpu_->punt(common::egress_key(v.id, remote), nullptr, 0, 0, now);
+      }
+    }
+    if (dpu_->service(now) == 0) usleep(100);
+  }
+  return nullptr;
+}
+
 // ------------------------------------------------------------------ the loop
 
 void Worker::loop() {
@@ -659,6 +693,11 @@ void Worker::loop() {
       if (!core_.pending()) break;
     }
     work += completions();
+    if (dpu_) {
+      dpu_->set(common::BarCounter::kRxPackets, k_.rx_packets);
+      dpu_->set(common::BarCounter::kTxPackets, k_.tx_packets);
+      work += dpu_->service(now);
+    }
     idle.after_iteration(work > 0 || !backlog_.empty());
   }
 }

@@ -30,6 +30,10 @@ struct WorkerConfig {
   std::string stats_json;
   uint16_t port_id = 0;      // the data port (first EAL port)
   uint32_t max_qps = 1024;
+  // DPU mode: the level-2 table comes from tandem-dpu over this channel file
+  // (--table then only names the port's underlay identity and vNICs).
+  std::string dpu_channel;
+  uint64_t dpu_agent_timeout_ns = 1'000'000'000;  // agent silence before HEADLESS
   std::vector<std::string> eal_args;
 };
 

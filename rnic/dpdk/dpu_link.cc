@@ -1,0 +1,112 @@
+#include "rnic/dpdk/dpu_link.h"
+
+#include <fcntl.h>
+#include <rte_ring.h>
+#include <rte_ring_elem.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "common/channel/channel_region.h"
+
+namespace tandem::rnic::dpdk {
+
+DpuLink::DpuLink(std::string path, Level2Table& table, uint64_t rnic_instance, uint64_t agent_timeout_ns)
+    : path_(std::move(path)), table_(table) {
+  cfg_.rnic_instance = rnic_instance;
+  cfg_.agent_timeout_ns = agent_timeout_ns;
+}
+
+DpuLink::~DpuLink() {
+  if (base_) munmap(base_, size_);
+}
+
+bool DpuLink::try_attach(uint64_t now) noexcept {
+  next_try_ = now + kRetryNs;
+  int fd = ::open(path_.c_str(), O_RDWR);
+  if (fd < 0) {
+    attach_error_ = "no channel file yet";
+    return false;
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(common::ChannelHeader))) {
+    ::close(fd);
+    attach_error_ = "channel file too small";
+    return false;
+  }
+  size_ = static_cast<std::size_t>(st.st_size);
+  void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    attach_error_ = "cannot map channel file";
+    return false;
+  }
+  std::string err = common::check_channel(p, size_);
+  if (!err.empty()) {
+    munmap(p, size_);
+    attach_error_ = err;
+    return false;
+  }
+  base_ = p;
+  cmd_ = static_cast<rte_ring*>(common::channel_cmd_ring(p));
+  evt_ = static_cast<rte_ring*>(common::channel_evt_ring(p));
+  common::announce_rnic(*static_cast<common::ChannelHeader*>(p), cfg_.versions, static_cast<uint32_t>(getpid()));
+  ch_ = std::make_unique<RnicChannel>(table_, cfg_);
+  attach_error_.clear();
+  std::printf("dpu-link: attached %s\n", path_.c_str());
+  std::fflush(stdout);
+  return true;
+}
+
+uint32_t DpuLink::service(uint64_t now) noexcept {
+  if (!base_) {
+    if (now >= next_try_) try_attach(now);
+    if (!base_) return 0;
+  }
+  uint32_t moved = 0;
+  common::RawMessage in[32];
+  unsigned n = rte_ring_dequeue_burst_elem(cmd_, in, sizeof(common::RawMessage), 32, nullptr);
+  for (unsigned i = 0; i < n; ++i) ch_->on_command(in[i], now);
+  moved += n;
+  ch_->tick(now);
+  // Events the ring had no room for wait in unsent_ (the channel keeps the rest queued).
+  while (unsent_n_ < unsent_.size() && ch_->pop_event(unsent_[unsent_n_])) ++unsent_n_;
+  if (unsent_n_) {
+    unsigned sent = rte_ring_enqueue_burst_elem(evt_, unsent_.data(), sizeof(common::RawMessage), unsent_n_, nullptr);
+    for (unsigned i = sent; i < unsent_n_; ++i) unsent_[i - sent] = unsent_[i];
+    unsent_n_ -= sent;
+    moved += sent;
+  }
+  common::Bar& bar = common::channel_bar(base_);
+  ch_->publish(bar);
+  // Packet counters the channel object does not see.
+  for (common::BarCounter c : {common::BarCounter::kRxPackets, common::BarCounter::kTxPackets,
+                               common::BarCounter::kTableHits, common::BarCounter::kTableMisses,
+                               common::BarCounter::kPunts, common::BarCounter::kPuntsDropped,
+                               common::BarCounter::kDrops}) {
+    std::size_t i = static_cast<std::size_t>(c);
+    if (counters_[i]) bar.counters[i].value.store(counters_[i], std::memory_order_relaxed);
+  }
+  return moved;
+}
+
+void DpuLink::punt(const common::EntryKey& key, const uint8_t* hdr, std::size_t len, uint16_t port,
+                   uint64_t now) noexcept {
+  ++counters_[static_cast<std::size_t>(common::BarCounter::kTableMisses)];
+  if (!ch_) return;
+  uint64_t h = (uint64_t{key.word0} << 32 | key.word1) * 0x9E3779B97F4A7C15ull ^ static_cast<uint8_t>(key.kind);
+  Recent& r = recent_[(h >> 56) % recent_.size()];
+  if (r.key == key && now - r.at < kRepuntNs) return;
+  r.key = key;
+  r.at = now;
+  auto* hd = static_cast<common::ChannelHeader*>(base_);
+  uint32_t slot = next_slot_++ % hd->geometry.slot_count;
+  uint32_t gen = common::slot_write(base_, slot, hdr, len);
+  std::size_t cap = common::slot_payload_capacity(hd->geometry);
+  ch_->punt(slot, gen, static_cast<uint16_t>(len < cap ? len : cap), port, key);
+  ++counters_[static_cast<std::size_t>(common::BarCounter::kPunts)];
+}
+
+}  // namespace tandem::rnic::dpdk

@@ -1,0 +1,68 @@
+// The worker's end of the DPU channel file (`--dpu-channel PATH`): maps the
+// file the agent created, validates it, looks its rte_rings up by address,
+// and each loop iteration moves commands into rnic::table's RnicChannel,
+// events back, and publishes the BAR (heartbeat, state, version, digest,
+// counters). Table misses are punted to the agent through the slots, each
+// key at most once per kRepuntNs. DPDK types stay out of this header.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/channel/messages.h"
+#include "rnic/table/level2_table.h"
+#include "rnic/table/rnic_channel.h"
+
+struct rte_ring;
+
+namespace tandem::rnic::dpdk {
+
+class DpuLink {
+ public:
+  // The file may not exist yet (agent not started): service() keeps trying.
+  DpuLink(std::string path, Level2Table& table, uint64_t rnic_instance, uint64_t agent_timeout_ns);
+  ~DpuLink();
+  DpuLink(const DpuLink&) = delete;
+  DpuLink& operator=(const DpuLink&) = delete;
+
+  // One loop iteration's channel work; returns messages moved.
+  uint32_t service(uint64_t now) noexcept;
+  // A packet (headers `hdr`) missed `key`: tell the agent (rate-limited per key).
+  void punt(const common::EntryKey& key, const uint8_t* hdr, std::size_t len, uint16_t port, uint64_t now) noexcept;
+  // Worker counters mirrored into the BAR (the channel publishes commits/aborts/table_full).
+  void set(common::BarCounter c, uint64_t v) noexcept { counters_[static_cast<std::size_t>(c)] = v; }
+
+  bool attached() const noexcept { return base_ != nullptr; }
+  RnicChannelState state() const noexcept { return ch_ ? ch_->state() : RnicChannelState::kDown; }
+  const RnicChannel* channel() const noexcept { return ch_.get(); }
+  const std::string& path() const noexcept { return path_; }
+  const std::string& attach_error() const noexcept { return attach_error_; }
+
+ private:
+  static constexpr uint64_t kRetryNs = 200'000'000;
+  static constexpr uint64_t kRepuntNs = 2'000'000;
+  bool try_attach(uint64_t now) noexcept;
+
+  std::string path_;
+  Level2Table& table_;
+  RnicChannelConfig cfg_;
+  std::unique_ptr<RnicChannel> ch_;
+  void* base_ = nullptr;
+  std::size_t size_ = 0;
+  rte_ring* cmd_ = nullptr;
+  rte_ring* evt_ = nullptr;
+  uint64_t next_try_ = 0;
+  uint32_t next_slot_ = 0;
+  std::string attach_error_;
+  struct Recent {
+    common::EntryKey key;
+    uint64_t at = 0;
+  };
+  std::array<Recent, 256> recent_{};  // last punt time per hashed key
+  std::array<uint64_t, common::kBarCounterCount> counters_{};
+  std::array<common::RawMessage, 64> unsent_{};
+  uint32_t unsent_n_ = 0;
+};
+
+}  // namespace tandem::rnic::dpdk

@@ -1,0 +1,312 @@
+"""System test of tandem-dpu + tandemctl + two tandem-rnic workers in DPU mode
+(--dpu-channel), on the lab fabric:
+
+  * tandemctl configures tenants, RNICs and vNICs; refused requests exit 2 and
+    change nothing; state survives an agent restart (SQLite);
+  * both workers go HELLO -> SYNC -> ACTIVE; QPs get their routes from the agent
+    (punted miss -> level-2 transaction) and WRITE/SEND/READ verify both ways;
+  * a vNIC of another tenant cannot be reached: the punt is denied by isolation
+    (counted) and the QP fails;
+  * kill -9 the agent under traffic: workers go HEADLESS and keep forwarding,
+    the agent restarts from SQLite, both channels reconcile to ACTIVE, the stream
+    never saw an error, new QPs work;
+  * kill -9 a worker under traffic: it restarts, the agent replays its table, the
+    other worker stays ACTIVE throughout, new QPs work.
+
+usage: dpu_agent_test.py TANDEM_DPU TANDEMCTL TANDEM_FABRIC TANDEM_RNIC RNIC_HOST_APP
+Everything started is stopped by PID; hugepage files, runtime dirs, sockets and
+channel files are removed, also on failure."""
+import glob
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+DPU, CTL, FABRIC, RNIC, APP = sys.argv[1:6]
+TAG = f"dpu{os.getpid()}"
+D = tempfile.mkdtemp(prefix="tandem-dpu-test-")
+CH = f"{D}/ch"
+os.makedirs(CH)
+procs, prefixes, failed = [], [], []
+BAR_STATES = {0: "down", 1: "await_hello", 2: "sync", 3: "active", 4: "headless"}
+
+
+def cleanup():
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    for pre in prefixes:
+        for f in glob.glob(f"/dev/hugepages/{pre}*"):
+            try:
+                os.unlink(f)
+            except OSError:
+                pass
+        shutil.rmtree(f"/var/run/dpdk/{pre}", ignore_errors=True)
+    shutil.rmtree(D, ignore_errors=True)
+
+
+def on_signal(signum, frame):
+    cleanup()
+    sys.exit(128 + signum)
+
+
+signal.signal(signal.SIGTERM, on_signal)
+signal.signal(signal.SIGINT, on_signal)
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failed.append(what)
+
+
+def start(argv, log, prefix=None):
+    if prefix:
+        prefixes.append(prefix)
+    p = subprocess.Popen(argv, stdout=open(f"{D}/{log}.log", "a"), stderr=subprocess.STDOUT)
+    procs.append(p)
+    return p
+
+
+def stop(p, timeout=15):
+    if p.poll() is None:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return p.returncode
+
+
+def log(name):
+    try:
+        with open(f"{D}/{name}.log") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def ctl(*args):
+    r = subprocess.run([CTL, "--socket", f"{D}/ctl.sock", *map(str, args), "--json"], capture_output=True, text=True)
+    try:
+        return r.returncode, json.loads(r.stdout) if r.stdout.strip() else {}
+    except ValueError:
+        return r.returncode, {"raw": r.stdout + r.stderr}
+
+
+def bar(rnic):
+    """(state, tx_packets, heartbeat, rnic_instance) straight from the channel file's BAR page."""
+    with open(f"{CH}/tandem-{rnic}.chan", "rb") as f:
+        f.seek(4096)
+        b = f.read(4096)
+    u = lambda line: struct.unpack_from("<Q", b, line * 64)[0]
+    return BAR_STATES.get(u(0), "?"), u(8 + 1), u(1), u(2)
+
+
+def wait_for(pred, timeout, what):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def channel(rnic):
+    rc, j = ctl("rnic", "show", rnic)
+    return j.get("rnic", {}).get("channel", {}) if rc == 0 else {}
+
+
+def agent():
+    pre = f"{TAG}-dpu{len(prefixes)}"
+    p = start([DPU, "--db", f"{D}/dpu.sqlite", "--control-socket", f"{D}/ctl.sock", "--channel-dir", CH,
+               "--idle", "adaptive", "--heartbeat-timeout-ms", "3000", "--", "--no-pci", "--no-huge", "-m", "64", f"--file-prefix={pre}", "-l", "0",
+               "--log-level=lib.eal:error"], "agent", pre)
+    if not wait_for(lambda: ctl("tenant", "list")[0] == 0 or p.poll() is not None, 20, "agent"):
+        raise RuntimeError("agent did not start:\n" + log("agent"))
+    if p.poll() is not None:
+        raise RuntimeError("agent exited:\n" + log("agent"))
+    return p
+
+
+YAML = {
+    "A": "underlay: {ip: 10.0.0.1, mac: 02:00:00:00:00:01, gateway_mac: 02:00:00:00:00:fe}\n"
+         "vnics:\n  - {id: 1, ip: 192.168.7.1, mac: 02:00:00:00:01:01, vni: 100}\n",
+    "B": "underlay: {ip: 10.0.0.2, mac: 02:00:00:00:00:02, gateway_mac: 02:00:00:00:00:fe}\n"
+         "vnics:\n  - {id: 2, ip: 192.168.7.2, mac: 02:00:00:00:01:02, vni: 100}\n"
+         "  - {id: 3, ip: 192.168.9.3, mac: 02:00:00:00:01:03, vni: 300}\n",
+}
+
+
+def worker(n, sock, gen=0):
+    pre = f"{TAG}-{n}{gen}"
+    return start([RNIC, "--name", n, "--host-socket", f"{D}/{n}.rnic", "--table", f"{D}/{n}.yaml",
+                  "--dpu-channel", f"{CH}/tandem-{n}.chan", "--dpu-agent-timeout-ms", "3000",
+                  "--idle", "adaptive", "--mtu", "1024", "--", "--no-pci", f"--file-prefix={pre}", "-l", "1",
+                  "-m", "128", "--log-level=lib.eal:error", f"--vdev=net_memif0,role=client,socket={D}/{sock}"],
+                 n, pre)
+
+
+def pair(a_name, b_name, seed, a_peer_ip="192.168.7.2"):
+    a = start([APP, "verify", f"{D}/A.rnic", D, a_name, b_name, str(seed), a_peer_ip], a_name)
+    b = start([APP, "verify", f"{D}/B.rnic", D, b_name, a_name, str(seed + 1), "192.168.7.1"], b_name)
+    return a, b
+
+
+def both_active():
+    return all(channel(n).get("state") == "ACTIVE" and bar(n)[0] == "active" for n in ("A", "B"))
+
+
+def main():
+    for n, y in YAML.items():
+        with open(f"{D}/{n}.yaml", "w") as f:
+            f.write(y)
+    ag = agent()
+
+    # 1. Configuration, and refusals that change nothing.
+    steps = [("rnic", "add", "A", "--underlay-ip", "10.0.0.1", "--mac", "02:00:00:00:00:01",
+              "--path-base-port", 0xC000, "--path-count", 4),
+             ("rnic", "add", "B", "--underlay-ip", "10.0.0.2", "--mac", "02:00:00:00:00:02",
+              "--path-base-port", 0xC000, "--path-count", 4),
+             ("tenant", "add", 100, "red"), ("tenant", "add", 300, "green"),
+             ("vnic", "add", 1, "--vni", 100, "--rnic", "A", "--ip", "192.168.7.1", "--mac", "02:00:00:00:01:01"),
+             ("vnic", "add", 2, "--vni", 100, "--rnic", "B", "--ip", "192.168.7.2", "--mac", "02:00:00:00:01:02"),
+             ("vnic", "add", 3, "--vni", 300, "--rnic", "B", "--ip", "192.168.9.3", "--mac", "02:00:00:00:01:03")]
+    results = [ctl(*s)[0] for s in steps]
+    check(results == [0] * len(steps), f"tandemctl adds 2 RNICs, 2 tenants, 3 vNICs (exit codes {results})")
+    before = ctl("table", "dump", "--level", 1)[1]
+    bad = [ctl("vnic", "add", 9, "--vni", 999, "--rnic", "A", "--ip", "192.168.7.9", "--mac", "02:00:00:00:01:09"),
+           ctl("vnic", "add", 9, "--vni", 100, "--rnic", "A", "--ip", "192.168.7.300", "--mac", "02:00:00:00:01:09"),
+           ctl("tenant", "add", 100, "again"), ctl("tenant", "del", 100),
+           ctl("mapping", "del", "--vni", 100, "--overlay-ip", "10.9.9.9")]
+    check(all(rc == 2 and j.get("ok") is False and j.get("error") for rc, j in bad),
+          "bad requests (unknown tenant, bad IP, duplicate, tenant in use, unknown mapping) exit 2 with a reason: " +
+          "; ".join(j.get("error", "?") for _, j in bad))
+    check(ctl("table", "dump", "--level", 1)[1] == before, "refused requests changed nothing")
+
+    # 2. Workers in DPU mode reach ACTIVE and get routes from the agent.
+    fab_pre = f"{TAG}-fab"
+    fab = start([FABRIC, "--route", "10.0.0.1=0", "--route", "10.0.0.2=1", "--paths", "4", "--idle", "adaptive",
+                 "--link-wait-ms", "0", "--", "--no-pci", f"--file-prefix={fab_pre}", "-l", "0", "-m", "64",
+                 "--log-level=lib.eal:error", f"--vdev=net_memif0,role=server,socket={D}/h0.sock",
+                 f"--vdev=net_memif1,role=server,socket={D}/h1.sock"], "fabric", fab_pre)
+    if not wait_for(lambda: "tandem-fabric:" in log("fabric") or fab.poll() is not None, 20, "fabric"):
+        raise RuntimeError("fabric did not start:\n" + log("fabric"))
+    wa, wb = worker("A", "h0.sock"), worker("B", "h1.sock")
+    check(wait_for(both_active, 30, "active"), "both workers reach ACTIVE with the agent (HELLO -> SYNC -> ACTIVE)")
+    a, b = pair("app1", "app2", 2)
+    ra, rb = a.wait(90), b.wait(90)
+    check(ra == 0 and rb == 0, f"WRITE/SEND/READ verified both ways over agent-installed routes (exit {ra}, {rb})")
+    l2 = ctl("table", "dump", "--level", 2)[1].get("rnics", {})
+    na, nb = len(l2.get("A", {}).get("entries", [])), len(l2.get("B", {}).get("entries", []))
+    check(na >= 2 and nb >= 2 and wait_for(both_active, 10, "active"),
+          f"level-2 tables installed by transactions (A {na} entries, B {nb}, A's BAR {bar('A')})")
+
+    # 3. Isolation: tenant 100's vNIC cannot reach tenant 300's address.
+    denied0 = channel("A").get("punts", {}).get("denied", 0)
+    i1 = start([APP, "verify", f"{D}/A.rnic", D, "iso1", "iso2", "8", "192.168.9.3"], "iso1")
+    i2 = start([APP, "verify", f"{D}/B.rnic", D, "iso2", "iso1", "9", "192.168.7.1"], "iso2")
+    try:
+        r1 = i1.wait(60)
+    except subprocess.TimeoutExpired:
+        r1 = None
+    for p in (i1, i2):
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    punts = channel("A").get("punts", {})
+    denied = punts.get("denied", 0)
+    check(r1 not in (0, None) and denied > denied0,
+          f"cross-tenant QP refused: punt denied by isolation (denied {denied0} -> {denied}), app exit {r1}, punts {punts}")
+
+    # 4. kill -9 the agent under traffic.
+    sink = start([APP, "sink", f"{D}/B.rnic", D, "sink", "strm", "4", "192.168.7.1"], "sink")
+    strm = start([APP, "stream", f"{D}/A.rnic", D, "strm", "sink", "5", "192.168.7.2"], "strm")
+    check(wait_for(lambda: os.path.exists(f"{D}/strm.streaming") or strm.poll() is not None, 30, "stream"),
+          "stream A -> B runs")
+    ver_before = {n: channel(n).get("table_version") for n in ("A", "B")}
+    ag.send_signal(signal.SIGKILL)
+    ag.wait()
+    tx0 = bar("A")[1]
+    headless = wait_for(lambda: bar("A")[0] == "headless" and bar("B")[0] == "headless", 20, "headless")
+    time.sleep(0.5)
+    tx1 = bar("A")[1]
+    check(headless and tx1 > tx0 and strm.poll() is None,
+          f"agent killed: both workers HEADLESS and still forwarding (A tx {tx0} -> {tx1})")
+    ag = agent()
+    check(wait_for(both_active, 30, "active"), "agent restarted: both channels reconcile to ACTIVE")
+    rc, tl = ctl("tenant", "list")
+    rc2, vl = ctl("vnic", "list")
+    check([t["vni"] for t in tl.get("tenants", [])] == [100, 300] and len(vl.get("vnics", [])) == 3,
+          "agent state reloaded from SQLite (2 tenants, 3 vNICs)")
+    ch = {n: channel(n) for n in ("A", "B")}
+    check(all(ch[n].get("table_version") == ver_before[n] and ch[n]["table_version"] ==
+              ch[n]["bar"]["table"]["version"] for n in ("A", "B")),
+          f"committed tables kept: versions {ver_before} == agent shadow == BAR "
+          f"(reconcile skips A {ch['A']['stats']['reconcile_skips']}, B {ch['B']['stats']['reconcile_skips']})")
+    time.sleep(1)
+    check(strm.poll() is None, "the stream saw no error through the agent's death and return")
+    strm.kill()
+    strm.wait()
+    open(f"{D}/sink.stop", "w").close()
+    sink.wait(30)
+    a, b = pair("app3", "app4", 6)
+    ra, rb = a.wait(90), b.wait(90)
+    check(ra == 0 and rb == 0, f"new QPs work after the agent restart (exit {ra}, {rb})")
+
+    # 5. kill -9 worker B under traffic; A undisturbed.
+    sink = start([APP, "sink", f"{D}/A.rnic", D, "sink2", "strm2", "10", "192.168.7.2"], "sink2")
+    strm = start([APP, "stream", f"{D}/B.rnic", D, "strm2", "sink2", "11", "192.168.7.1"], "strm2")
+    wait_for(lambda: os.path.exists(f"{D}/strm2.streaming") or strm.poll() is not None, 30, "stream")
+    replays0 = channel("B").get("stats", {}).get("replays", 0)
+    wb.send_signal(signal.SIGKILL)
+    wb.wait()
+    strm.kill()  # its worker is gone
+    strm.wait()
+    a_states = set()
+    inst0 = bar("B")[3]
+    wb = worker("B", "h1.sock", gen=1)
+    t0 = time.time()
+    while time.time() - t0 < 40:
+        a_states.add(bar("A")[0])
+        if (bar("B")[3] != inst0 and bar("B")[0] == "active" and channel("B").get("state") == "ACTIVE" and
+                os.path.exists(f"{D}/B.rnic")):
+            break
+        time.sleep(0.1)
+    chb = channel("B")
+    check(chb.get("state") == "ACTIVE" and chb["stats"]["replays"] > replays0 and
+          chb["bar"]["table"]["version"] == chb["table_version"],
+          f"worker B restarted: table replayed (replays {replays0} -> {chb.get('stats', {}).get('replays')}), ACTIVE")
+    if failed:
+        print(json.dumps(chb))
+    check(a_states == {"active"} and wa.poll() is None, f"worker A undisturbed (states seen {sorted(a_states)})")
+    open(f"{D}/sink2.stop", "w").close()
+    sink.wait(30)
+    a, b = pair("app5", "app6", 12)
+    ra, rb = a.wait(90), b.wait(90)
+    check(ra == 0 and rb == 0, f"traffic resumes through the restarted worker (exit {ra}, {rb})")
+
+    check(stop(wa) == 0 and stop(wb) == 0 and stop(ag) == 0, "agent and workers stop cleanly on SIGINT")
+    stop(fab)
+    if failed:
+        for n in ("agent", "fabric", "A", "B"):
+            print(f"--- {n} log ---\n{log(n)[-4000:]}")
+
+
+try:
+    main()
+except Exception as e:  # a set-up failure is a test failure, with the logs
+    check(False, f"set-up: {e}")
+    for n in ("agent", "fabric", "A", "B"):
+        print(f"--- {n} log ---\n{log(n)[-4000:]}")
+finally:
+    cleanup()
+print(f"dpu_agent: {len(failed)} check(s) failed" if failed else "dpu_agent: all checks passed")
+sys.exit(1 if failed else 0)
