@@ -5,6 +5,7 @@
 #include "rnic/core/cc_credit.h"
 #include "rnic/core/cc_dcqcn.h"
 #include "rnic/core/cc_fixed_window.h"
+#include "rnic/core/path_adaptive.h"
 #include "rnic/core/path_round_robin.h"
 #include "rnic/core/path_single.h"
 
@@ -14,6 +15,7 @@ std::unique_ptr<PathPolicy> make_path_policy(const char* name) {
   if (name == nullptr) return nullptr;
   if (std::strcmp(name, "single") == 0) return std::make_unique<PathSingle>();
   if (std::strcmp(name, "round_robin") == 0) return std::make_unique<PathRoundRobin>();
+  if (std::strcmp(name, "adaptive") == 0) return std::make_unique<PathAdaptive>();
   return nullptr;
 }
 

@@ -49,6 +49,7 @@ struct RunResult {
   uint64_t path_returns = 0;    // ... and a probe brought it back
   uint64_t path_losses = 0;     // losses the path policies were told about
   double first_path_removal_us = 0;  // earliest removal (0: none)
+  double last_path_return_us = 0;    // latest return of a removed path (0: none)
   uint64_t credits_granted = 0;  // receivers: packets of credit granted
   uint64_t credits_received = 0; // senders: credit that arrived on ACKs
   uint64_t credits_used = 0;     // senders: packets sent against credit

@@ -225,6 +225,7 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
         r.path_removals += ps.removals;
         r.path_returns += ps.returns;
         r.path_losses += ps.losses;
+        r.last_path_return_us = std::max(r.last_path_return_us, static_cast<double>(ps.last_returned_ns) / 1000.0);
         if (ps.first_removed_ns) {
           const double t = static_cast<double>(ps.first_removed_ns) / 1000.0;
           if (r.first_path_removal_us == 0 || t < r.first_path_removal_us) r.first_path_removal_us = t;

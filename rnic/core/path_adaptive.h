@@ -1,0 +1,40 @@
+// Spraying policy "adaptive": like round_robin over a path set with path
+// health (path_health.h), but each path's share follows its condition.
+// A path's weight is (best smoothed RTT / its smoothed RTT)^2, halved for
+// each ECN mark fraction of a half and cut by recent losses; a smooth
+// weighted round robin (deterministic, no randomness) turns weights into
+// choices. A path with no RTT sample yet weighs as much as the best.
+#pragma once
+
+#include <array>
+
+#include "rnic/core/path_health.h"
+#include "rnic/core/path_policy.h"
+
+namespace tandem::rnic {
+
+class PathAdaptive final : public PathPolicy {
+ public:
+  void reset(const PathPolicyParams& p) noexcept override;
+  uint16_t choose(uint32_t psn, bool retransmit, uint64_t now) noexcept override;
+  void on_ack(uint16_t sport, uint64_t rtt_ns, uint64_t now) noexcept override;
+  void on_loss(uint16_t sport, uint64_t now) noexcept override;
+  void on_ecn(uint16_t sport, uint64_t now) noexcept override;
+  uint32_t path_count() const noexcept override { return health_.size(); }
+  PathStats path_stats(uint32_t i) const noexcept override { return health_.stats(i); }
+
+  const PathHealth& health() const noexcept { return health_; }
+  double weight(uint32_t i) const noexcept;
+
+ private:
+  uint32_t index_of(uint16_t sport) const noexcept;
+
+  std::array<uint16_t, kMaxPaths> ports_{};
+  std::array<double, kMaxPaths> srtt_{};    // ns, EWMA 1/8
+  std::array<double, kMaxPaths> bad_{};     // loss/ECN penalty, decays per ack
+  std::array<double, kMaxPaths> current_{}; // smooth weighted round robin state
+  PathHealth health_;
+  uint64_t now_ = 0;
+};
+
+}  // namespace tandem::rnic
