@@ -22,6 +22,10 @@ METRICS = [
     ("drops", "fabric drops (frames)"),
     ("reorder_depth_max", "max reorder depth (PSNs)"),
     ("max_queue_bytes", "deepest switch queue (bytes)"),
+    ("timeouts", "retransmission timeouts"),
+    ("path_removals", "paths taken out by path health"),
+    ("credit_stalls", "times a sender waited for credit"),
+    ("rate_cuts", "DCQCN rate cuts"),
 ]
 
 
@@ -44,6 +48,8 @@ def main():
         if not all(key in r for r in results):
             continue
         values = [r[key] for r in results]
+        if key in ("path_removals", "credit_stalls", "rate_cuts") and not any(values):
+            continue  # the scenario's policies do not use this mechanism
         fig, ax = plt.subplots(figsize=(max(4, 1.6 * len(policies) + 2), 3.6))
         colors = ["tab:blue" if r.get("data_ok") else "tab:red" for r in results]
         bars = ax.bar(policies, values, color=colors)
