@@ -212,7 +212,12 @@ class Agent final : public AgentHooks {
       did = true;
       if (o.committed) {
         try {
-          store_.save_level2(l.name, o.version, l.ch->shadow().digest().value, o.net_puts, o.net_dels, o.replay);
+          // A replay re-sends the whole shadow: store all of it (its net effect
+          // against the shadow is empty, and replace_all would wipe the store).
+          if (o.replay)
+            store_.save_level2(l.name, o.version, l.ch->shadow().digest().value, l.ch->shadow().snapshot(), {}, true);
+          else
+            store_.save_level2(l.name, o.version, l.ch->shadow().digest().value, o.net_puts, o.net_dels, false);
         } catch (const StoreError& e) {
           ++l.save_errors;
           std::fprintf(stderr, "tandem-dpu: RNIC %s: saving level-2 v%llu failed: %s\n", l.name.c_str(),

@@ -293,6 +293,16 @@ def main():
     ra, rb = a.wait(90), b.wait(90)
     check(ra == 0 and rb == 0, f"traffic resumes through the restarted worker (exit {ra}, {rb})")
 
+    # 6. The replayed table is what the agent stored: another agent restart keeps it.
+    before = {n: (channel(n).get("table_version"), channel(n).get("table_entries")) for n in ("A", "B")}
+    ag.send_signal(signal.SIGKILL)
+    ag.wait()
+    ag = agent()
+    ok = wait_for(both_active, 30, "active")
+    after = {n: (channel(n).get("table_version"), channel(n).get("table_entries")) for n in ("A", "B")}
+    check(ok and after == before and after["B"][1] >= 2,
+          f"after a replay, an agent restart reloads the same tables from SQLite ({before} -> {after})")
+
     check(stop(wa) == 0 and stop(wb) == 0 and stop(ag) == 0, "agent and workers stop cleanly on SIGINT")
     stop(fab)
     if failed:
