@@ -1,8 +1,10 @@
 // Path health (after Harp): per path of a QP's path set, whether it is usable.
-// A path that loses kLossesToRemove packets in a row, or that has packets
-// outstanding and no acknowledgement for `silence` (a few smoothed RTTs, at
-// least kMinSilenceNs), is taken out; while out, one packet is sent on it
-// every probe interval, and the first acknowledgement brings it back.
+// A path that loses kLossesToRemove packets in a row while most other paths
+// are not losing (losses everywhere mean congestion at the destination or
+// reordering, not a broken path), or that has packets outstanding and no
+// acknowledgement for `silence` (a few smoothed RTTs, at least
+// kMinSilenceNs), is taken out; while out, one packet is sent on it every
+// probe interval, and the first acknowledgement brings it back.
 // Shared by the spraying policies; plain arrays, nothing allocated.
 #pragma once
 
@@ -89,7 +91,7 @@ class PathHealth {
   void on_loss(uint32_t i, uint64_t now) noexcept {
     PerPath& p = p_[i];
     ++p.s.losses;
-    if (!p.down && ++p.consecutive_losses >= kLossesToRemove) take_out(p, now);
+    if (!p.down && ++p.consecutive_losses >= kLossesToRemove && alone_losing(i)) take_out(p, now);
   }
   void on_ecn(uint32_t i) noexcept { ++p_[i].s.ecn; }
 
@@ -101,6 +103,16 @@ class PathHealth {
     uint32_t consecutive_losses = 0;
     bool down = false;
   };
+  // Fewer than half of the other live paths are losing right now.
+  bool alone_losing(uint32_t i) const noexcept {
+    uint32_t others = 0, losing = 0;
+    for (uint32_t k = 0; k < n_; ++k) {
+      if (k == i || p_[k].down) continue;
+      ++others;
+      losing += p_[k].consecutive_losses > 0;
+    }
+    return 2 * losing < others || others == 0;
+  }
   void take_out(PerPath& p, uint64_t now) noexcept {
     p.down = true;
     ++p.s.removals;

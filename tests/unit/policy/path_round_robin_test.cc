@@ -121,13 +121,30 @@ TEST_CASE("a QP that never gets feedback (a responder's ACK path) keeps all path
   CHECK(p.health().up_count() == 4);
 }
 
+TEST_CASE("losses on most paths at once (congestion, reordering) take no path out") {
+  auto p = make_rr(4);
+  std::vector<uint16_t> ports;
+  for (uint32_t i = 0; i < 4; ++i) ports.push_back(p.choose(i, false, 0));
+  for (int k = 0; k < 5; ++k)
+    for (uint32_t i = 0; i < 3; ++i) p.on_loss(ports[i], 100);
+  CHECK(p.health().up_count() == 4);
+  // Path 3 alone losing while the others are fine again: out.
+  for (uint32_t i = 0; i < 3; ++i) p.on_ack(ports[i], 5'000, 200);
+  for (int k = 0; k < 3; ++k) p.on_loss(ports[3], 300);
+  CHECK_FALSE(p.health().up(3));
+}
+
 TEST_CASE("if every path is out, round robin goes on over all of them") {
   auto p = make_rr(2);
   const uint16_t a = p.choose(0, false, 0), b = p.choose(1, false, 0);
-  for (int k = 0; k < 3; ++k) { p.on_loss(a, 100); p.on_loss(b, 100); }
+  p.on_ack(a, 5'000, 10);
+  p.on_ack(b, 5'000, 10);
+  for (int k = 0; k < 3; ++k) p.on_loss(a, 100);  // a alone: out
+  REQUIRE_FALSE(p.health().up(0));
+  for (int k = 0; k < 3; ++k) p.on_loss(b, 200);  // b is the only live path left
   REQUIRE(p.health().up_count() == 0);
   std::set<uint16_t> used;
-  for (uint32_t i = 0; i < 4; ++i) used.insert(p.choose(i, false, 200));
+  for (uint32_t i = 0; i < 4; ++i) used.insert(p.choose(i, false, 300));
   CHECK(used.size() == 2);
 }
 
