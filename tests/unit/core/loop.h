@@ -57,6 +57,10 @@ struct QpSetup {
   uint32_t access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   uint32_t sq_depth = 512, rq_depth = 512;
   uint64_t cc_window = 1ull << 20;
+  const char* cc = "fixed_window";
+  const char* path = "single";
+  uint32_t num_paths = 1;
+  uint64_t credit_unsched_bytes = 64 << 10;
 };
 
 inline int bring_up(Host& h, uint32_t remote_qpn, uint32_t sq_psn, uint32_t rq_psn,
@@ -99,6 +103,10 @@ class Loop {
     init.sq_depth = s.sq_depth;
     init.rq_depth = s.rq_depth;
     init.policy.cc_window_bytes = s.cc_window;
+    init.policy.cc = s.cc;
+    init.policy.path = s.path;
+    init.policy.num_paths = s.num_paths;
+    init.policy.credit_unsched_bytes = s.credit_unsched_bytes;
     a.qpn = a.t.create_qp(init);
     init.send_cq = b.cq;
     init.recv_cq = b.cq;
