@@ -818,6 +818,7 @@ void Worker::register_telemetry() {
                                  d.u64("retx_pkts", qc->retx_pkts);
                                  d.u64("sacks_rx", qc->sacks_rx);
                                  d.u64("timeouts", qc->timeouts);
+                                 d.u64("reorder_depth_max", qc->reorder_depth_max);
                                }
                              });
                            }
