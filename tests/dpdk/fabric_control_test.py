@@ -8,8 +8,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fabric_harness import Checks, Procs, Telemetry  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tandem_harness import Checks, Lab, Telemetry  # noqa: E402
 
 from scapy.all import IP, UDP, Ether, Raw, wrpcap  # noqa: E402
 from scapy.contrib.roce import BTH  # noqa: E402
@@ -18,7 +18,7 @@ fabric = sys.argv[1]
 PREFIX = f"tandem-fabric-ctl-{os.getpid()}"
 K = 4
 
-procs = Procs()
+lab = Lab()
 c = Checks()
 
 
@@ -46,8 +46,8 @@ try:
             "--no-pci", f"--file-prefix={PREFIX}", "-l", "0", "-m", "64",
             f"--vdev=net_pcap0,rx_pcap={tmp}/in.pcap,infinite_rx=1", "--vdev=net_null1"]
     log = open(f"{tmp}/fabric.log", "w")
-    p = procs.start(argv, PREFIX, log)
-    t = Telemetry(PREFIX)
+    p = lab.start(argv, log, PREFIX)
+    t = Telemetry(PREFIX, "/tandem/fabric/ports", timeout=15.0)
     for k in range(K):
         c.check(wait_progress(t, k, "packets"), f"path {k} carries traffic at start")
 
@@ -79,13 +79,13 @@ try:
     ports = {int(k): v for k, v in t.cmd("/tandem/fabric/ports").items()}
     c.check(ports[0]["rx_packets"] > 0 and ports[1]["tx_packets"] > 0, "port counters are exported")
 
-    rc = procs.stop(p)
+    rc = lab.stop(p, 10)
     log.close()
     out = open(f"{tmp}/fabric.log").read()
     print(out[-1500:])
     c.check(rc == 0, f"SIGINT stops tandem-fabric cleanly (exit {rc})")
     c.check("delivered" in out, "counters are printed at exit")
 finally:
-    procs.cleanup()
-print(f"{c.failed} check(s) failed")
+    lab.cleanup()
+print(f"{len(c.failed)} check(s) failed")
 sys.exit(1 if c.failed else 0)

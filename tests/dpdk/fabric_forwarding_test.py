@@ -8,8 +8,8 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fabric_harness import Checks, Procs, ecmp_pick, ip2int  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tandem_harness import Checks, Lab, ecmp_pick, ip2int  # noqa: E402
 
 from scapy.all import ARP, IP, UDP, Ether, Raw, rdpcap, wrpcap  # noqa: E402
 from scapy.contrib.roce import BTH  # noqa: E402
@@ -21,7 +21,7 @@ PATHS = ["delay_us=100", "loss=0.2", "down", "rate_gbps=1,ecn_bytes=300"]
 LOSSY, FAILED, ECN = 1, 2, 3
 DSTS = {"10.0.0.2": 1, "10.0.0.3": 2}
 
-procs = Procs()
+lab = Lab()
 c = Checks()
 try:
     tmp = tempfile.mkdtemp(prefix="tandem-fabric-fwd-")
@@ -49,8 +49,8 @@ try:
             f"--vdev=net_pcap1,tx_pcap={tmp}/out1.pcap",
             f"--vdev=net_pcap2,tx_pcap={tmp}/out2.pcap"]
     with open(f"{tmp}/fabric.log", "w") as log:
-        p = procs.start(argv, PREFIX, log)
-        rc = procs.stop(p, timeout=30) if p.wait(30) is None else p.returncode
+        p = lab.start(argv, log, PREFIX)
+        rc = lab.stop(p, timeout=30) if p.wait(30) is None else p.returncode
     print(open(f"{tmp}/fabric.log").read())
     c.check(rc == 0, f"tandem-fabric exits 0 (got {rc})")
     stats = json.load(open(f"{tmp}/stats.json"))
@@ -110,6 +110,6 @@ try:
     c.check(ports[1]["tx_packets"] + ports[2]["tx_packets"] == len(outs[1]) + len(outs[2]),
             "port tx counters match the capture")
 finally:
-    procs.cleanup()
-print(f"{c.failed} check(s) failed")
+    lab.cleanup()
+print(f"{len(c.failed)} check(s) failed")
 sys.exit(1 if c.failed else 0)

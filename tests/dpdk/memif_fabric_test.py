@@ -7,13 +7,12 @@ that host A receives the replies, and that a host restart reconnects."""
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fabric_harness import Checks, Procs, Telemetry  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tandem_harness import Checks, Lab, Telemetry  # noqa: E402
 
 fabric = sys.argv[1]
 testpmd = shutil.which("dpdk-testpmd")
@@ -23,7 +22,7 @@ if testpmd is None:
 TAG = os.getpid()
 FPFX, APFX, BPFX = f"tandem-memif-fab-{TAG}", f"tandem-memif-a-{TAG}", f"tandem-memif-b-{TAG}"
 
-procs = Procs()
+lab = Lab()
 c = Checks()
 
 
@@ -34,7 +33,7 @@ def host(prefix, sock, mode, log):
             "--txd=256", "--rxd=256", "--stats-period=1"]
     if mode == "flowgen":
         argv.append("--flowgen-flows=1")
-    p = procs.start(argv, prefix, log)
+    p = lab.start(argv, log, prefix)
     return p
 
 
@@ -54,12 +53,12 @@ def wait_until(pred, timeout=20.0):
 try:
     tmp = tempfile.mkdtemp(prefix="tandem-memif-")
     fab_log = open(f"{tmp}/fabric.log", "w")
-    f = procs.start([fabric, "--route", "10.253.0.0=1", "--route", "10.254.0.0=0", "--paths", "2",
+    f = lab.start([fabric, "--route", "10.253.0.0=1", "--route", "10.254.0.0=0", "--paths", "2",
                      "--idle", "adaptive", "--link-wait-ms", "0", "--",
                      "--no-pci", f"--file-prefix={FPFX}", "-l", "0", "-m", "64",
                      f"--vdev=net_memif0,role=server,socket={tmp}/hostA.sock",
-                     f"--vdev=net_memif1,role=server,socket={tmp}/hostB.sock"], FPFX, fab_log)
-    t = Telemetry(FPFX)  # the fabric is up and listening on both sockets
+                     f"--vdev=net_memif1,role=server,socket={tmp}/hostB.sock"], fab_log, FPFX)
+    t = Telemetry(FPFX, "/tandem/fabric/ports", timeout=15.0)  # the fabric is up and listening on both sockets
     b_log = open(f"{tmp}/hostB.log", "w")
     b = host(BPFX, f"{tmp}/hostB.sock", "5tswap", b_log)
     a_log = open(f"{tmp}/hostA.log", "w")
@@ -72,7 +71,7 @@ try:
 
     # Stop host A first: its own end-of-run statistics are valid while its
     # peer (the fabric) is still connected.
-    procs.stop(a)
+    lab.stop(a, 10)
     a_log.close()
     out = open(f"{tmp}/hostA.log").read()
     m = re.findall(r"Forward statistics for port 0.*?RX-packets: (\d+)", out, re.S)
@@ -85,13 +84,13 @@ try:
     a2 = host(APFX, f"{tmp}/hostA.sock", "flowgen", a2_log)
     c.check(wait_until(lambda: ports(t)[0]["rx_packets"] > before + 1000),
             "a restarted host reconnects and its traffic flows again")
-    procs.stop(a2)
-    procs.stop(b)
-    rc = procs.stop(f)
+    lab.stop(a2, 10)
+    lab.stop(b, 10)
+    rc = lab.stop(f, 10)
     fab_log.close()
     print(open(f"{tmp}/fabric.log").read()[-1200:])
     c.check(rc == 0, f"tandem-fabric stops cleanly ({rc})")
 finally:
-    procs.cleanup()
-print(f"{c.failed} check(s) failed")
+    lab.cleanup()
+print(f"{len(c.failed)} check(s) failed")
 sys.exit(1 if c.failed else 0)

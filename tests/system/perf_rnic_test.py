@@ -12,102 +12,24 @@ QP details over TCP on 127.0.0.1 and run every test with --verify --json:
 usage: perf_rnic_test.py TANDEM_FABRIC TANDEM_RNIC TANDEM_PERF
 Everything started is stopped by PID; hugepage files, runtime dirs and
 sockets of the file prefixes used are removed, also on failure."""
-import glob
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tandem_harness import (Checks, Lab, free_port, lab_fabric_argv, lab_worker_argv,  # noqa: E402
+                            run_checked, wait_fabric_started, write_lab_tables)
 
 FABRIC, RNIC, PERF = sys.argv[1:4]
 TAG = f"perf{os.getpid()}"
-D = tempfile.mkdtemp(prefix="tandem-perf-lab-")
-procs, prefixes, failed = [], [], []
-
-
-def cleanup():
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    for pre in prefixes:
-        for f in glob.glob(f"/dev/hugepages/{pre}*"):
-            try:
-                os.unlink(f)
-            except OSError:
-                pass
-        shutil.rmtree(f"/var/run/dpdk/{pre}", ignore_errors=True)
-    shutil.rmtree(D, ignore_errors=True)
-
-
-def on_signal(signum, frame):
-    cleanup()
-    sys.exit(128 + signum)
-
-
-signal.signal(signal.SIGTERM, on_signal)
-signal.signal(signal.SIGINT, on_signal)
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failed.append(what)
-
-
-def start(argv, log, prefix=None, stderr_separate=False):
-    if prefix:
-        prefixes.append(prefix)
-    err = open(f"{D}/{log}.err", "w") if stderr_separate else subprocess.STDOUT
-    p = subprocess.Popen(argv, stdout=open(f"{D}/{log}.log", "w"), stderr=err)
-    procs.append(p)
-    return p
-
-
-def stop(p, timeout=15):
-    if p.poll() is None:
-        p.send_signal(signal.SIGINT)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    return p.returncode
-
-
-def log(name, ext="log"):
-    try:
-        with open(f"{D}/{name}.{ext}") as f:
-            return f.read()
-    except OSError:
-        return ""
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def table_yaml(me, peer):
-    # me/peer: (index, underlay ip, overlay ip)
-    return f"""underlay:
-  ip: {me[1]}
-  mac: 02:00:00:00:00:0{me[0]}
-  gateway_mac: 02:00:00:00:00:fe
-vnics:
-  - {{id: 1, ip: {me[2]}, mac: 02:00:00:00:01:0{me[0]}, vni: 100}}
-egress:
-  - {{vnic: 1, remote_ip: {peer[2]}, underlay_ip: {peer[1]}, paths: 4}}
-ingress:
-  - {{vnic: 1, underlay_src: {peer[1]}, remote_ip: {peer[2]}}}
-"""
+lab = Lab(tmp_prefix="tandem-perf-lab-")
+D = lab.d
+checks = Checks()
+check, failed = checks.check, checks.failed
+start, stop, log = lab.start, lab.stop, lab.text
 
 
 def perf_pair(name, test, flags, timeout=120):
@@ -115,9 +37,9 @@ def perf_pair(name, test, flags, timeout=120):
     port = free_port()
     common = [test, "-p", str(port), "--json", "--timeout", "30"]
     srv = start([PERF] + common + ["--device", f"{D}/A.rnic", "--gid", "192.168.7.1"],
-                f"{name}-server", stderr_separate=True)
+                f"{name}-server", separate_stderr=True)
     cli = start([PERF] + common + flags + ["--device", f"{D}/B.rnic", "--gid", "192.168.7.2", "127.0.0.1"],
-                f"{name}-client", stderr_separate=True)
+                f"{name}-client", separate_stderr=True)
     results = []
     for p, side in ((cli, "client"), (srv, "server")):
         try:
@@ -139,32 +61,19 @@ def perf_pair(name, test, flags, timeout=120):
 
 
 def main():
-    hosts = [(1, "10.0.0.1", "192.168.7.1"), (2, "10.0.0.2", "192.168.7.2")]
-    for me, peer, n in ((hosts[0], hosts[1], "A"), (hosts[1], hosts[0], "B")):
-        with open(f"{D}/{n}.yaml", "w") as f:
-            f.write(table_yaml(me, peer))
+    write_lab_tables(D)
 
     fab_pre, a_pre, b_pre = f"{TAG}-fab", f"{TAG}-a", f"{TAG}-b"
-    fab = start([FABRIC, "--route", "10.0.0.1=0", "--route", "10.0.0.2=1", "--paths", "4",
-                 "--path", "1:delay_us=20", "--path", "2:loss=0.01", "--path", "3:delay_us=5,jitter_us=5",
-                 "--idle", "adaptive", "--link-wait-ms", "0", "--", "--no-pci", f"--file-prefix={fab_pre}",
-                 "-l", "0", "-m", "64", "--log-level=lib.eal:error",
-                 f"--vdev=net_memif0,role=server,socket={D}/h0.sock",
-                 f"--vdev=net_memif1,role=server,socket={D}/h1.sock"], "fabric", fab_pre)
-    t0 = time.time()
-    while "tandem-fabric:" not in log("fabric"):
-        if time.time() - t0 > 20 or fab.poll() is not None:
-            raise RuntimeError("fabric did not start:\n" + log("fabric"))
-        time.sleep(0.1)
+    fab = start(lab_fabric_argv(FABRIC, fab_pre, D, [
+        "--path", "1:delay_us=20", "--path", "2:loss=0.01", "--path", "3:delay_us=5,jitter_us=5"]), "fabric", fab_pre)
+    wait_fabric_started(lab, fab)
 
     def worker(n, pre, sock):
-        return start([RNIC, "--name", n, "--host-socket", f"{D}/{n}.rnic", "--table", f"{D}/{n}.yaml",
-                      "--idle", "adaptive", "--mtu", "1024", "--stats-json", f"{D}/{n}.json",
-                      # The default 1 ms RTO (7 retries) runs out when five busy processes share
-                      # two cores (RETRY_EXC_ERR with MBs in flight): this test checks the tool.
-                      "--timeout-us", "20000", "--",
-                      "--no-pci", f"--file-prefix={pre}", "-l", "1", "-m", "128", "--log-level=lib.eal:error",
-                      f"--vdev=net_memif0,role=client,socket={D}/{sock}"], n, pre)
+        return start(lab_worker_argv(RNIC, n, pre, D, sock, [
+            "--mtu", "1024", "--stats-json", f"{D}/{n}.json",
+            # The default 1 ms RTO (7 retries) runs out when five busy processes share
+            # two cores (RETRY_EXC_ERR with MBs in flight): this test checks the tool.
+            "--timeout-us", "20000"]), n, pre)
 
     wa = worker("A", a_pre, "h0.sock")
     wb = worker("B", b_pre, "h1.sock")
@@ -200,9 +109,9 @@ def main():
     port = free_port()
     common = ["write_bw", "-p", str(port), "--json", "--timeout", "10", "-s", "65536"]
     srv = start([PERF] + common + ["--device", f"{D}/A.rnic", "--gid", "192.168.7.1"], "kill-server",
-                stderr_separate=True)
+                separate_stderr=True)
     cli = start([PERF] + common + ["-D", "60", "--device", f"{D}/B.rnic", "--gid", "192.168.7.2", "127.0.0.1"],
-                "kill-client", stderr_separate=True)
+                "kill-client", separate_stderr=True)
     time.sleep(2)
     srv.send_signal(signal.SIGKILL)
     srv.wait()
@@ -233,13 +142,4 @@ def main():
             print(f"--- {n} log ---\n{log(n)}")
 
 
-try:
-    main()
-except Exception as e:  # a set-up failure is a test failure, with the logs
-    check(False, f"set-up: {e}")
-    for n in ("fabric", "A", "B"):
-        print(f"--- {n} log ---\n{log(n)}")
-finally:
-    cleanup()
-print(f"perf_rnic: {len(failed)} check(s) failed" if failed else "perf_rnic: all checks passed")
-sys.exit(1 if failed else 0)
+run_checked("perf_rnic", main, checks, lab)

@@ -17,16 +17,16 @@ usage: rnic_lab_test.py TANDEM_FABRIC TANDEM_RNIC RNIC_HOST_APP TANDEM_WIRE [--l
 require that the workers recovered by retransmitting)
 Everything started is stopped by PID, and hugepage files, runtime dirs and
 sockets of the file prefixes used are removed, also on failure."""
-import glob
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tandem_harness import (Checks, Lab, Telemetry, lab_fabric_argv, lab_worker_argv,  # noqa: E402
+                            run_checked, wait_fabric_started, write_lab_tables)
 
 FABRIC, RNIC, APP, WIRE = sys.argv[1:5]
 WORKER_FLAGS = sys.argv[5:]
@@ -34,102 +34,15 @@ LOSSY = None
 if WORKER_FLAGS[:1] == ["--lossy"]:
     LOSSY, WORKER_FLAGS = WORKER_FLAGS[1], WORKER_FLAGS[2:]
 TAG = f"rnic{os.getpid()}"
-D = tempfile.mkdtemp(prefix="tandem-rnic-lab-")
-procs, prefixes, failed = [], [], []
-
-
-def cleanup():
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    for pre in prefixes:
-        for f in glob.glob(f"/dev/hugepages/{pre}*"):
-            try:
-                os.unlink(f)
-            except OSError:
-                pass
-        shutil.rmtree(f"/var/run/dpdk/{pre}", ignore_errors=True)
-    shutil.rmtree(D, ignore_errors=True)
-
-
-def on_signal(signum, frame):
-    cleanup()
-    sys.exit(128 + signum)
-
-
-signal.signal(signal.SIGTERM, on_signal)
-signal.signal(signal.SIGINT, on_signal)
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failed.append(what)
-
-
-def start(argv, log, prefix=None):
-    if prefix:
-        prefixes.append(prefix)
-    p = subprocess.Popen(argv, stdout=open(f"{D}/{log}.log", "w"), stderr=subprocess.STDOUT)
-    procs.append(p)
-    return p
-
-
-def stop(p, timeout=15):
-    if p.poll() is None:
-        p.send_signal(signal.SIGINT)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    return p.returncode
+lab = Lab(tmp_prefix="tandem-rnic-lab-")
+D = lab.d
+checks = Checks()
+check, failed = checks.check, checks.failed
+start, stop = lab.start, lab.stop
 
 
 def log(name):
-    with open(f"{D}/{name}.log") as f:
-        return f.read()
-
-
-class Telemetry:
-    def __init__(self, prefix, timeout=20.0):
-        path = f"/var/run/dpdk/{prefix}/dpdk_telemetry.v2"
-        deadline = time.time() + timeout
-        while True:
-            try:
-                self.s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-                self.s.connect(path)
-                break
-            except OSError:
-                self.s.close()
-                if time.time() > deadline:
-                    raise RuntimeError(f"no telemetry socket at {path}")
-                time.sleep(0.1)
-        json.loads(self.s.recv(65536).decode())
-        while self.cmd("/tandem/rnic/stats") is None:
-            if time.time() > deadline:
-                raise RuntimeError("tandem-rnic never registered its telemetry commands")
-            time.sleep(0.1)
-
-    def cmd(self, c):
-        self.s.send(c.encode())
-        return json.loads(self.s.recv(1 << 20).decode())[c.split(",")[0]]
-
-
-def table_yaml(me, peer):
-    # me/peer: (index, underlay ip, overlay ip)
-    return f"""underlay:
-  ip: {me[1]}
-  mac: 02:00:00:00:00:0{me[0]}
-  gateway_mac: 02:00:00:00:00:fe
-vnics:
-  - {{id: 1, ip: {me[2]}, mac: 02:00:00:00:01:0{me[0]}, vni: 100}}
-egress:
-  - {{vnic: 1, remote_ip: {peer[2]}, underlay_ip: {peer[1]}, paths: 4}}
-ingress:
-  - {{vnic: 1, underlay_src: {peer[1]}, remote_ip: {peer[2]}}}
-"""
+    return lab.text(name, missing=None)
 
 
 BAD = [  # (spec, stage, reason)
@@ -159,10 +72,7 @@ def run_pair(name_a, name_b, mode_a="verify", mode_b="verify", seed=2):
 
 
 def main():
-    hosts = [(1, "10.0.0.1", "192.168.7.1"), (2, "10.0.0.2", "192.168.7.2")]
-    for me, peer, n in ((hosts[0], hosts[1], "A"), (hosts[1], hosts[0], "B")):
-        with open(f"{D}/{n}.yaml", "w") as f:
-            f.write(table_yaml(me, peer))
+    write_lab_tables(D)
     spec = []
     for s, _, _ in BAD:
         spec += [json.dumps(s)] * COPIES
@@ -172,28 +82,17 @@ def main():
 
     fab_pre, a_pre, b_pre = f"{TAG}-fab", f"{TAG}-a", f"{TAG}-b"
     lossy = ["--path-default", f"loss={LOSSY}"] if LOSSY else []
-    fab = start([FABRIC, "--route", "10.0.0.1=0", "--route", "10.0.0.2=1", "--paths", "4"] + lossy + [
-                 "--path", "1:delay_us=20", "--path", "2:loss=0.01", "--path", "3:delay_us=5,jitter_us=5",
-                 "--idle", "adaptive", "--link-wait-ms", "0", "--", "--no-pci", f"--file-prefix={fab_pre}",
-                 "-l", "0", "-m", "64", "--log-level=lib.eal:error",
-                 f"--vdev=net_memif0,role=server,socket={D}/h0.sock",
-                 f"--vdev=net_memif1,role=server,socket={D}/h1.sock"], "fabric", fab_pre)
-    t0 = time.time()
-    # memif sockets are abstract by default: wait for the fabric's start-up line.
-    while "tandem-fabric:" not in log("fabric"):
-        if time.time() - t0 > 20 or fab.poll() is not None:
-            raise RuntimeError("fabric did not start:\n" + log("fabric"))
-        time.sleep(0.1)
+    fab = start(lab_fabric_argv(FABRIC, fab_pre, D, lossy + [
+        "--path", "1:delay_us=20", "--path", "2:loss=0.01", "--path", "3:delay_us=5,jitter_us=5"]), "fabric", fab_pre)
+    wait_fabric_started(lab, fab)
 
     def worker(n, pre, sock, extra):
-        return start([RNIC, "--name", n, "--host-socket", f"{D}/{n}.rnic", "--table", f"{D}/{n}.yaml",
-                      "--idle", "adaptive", "--mtu", "1024", "--stats-json", f"{D}/{n}.json"] + WORKER_FLAGS + ["--",
-                      "--no-pci", f"--file-prefix={pre}", "-l", "1", "-m", "128", "--log-level=lib.eal:error",
-                      f"--vdev=net_memif0,role=client,socket={D}/{sock}"] + extra, n, pre)
+        return start(lab_worker_argv(RNIC, n, pre, D, sock, ["--mtu", "1024", "--stats-json", f"{D}/{n}.json"]
+                                     + WORKER_FLAGS, extra), n, pre)
 
     wa = worker("A", a_pre, "h0.sock", [])
     wb = worker("B", b_pre, "h1.sock", [f"--vdev=net_pcap1,rx_pcap={D}/bad.pcap,tx_pcap={D}/ignored.pcap"])
-    tel_a, tel_b = Telemetry(a_pre), Telemetry(b_pre)
+    tel_a, tel_b = Telemetry(a_pre, "/tandem/rnic/stats"), Telemetry(b_pre, "/tandem/rnic/stats")
     check(wa.poll() is None and wb.poll() is None, "both workers run")
 
     # 1. Byte-exact WRITE/SEND/READ both ways, after B saw the crafted frames.
@@ -261,16 +160,4 @@ def main():
             print(f"--- {n} log ---\n{log(n)}")
 
 
-try:
-    main()
-except Exception as e:  # a set-up failure is a test failure, with the logs
-    check(False, f"set-up: {e}")
-    for n in ("fabric", "A", "B"):
-        try:
-            print(f"--- {n} log ---\n{log(n)}")
-        except OSError:
-            pass
-finally:
-    cleanup()
-print(f"rnic_lab: {len(failed)} check(s) failed" if failed else "rnic_lab: all checks passed")
-sys.exit(1 if failed else 0)
+run_checked("rnic_lab", main, checks, lab)

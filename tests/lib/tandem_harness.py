@@ -1,0 +1,311 @@
+"""The process harness shared by Tandem's Python tests, benchmarks and demo:
+a lab that starts processes with log files and always cleans them up
+(stopped by the PID it started, hugepage files and runtime dirs of their DPDK
+--file-prefix removed, also on failure, SIGINT or SIGTERM), the DPDK telemetry
+client, check() printing, free_port(), the ECMP hash of common/fabric/ecmp.h
+re-implemented independently (so tests can predict each packet's path), and
+the standalone tandem-rnic table YAML of the two-host lab.
+
+Import it from a script's own location, so it works from any directory:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "<up>", "tests", "lib"))"""
+import glob
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+M64 = (1 << 64) - 1
+
+
+# ---- ECMP (common/fabric/ecmp.h) -------------------------------------------
+
+def ecmp_hash(src, dst, sport, dport, proto=17, seed=0):
+    x = ((src << 32) ^ dst) & M64
+    x ^= (sport << 48) ^ (dport << 32) ^ (proto << 24) ^ seed
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    x ^= x >> 31
+    return x & 0xFFFFFFFF
+
+
+def ecmp_pick(src, dst, sport, dport, n_paths, proto=17, seed=0):
+    return ecmp_hash(src, dst, sport, dport, proto, seed) % n_paths
+
+
+def ip2int(s):
+    a, b, c, d = (int(x) for x in s.split("."))
+    return (a << 24) | (b << 16) | (c << 8) | d
+
+
+def path_ports(src, dst, n_paths, dport=4791):
+    """The first UDP source port (RoCEv2 entropy range) that reaches each path."""
+    ports = {}
+    for sport in range(0xC000, 0x10000):
+        ports.setdefault(ecmp_pick(ip2int(src), ip2int(dst), sport, dport, n_paths), sport)
+        if len(ports) == n_paths:
+            break
+    return [ports[k] for k in range(n_paths)]
+
+
+# ---- the two-host lab's standalone tables ----------------------------------
+
+LAB_HOSTS = [(1, "10.0.0.1", "192.168.7.1"), (2, "10.0.0.2", "192.168.7.2")]  # (index, underlay, overlay)
+
+
+def table_yaml(me, peer, paths=4):
+    """tandem-rnic --table for host `me` talking to `peer`, both (index, underlay ip, overlay ip);
+    paths is a path count or a list of UDP source ports, one per path."""
+    return f"""underlay:
+  ip: {me[1]}
+  mac: 02:00:00:00:00:0{me[0]}
+  gateway_mac: 02:00:00:00:00:fe
+vnics:
+  - {{id: 1, ip: {me[2]}, mac: 02:00:00:00:01:0{me[0]}, vni: 100}}
+egress:
+  - {{vnic: 1, remote_ip: {peer[2]}, underlay_ip: {peer[1]}, paths: {paths}}}
+ingress:
+  - {{vnic: 1, underlay_src: {peer[1]}, remote_ip: {peer[2]}}}
+"""
+
+
+def write_lab_tables(d, paths=lambda me, peer: 4):
+    """Writes d/A.yaml and d/B.yaml for LAB_HOSTS; paths(me, peer) gives each egress's paths."""
+    a, b = LAB_HOSTS
+    for me, peer, n in ((a, b, "A"), (b, a, "B")):
+        with open(f"{d}/{n}.yaml", "w") as f:
+            f.write(table_yaml(me, peer, paths(me, peer)))
+
+
+# ---- the two-host lab's processes (sockets and tables in one directory d) ---
+
+def lab_fabric_argv(fabric, prefix, d, flags=()):
+    """tandem-fabric as memif server for both lab hosts (d/h0.sock: 10.0.0.1, d/h1.sock: 10.0.0.2), 4 paths."""
+    return [fabric, "--route", "10.0.0.1=0", "--route", "10.0.0.2=1", "--paths", "4"] + list(flags) + [
+        "--idle", "adaptive", "--link-wait-ms", "0", "--", "--no-pci", f"--file-prefix={prefix}",
+        "-l", "0", "-m", "64", "--log-level=lib.eal:error",
+        f"--vdev=net_memif0,role=server,socket={d}/h0.sock",
+        f"--vdev=net_memif1,role=server,socket={d}/h1.sock"]
+
+
+def lab_worker_argv(rnic, name, prefix, d, sock, flags=(), eal=()):
+    """tandem-rnic `name` (table d/<name>.yaml, host socket d/<name>.rnic) as memif client on d/<sock>."""
+    return [rnic, "--name", name, "--host-socket", f"{d}/{name}.rnic", "--table", f"{d}/{name}.yaml",
+            "--idle", "adaptive"] + list(flags) + [
+        "--", "--no-pci", f"--file-prefix={prefix}", "-l", "1", "-m", "128", "--log-level=lib.eal:error",
+        f"--vdev=net_memif0,role=client,socket={d}/{sock}"] + list(eal)
+
+
+def wait_fabric_started(lab, p, name="fabric", timeout=20):
+    """memif sockets are abstract by default: waits for the fabric's start-up line."""
+    t0 = time.time()
+    while "tandem-fabric:" not in lab.text(name) + lab.text(name, "err"):
+        if time.time() - t0 > timeout or p.poll() is not None:
+            raise RuntimeError("fabric did not start:\n" + lab.text(name) + lab.text(name, "err"))
+        time.sleep(0.1)
+
+
+# ---- processes -------------------------------------------------------------
+
+def stop(p, timeout=15):
+    """SIGINT, then SIGKILL if it has not exited within timeout; returns the exit code."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return p.returncode
+
+
+def remove_dpdk_files(prefix):
+    """The hugepage files and runtime dir an EAL with --file-prefix=prefix leaves behind."""
+    for f in glob.glob(f"/dev/hugepages/{prefix}*"):
+        try:
+            os.unlink(f)
+        except OSError:
+            pass
+    shutil.rmtree(f"/var/run/dpdk/{prefix}", ignore_errors=True)
+
+
+def wait_for(cond, what, timeout=30, poll=0.05):
+    t0 = time.time()
+    while not cond():
+        if time.time() - t0 > timeout:
+            raise RuntimeError(what)
+        time.sleep(poll)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Lab:
+    """Started processes, their file prefixes and (optionally) a run directory
+    for logs, all cleaned up by cleanup(), which SIGINT/SIGTERM also run.
+
+    tmp_prefix: make a temporary run directory (self.d) removed at cleanup
+    unless keep. graceful: cleanup SIGINTs live processes and gives them 5 s
+    together before SIGKILL (else it kills them). on_signal(signum) runs
+    before cleanup on a signal and returns the exit code (default 128+signum)."""
+
+    def __init__(self, tmp_prefix=None, graceful=False, keep=False, on_signal=None):
+        self.d = tempfile.mkdtemp(prefix=tmp_prefix) if tmp_prefix else None
+        self.procs = []
+        self.prefixes = []
+        self.graceful = graceful
+        self.keep = keep
+        self.on_signal = on_signal
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum, frame):
+        code = self.on_signal(signum) if self.on_signal else 128 + signum
+        self.cleanup()
+        sys.exit(code)
+
+    def path(self, name):
+        return f"{self.d}/{name}"
+
+    def start(self, argv, log, prefix=None, separate_stderr=False, **popen):
+        """log: an open file, or a name for self.d/<name>.log (and <name>.err with separate_stderr)."""
+        if prefix:
+            self.prefixes.append(prefix)
+        if isinstance(log, str):
+            err = open(self.path(f"{log}.err"), "w") if separate_stderr else subprocess.STDOUT
+            log = open(self.path(f"{log}.log"), "w")
+        else:
+            err = subprocess.STDOUT
+        p = subprocess.Popen(argv, stdout=log, stderr=err, **popen)
+        self.procs.append(p)
+        return p
+
+    def stop(self, p, timeout=15):
+        return stop(p, timeout)
+
+    def text(self, name, ext="log", missing=""):
+        """The contents of self.d/<name>.<ext>; `missing` if absent (None: raise)."""
+        try:
+            with open(self.path(f"{name}.{ext}")) as f:
+                return f.read()
+        except OSError:
+            if missing is None:
+                raise
+            return missing
+
+    def cleanup(self):
+        if self.graceful:
+            for p in self.procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGINT)
+            deadline = time.time() + 5
+            for p in self.procs:
+                try:
+                    p.wait(max(0.1, deadline - time.time()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        else:
+            for p in self.procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        for pre in self.prefixes:
+            remove_dpdk_files(pre)
+        if self.d:
+            if self.keep:
+                print(f"logs kept in {self.d}")
+            else:
+                shutil.rmtree(self.d, ignore_errors=True)
+
+
+# ---- DPDK telemetry ----------------------------------------------------------
+
+class Telemetry:
+    """DPDK telemetry client (what dpdk-telemetry.py -f PREFIX talks to). With
+    ready, also waits until that command answers: the EAL opens the socket
+    before the application registers its commands."""
+
+    def __init__(self, prefix, ready=None, timeout=20.0):
+        path = f"/var/run/dpdk/{prefix}/dpdk_telemetry.v2"
+        deadline = time.time() + timeout
+        while True:
+            try:
+                self.s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                self.s.connect(path)
+                break
+            except OSError:
+                self.s.close()
+                if time.time() > deadline:
+                    raise RuntimeError(f"no telemetry socket at {path}")
+                time.sleep(0.1)
+        json.loads(self.s.recv(65536).decode())  # greeting
+        while ready and self.cmd(ready) is None:
+            if time.time() > deadline:
+                raise RuntimeError(f"tandem-{ready.split('/')[2]} never registered its telemetry commands")
+            time.sleep(0.1)
+
+    def cmd(self, c):
+        self.s.send(c.encode())
+        return json.loads(self.s.recv(1 << 22).decode()).get(c.split(",")[0])
+
+    def opackets(self, port=0):
+        """Port `port`'s /ethdev/stats opackets, None before the port is up."""
+        r = self.cmd(f"/ethdev/stats,{port}")
+        return r["opackets"] if r else None
+
+
+def opackets_rate(tel, p, warmup, seconds, what, port=0):
+    """Mpps sent by port `port` of process p over `seconds` after it started sending and `warmup`
+    more seconds (RuntimeError(what) if it never starts within 20 s)."""
+    deadline = time.time() + 20
+    while tel.opackets(port) in (None, 0):
+        if p.poll() is not None or time.time() > deadline:
+            raise RuntimeError(what)
+        time.sleep(0.1)
+    time.sleep(warmup)
+    t0, n0 = time.monotonic(), tel.opackets(port)
+    time.sleep(seconds)
+    t1, n1 = time.monotonic(), tel.opackets(port)
+    return (n1 - n0) / (t1 - t0) / 1e6
+
+
+# ---- checks ------------------------------------------------------------------
+
+class Checks:
+    """Prints "ok   what" or "FAIL what" per check; failed lists what failed."""
+
+    def __init__(self):
+        self.failed = []
+
+    def check(self, ok, what):
+        print(("ok   " if ok else "FAIL ") + what, flush=True)
+        if not ok:
+            self.failed.append(what)
+
+
+def run_checked(name, main, checks, lab, logs=("fabric", "A", "B")):
+    """Runs a test's main(), counting a set-up exception as a failed check (with the
+    logs that exist), always cleans up, prints the verdict and exits 1 if a check failed."""
+    try:
+        main()
+    except Exception as e:  # a set-up failure is a test failure, with the logs
+        checks.check(False, f"set-up: {e}")
+        for n in logs:
+            if os.path.exists(lab.path(f"{n}.log")):
+                print(f"--- {n} log ---\n{lab.text(n)}")
+    finally:
+        lab.cleanup()
+    failed = checks.failed
+    print(f"{name}: {len(failed)} check(s) failed" if failed else f"{name}: all checks passed")
+    sys.exit(1 if failed else 0)
