@@ -8,16 +8,15 @@ and its hugepage files, runtime dirs and sockets are removed, also on Ctrl-C.
 
 usage: lab_demo.py BUILD_DIR [--seconds N] [--spray P] [--cc P] [--keep]"""
 import argparse
-import glob
 import json
 import os
-import shutil
 import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
+from tandem_harness import (Lab, Telemetry, free_port, lab_fabric_argv, lab_worker_argv,  # noqa: E402
+                            path_ports, wait_for, write_lab_tables)
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("build")
@@ -31,125 +30,17 @@ FABRIC = f"{args.build}/apps/tandem-fabric/tandem-fabric"
 RNIC = f"{args.build}/apps/tandem-rnic/tandem-rnic"
 PERF = f"{args.build}/apps/tandem-perf/tandem-perf"
 TAG = f"demo{os.getpid()}"
-D = tempfile.mkdtemp(prefix="tandem-lab-")
 PATHS = ["delay_us=5", "delay_us=10", "delay_us=20,loss=0.002", "delay_us=40"]
-procs, prefixes = [], []
 
 
-def cleanup():
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGINT)
-    deadline = time.time() + 5
-    for p in procs:
-        try:
-            p.wait(max(0.1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    for pre in prefixes:
-        for f in glob.glob(f"/dev/hugepages/{pre}*"):
-            try:
-                os.unlink(f)
-            except OSError:
-                pass
-        shutil.rmtree(f"/var/run/dpdk/{pre}", ignore_errors=True)
-    if args.keep:
-        print(f"logs kept in {D}")
-    else:
-        shutil.rmtree(D, ignore_errors=True)
-
-
-def on_signal(signum, frame):
+def on_signal(signum):
     print("\ninterrupted: stopping the lab")
-    cleanup()
-    sys.exit(130)
+    return 130
 
 
-signal.signal(signal.SIGINT, on_signal)
-signal.signal(signal.SIGTERM, on_signal)
-
-
-def start(argv, name, prefix=None):
-    if prefix:
-        prefixes.append(prefix)
-    p = subprocess.Popen(argv, stdout=open(f"{D}/{name}.log", "w"), stderr=subprocess.STDOUT)
-    procs.append(p)
-    return p
-
-
-def text(name):
-    try:
-        with open(f"{D}/{name}.log") as f:
-            return f.read()
-    except OSError:
-        return ""
-
-
-def wait_for(cond, what, timeout=30):
-    t0 = time.time()
-    while not cond():
-        if time.time() - t0 > timeout:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
-class Telemetry:
-    """DPDK telemetry client (what dpdk-telemetry.py -f PREFIX talks to)."""
-
-    def __init__(self, prefix):
-        path = f"/var/run/dpdk/{prefix}/dpdk_telemetry.v2"
-        self.s = None
-        t0 = time.time()
-        while self.s is None:
-            try:
-                s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-                s.connect(path)
-                self.s = s
-            except OSError:
-                s.close()
-                if time.time() - t0 > 20:
-                    raise RuntimeError(f"no telemetry socket at {path}")
-                time.sleep(0.1)
-        json.loads(self.s.recv(65536).decode())
-
-    def cmd(self, c):
-        self.s.send(c.encode())
-        return json.loads(self.s.recv(1 << 22).decode()).get(c.split(",")[0])
-
-
-M64 = (1 << 64) - 1
-
-
-def ecmp_pick(src, dst, sport, n_paths, dport=4791, proto=17, seed=0):
-    """common/fabric/ecmp.h, so each sprayed source port lands on its own fabric path."""
-    ip = lambda s: int.from_bytes(socket.inet_aton(s), "big")
-    x = ((ip(src) << 32) ^ ip(dst)) & M64
-    x ^= (sport << 48) ^ (dport << 32) ^ (proto << 24) ^ seed
-    x = (x + 0x9E3779B97F4A7C15) & M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
-    x ^= x >> 31
-    return (x & 0xFFFFFFFF) % n_paths
-
-
-def path_ports(src, dst, n_paths):
-    """The first UDP source port (RoCEv2 entropy range) that reaches each path."""
-    ports = {}
-    for sport in range(0xC000, 0x10000):
-        ports.setdefault(ecmp_pick(src, dst, sport, n_paths), sport)
-        if len(ports) == n_paths:
-            break
-    return [ports[k] for k in range(n_paths)]
-
-
-def table_yaml(i, me, peer):
-    ports = path_ports(me[0], peer[0], len(PATHS))
-    return f"""underlay: {{ip: {me[0]}, mac: "02:00:00:00:00:0{i}", gateway_mac: "02:00:00:00:00:fe"}}
-vnics: [{{id: 1, ip: {me[1]}, mac: "02:00:00:00:01:0{i}", vni: 100}}]
-egress: [{{vnic: 1, remote_ip: {peer[1]}, underlay_ip: {peer[0]}, paths: {ports}}}]
-ingress: [{{vnic: 1, underlay_src: {peer[0]}, remote_ip: {peer[1]}}}]
-"""
+lab = Lab(tmp_prefix="tandem-lab-", graceful=True, keep=args.keep, on_signal=on_signal)
+D = lab.d
+start, text, cleanup = lab.start, lab.text, lab.cleanup
 
 
 def fabric_paths(tel):
@@ -163,24 +54,19 @@ def path_delivered(paths):
 
 
 def main():
-    a, b = ("10.0.0.1", "192.168.7.1"), ("10.0.0.2", "192.168.7.2")
-    for i, me, peer, n in ((1, a, b, "A"), (2, b, a, "B")):
-        with open(f"{D}/{n}.yaml", "w") as f:
-            f.write(table_yaml(i, me, peer))
+    b = ("10.0.0.2", "192.168.7.2")  # host B: underlay, overlay
+    write_lab_tables(D, lambda me, peer: path_ports(me[1], peer[1], len(PATHS)))
 
     print("== lab: tandem-fabric (memif server, 2 host ports, 4 ECMP paths)")
     for k, spec in enumerate(PATHS):
         print(f"   path {k}: {spec}")
     fab_pre = f"{TAG}-fab"
-    argv = [FABRIC, "--route", f"{a[0]}=0", "--route", f"{b[0]}=1", "--paths", "4"]
+    flags = ["--stats-json", f"{D}/fabric.json"]
     for k, spec in enumerate(PATHS):
-        argv += ["--path", f"{k}:{spec}"]
-    argv += ["--idle", "adaptive", "--link-wait-ms", "0", "--stats-json", f"{D}/fabric.json", "--",
-             "--no-pci", f"--file-prefix={fab_pre}", "-l", "0", "-m", "64", "--log-level=lib.eal:error",
-             f"--vdev=net_memif0,role=server,socket={D}/h0.sock",
-             f"--vdev=net_memif1,role=server,socket={D}/h1.sock"]
-    fab = start(argv, "fabric", fab_pre)
-    wait_for(lambda: "tandem-fabric:" in text("fabric") or fab.poll() is not None, "the fabric")
+        flags += ["--path", f"{k}:{spec}"]
+    fab = start(lab_fabric_argv(FABRIC, fab_pre, D, flags), "fabric", fab_pre)
+    wait_for(lambda: "tandem-fabric:" in text("fabric") or fab.poll() is not None,
+             "timed out waiting for the fabric", poll=0.1)
     if fab.poll() is not None:
         raise RuntimeError("tandem-fabric exited:\n" + text("fabric"))
     ftel = Telemetry(fab_pre)
@@ -189,14 +75,12 @@ def main():
     workers = {}
     for n, sock in (("A", "h0.sock"), ("B", "h1.sock")):
         pre = f"{TAG}-{n.lower()}"
-        workers[n] = (start([RNIC, "--name", n, "--host-socket", f"{D}/{n}.rnic", "--table", f"{D}/{n}.yaml",
-                             "--spray", args.spray, "--cc", args.cc, "--mtu", "4096", "--idle", "adaptive",
-                             "--timeout-us", "20000", "--stats-json", f"{D}/{n}.json", "--",
-                             "--no-pci", f"--file-prefix={pre}", "-l", "1", "-m", "128",
-                             "--log-level=lib.eal:error", f"--vdev=net_memif0,role=client,socket={D}/{sock}"],
-                            f"worker-{n}", pre), pre)
+        workers[n] = (start(lab_worker_argv(RNIC, n, pre, D, sock, [
+            "--spray", args.spray, "--cc", args.cc, "--mtu", "4096", "--timeout-us", "20000",
+            "--stats-json", f"{D}/{n}.json"]), f"worker-{n}", pre), pre)
     wait_for(lambda: all(os.path.exists(f"{D}/{n}.rnic") for n in workers)
-             or any(p.poll() is not None for p, _ in workers.values()), "the workers' host sockets")
+             or any(p.poll() is not None for p, _ in workers.values()),
+             "timed out waiting for the workers' host sockets", poll=0.1)
     for n, (p, _) in workers.items():
         if p.poll() is not None:
             raise RuntimeError(f"worker {n} exited:\n" + text(f"worker-{n}"))
@@ -205,10 +89,7 @@ def main():
     secs = args.seconds
     print(f"== tandem-perf write_bw --verify: 64 KiB messages, 2 QPs, {secs:.0f} s "
           f"(path 1 fails at {secs / 4:.0f} s and heals at {secs / 2:.0f} s)")
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = str(s.getsockname()[1])
-    s.close()
+    port = str(free_port())
     common = ["write_bw", "-p", port, "--json", "--timeout", "30", "--verify", "-s", "65536", "-q", "2", "-t", "16"]
     srv = start([PERF] + common + ["--device", f"{D}/A.rnic", "--gid", b[1].replace("7.2", "7.1")], "perf-server")
     time.sleep(0.3)

@@ -4,67 +4,27 @@ vdev type (net_null, one forwarding lcore, 64-byte frames from a template),
 measured in the same run. testpmd's rate is its port's opackets delta over
 the window, read through /ethdev/stats telemetry after a warm-up."""
 import argparse
-import glob
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "lib"))
+from tandem_harness import Lab, Telemetry, opackets_rate, remove_dpdk_files, stop  # noqa: E402
 
 
-def telemetry(prefix, timeout=20.0):
-    path = f"/var/run/dpdk/{prefix}/dpdk_telemetry.v2"
-    deadline = time.time() + timeout
-    while True:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            s.connect(path)
-            s.recv(65536)
-            return s
-        except OSError:
-            s.close()
-            if time.time() > deadline:
-                raise RuntimeError(f"no telemetry at {path}")
-            time.sleep(0.1)
-
-
-def opackets(s):
-    s.send(b"/ethdev/stats,0")
-    r = json.loads(s.recv(1 << 20).decode())["/ethdev/stats"]
-    return r["opackets"] if r else None
-
-
-def testpmd_txonly(testpmd, seconds, warmup):
+def testpmd_txonly(lab, testpmd, seconds, warmup):
     pre = f"txbench-pmd-{os.getpid()}"
-    p = subprocess.Popen([testpmd, "-l", "0,1", "--no-pci", "--no-huge", "-m", "256", f"--file-prefix={pre}",
-                          "--vdev=net_null0", "--log-level=error", "--", "--forward-mode=txonly", "--nb-cores=1",
-                          "--total-num-mbufs=8192", "--txpkts=64", "--stats-period=100"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    p = lab.start([testpmd, "-l", "0,1", "--no-pci", "--no-huge", "-m", "256", f"--file-prefix={pre}",
+                   "--vdev=net_null0", "--log-level=error", "--", "--forward-mode=txonly", "--nb-cores=1",
+                   "--total-num-mbufs=8192", "--txpkts=64", "--stats-period=100"],
+                  subprocess.DEVNULL, pre, stdin=subprocess.DEVNULL)
     try:
-        s = telemetry(pre)
-        deadline = time.time() + 20
-        while opackets(s) in (None, 0):
-            if p.poll() is not None or time.time() > deadline:
-                raise RuntimeError("dpdk-testpmd did not start transmitting")
-            time.sleep(0.1)
-        time.sleep(warmup)
-        a, t0 = opackets(s), time.time()
-        time.sleep(seconds)
-        b, t1 = opackets(s), time.time()
-        return (b - a) / (t1 - t0) / 1e6
+        return opackets_rate(Telemetry(pre), p, warmup, seconds, "dpdk-testpmd did not start transmitting")
     finally:
-        p.send_signal(signal.SIGINT)
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        shutil.rmtree(f"/var/run/dpdk/{pre}", ignore_errors=True)
-        for f in glob.glob(f"/dev/hugepages/{pre}*"):
-            os.unlink(f)
+        stop(p, 10)
+        remove_dpdk_files(pre)
 
 
 def main():
@@ -82,7 +42,11 @@ def main():
                         ("1024-copy", ["--payload", "1024", "--tx-copy"])):
         r = subprocess.run([a.bench, "--seconds", str(a.seconds)] + extra, check=True, capture_output=True, text=True)
         ours[name] = json.loads(r.stdout.strip().splitlines()[-1])
-    base = testpmd_txonly(testpmd, a.seconds, a.warmup)
+    lab = Lab()
+    try:
+        base = testpmd_txonly(lab, testpmd, a.seconds, a.warmup)
+    finally:
+        lab.cleanup()
     out = {"bench": "tx-pipeline", "unit": "Mpps", "ours": round(ours["64"]["mpps"], 3),
            "baseline": round(base, 3), "baseline_name": "dpdk-testpmd txonly 64 B (net_null)",
            "ratio": round(ours["64"]["mpps"] / base, 3) if base else None,

@@ -8,16 +8,13 @@ host-interface ceiling the transport + DPDK + fabric path delivers here.
 Everything started is stopped by PID; hugepage files and runtime dirs of the
 file prefixes used are removed, also on failure."""
 import argparse
-import glob
 import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
-import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "lib"))
+from tandem_harness import (Lab, free_port, lab_fabric_argv, lab_worker_argv, wait_fabric_started,  # noqa: E402
+                            wait_for, write_lab_tables)
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("--fabric", required=True)
@@ -31,74 +28,13 @@ ap.add_argument("--qps", type=int, default=1)
 args = ap.parse_args()
 
 TAG = f"wbw{os.getpid()}"
-D = tempfile.mkdtemp(prefix="tandem-write-bw-")
-procs, prefixes = [], []
-
-
-def cleanup():
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    for pre in prefixes:
-        for f in glob.glob(f"/dev/hugepages/{pre}*"):
-            try:
-                os.unlink(f)
-            except OSError:
-                pass
-        shutil.rmtree(f"/var/run/dpdk/{pre}", ignore_errors=True)
-    shutil.rmtree(D, ignore_errors=True)
-
-
-def on_signal(signum, frame):
-    cleanup()
-    sys.exit(128 + signum)
-
-
-signal.signal(signal.SIGTERM, on_signal)
-signal.signal(signal.SIGINT, on_signal)
+lab = Lab(tmp_prefix="tandem-write-bw-")
+D = lab.d
+stop, text, cleanup = lab.stop, lab.text, lab.cleanup
 
 
 def start(argv, name, prefix=None):
-    if prefix:
-        prefixes.append(prefix)
-    p = subprocess.Popen(argv, stdout=open(f"{D}/{name}.log", "w"), stderr=open(f"{D}/{name}.err", "w"))
-    procs.append(p)
-    return p
-
-
-def text(name, ext="log"):
-    try:
-        with open(f"{D}/{name}.{ext}") as f:
-            return f.read()
-    except OSError:
-        return ""
-
-
-def stop(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGINT)
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-def wait_for(cond, what, timeout=30):
-    t0 = time.time()
-    while not cond():
-        if time.time() - t0 > timeout:
-            raise RuntimeError(what)
-        time.sleep(0.05)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    return lab.start(argv, name, prefix, separate_stderr=True)
 
 
 def write_bw(name, sock_a, sock_b, gid_a=None, gid_b=None):
@@ -115,20 +51,6 @@ def write_bw(name, sock_a, sock_b, gid_a=None, gid_b=None):
     return json.loads(text(f"{name}-cli"))
 
 
-def table_yaml(me, peer):
-    return f"""underlay:
-  ip: {me[1]}
-  mac: 02:00:00:00:00:0{me[0]}
-  gateway_mac: 02:00:00:00:00:fe
-vnics:
-  - {{id: 1, ip: {me[2]}, mac: 02:00:00:00:01:0{me[0]}, vni: 100}}
-egress:
-  - {{vnic: 1, remote_ip: {peer[2]}, underlay_ip: {peer[1]}, paths: 4}}
-ingress:
-  - {{vnic: 1, underlay_src: {peer[1]}, remote_ip: {peer[2]}}}
-"""
-
-
 def main():
     # Baseline: the loopback worker.
     lb = start([args.loopback, f"{D}/lb.sock"], "loopback")
@@ -137,23 +59,13 @@ def main():
     stop(lb)
 
     # Ours: fabric + two workers.
-    hosts = [(1, "10.0.0.1", "192.168.7.1"), (2, "10.0.0.2", "192.168.7.2")]
-    for me, peer, n in ((hosts[0], hosts[1], "A"), (hosts[1], hosts[0], "B")):
-        with open(f"{D}/{n}.yaml", "w") as f:
-            f.write(table_yaml(me, peer))
+    write_lab_tables(D)
     fab_pre, a_pre, b_pre = f"{TAG}-fab", f"{TAG}-a", f"{TAG}-b"
-    fab = start([args.fabric, "--route", "10.0.0.1=0", "--route", "10.0.0.2=1", "--paths", "4",
-                 "--idle", "adaptive", "--link-wait-ms", "0", "--", "--no-pci", f"--file-prefix={fab_pre}",
-                 "-l", "0", "-m", "64", "--log-level=lib.eal:error",
-                 f"--vdev=net_memif0,role=server,socket={D}/h0.sock",
-                 f"--vdev=net_memif1,role=server,socket={D}/h1.sock"], "fabric", fab_pre)
-    wait_for(lambda: "tandem-fabric:" in text("fabric") + text("fabric", "err"), "fabric did not start")
+    fab = start(lab_fabric_argv(args.fabric, fab_pre, D), "fabric", fab_pre)
+    wait_fabric_started(lab, fab, timeout=30)
     workers = []
     for n, pre, sock in (("A", a_pre, "h0.sock"), ("B", b_pre, "h1.sock")):
-        workers.append(start([args.rnic, "--name", n, "--host-socket", f"{D}/{n}.rnic", "--table", f"{D}/{n}.yaml",
-                              "--idle", "adaptive", "--mtu", "4096", "--", "--no-pci", f"--file-prefix={pre}",
-                              "-l", "1", "-m", "128", "--log-level=lib.eal:error",
-                              f"--vdev=net_memif0,role=client,socket={D}/{sock}"], n, pre))
+        workers.append(start(lab_worker_argv(args.rnic, n, pre, D, sock, ["--mtu", "4096"]), n, pre))
     wait_for(lambda: os.path.exists(f"{D}/A.rnic") and os.path.exists(f"{D}/B.rnic"), "workers did not start")
     ours = write_bw("ours", f"{D}/A.rnic", f"{D}/B.rnic", "192.168.7.1", "192.168.7.2")
     for w in workers:
