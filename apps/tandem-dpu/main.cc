@@ -7,19 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "common/dpdk/eal_args.h"
 #include "dpu/dpdk/agent.h"
 
 namespace dd = tandem::dpu::dpdk;
 
 int main(int argc, char** argv) {
-  std::vector<std::string> eal_args;
-  int app_argc = argc;
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--") {
-      app_argc = i;
-      for (int j = i + 1; j < argc; ++j) eal_args.emplace_back(argv[j]);
-      break;
-    }
+  auto [app_argc, eal_args] = tandem::common::dpdk::split_eal_args(argc, argv);
 
   CLI::App app{
       "tandem-dpu: the DPU control agent. Owns tenants, vNICs, overlay->underlay mappings and the\n"

@@ -7,21 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "common/dpdk/eal_args.h"
 #include "common/fabric/dpdk/fabric.h"
 #include "common/fabric/path_spec.h"
 
 namespace fab = tandem::common::fabric;
 
 int main(int argc, char** argv) {
-  // Everything after "--" belongs to the EAL.
-  std::vector<std::string> eal_args;
-  int app_argc = argc;
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--") {
-      app_argc = i;
-      for (int j = i + 1; j < argc; ++j) eal_args.emplace_back(argv[j]);
-      break;
-    }
+  auto [app_argc, eal_args] = tandem::common::dpdk::split_eal_args(argc, argv);
 
   CLI::App app{
       "tandem-fabric: the lab network on one machine. One DPDK primary with one port per attached\n"

@@ -7,19 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "common/dpdk/eal_args.h"
 #include "rnic/dpdk/worker.h"
 
 namespace rd = tandem::rnic::dpdk;
 
 int main(int argc, char** argv) {
-  std::vector<std::string> eal_args;
-  int app_argc = argc;
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--") {
-      app_argc = i;
-      for (int j = i + 1; j < argc; ++j) eal_args.emplace_back(argv[j]);
-      break;
-    }
+  auto [app_argc, eal_args] = tandem::common::dpdk::split_eal_args(argc, argv);
 
   CLI::App app{
       "tandem-rnic: the RoCEv2 RC fast path of one RNIC port, on DPDK. Its own DPDK primary with one\n"
