@@ -1,5 +1,6 @@
 #include "dpu/dpdk/agent.h"
 
+#include <rte_pause.h>
 #include <rte_ring.h>
 #include <rte_ring_elem.h>
 #include <unistd.h>
@@ -284,7 +285,9 @@ class Agent final : public AgentHooks {
                  {"negotiated_version", bar.negotiated_version.value.load(std::memory_order_relaxed)},
                  {"rnic_pid", h->rnic_pid.load(std::memory_order_relaxed)},
                  {"counters", counters}};
-    if (auto t = common::bar_read_table(bar))
+    std::optional<common::CommittedTable> t;
+    for (int i = 0; i < 10000 && !(t = common::bar_read_table(bar)); ++i) rte_pause();  // writer mid-update
+    if (t)
       jbar["table"] = {{"version", t->version}, {"digest", t->digest}, {"entries", t->entry_count}};
     const AgentChannelStats& s = ch.stats();
     return {{"name", l.name},
