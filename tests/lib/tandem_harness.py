@@ -84,21 +84,27 @@ def write_lab_tables(d, paths=lambda me, peer: 4):
 
 # ---- the two-host lab's processes (sockets and tables in one directory d) ---
 
-def lab_fabric_argv(fabric, prefix, d, flags=()):
+def lab_fabric_argv(fabric, prefix, d, flags=(), lcore="0"):
     """tandem-fabric as memif server for both lab hosts (d/h0.sock: 10.0.0.1, d/h1.sock: 10.0.0.2), 4 paths."""
     return [fabric, "--route", "10.0.0.1=0", "--route", "10.0.0.2=1", "--paths", "4"] + list(flags) + [
         "--idle", "adaptive", "--link-wait-ms", "0", "--", "--no-pci", f"--file-prefix={prefix}",
-        "-l", "0", "-m", "64", "--log-level=lib.eal:error",
+        "-l", str(lcore), "-m", "64", "--log-level=lib.eal:error",
         f"--vdev=net_memif0,role=server,socket={d}/h0.sock",
         f"--vdev=net_memif1,role=server,socket={d}/h1.sock"]
 
 
-def lab_worker_argv(rnic, name, prefix, d, sock, flags=(), eal=()):
+def lab_memif_vdev(d, sock, role="client", extra=""):
+    """The --vdev of a lab host's memif port on d/<sock> (what workers use; baselines reuse it);
+    extra: more memif devargs, e.g. "bsize=8192" (the client allocates the shared buffers)."""
+    return f"--vdev=net_memif0,role={role},socket={d}/{sock}" + (f",{extra}" if extra else "")
+
+
+def lab_worker_argv(rnic, name, prefix, d, sock, flags=(), eal=(), lcore="1", memif=""):
     """tandem-rnic `name` (table d/<name>.yaml, host socket d/<name>.rnic) as memif client on d/<sock>."""
     return [rnic, "--name", name, "--host-socket", f"{d}/{name}.rnic", "--table", f"{d}/{name}.yaml",
             "--idle", "adaptive"] + list(flags) + [
-        "--", "--no-pci", f"--file-prefix={prefix}", "-l", "1", "-m", "128", "--log-level=lib.eal:error",
-        f"--vdev=net_memif0,role=client,socket={d}/{sock}"] + list(eal)
+        "--", "--no-pci", f"--file-prefix={prefix}", "-l", str(lcore), "-m", "128", "--log-level=lib.eal:error",
+        lab_memif_vdev(d, sock, extra=memif)] + list(eal)
 
 
 def wait_fabric_started(lab, p, name="fabric", timeout=20):
