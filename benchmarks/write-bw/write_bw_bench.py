@@ -19,7 +19,10 @@ data frames carries (message size / frames per message), so ratio =
 ours' goodput / that = ours' frame rate share. Processes are pinned with
 --cores (CPU of A, B, fabric): ours' workers and the fabric idle adaptively
 (rte_pause, then 50 us sleeps), testpmd busy-polls (its main lcore, which
-only prints stats once a second, shares the forwarding lcore's CPU).
+only prints stats once a second, shares the forwarding lcore's CPU); the
+tandem-perf applications float at nice --perf-nice. Every memif client
+(workers, testpmd) gets the same devargs (--memif, default bsize=8192 so a
+4 KB frame is one memif buffer; the lab's default 2048 chains three).
 
 Everything started is stopped by PID; hugepage files and runtime dirs of the
 file prefixes used are removed, also on failure."""
@@ -53,6 +56,9 @@ ap.add_argument("--rnic-flag", action="append", default=[],
 ap.add_argument("--memif", default="bsize=8192",
                 help="extra memif devargs of every client (workers and testpmd alike); default bsize=8192: "
                      "a 4 KB frame fits one buffer. --memif= gives the lab default, bsize 2048: 3 descriptors a frame")
+ap.add_argument("--perf-nice", type=int, default=19,
+                help="nice value of the two tandem-perf processes (default 19: the client busy-polls its CQ "
+                     "and, at nice 0, can starve the worker and fabric sharing its CPU)")
 ap.add_argument("--rows", default="ours,baseline,direct,loopback", help="rows to run (comma list)")
 ap.add_argument("--repeat", type=int, default=3,
                 help="rounds of every row, interleaved; each row reports its median round (default 3)")
@@ -153,8 +159,9 @@ def run_ours():
     port = free_port()
     common = ["write_bw", "-p", str(port), "--json", "--timeout", "30", "--mtu", str(args.mtu)]
     run_s = args.warmup + args.seconds + 2.5
-    srv = start([args.perf] + common + ["--device", f"{D}/B.rnic", "--gid", "192.168.7.2"], "ours-srv")
-    cli = start([args.perf] + common + ["--device", f"{D}/A.rnic", "--gid", "192.168.7.1", "-s", str(args.size),
+    nice = ["nice", "-n", str(args.perf_nice)] if args.perf_nice else []
+    srv = start(nice + [args.perf] + common + ["--device", f"{D}/B.rnic", "--gid", "192.168.7.2"], "ours-srv")
+    cli = start(nice + [args.perf] + common + ["--device", f"{D}/A.rnic", "--gid", "192.168.7.1", "-s", str(args.size),
                                         "-q", str(args.qps), "-D", f"{run_s:g}", "127.0.0.1"], "ours-cli")
     procs = {"fabric": fab, "A": workers["A"], "B": workers["B"], "perf-cli": cli, "perf-srv": srv}
 
@@ -233,8 +240,9 @@ def run_loopback():
     wait_for(lambda: os.path.exists(f"{D}/lb.sock"), "loopback worker did not start")
     port = free_port()
     common = ["write_bw", "-p", str(port), "--json", "--timeout", "30"]
-    srv = start([args.perf] + common + ["--device", f"{D}/lb.sock"], "lb-srv")
-    cli = start([args.perf] + common + ["--device", f"{D}/lb.sock", "-s", str(args.size), "-q", str(args.qps),
+    nice = ["nice", "-n", str(args.perf_nice)] if args.perf_nice else []
+    srv = start(nice + [args.perf] + common + ["--device", f"{D}/lb.sock"], "lb-srv")
+    cli = start(nice + [args.perf] + common + ["--device", f"{D}/lb.sock", "-s", str(args.size), "-q", str(args.qps),
                                         "-D", f"{args.seconds:g}", "127.0.0.1"], "lb-cli")
     for p in (cli, srv):
         p.wait(args.seconds + 60)
@@ -285,7 +293,7 @@ def main():
                "baseline_name": "dpdk-testpmd txonly -> tandem-fabric -> rxonly, same memif links, same frame size",
                "ratio": round(ratio, 4), "size": args.size, "qps": args.qps, "mtu": args.mtu, "frame_bytes": frame,
                "payload_per_frame": PAYLOAD_PER_FRAME, "window_s": args.seconds, "cores_a_b_fabric": args.cores,
-               "rnic_flags": args.rnic_flag, "memif": args.memif, "repeat": args.repeat, "load_avg": os.getloadavg()[0], "rows": rows}
+               "rnic_flags": args.rnic_flag, "memif": args.memif, "perf_nice": args.perf_nice, "repeat": args.repeat, "load_avg": os.getloadavg()[0], "rows": rows}
         for k in ("direct", "loopback"):
             if k in res and res[k]["goodput_gbps"]:
                 out[f"ratio_to_{k}"] = round(o / res[k]["goodput_gbps"], 4)
