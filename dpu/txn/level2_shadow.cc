@@ -1,39 +1,130 @@
 // Level-2 shadow bookkeeping.
 #include "dpu/txn/level2_shadow.h"
 
-#include <algorithm>
-
 namespace tandem::dpu {
 
 using common::EntryKey;
+using common::EntryKind;
 using common::Level2Entry;
 
+// --- EntryMap ----------------------------------------------------------------
+
+const Level2Entry* EntryMap::find(const EntryKey& k) const noexcept {
+  if (size_ == 0 || k.kind == EntryKind::kInvalid) return nullptr;
+  for (std::size_t i = home(k);; i = (i + 1) & mask_) {
+    const value_type& s = slots_[i];
+    if (s.first.kind == EntryKind::kInvalid) return nullptr;
+    if (s.first == k) return &s.second;
+  }
+}
+
+std::pair<Level2Entry*, bool> EntryMap::find_or_insert(const EntryKey& k) {
+  if ((size_ + 1) * 4 > slots_.size() * 3) rehash(slots_.empty() ? 16 : slots_.size() * 2);
+  for (std::size_t i = home(k);; i = (i + 1) & mask_) {
+    value_type& s = slots_[i];
+    if (s.first == k) return {&s.second, false};
+    if (s.first.kind == EntryKind::kInvalid) {
+      s.first = k;
+      s.second = Level2Entry();
+      s.second.key = k;
+      ++size_;
+      return {&s.second, true};
+    }
+  }
+}
+
+bool EntryMap::erase(const EntryKey& k) noexcept {
+  if (size_ == 0 || k.kind == EntryKind::kInvalid) return false;
+  std::size_t i = home(k);
+  for (;; i = (i + 1) & mask_) {
+    if (slots_[i].first.kind == EntryKind::kInvalid) return false;
+    if (slots_[i].first == k) break;
+  }
+  // Backward shift: pull later entries of the probe run into the hole unless
+  // their home lies cyclically in (hole, their slot], so no tombstones.
+  for (std::size_t j = i;;) {
+    j = (j + 1) & mask_;
+    if (slots_[j].first.kind == EntryKind::kInvalid) break;
+    std::size_t h = home(slots_[j].first);
+    bool stays = i <= j ? (i < h && h <= j) : (i < h || h <= j);
+    if (stays) continue;
+    slots_[i] = slots_[j];
+    i = j;
+  }
+  slots_[i] = value_type();
+  --size_;
+  return true;
+}
+
+void EntryMap::clear() noexcept {
+  for (value_type& s : slots_) s = value_type();
+  size_ = 0;
+}
+
+void EntryMap::reserve(std::size_t n) {
+  std::size_t want = 16;
+  while (want * 3 < n * 4) want *= 2;
+  if (want > slots_.size()) rehash(want);
+}
+
+void EntryMap::rehash(std::size_t slots) {
+  std::vector<value_type> old(slots, value_type());
+  old.swap(slots_);
+  mask_ = slots - 1;
+  shift_ = 64;
+  for (std::size_t s = slots; s > 1; s >>= 1) --shift_;
+  size_ = 0;
+  for (const value_type& s : old)
+    if (s.first.kind != EntryKind::kInvalid) *find_or_insert(s.first).first = s.second;
+}
+
+// --- Level2Shadow --------------------------------------------------------------
+
 namespace {
-// Small transactions (the common case: a few punts) find a key's earlier op by
-// scanning back; larger ones index the ops.
+// Small transactions (the common case: a few punts) find a key's other ops by
+// scanning; larger ones index the ops.
 constexpr std::size_t kScanLimit = 64;
 
-bool key_less(const EntryKey& a, const EntryKey& b) {
-  if (a.kind != b.kind) return a.kind < b.kind;
-  if (a.word0 != b.word0) return a.word0 < b.word0;
-  return a.word1 < b.word1;
-}
+// Latest op index per key within one txn: a flat table of op indices.
+class OpIndex {
+ public:
+  static constexpr uint32_t kNone = ~uint32_t{0};
+  explicit OpIndex(const std::vector<Level2Op>& ops) : ops_(ops) {
+    std::size_t n = 16;
+    while (n < ops.size() * 2) n *= 2;
+    slots_.assign(n, kNone);
+    mask_ = n - 1;
+    for (std::size_t s = n; s > 1; s >>= 1) --shift_;
+  }
+  // Stores i as key's latest op; returns the one stored before, or kNone.
+  uint32_t exchange(const EntryKey& k, uint32_t i) noexcept {
+    for (std::size_t p = (EntryKeyHash{}(k) * 0x9E3779B97F4A7C15ull) >> shift_;; p = (p + 1) & mask_) {
+      uint32_t& s = slots_[p];
+      if (s == kNone || ops_[s].entry.key == k) return std::exchange(s, i);
+    }
+  }
+
+ private:
+  const std::vector<Level2Op>& ops_;
+  std::vector<uint32_t> slots_;
+  std::size_t mask_ = 0;
+  unsigned shift_ = 64;
+};
 }  // namespace
 
 common::TableDigest Level2Shadow::digest_after(const std::vector<Level2Op>& ops) const {
   // Later ops see earlier ones: an op's "current" entry is the last earlier op
   // on the same key, else the committed one.
-  std::unordered_map<EntryKey, std::size_t, EntryKeyHash> last;  // key -> index of its latest op
   const bool indexed = ops.size() > kScanLimit;
-  if (indexed) last.reserve(ops.size());
+  std::optional<OpIndex> last;
+  if (indexed) last.emplace(ops);
   common::TableDigest d = digest_;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const Level2Op& op = ops[i];
     const Level2Op* prev = nullptr;
     if (indexed) {
-      auto it = last.find(op.entry.key);
-      if (it != last.end()) prev = &ops[it->second];
-      last[op.entry.key] = i;
+      uint32_t p = last->exchange(op.entry.key, static_cast<uint32_t>(i));
+      if (p != OpIndex::kNone) prev = &ops[p];
     } else {
       for (std::size_t j = i; j-- > 0;)
         if (ops[j].entry.key == op.entry.key) {
@@ -55,41 +146,55 @@ common::TableDigest Level2Shadow::digest_after(const std::vector<Level2Op>& ops)
 
 void Level2Shadow::apply(const std::vector<Level2Op>& ops, uint64_t new_version,
                          std::vector<Level2Entry>* net_puts, std::vector<EntryKey>* net_dels) {
-  std::vector<EntryKey> touched;
-  touched.reserve(ops.size());
   for (const Level2Op& op : ops) {
-    auto it = entries_.find(op.entry.key);
+    if (op.entry.key.kind == EntryKind::kInvalid) continue;  // never committed: the RNIC refuses it
     if (op.del) {
-      if (it != entries_.end()) {
-        digest_.remove(it->second);
-        entries_.erase(it);
+      if (const Level2Entry* e = entries_.find(op.entry.key)) {
+        digest_.remove(*e);
+        entries_.erase(op.entry.key);
       }
-    } else if (it == entries_.end()) {
-      digest_.add(op.entry);
-      entries_.emplace(op.entry.key, op.entry);
-    } else if (!(it->second == op.entry)) {
-      digest_.remove(it->second);
-      digest_.add(op.entry);
-      it->second = op.entry;
+      continue;
     }
-    touched.push_back(op.entry.key);
+    auto [e, inserted] = entries_.find_or_insert(op.entry.key);
+    if (inserted) {
+      digest_.add(op.entry);
+      *e = op.entry;
+    } else if (!(*e == op.entry)) {
+      digest_.remove(*e);
+      digest_.add(op.entry);
+      *e = op.entry;
+    }
   }
   version_ = new_version;
   if (!net_puts && !net_dels) return;
-  std::sort(touched.begin(), touched.end(), key_less);
-  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-  if (net_puts) net_puts->reserve(touched.size());
-  for (const EntryKey& k : touched) {
-    const Level2Entry* e = find(k);
-    if (e && net_puts) net_puts->push_back(*e);
-    if (!e && net_dels) net_dels->push_back(k);
+  // Net effect: the last op on each key decides (a put leaves exactly its entry).
+  if (net_puts) net_puts->reserve(ops.size());
+  auto emit = [&](const Level2Op& op) {
+    if (op.entry.key.kind == EntryKind::kInvalid) return;
+    if (!op.del && net_puts) net_puts->push_back(op.entry);
+    if (op.del && net_dels) net_dels->push_back(op.entry.key);
+  };
+  if (ops.size() > kScanLimit) {
+    OpIndex seen(ops);
+    for (std::size_t i = ops.size(); i-- > 0;)
+      if (seen.exchange(ops[i].entry.key, static_cast<uint32_t>(i)) == OpIndex::kNone) emit(ops[i]);
+    return;
+  }
+  for (std::size_t i = ops.size(); i-- > 0;) {
+    bool later = false;
+    for (std::size_t j = i + 1; j < ops.size() && !later; ++j) later = ops[j].entry.key == ops[i].entry.key;
+    if (!later) emit(ops[i]);
   }
 }
 
 void Level2Shadow::reset(uint64_t version, const std::vector<Level2Entry>& entries) {
   entries_.clear();
+  entries_.reserve(entries.size());
   digest_ = {};
-  for (const Level2Entry& e : entries) entries_.insert_or_assign(e.key, e);  // last one wins
+  for (const Level2Entry& e : entries) {  // last one wins
+    if (e.key.kind == EntryKind::kInvalid) continue;
+    *entries_.find_or_insert(e.key).first = e;
+  }
   for (const auto& [k, e] : entries_) digest_.add(e);
   version_ = version;
 }

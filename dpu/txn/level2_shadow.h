@@ -5,7 +5,8 @@
 
 #include <cstdint>
 #include <functional>
-#include <unordered_map>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "common/channel/entry_digest.h"
@@ -22,17 +23,69 @@ struct EntryKeyHash {
   }
 };
 
+// EntryKey -> Level2Entry in one flat array (open addressing, linear probing,
+// backward-shift deletion, load <= 3/4): one probe sequence over contiguous
+// slots per lookup instead of a node per entry, since the new-flow path does a
+// shadow lookup per op when building a txn and again when applying it.
+// Iterates (first = key, second = entry) like the std::unordered_map it
+// replaces; a slot whose key kind is kInvalid is empty, so entries of kind
+// kInvalid (which no RNIC accepts) are never stored.
+class EntryMap {
+ public:
+  using value_type = std::pair<common::EntryKey, common::Level2Entry>;
+
+  class const_iterator {
+   public:
+    const_iterator(const value_type* p, const value_type* end) noexcept : p_(p), end_(end) { skip(); }
+    const value_type& operator*() const noexcept { return *p_; }
+    const value_type* operator->() const noexcept { return p_; }
+    const_iterator& operator++() noexcept {
+      ++p_;
+      skip();
+      return *this;
+    }
+    friend bool operator==(const const_iterator& a, const const_iterator& b) noexcept { return a.p_ == b.p_; }
+
+   private:
+    void skip() noexcept {
+      while (p_ != end_ && p_->first.kind == common::EntryKind::kInvalid) ++p_;
+    }
+    const value_type* p_;
+    const value_type* end_;
+  };
+
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  const_iterator begin() const noexcept { return {slots_.data(), slots_.data() + slots_.size()}; }
+  const_iterator end() const noexcept { return {slots_.data() + slots_.size(), slots_.data() + slots_.size()}; }
+
+  const common::Level2Entry* find(const common::EntryKey& k) const noexcept;
+  // The entry stored under k, inserted default-constructed (key set) if absent.
+  std::pair<common::Level2Entry*, bool> find_or_insert(const common::EntryKey& k);
+  bool erase(const common::EntryKey& k) noexcept;
+  void clear() noexcept;
+  void reserve(std::size_t n);
+
+ private:
+  std::size_t home(const common::EntryKey& k) const noexcept {
+    return static_cast<std::size_t>((EntryKeyHash{}(k) * 0x9E3779B97F4A7C15ull) >> shift_);
+  }
+  void rehash(std::size_t slots);
+
+  std::vector<value_type> slots_;
+  std::size_t size_ = 0;
+  std::size_t mask_ = 0;
+  unsigned shift_ = 64;
+};
+
 class Level2Shadow {
  public:
-  using Map = std::unordered_map<common::EntryKey, common::Level2Entry, EntryKeyHash>;
+  using Map = EntryMap;
 
   uint64_t version() const noexcept { return version_; }
   const common::TableDigest& digest() const noexcept { return digest_; }
   const Map& entries() const noexcept { return entries_; }
-  const common::Level2Entry* find(const common::EntryKey& k) const {
-    auto it = entries_.find(k);
-    return it == entries_.end() ? nullptr : &it->second;
-  }
+  const common::Level2Entry* find(const common::EntryKey& k) const noexcept { return entries_.find(k); }
 
   // Digest and count the table would have after ops, without changing anything.
   common::TableDigest digest_after(const std::vector<Level2Op>& ops) const;

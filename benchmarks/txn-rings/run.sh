@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Transactions over the real DPU<->RNIC shared-memory rings, agent and worker processes: commit latency (1/16 entries) vs rte_ring ping-pong, bulk entries/s and punted new flows/s vs the same path in memory
+# Called by scripts/bench.sh txn-rings [--json] [--part all|latency|bulk|newflow]
+# [--samples N --bulk-entries N --bulk-txn N --flows N --window N --cpus A,W|none --dir DIR].
+# Both processes busy-poll, pinned to CPUs 0 and 1 by default.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+exe="${TANDEM_BUILD:-build}/benchmarks/txn-rings/txn_rings_bench"
+[[ -x $exe ]] || { echo "txn-rings: $exe not built (needs DPDK)" >&2; exit 1; }
+exec "$exe" "$@"

@@ -1,0 +1,659 @@
+// Transactions over the real DPU <-> RNIC rings between two processes. The
+// agent process creates the channel file with dpu/dpdk's ChannelFile (rte_rings
+// in the shared file) and drives dpu/channel's AgentChannel the way tandem-dpu's
+// loop does; a forked worker process attaches with rnic/dpdk's DpuLink (the
+// tandem-rnic --dpu-channel code: RnicChannel + level-2 table, BAR, punt slots)
+// and runs its service loop. Both busy-poll, each pinned to its own core.
+// Parts, each with a baseline measured in the same run:
+//   latency  submit -> COMMITTED at the agent, 1- and 16-entry txns, one at a
+//            time; baseline: a raw 64-byte rte_ring ping-pong between the same
+//            two processes (the floor for any round trip)
+//   bulk     entries/s for large txns (--bulk-txn entries each), back to back;
+//            baseline: the same txns through the same objects in one process
+//            with in-memory queues (what benchmarks/txn measures)
+//   newflow  the worker misses new flows and punts them (DpuLink::punt: slot +
+//            PUNT event); the agent reads the slot, resolves the key against
+//            level 1 (change_set_for_miss), merges, commits; the worker counts
+//            a flow installed when its own table lookup hits. Baseline: the
+//            same resolution and channel objects back to back in one process.
+// Left out against tandem-dpu/tandem-rnic: packet I/O (the misses are
+// generated, not received), the agent's SQLite save per commit and its
+// control socket; the agent loop below is a copy of dpu/dpdk/agent.cc's.
+#include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <rte_ring.h>
+#include <rte_ring_elem.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/channel/channel_region.h"
+#include "dpu/channel/agent_channel.h"
+#include "dpu/dpdk/channel_file.h"
+#include "dpu/model/level1_state.h"
+#include "dpu/txn/derive.h"
+#include "rnic/dpdk/dpu_link.h"
+#include "rnic/table/level2_table.h"
+#include "rnic/table/rnic_channel.h"
+
+namespace {
+
+using namespace tandem::common;
+using tandem::dpu::AgentChannel;
+using tandem::dpu::AgentChannelConfig;
+using tandem::dpu::ChangeSet;
+using tandem::dpu::ChannelState;
+using tandem::dpu::Level1State;
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+[[noreturn]] void die(const std::string& why) {
+  std::fprintf(stderr, "txn-rings: %s\n", why.c_str());
+  std::exit(1);
+}
+
+void pin(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t s;
+  CPU_ZERO(&s);
+  CPU_SET(cpu, &s);
+  if (sched_setaffinity(0, sizeof s, &s) != 0) die("cannot pin to cpu " + std::to_string(cpu));
+}
+
+struct Pct {
+  double p50 = 0, p99 = 0, p999 = 0, mean = 0;
+};
+Pct percentiles(std::vector<uint64_t> v) {
+  Pct p;
+  if (v.empty()) return p;
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<std::size_t>(q * v.size()))] / 1e3; };
+  p.p50 = at(0.50);
+  p.p99 = at(0.99);
+  p.p999 = at(0.999);
+  double s = 0;
+  for (uint64_t x : v) s += x;
+  p.mean = s / v.size() / 1e3;
+  return p;
+}
+
+// --- workload ---------------------------------------------------------------
+
+constexpr uint32_t kVni = 100;
+constexpr uint32_t kSrcVnic = 1;
+constexpr uint32_t kFlowIpBase = 0x0B000001;  // 11.0.0.1 on: destination overlay IPs of new flows
+constexpr uint32_t kLatencyKeys = 4096;       // latency txns rewrite these keys (vNIC 2)
+constexpr uint32_t kBulkVnic = 3;             // bulk txns install fresh keys of vNIC 3
+
+Level2Entry egress_entry(uint32_t vnic, uint32_t ip, uint32_t dst) {
+  EgressAction a;
+  a.underlay_src_ip = 0x0A000001;
+  a.underlay_dst_ip = dst;
+  a.dst_mac = {2, 0, 0, 0, 0, 1};
+  a.vni = kVni;
+  a.path_count = 4;
+  return make_egress_entry(egress_key(vnic, ip), a);
+}
+
+EntryKey flow_key(uint32_t i) { return egress_key(kSrcVnic, kFlowIpBase + i); }
+
+// Level 1 for the new-flow part: one tenant, the source vNIC on rnic0, one
+// mapping per destination, each behind its own underlay host (so each flow
+// installs two new entries: egress and its return-direction ingress).
+void build_level1(Level1State& s, uint32_t flows) {
+  auto apply = [&](const tandem::dpu::Change& c) {
+    auto r = s.apply(c);
+    if (!r.ok()) die("level-1 setup: " + r.message);
+  };
+  apply(tandem::dpu::AddTenant{kVni, "bench"});
+  apply(tandem::dpu::AddRnic{"rnic0", 0x0A000001, {2, 0, 0, 0, 0, 1}, 49152, 4});
+  apply(tandem::dpu::AddVnic{kSrcVnic, kVni, "rnic0", 0x0AFF0001, {2, 0, 0, 0, 1, 1}});
+  s.reserve_mappings(flows + 16);
+  for (uint32_t i = 0; i < flows; ++i)
+    apply(tandem::dpu::AddMapping{kVni, kFlowIpBase + i, 0x0A800001 + i, {2, 0, 0, 0, 0, 2}, "rnic1"});
+}
+
+// --- the agent side (both transports) ----------------------------------------
+
+// What tandem-dpu's Link does with outcomes and punts (dpu/dpdk/agent.cc),
+// minus the SQLite save.
+struct AgentSide {
+  AgentChannel ch;
+  const Level1State* l1 = nullptr;
+  void* base = nullptr;  // channel file (punt slots); nullptr in memory
+  std::unordered_map<uint64_t, EntryKey> pending_punts;
+  std::unordered_map<EntryKey, uint64_t, tandem::dpu::EntryKeyHash> pending_keys;
+  uint64_t next_tag = 1ull << 40;
+  uint64_t punts = 0, resolved = 0, refused = 0, duplicate = 0, slot_lost = 0;
+  std::vector<tandem::dpu::TxnOutcome> outcomes;  // last take_outcomes()
+
+  explicit AgentSide(const AgentChannelConfig& c) : ch("rnic0", c) {}
+
+  void after_events() {
+    outcomes = ch.take_outcomes();
+    for (auto& o : outcomes)
+      for (uint64_t tag : o.tags) {
+        auto it = pending_punts.find(tag);
+        if (it == pending_punts.end()) continue;
+        pending_keys.erase(it->second);
+        pending_punts.erase(it);
+      }
+    for (const PuntMsg& p : ch.take_punts()) resolve(p);
+  }
+
+  void resolve(const PuntMsg& p) {
+    ++punts;
+    uint8_t hdr[2048];
+    std::size_t len = 0;
+    if (base && p.length && !slot_read(base, p.slot, p.generation, hdr, sizeof hdr, len)) ++slot_lost;
+    if (pending_keys.count(p.missed)) {
+      ++duplicate;
+      return;
+    }
+    std::string target;
+    tandem::dpu::ResolveStatus why{};
+    uint64_t tag = next_tag++;
+    auto cs = tandem::dpu::change_set_for_miss(*l1, p.missed, tag, &target, &why, &ch.shadow());
+    if (!cs || target != "rnic0") {
+      ++refused;
+      return;
+    }
+    ++resolved;
+    pending_punts[tag] = p.missed;
+    pending_keys[p.missed] = tag;
+    ch.submit(std::move(*cs));
+  }
+};
+
+// --- shared control block between the two processes -------------------------
+
+enum Phase : int { kIdle = 0, kPingPong = 1, kService = 2, kNewFlow = 3, kStop = 9 };
+
+struct Control {
+  std::atomic<int> ready{0};   // agent: files created
+  std::atomic<int> phase{kIdle};
+  std::atomic<int> ack{kIdle};  // worker: phase it is in
+  uint32_t flows = 0, window = 0;
+  std::atomic<int> newflow_done{0};
+  double newflow_s = 0;
+  uint64_t repunts = 0, installed = 0;
+  double lat_p50 = 0, lat_p99 = 0, lat_p999 = 0;
+  char error[128] = {};
+};
+
+// --- worker process ------------------------------------------------------------
+
+void worker_newflow(Control& c, tandem::rnic::dpdk::DpuLink& link, tandem::rnic::Level2Table& table) {
+  const uint32_t flows = c.flows, window = c.window;
+  std::vector<uint64_t> punted_at(flows, 0), lat;
+  lat.reserve(flows);
+  uint8_t hdr[64] = {};  // stand-in for the missed packet's headers
+  uint32_t head = 0, next = 0;
+  uint64_t repunts = 0;
+  const uint64_t t0 = now_ns();
+  while (head < flows) {
+    uint64_t now = now_ns();
+    link.service(now);
+    auto snap = table.begin_read();
+    while (head < next && table.lookup(snap, flow_key(head))) {
+      lat.push_back(now - punted_at[head]);
+      ++head;
+    }
+    if (head < next && now - punted_at[head] > 20'000'000) {  // the next packet of a slow flow misses again
+      EntryKey k = flow_key(head);
+      std::memcpy(hdr, &k, sizeof k);
+      link.punt(k, hdr, sizeof hdr, 0, now);
+      punted_at[head] = now;
+      ++repunts;
+    }
+    for (uint32_t k = 0; k < 64 && next < flows && next - head < window; ++k, ++next) {
+      EntryKey key = flow_key(next);
+      if (table.lookup(snap, key)) die("flow installed before it missed");
+      std::memcpy(hdr, &key, sizeof key);
+      link.punt(key, hdr, sizeof hdr, 0, now);
+      punted_at[next] = now;
+    }
+    if (now - t0 > 120'000'000'000ull) die("new flows not installed within 120 s");
+  }
+  c.newflow_s = (now_ns() - t0) / 1e9;
+  Pct p = percentiles(std::move(lat));
+  c.lat_p50 = p.p50;
+  c.lat_p99 = p.p99;
+  c.lat_p999 = p.p999;
+  c.repunts = repunts;
+  c.installed = head;
+  c.newflow_done.store(1, std::memory_order_release);
+}
+
+int worker_main(Control& c, const std::string& chan_path, const std::string& pp_path, uint32_t capacity, int cpu) {
+  pin(cpu);
+  while (!c.ready.load(std::memory_order_acquire)) usleep(1000);
+  // Ping-pong rings: the second file's two rings, mapped independently.
+  int fd = ::open(pp_path.c_str(), O_RDWR);
+  if (fd < 0) die("worker cannot open " + pp_path);
+  void* pp = mmap(nullptr, kDefaultLayout.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (pp == MAP_FAILED || !check_channel(pp, kDefaultLayout.total_bytes).empty()) die("worker: bad ping-pong file");
+  auto* pp_cmd = static_cast<rte_ring*>(channel_cmd_ring(pp));
+  auto* pp_evt = static_cast<rte_ring*>(channel_evt_ring(pp));
+
+  tandem::rnic::Level2Table table({capacity});
+  tandem::rnic::dpdk::DpuLink link(chan_path, table, static_cast<uint64_t>(getpid()), 3'000'000'000ull);
+  for (;;) {
+    int ph = c.phase.load(std::memory_order_acquire);
+    if (c.ack.load(std::memory_order_relaxed) != ph) c.ack.store(ph, std::memory_order_release);
+    if (ph == kStop) break;
+    if (ph == kPingPong) {
+      RawMessage m[32];
+      while (c.phase.load(std::memory_order_relaxed) == kPingPong) {
+        unsigned n = rte_ring_dequeue_burst_elem(pp_cmd, m, sizeof(RawMessage), 32, nullptr);
+        if (n) rte_ring_enqueue_bulk_elem(pp_evt, m, sizeof(RawMessage), n, nullptr);
+      }
+    } else if (ph == kService || ph == kNewFlow) {
+      link.service(now_ns());
+      if (ph == kNewFlow && !c.newflow_done.load(std::memory_order_acquire)) {
+        worker_newflow(c, link, table);
+      }
+    } else {
+      usleep(100);
+    }
+  }
+  munmap(pp, kDefaultLayout.total_bytes);
+  return 0;
+}
+
+// --- agent process: the parts over real rings ----------------------------------
+
+struct RingAgent {
+  tandem::dpu::dpdk::ChannelFile& file;
+  AgentSide side;
+  std::deque<RawMessage> unsent;
+
+  RingAgent(tandem::dpu::dpdk::ChannelFile& f, const AgentChannelConfig& c) : file(f), side(c) { side.base = f.base(); }
+
+  // dpu/dpdk/agent.cc's Agent::service for one link.
+  bool service(uint64_t now) {
+    AgentChannel& ch = side.ch;
+    RawMessage ev[64];
+    unsigned n = rte_ring_dequeue_burst_elem(file.evt_ring(), ev, sizeof(RawMessage), 64, nullptr);
+    for (unsigned i = 0; i < n; ++i) ch.on_event(ev[i], now);
+    ch.on_bar(tandem::dpu::sample_bar(channel_bar(file.base())), now);
+    ch.tick(now);
+    RawMessage m;
+    while (ch.pop_command(m)) unsent.push_back(m);
+    while (!unsent.empty()) {
+      RawMessage out[64];
+      unsigned k = 0;
+      for (; k < 64 && k < unsent.size(); ++k) out[k] = unsent[k];
+      unsigned sent = rte_ring_enqueue_burst_elem(file.cmd_ring(), out, sizeof(RawMessage), k, nullptr);
+      for (unsigned i = 0; i < sent; ++i) unsent.pop_front();
+      if (sent < k) break;
+    }
+    side.after_events();
+    return n > 0;
+  }
+};
+
+// Runs one change set to COMMITTED; returns submit -> COMMITTED in ns.
+template <class Svc>
+uint64_t commit_one(AgentSide& side, ChangeSet cs, Svc&& service) {
+  uint64_t tag = cs.tag;
+  uint64_t t0 = now_ns();
+  side.ch.submit(std::move(cs));
+  for (;;) {
+    uint64_t now = now_ns();
+    service(now);
+    for (auto& o : side.outcomes)
+      if (std::find(o.tags.begin(), o.tags.end(), tag) != o.tags.end()) {
+        if (!o.committed) die("latency txn aborted, reason " + std::to_string(int(o.reason)));
+        return now_ns() - t0;
+      }
+    if (now - t0 > 5'000'000'000ull) die("txn not committed within 5 s (channel " +
+                                         std::string(channel_state_name(side.ch.state())) + ")");
+  }
+}
+
+ChangeSet latency_cs(uint64_t tag, uint32_t entries, uint32_t& cursor) {
+  ChangeSet cs;
+  cs.tag = tag;
+  for (uint32_t i = 0; i < entries; ++i, ++cursor)
+    cs.put(egress_entry(2, 0x0C000000 + cursor % kLatencyKeys, 0x0A100000 + cursor));  // new value each time
+  return cs;
+}
+
+// Bulk: `entries` fresh keys in change sets of `per_txn`, all queued at once.
+template <class Svc>
+double bulk_entries_per_s(AgentSide& side, uint32_t entries, uint32_t per_txn, uint32_t first, Svc&& service) {
+  uint64_t t0 = now_ns();
+  uint64_t want = side.ch.stats().txns_committed + (entries + per_txn - 1) / per_txn;
+  for (uint32_t i = 0; i < entries; i += per_txn) {
+    ChangeSet cs;
+    cs.tag = i;
+    for (uint32_t k = i; k < std::min(entries, i + per_txn); ++k)
+      cs.put(egress_entry(kBulkVnic, first + k, 0x0A200000 + k));
+    side.ch.submit(std::move(cs));
+  }
+  while (side.ch.stats().txns_committed < want) {
+    uint64_t now = now_ns();
+    service(now);
+    for (auto& o : side.outcomes)
+      if (!o.committed) die("bulk txn aborted, reason " + std::to_string(int(o.reason)));
+    if (now - t0 > 120'000'000'000ull) die("bulk txns not committed within 120 s");
+  }
+  return entries / ((now_ns() - t0) / 1e9);
+}
+
+// --- in-memory baseline: same objects, one process, queues for rings -----------
+
+struct MemPair {
+  tandem::rnic::Level2Table table;
+  tandem::rnic::RnicChannel rnic;
+  AgentSide side;
+  std::unique_ptr<Bar> bar = std::make_unique<Bar>();
+
+  MemPair(uint32_t capacity, const AgentChannelConfig& c) : table({capacity}), rnic(table, {}), side(c) {}
+
+  void service(uint64_t now) {
+    RawMessage m;
+    while (side.ch.pop_command(m)) rnic.on_command(m, now);
+    rnic.tick(now);
+    while (rnic.pop_event(m)) side.ch.on_event(m, now);
+    rnic.publish(*bar);
+    side.ch.on_bar(tandem::dpu::sample_bar(*bar), now);
+    side.ch.tick(now);
+    side.after_events();
+  }
+  void activate() {
+    side.ch.start(now_ns());
+    for (int i = 0; i < 100 && side.ch.state() != ChannelState::kActive; ++i) service(now_ns());
+    if (side.ch.state() != ChannelState::kActive) die("in-memory channel did not become ACTIVE");
+  }
+};
+
+// New flows in one process: punts straight into RnicChannel::punt (no slot),
+// same window and install check as the worker.
+struct MemNewFlow {
+  double s = 0;
+  Pct lat;
+};
+MemNewFlow mem_newflow(MemPair& p, uint32_t flows, uint32_t window) {
+  std::vector<uint64_t> punted_at(flows, 0), lat;
+  lat.reserve(flows);
+  uint32_t head = 0, next = 0;
+  uint64_t t0 = now_ns();
+  while (head < flows) {
+    uint64_t now = now_ns();
+    p.service(now);
+    auto snap = p.table.begin_read();
+    while (head < next && p.table.lookup(snap, flow_key(head))) {
+      lat.push_back(now - punted_at[head]);
+      ++head;
+    }
+    for (uint32_t k = 0; k < 64 && next < flows && next - head < window; ++k, ++next) {
+      p.rnic.punt(0, 0, 0, 0, flow_key(next));
+      punted_at[next] = now;
+    }
+    if (now - t0 > 120'000'000'000ull) die("in-memory new flows not installed within 120 s");
+  }
+  return {(now_ns() - t0) / 1e9, percentiles(std::move(lat))};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool json = false;
+  std::string part = "all", dir = "/dev/shm", cpus = "0,1";
+  uint32_t samples = 20000, bulk_entries = 1 << 20, bulk_txn = 4096, flows = 1 << 19, window = 1024;
+  CLI::App app{"Transactions over the real DPU<->RNIC shared-memory rings between two processes"};
+  app.add_flag("--json", json, "print one JSON object instead of tables");
+  app.add_option("--part", part, "all, latency, bulk or newflow")->check(CLI::IsMember({"all", "latency", "bulk", "newflow"}));
+  app.add_option("--samples", samples, "latency: txns per size")->check(CLI::Range(100, 1000000));
+  app.add_option("--bulk-entries", bulk_entries, "bulk: entries installed")->check(CLI::Range(4096, 1 << 22));
+  app.add_option("--bulk-txn", bulk_txn, "bulk: entries per txn")->check(CLI::Range(16, 4096));
+  app.add_option("--flows", flows, "newflow: new flows punted and installed")->check(CLI::Range(1024, 1 << 22));
+  app.add_option("--window", window, "newflow: flows punted and not yet installed, at most")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--cpus", cpus, "agent,worker CPUs to pin to, or 'none'");
+  app.add_option("--dir", dir, "directory for the channel files (tandem-dpu's default: /dev/shm)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  int agent_cpu = -1, worker_cpu = -1;
+  if (cpus != "none" && std::sscanf(cpus.c_str(), "%d,%d", &agent_cpu, &worker_cpu) != 2) {
+    std::fprintf(stderr, "txn-rings: --cpus wants A,W or none\n");
+    return 2;
+  }
+  const bool do_lat = part == "all" || part == "latency";
+  const bool do_bulk = part == "all" || part == "bulk";
+  const bool do_flow = part == "all" || part == "newflow";
+  const uint32_t capacity = (do_bulk ? bulk_entries : 0) + (do_flow ? 2 * flows : 0) + 2 * kLatencyKeys + 4096;
+
+  std::string tag = std::to_string(getpid());
+  std::string chan_path = dir + "/tandem-txnbench-" + tag + ".chan";
+  std::string pp_path = dir + "/tandem-txnbench-pp-" + tag + ".chan";
+  auto* ctl = static_cast<Control*>(
+      mmap(nullptr, sizeof(Control), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  if (ctl == MAP_FAILED) die("cannot map the control block");
+  new (ctl) Control();
+
+  pid_t child = fork();
+  if (child < 0) die("fork failed");
+  if (child == 0) _exit(worker_main(*ctl, chan_path, pp_path, capacity, worker_cpu));
+
+  pin(agent_cpu);
+  auto finish = [&] {
+    ctl->phase.store(kStop, std::memory_order_release);
+    int st = 0;
+    waitpid(child, &st, 0);
+    ::unlink(chan_path.c_str());
+    ::unlink(pp_path.c_str());
+    return st;
+  };
+  auto set_phase = [&](Phase p) {
+    ctl->phase.store(p, std::memory_order_release);
+    uint64_t t0 = now_ns();
+    while (ctl->ack.load(std::memory_order_acquire) != p) {
+      if (now_ns() - t0 > 10'000'000'000ull) {
+        finish();
+        die("worker did not follow");
+      }
+    }
+  };
+
+  nlohmann::json out;
+  out["bench"] = "txn-rings";
+  // Parent rows: name, ours, baseline, unit, ratio.
+  struct Row {
+    std::string what, unit, baseline_name;
+    double ours, baseline;
+  };
+  std::vector<Row> rows;
+  try {
+    tandem::dpu::dpdk::ChannelFile file(chan_path, "rnic0", 0);
+    tandem::dpu::dpdk::ChannelFile ppfile(pp_path, "pingpong", 1);
+    ctl->ready.store(1, std::memory_order_release);
+    AgentChannelConfig cfg;
+    cfg.agent_instance = static_cast<uint32_t>(getpid());
+
+    // Baseline for latency first: nothing else runs on the rings yet.
+    Pct pp;
+    if (do_lat) {
+      set_phase(kPingPong);
+      std::vector<uint64_t> rtt;
+      rtt.reserve(samples);
+      RawMessage m, back;
+      for (uint32_t i = 0; i < samples + 1000; ++i) {
+        std::memcpy(m.bytes, &i, sizeof i);
+        uint64_t t0 = now_ns();
+        while (rte_ring_enqueue_elem(ppfile.cmd_ring(), &m, sizeof m) != 0) {
+        }
+        while (rte_ring_dequeue_elem(ppfile.evt_ring(), &back, sizeof back) != 0) {
+        }
+        uint64_t t = now_ns() - t0;
+        if (std::memcmp(&back, &m, sizeof m) != 0) die("ping-pong message came back changed");
+        if (i >= 1000) rtt.push_back(t);  // the first thousand warm up
+      }
+      pp = percentiles(std::move(rtt));
+    }
+
+    set_phase(kService);
+    RingAgent ra(file, cfg);
+    auto svc = [&](uint64_t now) { ra.service(now); };
+    ra.side.ch.start(now_ns());
+    for (uint64_t t0 = now_ns(); ra.side.ch.state() != ChannelState::kActive;) {
+      svc(now_ns());
+      if (now_ns() - t0 > 5'000'000'000ull) die("channel did not become ACTIVE over the rings");
+    }
+
+    MemPair mem(capacity, cfg);
+    mem.activate();
+    auto msvc = [&](uint64_t now) { mem.service(now); };
+
+    if (do_lat) {
+      uint32_t cursor = 0;
+      nlohmann::json jl;
+      for (uint32_t entries : {1u, 16u}) {
+        std::vector<uint64_t> ring_ns, mem_ns;
+        ring_ns.reserve(samples);
+        mem_ns.reserve(samples);
+        for (uint32_t i = 0; i < samples + 1000; ++i) {
+          uint64_t t = commit_one(ra.side, latency_cs(i, entries, cursor), svc);
+          if (i >= 1000) ring_ns.push_back(t);
+        }
+        uint32_t mc = 0;
+        for (uint32_t i = 0; i < samples; ++i) mem_ns.push_back(commit_one(mem.side, latency_cs(i, entries, mc), msvc));
+        Pct r = percentiles(std::move(ring_ns)), mm = percentiles(std::move(mem_ns));
+        std::string n = std::to_string(entries) + "-entry txn commit latency";
+        rows.push_back({n + " p50", "us", "rte_ring 64 B ping-pong p50", r.p50, pp.p50});
+        rows.push_back({n + " p99", "us", "rte_ring 64 B ping-pong p99", r.p99, pp.p99});
+        rows.push_back({n + " p999", "us", "rte_ring 64 B ping-pong p999", r.p999, pp.p999});
+        jl[std::to_string(entries)] = {{"p50_us", r.p50},         {"p99_us", r.p99},         {"p999_us", r.p999},
+                                       {"mean_us", r.mean},       {"in_memory_p50_us", mm.p50},
+                                       {"in_memory_p99_us", mm.p99}, {"in_memory_p999_us", mm.p999}};
+      }
+      out["latency"] = jl;
+      out["pingpong_rtt_us"] = {{"p50", pp.p50}, {"p99", pp.p99}, {"p999", pp.p999}};
+      out["latency_samples"] = samples;
+    }
+
+    if (do_bulk) {
+      double ring = bulk_entries_per_s(ra.side, bulk_entries, bulk_txn, 0, svc);
+      double memr = bulk_entries_per_s(mem.side, bulk_entries, bulk_txn, 0, msvc);
+      if (!(mem.table.digest() == mem.side.ch.shadow().digest())) die("in-memory table and shadow differ");
+      rows.push_back({"bulk txns (" + std::to_string(bulk_txn) + " entries each)", "M entries/s",
+                      "same txns, in-memory queues, one process", ring / 1e6, memr / 1e6});
+      out["bulk"] = {{"entries", bulk_entries}, {"per_txn", bulk_txn}, {"ours_M_entries_per_s", ring / 1e6},
+                     {"in_memory_M_entries_per_s", memr / 1e6}};
+    }
+
+    if (do_flow) {
+      Level1State l1;
+      build_level1(l1, flows);
+      ra.side.l1 = &l1;
+      mem.side.l1 = &l1;
+      ctl->flows = flows;
+      ctl->window = window;
+      set_phase(kNewFlow);
+      uint64_t t0 = now_ns();
+      while (!ctl->newflow_done.load(std::memory_order_acquire)) {
+        svc(now_ns());
+        if (now_ns() - t0 > 130'000'000'000ull) die("worker did not finish the new flows");
+      }
+      set_phase(kService);
+      // Let the agent see the last COMMITTEDs before comparing.
+      for (uint64_t t1 = now_ns(); now_ns() - t1 < 20'000'000;) svc(now_ns());
+      double ring = ctl->installed / ctl->newflow_s;
+      MemNewFlow m = mem_newflow(mem, flows, window);
+      double memr = flows / m.s;
+      rows.push_back({"new flows through punt -> resolve -> txn -> commit", "M flows/s",
+                      "same path, in-memory queues, one process", ring / 1e6, memr / 1e6});
+      out["newflow"] = {{"flows", flows},
+                        {"window", window},
+                        {"ours_M_flows_per_s", ring / 1e6},
+                        {"in_memory_M_flows_per_s", memr / 1e6},
+                        {"ours_M_entries_per_s", 2 * ring / 1e6},
+                        {"miss_to_install_us", {{"p50", ctl->lat_p50}, {"p99", ctl->lat_p99}, {"p999", ctl->lat_p999}}},
+                        {"in_memory_miss_to_install_us", {{"p50", m.lat.p50}, {"p99", m.lat.p99}, {"p999", m.lat.p999}}},
+                        {"punts", ra.side.punts},
+                        {"duplicate_punts", ra.side.duplicate},
+                        {"repunts", ctl->repunts},
+                        {"slot_lost", ra.side.slot_lost},
+                        {"refused", ra.side.refused},
+                        {"txns", ra.side.ch.stats().txns_committed}};
+    }
+    // Every run ends with the agent's shadow equal to what the worker committed.
+    auto t = bar_read_table(channel_bar(file.base()));
+    for (int i = 0; i < 1000 && !t; ++i) t = bar_read_table(channel_bar(file.base()));
+    if (!t || t->digest != ra.side.ch.shadow().digest().value || t->entry_count != ra.side.ch.shadow().digest().count)
+      die("the worker's committed table differs from the agent's shadow");
+    out["agent_txns_committed"] = ra.side.ch.stats().txns_committed;
+    out["agent_replays"] = ra.side.ch.stats().replays;
+  } catch (const std::exception& e) {
+    finish();
+    die(e.what());
+  }
+  int st = finish();
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die("worker process failed");
+
+  out["cpus"] = cpus;
+  out["polling"] = "busy";
+  if (json) {
+    // Headline: new-flow installs/s if measured, else the first row.
+    const Row* h = &rows.front();
+    for (const Row& r : rows)
+      if (r.unit == "M flows/s") h = &r;
+    out["unit"] = h->unit;
+    out["ours"] = h->ours;
+    out["baseline"] = h->baseline;
+    out["baseline_name"] = h->baseline_name;
+    out["ratio"] = h->ours / h->baseline;
+    out["headline"] = h->what;
+    nlohmann::json jr = nlohmann::json::array();
+    for (const Row& r : rows)
+      jr.push_back({{"what", r.what}, {"unit", r.unit}, {"ours", r.ours}, {"baseline", r.baseline},
+                    {"baseline_name", r.baseline_name}, {"ratio", r.ours / r.baseline}});
+    out["rows"] = jr;
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  std::printf("transactions over the real channel rings, agent and worker processes (cpus %s, busy polling)\n",
+              cpus.c_str());
+  std::printf("%-52s %12s %10s %10s %7s  %s\n", "measure", "unit", "ours", "baseline", "ratio", "baseline");
+  for (const Row& r : rows)
+    std::printf("%-52s %12s %10.3f %10.3f %7.2f  %s\n", r.what.c_str(), r.unit.c_str(), r.ours, r.baseline,
+                r.ours / r.baseline, r.baseline_name.c_str());
+  if (out.contains("latency"))
+    std::printf("in-memory (one process) commit latency p50/p99 us: 1-entry %.2f/%.2f, 16-entry %.2f/%.2f\n",
+                out["latency"]["1"]["in_memory_p50_us"].get<double>(), out["latency"]["1"]["in_memory_p99_us"].get<double>(),
+                out["latency"]["16"]["in_memory_p50_us"].get<double>(), out["latency"]["16"]["in_memory_p99_us"].get<double>());
+  if (out.contains("newflow"))
+    std::printf("new flows: miss -> installed p50/p99/p999 %.1f/%.1f/%.1f us (in memory %.1f/%.1f/%.1f), %llu txns, "
+                "%llu duplicate punts, %llu slot reuses, %llu re-punts\n",
+                ctl->lat_p50, ctl->lat_p99, ctl->lat_p999, out["newflow"]["in_memory_miss_to_install_us"]["p50"].get<double>(),
+                out["newflow"]["in_memory_miss_to_install_us"]["p99"].get<double>(),
+                out["newflow"]["in_memory_miss_to_install_us"]["p999"].get<double>(),
+                static_cast<unsigned long long>(out["newflow"]["txns"].get<uint64_t>()),
+                static_cast<unsigned long long>(out["newflow"]["duplicate_punts"].get<uint64_t>()),
+                static_cast<unsigned long long>(out["newflow"]["slot_lost"].get<uint64_t>()),
+                static_cast<unsigned long long>(out["newflow"]["repunts"].get<uint64_t>()));
+  return 0;
+}
