@@ -14,11 +14,53 @@ namespace tandem::rnic::dpdk {
 
 namespace {
 
-constexpr uint32_t kL2L4Len = common::kEthHdrLen + 20 + 8;
+// Offsets inside the Ethernet/IPv4/UDP block.
+constexpr uint32_t kIp = common::kEthHdrLen;
+constexpr uint32_t kUdp = kIp + common::kIpv4HdrLen;
+// The ICRC's view starts 8 bytes (the masked LRH) before the IPv4 header.
+constexpr uint32_t kMaskedAt = kIp - 8;
+static_assert(kMaskedAt + sizeof(EncapTemplate::masked) == kL2L4Len);
 
 void no_free(void*, void*) noexcept {}
 
+// The per-packet fields, written into either view of the L2-L4 block (`ip`
+// points at its IPv4 header).
+inline void patch_lengths(uint8_t* ip, uint16_t ip_len, uint16_t id, uint16_t sport) noexcept {
+  common::store_be16(ip + 2, ip_len);
+  common::store_be16(ip + 4, id);
+  common::store_be16(ip + common::kIpv4HdrLen, sport);
+  common::store_be16(ip + common::kIpv4HdrLen + 4, static_cast<uint16_t>(ip_len - common::kIpv4HdrLen));
+}
+
 }  // namespace
+
+EncapTemplate make_encap_template(const EncapAddrs& a) noexcept {
+  EncapTemplate t;
+  common::EthHeader eth;
+  eth.dst = a.dst_mac;
+  eth.src = a.src_mac;
+  common::write_eth(t.hdr, eth);
+  common::Ipv4Header ip;  // 0x45, DF, TTL 64, UDP
+  ip.tos = a.tos;
+  ip.src = a.src_ip;
+  ip.dst = a.dst_ip;
+  common::write_ipv4(t.hdr + kIp, ip);
+  common::store_be16(t.hdr + kIp + 10, 0);  // finished per packet
+  common::UdpHeader udp;
+  udp.dport = common::kRoceUdpPort;
+  common::write_udp(t.hdr + kUdp, udp);
+  // Constant IPv4 words (length, id and checksum are zero here).
+  for (uint32_t i = 0; i < common::kIpv4HdrLen; i += 2) t.ip_sum += common::load_be16(t.hdr + kIp + i);
+  // The ICRC's view (icrc.h): LRH as ones, TOS, TTL and both checksums as ones.
+  std::memset(t.masked, 0xFF, 8);
+  std::memcpy(t.masked + 8, t.hdr + kIp, common::kIpv4HdrLen + common::kUdpHdrLen);
+  uint8_t* m = t.masked + 8;
+  m[1] = 0xFF;
+  m[8] = 0xFF;
+  m[10] = m[11] = 0xFF;
+  m[common::kIpv4HdrLen + 6] = m[common::kIpv4HdrLen + 7] = 0xFF;
+  return t;
+}
 
 TxEncap::TxEncap(rte_mempool* hdr_pool, rte_mempool* ext_pool, bool copy) noexcept
     : hdr_pool_(hdr_pool), ext_pool_(ext_pool), copy_(copy || ext_pool == nullptr),
@@ -28,12 +70,17 @@ TxEncap::TxEncap(rte_mempool* hdr_pool, rte_mempool* ext_pool, bool copy) noexce
   rte_mbuf_ext_refcnt_set(&shinfo_, 1);
 }
 
+void TxEncap::release() noexcept {
+  if (stash_n_) rte_pktmbuf_free_bulk(stash_, stash_n_);
+  stash_n_ = 0;
+}
+
 uint32_t TxEncap::ext_in_flight() const noexcept {
   return rte_mbuf_ext_refcnt_read(&shinfo_) - 1u;
 }
 
-rte_mbuf* TxEncap::build(const TxDesc& d, const EncapAddrs& a) noexcept {
-  rte_mbuf* h = rte_pktmbuf_alloc(hdr_pool_);
+rte_mbuf* TxEncap::build(const TxDesc& d, const EncapTemplate& t, uint16_t sport) noexcept {
+  rte_mbuf* h = alloc_hdr();
   if (h == nullptr) {
     ++c_.alloc_fail;
     return nullptr;
@@ -47,7 +94,8 @@ rte_mbuf* TxEncap::build(const TxDesc& d, const EncapAddrs& a) noexcept {
   const uint32_t room = rte_pktmbuf_tailroom(h);
   const std::size_t th = write_transport_headers(d, base + kL2L4Len);
   // th includes the XETH (if any); the data follows it.
-  const uint32_t ip_len = static_cast<uint32_t>(20 + 8 + th) + d.payload_len + pad + common::kIcrcLen;
+  const uint32_t ip_len = static_cast<uint32_t>(common::kIpv4HdrLen + common::kUdpHdrLen + th) + d.payload_len +
+                          pad + common::kIcrcLen;
   const uint32_t hdr_len = kL2L4Len + static_cast<uint32_t>(th);
   const uint32_t frame_len = common::kEthHdrLen + ip_len;
   if (copy && frame_len > room) {
@@ -55,29 +103,10 @@ rte_mbuf* TxEncap::build(const TxDesc& d, const EncapAddrs& a) noexcept {
     rte_pktmbuf_free(h);
     return nullptr;
   }
+  const uint16_t id = ip_id_++;
 
-  common::EthHeader eth;
-  eth.dst = a.dst_mac;
-  eth.src = a.src_mac;
-  common::write_eth(base, eth);
-  common::Ipv4Header ip;
-  ip.tos = a.tos;
-  ip.total_len = static_cast<uint16_t>(ip_len);
-  ip.id = ip_id_++;
-  ip.src = a.src_ip;
-  ip.dst = a.dst_ip;
-  common::write_ipv4(base + common::kEthHdrLen, ip);
-  common::UdpHeader udp;
-  udp.sport = a.sport;
-  udp.dport = common::kRoceUdpPort;
-  udp.len = static_cast<uint16_t>(ip_len - 20);
-  common::write_udp(base + common::kEthHdrLen + 20, udp);
-
-  uint32_t crc = common::icrc_headers(base + common::kEthHdrLen, hdr_len - common::kEthHdrLen);
-  static constexpr uint8_t kZeros[4] = {0, 0, 0, 0};
-
+  uint8_t* p = base + hdr_len;
   if (copy) {
-    uint8_t* p = base + hdr_len;
     for (uint32_t i = 0; i < d.num_segs; ++i) {
       if (d.segs[i].len == 0) continue;
       std::memcpy(p, d.segs[i].data, d.segs[i].len);
@@ -86,13 +115,36 @@ rte_mbuf* TxEncap::build(const TxDesc& d, const EncapAddrs& a) noexcept {
     c_.copied_bytes += d.payload_len;
     std::memset(p, 0, pad);
     p += pad;
-    crc = common::crc32_update(crc, base + hdr_len, static_cast<std::size_t>(p - (base + hdr_len)));
+  }
+
+  // ICRC: the masked view of L3/L4 goes where the Ethernet source, type and
+  // IPv4/UDP headers will be, so that it, the transport headers (BTH byte 4
+  // masked for the moment) and a copied payload are one contiguous CRC pass.
+  uint8_t* mv = base + kMaskedAt;
+  std::memcpy(mv, t.masked, sizeof(t.masked));
+  patch_lengths(mv + 8, static_cast<uint16_t>(ip_len), id, sport);
+  uint8_t* bth = base + kL2L4Len;
+  const uint8_t bth4 = bth[4];
+  bth[4] = 0xFF;
+  uint32_t crc = common::crc32_update(0, mv, static_cast<std::size_t>(p - mv));
+  bth[4] = bth4;
+
+  std::memcpy(base, t.hdr, kL2L4Len);
+  uint8_t* ip = base + kIp;
+  patch_lengths(ip, static_cast<uint16_t>(ip_len), id, sport);
+  uint32_t sum = t.ip_sum + ip_len + id;
+  sum = (sum & 0xFFFF) + (sum >> 16);
+  sum = (sum & 0xFFFF) + (sum >> 16);
+  common::store_be16(ip + 10, static_cast<uint16_t>(~sum));
+
+  if (copy) {
     common::store_le32(p, crc);
     h->data_len = static_cast<uint16_t>(frame_len);
     h->pkt_len = frame_len;
     return h;
   }
 
+  static constexpr uint8_t kZeros[4] = {0, 0, 0, 0};
   h->data_len = static_cast<uint16_t>(hdr_len);
   h->pkt_len = hdr_len;
   rte_mbuf* last = h;
@@ -117,19 +169,19 @@ rte_mbuf* TxEncap::build(const TxDesc& d, const EncapAddrs& a) noexcept {
     ++h->nb_segs;
     ++c_.zero_copy_segs;
   }
-  rte_mbuf* t = rte_pktmbuf_alloc(hdr_pool_);
-  if (t == nullptr) {
+  rte_mbuf* tl = alloc_hdr();
+  if (tl == nullptr) {
     ++c_.alloc_fail;
     rte_pktmbuf_free(h);
     return nullptr;
   }
-  uint8_t* tp = rte_pktmbuf_mtod(t, uint8_t*);
+  uint8_t* tp = rte_pktmbuf_mtod(tl, uint8_t*);
   std::memset(tp, 0, pad);
   crc = common::crc32_update(crc, kZeros, pad);
   common::store_le32(tp + pad, crc);
-  t->data_len = static_cast<uint16_t>(pad + common::kIcrcLen);
-  last->next = t;
-  h->pkt_len += t->data_len;
+  tl->data_len = static_cast<uint16_t>(pad + common::kIcrcLen);
+  last->next = tl;
+  h->pkt_len += tl->data_len;
   ++h->nb_segs;
   return h;
 }

@@ -4,6 +4,13 @@
 // an external buffer, one mbuf per segment, plus a small tail mbuf for pad
 // and ICRC) or copied behind the headers, and the ICRC chained over header
 // and payload pieces without ever making them contiguous.
+//
+// Per packet it does only what differs between packets: the L2-L4 bytes that
+// a destination's frames share come from an EncapTemplate built once (per QP
+// and table version, see egress_route.h), the IPv4 checksum is finished from
+// the template's partial sum, header mbufs come from a bulk-allocated stash,
+// and the ICRC is one CRC pass over the masked headers (and, when copied, the
+// payload) laid out in place in the mbuf.
 #pragma once
 
 #include <rte_mbuf.h>
@@ -20,6 +27,9 @@ namespace tandem::rnic::dpdk {
 // mbufs cost more than a memcpy this small (as NICs inline small sends).
 inline constexpr uint32_t kCopyBelow = 128;
 
+// Ethernet + IPv4 (no options) + UDP.
+inline constexpr uint32_t kL2L4Len = common::kEthHdrLen + common::kIpv4HdrLen + common::kUdpHdrLen;
+
 // Underlay addressing of one frame, from the egress table entry.
 struct EncapAddrs {
   common::MacAddr src_mac{};
@@ -29,6 +39,19 @@ struct EncapAddrs {
   uint16_t sport = 0;
   uint8_t tos = 0x02;  // ECT(0)
 };
+
+// What every frame toward one destination shares: the Ethernet/IPv4/UDP
+// bytes with the per-packet fields (IPv4 length, id, checksum; UDP source
+// port and length) left zero, the same bytes as the ICRC sees them (8 bytes
+// of 0xFF for the LRH, then IPv4 and UDP with TOS, TTL and checksums set to
+// ones), and the ones'-complement sum of the IPv4 header's constant words.
+struct EncapTemplate {
+  uint8_t hdr[kL2L4Len] = {};
+  uint8_t masked[8 + common::kIpv4HdrLen + common::kUdpHdrLen] = {};
+  uint32_t ip_sum = 0;
+};
+
+EncapTemplate make_encap_template(const EncapAddrs& a) noexcept;
 
 struct EncapCounters {
   uint64_t zero_copy_segs = 0;  // payload segments attached, not copied
@@ -43,9 +66,21 @@ class TxEncap {
   // mbufs without data room for attaching external buffers (nullptr =
   // always copy).
   TxEncap(rte_mempool* hdr_pool, rte_mempool* ext_pool, bool copy) noexcept;
+  TxEncap(const TxEncap&) = delete;
+  TxEncap& operator=(const TxEncap&) = delete;
 
-  // The chain, or nullptr (counted) if mbufs ran out or the frame does not fit.
-  rte_mbuf* build(const TxDesc& d, const EncapAddrs& a) noexcept;
+  // The chain, or nullptr (counted) if mbufs ran out or the frame does not
+  // fit. `sport` is the frame's UDP source port (the path).
+  rte_mbuf* build(const TxDesc& d, const EncapTemplate& t, uint16_t sport) noexcept;
+  // Same bytes, building the template on the spot (tools and tests).
+  rte_mbuf* build(const TxDesc& d, const EncapAddrs& a) noexcept {
+    const EncapTemplate t = make_encap_template(a);
+    return build(d, t, a.sport);
+  }
+
+  // Gives the stashed (allocated, unused) header mbufs back to their pool;
+  // call before the pool goes away. Building afterwards refills the stash.
+  void release() noexcept;
 
   const EncapCounters& counters() const noexcept { return c_; }
   // External-buffer attachments not yet released by the PMD.
@@ -53,11 +88,19 @@ class TxEncap {
   bool zero_copy() const noexcept { return !copy_; }
 
  private:
+  static constexpr uint16_t kStash = 32;
+  rte_mbuf* alloc_hdr() noexcept {
+    if (stash_n_ == 0 && rte_pktmbuf_alloc_bulk(hdr_pool_, stash_, kStash) == 0) stash_n_ = kStash;
+    return stash_n_ ? stash_[--stash_n_] : rte_pktmbuf_alloc(hdr_pool_);
+  }
+
   rte_mempool* hdr_pool_;
   rte_mempool* ext_pool_;
   bool copy_;
   bool iova_is_va_;
   uint16_t ip_id_ = 0;
+  uint16_t stash_n_ = 0;
+  rte_mbuf* stash_[kStash];  // freshly allocated (reset) header mbufs, used from the top
   // One shared-info for every attachment: its refcount counts segments in
   // flight (+1 held by us, so the no-op free callback never runs: the memory
   // belongs to the application and is kept mapped by HostServer's grace).

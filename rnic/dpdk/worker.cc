@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "rnic/dpdk/dpu_link.h"
+#include "rnic/dpdk/egress_route.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/dpdk/worker_counters.h"
 #include "rnic/host/host_server.h"
@@ -88,6 +89,7 @@ struct QpCtx {
   std::vector<host::RecvWork> recv_slots;
   std::vector<uint32_t> recv_free;
   bool backlog = false;
+  EgressRoute route;  // egress entry, resolved once per table version
 };
 
 class Worker {
@@ -157,7 +159,6 @@ class Worker {
   void on_qp_destroyed(uint32_t host_qpn, bool died);
   void fail_qp(QpCtx& q) noexcept;
   const Level2Entry* resolve_via_dpu(uint32_t remote, QpCtx& q);
-  uint16_t choose_sport(const common::EgressAction& a, uint16_t core_port) const noexcept;
 
   const WorkerConfig& c_;
   StandaloneTable st_;
@@ -298,13 +299,6 @@ void Worker::translate_remote(const QpCtx& q, common::RocePacket& pkt, uint8_t* 
 
 // ------------------------------------------------------------------ transmit
 
-uint16_t Worker::choose_sport(const common::EgressAction& a, uint16_t core_port) const noexcept {
-  const uint32_t count = a.path_count ? a.path_count : 1;
-  const uint32_t idx = static_cast<uint32_t>(core_port - common::kEntropyPortBase) % count;
-  if (a.path_set_id != 0 && a.path_set_id <= st_.path_sets.size()) return st_.path_sets[a.path_set_id - 1][idx];
-  return static_cast<uint16_t>(a.path_base_port + idx);
-}
-
 // Frames the port did not take stay at the front of the burst and are
 // retried first: back-pressure reaches the core (its TX queue fills and it
 // stops), instead of dropping frames the peer would have to recover by timeout.
@@ -342,20 +336,18 @@ uint32_t Worker::tx_drain() noexcept {
       tx.pop();
       continue;
     }
-    const Level2Entry* e = table_.lookup(snap, common::egress_key(q->vnic, d.peer));
-    if (e == nullptr) {
-      k_.drop(Stage::kEgress, DropReason::kTableMiss);
-      if (dpu_) dpu_->punt(common::egress_key(q->vnic, d.peer), nullptr, 0, 0, clock_.now_ns());
-      tx.pop();
-      continue;
+    EgressRoute& r = q->route;
+    if (!r.fresh(snap.version, d.peer)) {
+      const Level2Entry* e = table_.lookup(snap, common::egress_key(q->vnic, d.peer));
+      if (e == nullptr) {
+        k_.drop(Stage::kEgress, DropReason::kTableMiss);
+        if (dpu_) dpu_->punt(common::egress_key(q->vnic, d.peer), nullptr, 0, 0, clock_.now_ns());
+        tx.pop();
+        continue;
+      }
+      r.resolve(e->egress, st_.underlay_mac, st_.path_sets, snap.version, d.peer);
     }
-    EncapAddrs a;
-    a.src_mac = st_.underlay_mac;
-    a.dst_mac = e->egress.dst_mac;
-    a.src_ip = e->egress.underlay_src_ip;
-    a.dst_ip = e->egress.underlay_dst_ip;
-    a.sport = choose_sport(e->egress, d.udp_sport);
-    rte_mbuf* m = encap_->build(d, a);
+    rte_mbuf* m = encap_->build(d, r.tmpl, r.sport(d.udp_sport));
     if (d.retransmit) ++k_.tx_retransmits;
     tx.pop();
     if (m == nullptr) {
@@ -443,6 +435,7 @@ void Worker::on_qp_state(uint32_t host_qpn, ibv_qp_state state) {
       }
       q->remote_overlay = remote;
       q->remote_underlay = e->egress.underlay_dst_ip;
+      q->route.invalidate();  // the vNIC may have changed
       q->mtu = std::min(mtu_bytes(info->path_mtu), c_.mtu);
       a.state = QpState::kRtr;
       a.qp_access_flags = info->qp_access_flags;
@@ -721,6 +714,7 @@ void Worker::shutdown() {
     if (q.live) pump_qp(q);  // flushes the WQEs still queued in shared memory
   tx_flush();
   tx_discard();
+  if (encap_) encap_->release();
 }
 
 // ----------------------------------------------------------------- counters

@@ -16,9 +16,11 @@
 #include <vector>
 
 #include "common/dpdk/eal.h"
+#include "common/wire/byte_order.h"
 #include "common/wire/opcode.h"
 #include "common/wire/roce_packet.h"
 #include "rnic/core/frame.h"
+#include "rnic/dpdk/egress_route.h"
 #include "rnic/dpdk/standalone_table.h"
 #include "rnic/dpdk/tx_encap.h"
 
@@ -154,6 +156,87 @@ TEST_CASE("small payloads and ACKs are copied into one mbuf even in zero-copy mo
   common::RocePacket pkt;
   CHECK(common::parse_roce(bytes.data(), bytes.size(), pkt) == common::DropReason::kNone);
   rte_pktmbuf_free(m);
+}
+
+TEST_CASE("frames from a per-QP template equal build_frame for every length, opcode and path, copied or chained") {
+  auto mem = app_memory(4096);
+  const EncapTemplate t = make_encap_template(addrs());
+  for (const bool copy : {true, false})
+    for (const bool xeth : {false, true})
+      for (uint32_t len = 0; len <= 300; len += (len < 40 ? 1 : 7)) {
+        TxDesc d = write_desc(mem, {{len % 13, len / 2}, {2000, len - len / 2}}, xeth);
+        d.bth.psn = 0xFFFFF0 + len;
+        d.udp_sport = static_cast<uint16_t>(0xC000 + len * 37);
+        TxEncap enc(hdr_pool(), ext_pool(), copy);  // IPv4 id 0, as build_frame writes
+        rte_mbuf* m = enc.build(d, t, d.udp_sport);
+        REQUIRE(m != nullptr);
+        INFO("copy " << copy << " xeth " << xeth << " len " << len);
+        CHECK(flatten(m) == reference(d));
+        rte_pktmbuf_free(m);
+        enc.release();
+      }
+}
+
+TEST_CASE("consecutive frames count the IPv4 id up and keep the header checksum valid") {
+  auto mem = app_memory(256);
+  TxEncap enc(hdr_pool(), ext_pool(), true);
+  const EncapTemplate t = make_encap_template(addrs());
+  for (uint32_t i = 0; i < 70000; i += 1) {
+    const TxDesc d = write_desc(mem, {{0, 64}}, true);
+    rte_mbuf* m = enc.build(d, t, 0xC00A);
+    REQUIRE(m != nullptr);
+    if (i % 997 == 0 || i == 65535 || i == 65536) {
+      const auto bytes = flatten(m);
+      CHECK(common::load_be16(bytes.data() + 18) == static_cast<uint16_t>(i));
+      uint32_t sum = 0;
+      for (int k = 0; k < 20; k += 2) sum += common::load_be16(bytes.data() + 14 + k);
+      while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+      CHECK(sum == 0xFFFF);
+      common::RocePacket pkt;
+      CHECK(common::parse_roce(bytes.data(), bytes.size(), pkt) == common::DropReason::kNone);
+    }
+    rte_pktmbuf_free(m);
+  }
+  enc.release();
+}
+
+TEST_CASE("an egress route maps the core's path onto the entry's ports and goes stale on a new table version") {
+  common::EgressAction a;
+  a.underlay_src_ip = 0x0A000001;
+  a.underlay_dst_ip = 0x0A000002;
+  a.dst_mac = {2, 0, 0, 0, 0, 0xfe};
+  a.path_base_port = 50000;
+  a.path_count = 4;
+  const std::vector<std::vector<uint16_t>> sets = {{49152, 50000, 60001}};
+  EgressRoute r;
+  CHECK_FALSE(r.fresh(0, 7));
+  r.resolve(a, {2, 0, 0, 0, 0, 1}, sets, 3, 7);
+  CHECK(r.fresh(3, 7));
+  CHECK_FALSE(r.fresh(4, 7));
+  CHECK_FALSE(r.fresh(3, 8));
+  CHECK(r.sport(0xC000) == 50000);
+  CHECK(r.sport(0xC005) == 50001);
+  a.path_count = 3;  // not a power of two
+  r.resolve(a, {2, 0, 0, 0, 0, 1}, sets, 3, 7);
+  CHECK(r.sport(0xC005) == 50002);
+  a.path_set_id = 1;
+  r.resolve(a, {2, 0, 0, 0, 0, 1}, sets, 3, 7);
+  CHECK(r.sport(0xC004) == 50000);
+  CHECK(r.sport(0xC005) == 60001);
+  r.invalidate();
+  CHECK_FALSE(r.fresh(3, 7));
+  // The template carries the entry's addressing: equal to build_frame's.
+  a.path_set_id = 0;
+  r.resolve(a, {2, 0, 0, 0, 0, 1}, sets, 3, 7);
+  auto mem = app_memory(256);
+  TxDesc d = write_desc(mem, {{0, 100}}, true);
+  d.udp_sport = r.sport(0xC001);
+  TxEncap enc(hdr_pool(), ext_pool(), false);
+  rte_mbuf* m = enc.build(d, r.tmpl, d.udp_sport);
+  REQUIRE(m != nullptr);
+  CHECK(flatten(m) == reference(d));
+  rte_pktmbuf_free(m);
+  enc.release();
 }
 
 TEST_CASE("the standalone YAML table loads vNICs, egress path sets and ingress entries") {

@@ -1,0 +1,62 @@
+// One QP's way out of the port, resolved from its level-2 egress entry once
+// per table version instead of by a hash lookup per packet: the frame
+// template TxEncap starts every frame from, and the path set that turns the
+// core's path choice into a UDP source port. A commit bumps the table
+// version, so the next packet after any change resolves again.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/channel/messages.h"
+#include "common/wire/entropy.h"
+#include "rnic/dpdk/tx_encap.h"
+
+namespace tandem::rnic::dpdk {
+
+struct EgressRoute {
+  static constexpr uint64_t kUnresolved = ~uint64_t{0};
+
+  uint64_t version = kUnresolved;  // table version it was resolved at
+  uint32_t peer = 0;               // remote overlay address it was resolved for
+  uint32_t count = 1;              // paths
+  uint32_t mask = 0;               // count - 1 (used when count is a power of two)
+  bool pow2 = true;
+  uint16_t base_port = 0;
+  const uint16_t* ports = nullptr;  // explicit path set, or nullptr: base_port + index
+  EncapTemplate tmpl;
+
+  bool fresh(uint64_t table_version, uint32_t remote) const noexcept {
+    return version == table_version && peer == remote;
+  }
+  void invalidate() noexcept { version = kUnresolved; }
+
+  // `path_sets`: explicit sets, indexed by EgressAction::path_set_id - 1.
+  void resolve(const common::EgressAction& a, const common::MacAddr& src_mac,
+               const std::vector<std::vector<uint16_t>>& path_sets, uint64_t table_version,
+               uint32_t remote) noexcept {
+    EncapAddrs addrs;
+    addrs.src_mac = src_mac;
+    addrs.dst_mac = a.dst_mac;
+    addrs.src_ip = a.underlay_src_ip;
+    addrs.dst_ip = a.underlay_dst_ip;
+    tmpl = make_encap_template(addrs);
+    count = a.path_count ? a.path_count : 1;
+    mask = count - 1;
+    pow2 = (count & mask) == 0;
+    base_port = a.path_base_port;
+    ports = (a.path_set_id != 0 && a.path_set_id <= path_sets.size()) ? path_sets[a.path_set_id - 1].data()
+                                                                       : nullptr;
+    version = table_version;
+    peer = remote;
+  }
+
+  // The UDP source port for the core's path choice (an entropy port).
+  uint16_t sport(uint16_t core_port) const noexcept {
+    const uint32_t x = static_cast<uint32_t>(core_port - common::kEntropyPortBase);
+    const uint32_t idx = pow2 ? (x & mask) : x % count;
+    return ports ? ports[idx] : static_cast<uint16_t>(base_port + idx);
+  }
+};
+
+}  // namespace tandem::rnic::dpdk
