@@ -49,6 +49,14 @@ uint8_t request_opcode(ibv_wr_opcode op, bool first, bool last) noexcept {
   return IBV_OPCODE_RC_RDMA_WRITE_MIDDLE;
 }
 
+// The send-queue slot of a WR index, without a division per call when the
+// queue is a power of two deep (the worker sizes them so): the same slot as
+// Qp::wqe().
+SendWqe& sq_slot(std::vector<SendWqe>& sq, uint32_t idx) noexcept {
+  const std::size_t n = sq.size();
+  return sq[(n & (n - 1)) == 0 ? (idx & (n - 1)) : idx % n];
+}
+
 // Points the descriptor at `len` bytes of the WR's gather list from `off`.
 void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noexcept {
   uint32_t k = 0;
@@ -79,7 +87,7 @@ int Qp::post_send(const SendWr& wr) noexcept {
     default: return EINVAL;
   }
   if (wr.num_sge > kMaxSge) return EINVAL;
-  SendWqe& w = wqe(sq_tail);
+  SendWqe& w = sq_slot(sq, sq_tail);
   w.wr = wr;
   w.len = 0;
   for (uint32_t j = 0; j < wr.num_sge; ++j) {
@@ -93,7 +101,7 @@ int Qp::post_send(const SendWr& wr) noexcept {
     w.len += g.length;
   }
   if (w.len > (1ull << 31)) return EINVAL;
-  w.npkts = w.len == 0 ? 1 : static_cast<uint32_t>((w.len + mtu() - 1) / mtu());
+  w.npkts = w.len <= mtu() ? 1 : static_cast<uint32_t>((w.len + mtu() - 1) / mtu());
   w.pkts_sent = 0;
   w.status = IBV_WC_SUCCESS;
   if (wr.opcode == IBV_WR_SEND || wr.opcode == IBV_WR_SEND_WITH_IMM ||
@@ -109,7 +117,7 @@ int Qp::post_send(const SendWr& wr) noexcept {
 // TX queue is full; sets cc_stop when congestion control says wait.
 bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept {
   PsnRec& r = rec(psn);
-  SendWqe& w = wqe(r.wqe);
+  SendWqe& w = sq_slot(sq, r.wqe);
   const bool is_read = (r.flags & kRecRead) != 0;
   if (!is_read && !cc->can_send(inflight_bytes, r.len, now)) {
     cc_stop = true;
@@ -191,7 +199,7 @@ bool Qp::tx_requests(uint64_t now) noexcept {
   if (lost == 0) rtx_cursor = nxt;
   const uint32_t window = wmask + 1;
   while (sq_send != sq_tail) {
-    SendWqe& w = wqe(sq_send);
+    SendWqe& w = sq_slot(sq, sq_send);
     const bool is_read = w.wr.opcode == IBV_WR_RDMA_READ;
     if (w.pkts_sent == 0) {
       if (is_read && reads_inflight >= init.max_rd_atomic) return true;
@@ -246,6 +254,7 @@ void Qp::ack_rec(uint32_t psn, uint64_t now, uint64_t& bytes, uint64_t& rtt) noe
   bytes += r.len;
   if (!(r.flags & kRecRetx) && now >= r.sent_at) {
     rtt = now - r.sent_at;
+    srtt_ns = srtt_ns ? (7 * srtt_ns + rtt) / 8 : rtt;
     path->on_ack(r.sport, rtt, now);
   }
 }
@@ -329,7 +338,7 @@ void Qp::on_sack(uint64_t sack, uint64_t now) noexcept {
 
 void Qp::complete_sends() noexcept {
   while (sq_head != sq_send) {
-    SendWqe& w = wqe(sq_head);
+    SendWqe& w = sq_slot(sq, sq_head);
     const uint32_t last = psn_add(w.first_psn, w.npkts - 1);
     if (!psn_lt(last, una)) break;
     if ((w.wr.send_flags & IBV_SEND_SIGNALED) || w.status != IBV_WC_SUCCESS) {
@@ -515,6 +524,7 @@ void Qp::on_timers_requester(uint64_t now) noexcept {
       to_error(IBV_WC_RETRY_EXC_ERR);
       return;
     }
+    const uint64_t base = rto_base();
     backoff = std::min<uint32_t>(backoff + 1, 10);
     last_progress = now;
     cc->on_timeout(now);
@@ -524,7 +534,7 @@ void Qp::on_timers_requester(uint64_t now) noexcept {
       uint32_t n = 0;
       for (uint32_t p = una; psn_lt(p, nxt); p = psn_add(p, 1)) {
         PsnRec& r = rec(p);
-        if (p == una || r.sent_at + attr.timeout_ns <= now) {
+        if (p == una || r.sent_at + base <= now) {
           const uint32_t before = lost;
           mark_lost(p);
           n += lost - before;
