@@ -1,18 +1,20 @@
 // tx-pipeline: the tandem-rnic transmit path on one lcore, in process:
 // WRITE work request -> core segments it (IRN placement header, PSN, path)
-// -> egress lookup in the level-2 table -> path set -> TxEncap (Ethernet/
-// IPv4/UDP/BTH/RETH/XETH, payload, chained ICRC) -> rte_eth_tx_burst on
-// net_null. The peer's ACKs are synthesised every 32 packets per QP (as
+// -> egress route (the level-2 table entry, resolved once per QP and table
+// version, as the worker does) -> path set -> TxEncap (Ethernet/IPv4/UDP/
+// BTH/RETH/XETH, payload, chained ICRC) -> rte_eth_tx_burst on net_null. The peer's ACKs are synthesised every 32 packets per QP (as
 // parsed RocePackets) so the window keeps moving; completions are reaped.
 // Prints one JSON line: packets, seconds, mpps.
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,7 @@
 #include "common/wire/entropy.h"
 #include "common/wire/roce_packet.h"
 #include "rnic/core/transport.h"
+#include "rnic/dpdk/egress_route.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/table/level2_table.h"
 
@@ -94,14 +97,23 @@ int main(int argc, char** argv) {
   }
   std::vector<uint32_t> outstanding(n_qps, 0), since_ack(n_qps, 0), last_psn(n_qps, 0);
 
-  rnic::dpdk::TxEncap encap(pool, ext, copy);
+  auto encap = std::make_unique<rnic::dpdk::TxEncap>(pool, ext, copy);
   common::dpdk::TscClock clock;
-  rnic::dpdk::EncapAddrs addrs;
-  addrs.src_mac = {2, 0, 0, 0, 0, 1};
+  const common::MacAddr src_mac = {2, 0, 0, 0, 0, 1};
+  const std::vector<std::vector<uint16_t>> no_path_sets;
+  std::vector<rnic::dpdk::EgressRoute> routes(n_qps);
   rte_mbuf* burst[32];
   uint16_t nb = 0;
   uint64_t sent = 0, not_sent = 0;
   Completion wc[64];
+  // CPU time of this thread as well as wall time: on shared cores the
+  // wall-clock rate also counts time the scheduler gave to others.
+  auto cpu_ns = [] {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+  };
+  const uint64_t cpu0 = cpu_ns();
   const uint64_t t0 = clock.now_ns(), end = t0 + static_cast<uint64_t>(seconds * 1e9);
   uint64_t now = t0;
   for (uint64_t iter = 0; now < end; ++iter) {
@@ -123,16 +135,13 @@ int main(int argc, char** argv) {
     TxQueue& tx = core.tx();
     while (!tx.empty()) {
       const TxDesc& d = tx.front();
-      const Level2Entry* e = table.lookup(snap, common::egress_key(1, d.peer));
-      if (e != nullptr) {
-        addrs.dst_mac = e->egress.dst_mac;
-        addrs.src_ip = e->egress.underlay_src_ip;
-        addrs.dst_ip = e->egress.underlay_dst_ip;
-        addrs.sport = static_cast<uint16_t>(e->egress.path_base_port +
-                                            (d.udp_sport - common::kEntropyPortBase) % e->egress.path_count);
-        if (rte_mbuf* m = encap.build(d, addrs)) burst[nb++] = m;
-      }
       const uint32_t qi = d.local_qpn - 0x100;
+      rnic::dpdk::EgressRoute& r = routes[qi];
+      const Level2Entry* e = nullptr;
+      if (r.fresh(snap.version, d.peer) ||
+          ((e = table.lookup(snap, common::egress_key(1, d.peer))) != nullptr &&
+           (r.resolve(e->egress, src_mac, no_path_sets, snap.version, d.peer), true)))
+        if (rte_mbuf* m = encap->build(d, r.tmpl, r.sport(d.udp_sport))) burst[nb++] = m;
       last_psn[qi] = d.bth.psn;
       ++since_ack[qi];
       tx.pop();
@@ -169,11 +178,17 @@ int main(int argc, char** argv) {
     rte_pktmbuf_free_bulk(burst + s, nb - s);
   }
   const double secs = static_cast<double>(clock.now_ns() - t0) / 1e9;
-  std::printf("{\"packets\": %lu, \"not_sent\": %lu, \"seconds\": %.3f, \"mpps\": %.4f, \"payload\": %u, "
+  const double cpu_secs = static_cast<double>(cpu_ns() - cpu0) / 1e9;
+  const rnic::dpdk::EncapCounters counters = encap->counters();
+  encap->release();
+  encap.reset();
+  std::printf("{\"packets\": %lu, \"not_sent\": %lu, \"seconds\": %.3f, \"mpps\": %.4f, \"cpu_seconds\": %.3f, "
+              "\"mpps_per_cpu_second\": %.4f, \"ns_per_packet_cpu\": %.1f, \"payload\": %u, "
               "\"qps\": %u, \"zero_copy_segs\": %lu, \"copied_bytes\": %lu}\n",
               static_cast<unsigned long>(sent), static_cast<unsigned long>(not_sent), secs, sent / secs / 1e6,
-              payload, n_qps, static_cast<unsigned long>(encap.counters().zero_copy_segs),
-              static_cast<unsigned long>(encap.counters().copied_bytes));
+              cpu_secs, sent / cpu_secs / 1e6, cpu_secs * 1e9 / static_cast<double>(sent ? sent : 1),
+              payload, n_qps, static_cast<unsigned long>(counters.zero_copy_segs),
+              static_cast<unsigned long>(counters.copied_bytes));
   common::dpdk::port_close(0);
   common::dpdk::eal_cleanup();
   std::error_code ec;
