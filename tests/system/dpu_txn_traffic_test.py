@@ -1,0 +1,384 @@
+"""System test: no packet sees a half-applied tandem-dpu transaction, while
+thousands of transactions commit under traffic.
+
+Worker A (10.0.0.1) streams RDMA WRITEs from one TX queue to two destinations
+behind worker B (10.0.0.2): 192.168.7.2 in tenant 100 and 192.168.8.2 in
+tenant 101. Their mappings are the group: each round rewrites both to
+generation g, the generation being the next-hop MAC 02:00:00:0k:gg:gg
+(k = member, gg:gg = g). The fabric forwards by underlay IP and B ignores
+the MAC, so every generation delivers. A round is three acknowledged
+tandemctl transactions: `mapping del` of each member (tandem-dpu withdraws
+its installed level-2 entries in one level-2 transaction per member) and one
+`mapping import` of both rows at generation g (one level-1 transaction, all
+rows or none); A's next packet to each member misses, is punted, and the
+agent installs the entry resolved from level 1 at that moment.
+
+dpdk-dumpcap records, in send order, every frame A transmits. The checker:
+  * monotone generations across the whole group: after a frame that used
+    generation g (to either member), no frame to any member uses one < g;
+    a frame that did would have seen a half-applied round;
+  * every frame's generation is one that was committed, and the member
+    byte of the MAC matches the destination QP of the frame;
+  * the final generation is what both members end on, on the wire and in
+    A's level-2 table (agent shadow == worker BAR);
+  * every tandemctl call exited 0 (>= 2000 transactions committed);
+  * B refused no frame of A's for a table reason, and both streams ran
+    through every round without a completion error (RC recovered each
+    withdrawal's drops).
+A's own table-miss drops are expected and reported: changing a mapping in
+tandem-dpu withdraws the derived level-2 entries and re-resolves on the next
+miss; it never rewrites them in place.
+
+--split rewrites one member per transaction (del + import of that row, then
+the other): a half-applied round by construction. In that mode the test
+passes only if the checker catches it, so the suite proves it can fail.
+
+usage: dpu_txn_traffic_test.py TANDEM_DPU TANDEMCTL TANDEM_FABRIC TANDEM_RNIC TXN_STREAM_APP
+       [--rounds N] [--split] [--keep]"""
+import argparse
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tandem_harness import Checks, Lab, Telemetry, lab_fabric_argv, run_checked, stop, wait_for  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("bins", nargs=5)
+ap.add_argument("--rounds", type=int, default=330)
+ap.add_argument("--split", action="store_true")
+ap.add_argument("--keep", action="store_true")
+opt = ap.parse_args()
+DPU, CTL, FABRIC, RNIC, APP = opt.bins
+TAG = f"txn{os.getpid()}"
+lab = Lab(tmp_prefix="tandem-dpu-txn-", keep=opt.keep)
+D = lab.d
+CH = f"{D}/ch"
+os.makedirs(CH)
+checks = Checks()
+check = checks.check
+
+A_MAC = "02:00:00:00:00:01"
+# txn_stream_app: RTO 4.096 us << 10 (~4 ms), 1 KiB WRITEs (one frame), 4 outstanding per QP.
+TRAFFIC = ["10", "1024", "4"]
+DEPTH = 4
+# The group: (member, VNI, overlay IP on B, A's vNIC, its IP, B's vNIC, its VNI).
+MEMBERS = [(1, 100, "192.168.7.2", 1, "192.168.7.1", 2, 200),
+           (2, 101, "192.168.8.2", 5, "192.168.8.1", 6, 201)]
+YAML = {
+    "A": "underlay: {ip: 10.0.0.1, mac: 02:00:00:00:00:01, gateway_mac: 02:00:00:00:00:fe}\nvnics:\n" +
+         "".join(f"  - {{id: {va}, ip: {ia}, mac: 02:00:00:00:01:0{va}, vni: {vni}}}\n"
+                 for _, vni, _, va, ia, _, _ in MEMBERS),
+    "B": "underlay: {ip: 10.0.0.2, mac: 02:00:00:00:00:02, gateway_mac: 02:00:00:00:00:fe}\nvnics:\n" +
+         "".join(f"  - {{id: {vb}, ip: {ib}, mac: 02:00:00:00:01:0{vb}, vni: {vnib}}}\n"
+                 for _, _, ib, _, _, vb, vnib in MEMBERS),
+}
+
+
+def gen_mac(member, g):
+    return f"02:00:00:{member:02x}:{g >> 8 & 0xff:02x}:{g & 0xff:02x}"
+
+
+def ctl(*args):
+    r = subprocess.run([CTL, "--socket", f"{D}/ctl.sock", *map(str, args), "--json"], capture_output=True, text=True)
+    try:
+        return r.returncode, json.loads(r.stdout) if r.stdout.strip() else {}
+    except ValueError:
+        return r.returncode, {"raw": r.stdout + r.stderr}
+
+
+def api(req):
+    """One request on the agent's control socket, as tandemctl sends it."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(f"{D}/ctl.sock")
+        s.sendall((json.dumps(req) + "\n").encode())
+        buf = b""
+        while b"\n" not in buf:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    finally:
+        s.close()
+    return json.loads(buf.split(b"\n")[0] or b"{}")
+
+
+def egress_macs():
+    """dst MACs of the egress entries in the agent's view of A's committed level-2 table."""
+    t = api({"cmd": "table.dump", "level": 2, "rnic": "A"}).get("rnics", {}).get("A", {})
+    return {e.get("dst_mac") for e in t.get("entries", []) if e.get("kind") == "egress"}
+
+
+def channel(rnic):
+    rc, j = ctl("rnic", "show", rnic)
+    return j.get("rnic", {}).get("channel", {}) if rc == 0 else {}
+
+
+def active():
+    return all(channel(n).get("state") == "ACTIVE" and channel(n).get("bar", {}).get("state") == "active"
+               for n in ("A", "B"))
+
+
+def poll(cond, timeout, interval=0.05):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if cond():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def start_agent():
+    pre = f"{TAG}-dpu"
+    p = lab.start([DPU, "--db", f"{D}/dpu.sqlite", "--control-socket", f"{D}/ctl.sock", "--channel-dir", CH,
+                   "--idle", "adaptive", "--heartbeat-timeout-ms", "3000", "--", "--no-pci", "--no-huge", "-m", "64", f"--file-prefix={pre}",
+                   "-l", "0", "--log-level=lib.eal:error"], "agent", pre)
+    if not poll(lambda: ctl("tenant", "list")[0] == 0 or p.poll() is not None, 20) or p.poll() is not None:
+        raise RuntimeError("agent did not start")
+    return p
+
+
+def start_worker(n, sock):
+    pre = f"{TAG}-{n}"
+    p = lab.start([RNIC, "--name", n, "--host-socket", f"{D}/{n}.rnic", "--table", f"{D}/{n}.yaml",
+                   "--dpu-channel", f"{CH}/tandem-{n}.chan", "--dpu-agent-timeout-ms", "3000", "--idle", "adaptive", "--mtu", "1024", "--",
+                   "--no-pci", f"--file-prefix={pre}", "-l", "1", "-m", "128", "--log-level=lib.eal:error",
+                   f"--vdev=net_memif0,role=client,socket={D}/{sock}"], n, pre)
+    return p, pre
+
+
+def write_csv(path, rows):
+    with open(path, "w") as f:
+        f.write("vni,overlay_ip,underlay_ip,next_hop_mac,rnic\n")
+        for member, g in rows:
+            _, vni, ip, *_ = MEMBERS[member - 1]
+            f.write(f"{vni},{ip},10.0.0.2,{gen_mac(member, g)},B\n")
+
+
+def read_pcap(path):
+    """(dst MAC, src IP, dst QPN) of every frame, in capture order (libpcap format)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    magic = struct.unpack_from("<I", data, 0)[0]
+    endian = "<" if magic in (0xA1B2C3D4, 0xA1B23C4D) else ">"
+    off, out = 24, []
+    while off + 16 <= len(data):
+        caplen = struct.unpack_from(endian + "I", data, off + 8)[0]
+        frame = data[off + 16:off + 16 + caplen]
+        off += 16 + caplen
+        if len(frame) < 50 or frame[12:14] != b"\x08\x00" or frame[23] != 17:
+            continue
+        dqpn = int.from_bytes(frame[47:50], "big")
+        out.append((frame[0:6], frame[26:30], dqpn))
+    return out
+
+
+def qp_new_data(tel, a_qpn):
+    """Frames of new data (not retransmissions) each member's QP on A has sent, by member:
+    it only grows while ACKs open the window, i.e. while the flow makes progress."""
+    try:
+        q = tel.cmd("/tandem/rnic/qps") or {}
+    except OSError:
+        return {}
+    return {a_qpn[int(k, 16)]: v.get("tx_pkts", 0) - v.get("retx_pkts", 0) for k, v in q.items()
+            if int(k, 16) in a_qpn}
+
+
+def stats(tel):
+    try:
+        return tel.cmd("/tandem/rnic/stats") or {}
+    except OSError:
+        return {}
+
+
+def main():
+    for n, y in YAML.items():
+        with open(f"{D}/{n}.yaml", "w") as f:
+            f.write(y)
+    start_agent()
+
+    # Configuration: two tenants per side; B's tenants reach A's vNIC addresses by
+    # fixed mappings. The group's addresses are plain mappings (not vNICs of
+    # tenant 100/101), because a vNIC's own mapping cannot change while it exists.
+    steps = [("rnic", "add", "A", "--underlay-ip", "10.0.0.1", "--mac", A_MAC, "--path-base-port", 0xC000,
+              "--path-count", 4),
+             ("rnic", "add", "B", "--underlay-ip", "10.0.0.2", "--mac", "02:00:00:00:00:02", "--path-base-port",
+              0xC000, "--path-count", 4)]
+    for _, vni, ib, va, ia, vb, vnib in MEMBERS:
+        steps += [("tenant", "add", vni, f"t{vni}"), ("tenant", "add", vnib, f"t{vnib}"),
+                  ("vnic", "add", va, "--vni", vni, "--rnic", "A", "--ip", ia, "--mac", f"02:00:00:00:01:0{va}"),
+                  ("vnic", "add", vb, "--vni", vnib, "--rnic", "B", "--ip", ib, "--mac", f"02:00:00:00:01:0{vb}"),
+                  ("mapping", "add", "--vni", vnib, "--overlay-ip", ia, "--underlay-ip", "10.0.0.1",
+                   "--next-hop-mac", A_MAC, "--rnic", "A")]
+    rcs = [ctl(*s)[0] for s in steps]
+    write_csv(f"{D}/g1.csv", [(1, 1), (2, 1)])
+    rcs.append(ctl("mapping", "import", f"{D}/g1.csv")[0])
+    check(rcs == [0] * len(rcs), f"configuration: 2 RNICs, 4 tenants, 4 vNICs, group at generation 1 (exit codes {set(rcs)})")
+
+    fab_pre = f"{TAG}-fab"
+    fab = lab.start(lab_fabric_argv(FABRIC, fab_pre, D), "fabric", fab_pre)
+    if not poll(lambda: "tandem-fabric:" in lab.text("fabric") or fab.poll() is not None, 20):
+        raise RuntimeError("fabric did not start")
+    wa, pre_a = start_worker("A", "h0.sock")
+    wb, pre_b = start_worker("B", "h1.sock")
+    if not poll(active, 30):
+        raise RuntimeError("workers did not reach ACTIVE with the agent: " +
+                           json.dumps({n: {k: channel(n).get(k) for k in ("state", "last_error", "bar")} for n in "AB"}))
+    tel_a = Telemetry(pre_a, ready="/tandem/rnic/stats")
+    tel_b = Telemetry(pre_b, ready="/tandem/rnic/stats")
+    # Every frame worker A sends, in send order (its rte_pdump TX callback).
+    cap = lab.start(["nice", "-n", "19", "dpdk-dumpcap", f"--file-prefix={pre_a}", "-i", "0", "-s", "64", "-P", "-q",
+                     "-w", f"{D}/a.pcap", "-f", "src host 10.0.0.1"], "dumpcap")
+    if not poll(lambda: "File:" in lab.text("dumpcap") or cap.poll() is not None, 20) or cap.poll() is not None:
+        raise RuntimeError("dpdk-dumpcap did not start:\n" + lab.text("dumpcap"))
+    time.sleep(1.0)  # it names its file before the primary has enabled the callbacks
+
+    streams = []
+    for member, vni, ib, va, ia, vb, vnib in MEMBERS:
+        s = lab.start([APP, "sink", f"{D}/B.rnic", D, f"sink{member}", f"strm{member}", ia] + TRAFFIC, f"sink{member}")
+        t = lab.start([APP, "stream", f"{D}/A.rnic", D, f"strm{member}", f"sink{member}", ib] + TRAFFIC, f"strm{member}")
+        streams.append((s, t))
+    ok = poll(lambda: all(os.path.exists(f"{D}/strm{m}.streaming") or t.poll() is not None
+                          for (m, *_), (s, t) in zip(MEMBERS, streams)), 30)
+    check(ok and all(t.poll() is None for _, t in streams), "two streams A -> B run, one per group member")
+    qpn = {}
+    for member, *_ in MEMBERS:
+        with open(f"{D}/sink{member}.qp") as f:
+            qpn[int(f.read().split()[0])] = member
+
+    a_qpn = {}
+    for member, *_ in MEMBERS:
+        with open(f"{D}/strm{member}.qp") as f:
+            a_qpn[int(f.read().split()[0])] = member
+    if os.environ.get("TXN_DEBUG"):
+        c = channel("A")
+        print(f"before the rounds: {c.get('state')} {c.get('last_error')!r} {c.get('stats')}", flush=True)
+    # The rounds. Most requests go straight to the control socket (what tandemctl
+    # sends, without a process per request); every 20th round goes through tandemctl.
+    calls, bad_calls, g, paced = 0, [], 1, 0
+    l2_before = channel("A").get("stats", {}).get("txns_committed", 0)
+    t0 = time.time()
+    for r in range(opt.rounds):
+        g += 1
+        members = [[1], [2]] if opt.split else [[1, 2]]
+        for group in members:
+            plan = [("del", m) for m in group] + [("import", group)]
+            for what, arg in plan:
+                via_ctl = r % 20 == 0
+                if what == "del":
+                    _, vni, ip, *_ = MEMBERS[arg - 1]
+                    if via_ctl:
+                        rc, j = ctl("mapping", "del", "--vni", vni, "--overlay-ip", ip)
+                    else:
+                        j = api({"cmd": "mapping.del", "vni": vni, "overlay_ip": ip})
+                        rc = 0 if j.get("ok") else 2
+                else:
+                    write_csv(f"{D}/g.csv", [(m, g) for m in arg])
+                    if via_ctl:
+                        rc, j = ctl("mapping", "import", f"{D}/g.csv")
+                    else:
+                        j = api({"cmd": "mapping.import", "path": f"{D}/g.csv"})
+                        rc = 0 if j.get("ok") else 2
+                    if rc == 0 and j.get("imported") != len(arg):
+                        rc = -1
+                calls += 1
+                if rc != 0:
+                    bad_calls.append((g, what, rc, j))
+            # Pace the rounds to the traffic: A's next packet to each member
+            # misses and gets the entry at generation g installed; then the
+            # member's QP must make progress (ACKs accepted) before the next round.
+            t1 = time.time()
+            ok = poll(lambda: all(gen_mac(m, g) in egress_macs() for m in group), 3, 0.001)
+            sent = qp_new_data(tel_a, a_qpn)
+            ok = ok and poll(lambda: all(qp_new_data(tel_a, a_qpn).get(m, 0) > sent.get(m, 0) + DEPTH
+                                         for m in group), 3, 0.001)
+            paced += ok
+            if os.environ.get("TXN_DEBUG"):
+                c = channel("A")
+                print(f"round {g}: {time.time() - t1:.3f} s to install and progress; {c.get('state')} "
+                      f"{c.get('last_error')!r} {c.get('stats')}", flush=True)
+    elapsed = time.time() - t0
+    final = g
+    rounds_total = opt.rounds * len(members)
+    l2_ok = poll(lambda: all(gen_mac(m, final) in egress_macs() for m, *_ in MEMBERS), 20)
+    cha = channel("A")
+    l2_txns = cha.get("stats", {}).get("txns_committed", 0) - l2_before
+    check(not bad_calls and paced == rounds_total and calls + l2_txns >= (2000 if not opt.split else 1),
+          f"{calls + l2_txns} transactions committed in {elapsed:.1f} s under traffic: {calls} level-1 "
+          f"(mapping del/import, all acknowledged: tandemctl exit 0 or control-socket ok) and {l2_txns} level-2 "
+          f"on RNIC A (COMMITTED by the worker); each round's generation installed on A and its flows "
+          f"progressing before the next round: {paced} of {rounds_total}"
+          + (f"; refused: {bad_calls[:3]}" if bad_calls else ""))
+
+    time.sleep(0.5)  # traffic at the final generation
+    cha = channel("A")
+    check(l2_ok and cha.get("table_version") == cha.get("bar", {}).get("table", {}).get("version"),
+          f"A's level-2 table ends with both members at generation {final} (agent shadow v{cha.get('table_version')}"
+          f" == BAR v{cha.get('bar', {}).get('table', {}).get('version')}; "
+          f"BAR commits {cha.get('bar', {}).get('counters', {}).get('commits')})")
+    sa, sb = stats(tel_a), stats(tel_b)
+    print(f"agent, RNIC A: punts {cha.get('punts')}, channel {cha.get('stats')}, last error {cha.get('last_error')!r}, state {cha.get('state')}, queued {cha.get('queued_change_sets')}, "
+          f"in flight {cha.get('txn_in_flight')}, BAR counters "
+          f"{cha.get('bar', {}).get('counters')}")
+    if os.environ.get("TXN_DEBUG"):
+        print(json.dumps(api({"cmd": "table.dump", "level": 2, "rnic": "A"})))
+    alive = [t.poll() is None for _, t in streams]
+    check(all(alive), f"both streams ran through every round without a completion error (alive {alive})")
+    stop(cap)
+    for m, *_ in MEMBERS:
+        open(f"{D}/sink{m}.stop", "w").close()
+    for s, t in streams:
+        if t.poll() is None:
+            t.kill()
+            t.wait()
+        s.wait(30)
+
+    # The checker.
+    frames = read_pcap(f"{D}/a.pcap")
+    high, first_bad, bad, seen, counted, mismatched = 0, None, 0, {}, 0, 0
+    last_gen = {}
+    for i, (mac, src, dqpn) in enumerate(frames):
+        if src != bytes([10, 0, 0, 1]) or mac[0:3] != b"\x02\x00\x00" or mac[3] not in (1, 2):
+            continue
+        member, gen = mac[3], mac[4] << 8 | mac[5]
+        if qpn.get(dqpn) != member:
+            mismatched += 1
+            continue
+        counted += 1
+        seen.setdefault(member, set()).add(gen)
+        last_gen[member] = gen
+        if gen < high or gen < 1 or gen > final:
+            bad += 1
+            if first_bad is None:
+                first_bad = (i, member, gen, high)
+        high = max(high, gen)
+    print(f"capture: {len(frames)} frames from A, {counted} to the group; generations seen on the wire: "
+          f"{ {m: len(s) for m, s in seen.items()} } of {final}")
+    if first_bad:
+        i, member, gen, hi = first_bad
+        print(f"first out-of-order frame: #{i} to member {member} used generation {gen} after generation {hi} "
+              f"had been sent ({bad} such frames)")
+    enough = counted >= 1000 and all(len(seen.get(m, ())) >= 10 for m, *_ in MEMBERS) and mismatched == 0
+    if opt.split:
+        check(enough and bad > 0,
+              f"one member per transaction (--split): the checker sees half-applied rounds ({bad} frames out of order)")
+    else:
+        check(enough and bad == 0,
+              f"{counted} frames to the group checked: generations monotone across both members in send order, "
+              f"each a committed one, member byte == destination QP ({mismatched} mismatched)")
+    check(all(last_gen.get(m) == final for m, *_ in MEMBERS),
+          f"the last frame to each member used the final generation {final} (last seen {last_gen})")
+    b_table = {k: v for k, v in sb.items() if k.startswith("drop_ingress")}
+    a_table = {k: v for k, v in sa.items() if k.startswith("drop_") and ("table" in k or "tenant" in k)}
+    check(not b_table, f"B refused none of A's frames at ingress ({b_table or 'no drops'}); "
+          f"A's drops while entries were withdrawn: {a_table}")
+    check(stop(wa) == 0 and stop(wb) == 0, "workers stop cleanly on SIGINT")
+
+
+run_checked("dpu_txn_traffic" + ("_split" if opt.split else ""), main, checks, lab,
+            logs=("agent", "fabric", "A", "B", "dumpcap", "strm1", "strm2"))
