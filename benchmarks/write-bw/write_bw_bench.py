@@ -175,10 +175,21 @@ def run_ours():
         return s.get("rx_packets", 0), s.get("rx_bytes", 0)
 
     m = measure(rx_b, procs, lambda: cli.poll() is None, around=snap)
+    # A run that stops making progress: read the counters while the QP still exists (tandem-perf
+    # gives up after --timeout 30 s without a completion).
+    last, since, stalled = rx_b()[0], time.time(), None
+    while cli.poll() is None and time.time() < since + run_s + 60:
+        time.sleep(0.5)
+        now = rx_b()[0]
+        if now != last:
+            last, since = now, time.time()
+        elif time.time() - since > 5 and stalled is None:
+            stalled = snap()
     for p in (cli, srv):
-        p.wait(run_s + 60)
+        p.wait(60)
     if cli.returncode != 0 or srv.returncode != 0:
-        raise RuntimeError(f"ours: tandem-perf failed:\n{text('ours-cli', 'err')}{text('ours-srv', 'err')}")
+        raise RuntimeError(f"ours: tandem-perf failed:\n{text('ours-cli', 'err')}{text('ours-srv', 'err')}"
+                           + (f"counters 5 s into the stall (totals): {json.dumps(stalled)}\n" if stalled else ""))
     perf = json.loads(text("ours-cli"))
     for w in workers.values():
         stop(w)
@@ -303,7 +314,7 @@ def main():
           f"testpmd frames {frame} B ({PAYLOAD_PER_FRAME:g} B payload each); window {args.seconds:g} s, "
           f"median of {args.repeat} interleaved round(s); "
           f"CPUs A,B,fabric = {args.cores}; load {os.getloadavg()[0]:.1f}")
-    print(f"  {'path':<52} {'goodput Gb/s':>12} {'Mpps':>8} {'wire Gb/s':>9} {'ratio':>7}  rounds (Gb/s)")
+    print(f"  {'path':<52} {'goodput Gb/s':>12} {'Mpps':>8} {'wire Gb/s':>9} {'frame B':>8} {'ratio':>7}  rounds (Gb/s)")
     for k in ("ours", "baseline", "direct", "loopback"):
         if k not in res:
             continue
@@ -311,7 +322,8 @@ def main():
         mpps = f"{r['mpps']:.4f}" if r["mpps"] is not None else "-"
         wire = f"{r['wire_gbps']:.3f}" if r["wire_gbps"] is not None else "-"
         rr = o / r["goodput_gbps"] if r["goodput_gbps"] else 0.0
-        print(f"  {LABELS[k]:<52} {r['goodput_gbps']:>12.3f} {mpps:>8} {wire:>9} {rr:>7.3f}  "
+        fb = f"{r['frame_bytes']:.1f}" if r["frame_bytes"] else "-"
+        print(f"  {LABELS[k]:<52} {r['goodput_gbps']:>12.3f} {mpps:>8} {wire:>9} {fb:>8} {rr:>7.3f}  "
               + " ".join(f"{g:.2f}" for g in r["rounds_gbps"]))
     for k in ("ours", "baseline", "direct"):
         if k in res:
