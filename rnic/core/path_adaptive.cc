@@ -2,29 +2,20 @@
 
 #include <algorithm>
 
-#include "rnic/core/path_round_robin.h"
-
 namespace tandem::rnic {
 
 void PathAdaptive::reset(const PathPolicyParams& p) noexcept {
-  health_.reset(p.num_paths);
-  for (uint32_t i = 0; i < health_.size(); ++i) ports_[i] = path_set_port(p.local_qpn, p.path_seed, i);
+  set_.reset(p);
   srtt_.fill(0);
   bad_.fill(0);
   current_.fill(0);
   now_ = 0;
 }
 
-uint32_t PathAdaptive::index_of(uint16_t sport) const noexcept {
-  for (uint32_t i = 0; i < health_.size(); ++i)
-    if (ports_[i] == sport) return i;
-  return kMaxPaths;
-}
-
 double PathAdaptive::weight(uint32_t i) const noexcept {
   double best = 0;
-  for (uint32_t k = 0; k < health_.size(); ++k)
-    if (srtt_[k] > 0 && health_.up(k) && (best == 0 || srtt_[k] < best)) best = srtt_[k];
+  for (uint32_t k = 0; k < set_.size(); ++k)
+    if (srtt_[k] > 0 && set_.health().up(k) && (best == 0 || srtt_[k] < best)) best = srtt_[k];
   double w = 1.0;
   if (best > 0 && srtt_[i] > 0) {
     const double r = best / srtt_[i];
@@ -34,15 +25,15 @@ double PathAdaptive::weight(uint32_t i) const noexcept {
   return std::max(w, 1.0 / 64);  // every live path keeps a trickle: its RTT stays known
 }
 
-uint16_t PathAdaptive::choose(uint32_t, bool, uint64_t now) noexcept {
+uint16_t PathAdaptive::choose(uint32_t, bool retransmit, uint64_t now) noexcept {
   if (now > now_) now_ = now;
-  const uint32_t n = health_.size();
-  uint32_t pick = health_.tick(now);
+  const uint32_t n = set_.size();
+  uint32_t pick = set_.health().tick(now, !retransmit);
   if (pick == n) {
-    const bool any_up = health_.up_count() > 0;
+    const bool any_up = set_.health().up_count() > 0;
     double total = 0, best = -1e300;
     for (uint32_t i = 0; i < n; ++i) {
-      if (any_up && !health_.up(i)) continue;
+      if (any_up && !set_.health().up(i)) continue;
       const double w = weight(i);
       current_[i] += w;
       total += w;
@@ -50,33 +41,33 @@ uint16_t PathAdaptive::choose(uint32_t, bool, uint64_t now) noexcept {
     }
     current_[pick] -= total;
   }
-  health_.on_sent(pick, now);
-  return ports_[pick];
+  set_.health().on_sent(pick, now);
+  return set_.port(pick);
 }
 
 void PathAdaptive::on_ack(uint16_t sport, uint64_t rtt_ns, uint64_t now) noexcept {
   if (now > now_) now_ = now;
-  const uint32_t i = index_of(sport);
+  const uint32_t i = set_.index_of(sport);
   if (i >= kMaxPaths) return;
   if (rtt_ns) srtt_[i] = srtt_[i] > 0 ? (7 * srtt_[i] + static_cast<double>(rtt_ns)) / 8 : static_cast<double>(rtt_ns);
   bad_[i] *= 0.98;
-  health_.on_ack(i, rtt_ns, now_);
+  set_.health().on_ack(i, rtt_ns, now_);
 }
 
 void PathAdaptive::on_loss(uint16_t sport, uint64_t now) noexcept {
   if (now > now_) now_ = now;
-  const uint32_t i = index_of(sport);
+  const uint32_t i = set_.index_of(sport);
   if (i >= kMaxPaths) return;
   bad_[i] += 1.0;
-  health_.on_loss(i, now_);
+  set_.health().on_loss(i, now_);
 }
 
 void PathAdaptive::on_ecn(uint16_t sport, uint64_t now) noexcept {
   if (now > now_) now_ = now;
-  const uint32_t i = index_of(sport);
+  const uint32_t i = set_.index_of(sport);
   if (i >= kMaxPaths) return;
   bad_[i] += 0.25;
-  health_.on_ecn(i);
+  set_.health().on_ecn(i);
 }
 
 }  // namespace tandem::rnic

@@ -8,8 +8,8 @@
 
 #include <array>
 
-#include "rnic/core/path_health.h"
 #include "rnic/core/path_policy.h"
+#include "rnic/core/path_set.h"
 
 namespace tandem::rnic {
 
@@ -20,20 +20,17 @@ class PathAdaptive final : public PathPolicy {
   void on_ack(uint16_t sport, uint64_t rtt_ns, uint64_t now) noexcept override;
   void on_loss(uint16_t sport, uint64_t now) noexcept override;
   void on_ecn(uint16_t sport, uint64_t now) noexcept override;
-  uint32_t path_count() const noexcept override { return health_.size(); }
-  PathStats path_stats(uint32_t i) const noexcept override { return health_.stats(i); }
+  uint32_t path_count() const noexcept override { return set_.size(); }
+  PathStats path_stats(uint32_t i) const noexcept override { return set_.health().stats(i); }
 
-  const PathHealth& health() const noexcept { return health_; }
+  const PathHealth& health() const noexcept { return set_.health(); }
   double weight(uint32_t i) const noexcept;
 
  private:
-  uint32_t index_of(uint16_t sport) const noexcept;
-
-  std::array<uint16_t, kMaxPaths> ports_{};
+  PathSet set_;
   std::array<double, kMaxPaths> srtt_{};    // ns, EWMA 1/8
   std::array<double, kMaxPaths> bad_{};     // loss/ECN penalty, decays per ack
   std::array<double, kMaxPaths> current_{}; // smooth weighted round robin state
-  PathHealth health_;
   uint64_t now_ = 0;
 };
 

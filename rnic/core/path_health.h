@@ -54,7 +54,10 @@ class PathHealth {
 
   // Checks silences; returns a path that is out and due for a probe
   // (n_ if none). The caller sends the next packet there and calls on_sent.
-  uint32_t tick(uint64_t now) noexcept {
+  // Only new data probes (`may_probe`): a retransmission sent as a probe
+  // onto a dead path is lost again, and if it was the RTO's it costs a
+  // doubled timeout.
+  uint32_t tick(uint64_t now, bool may_probe = true) noexcept {
     uint32_t probe = n_;
     for (uint32_t i = 0; i < n_; ++i) {
       PerPath& p = p_[i];
@@ -63,7 +66,7 @@ class PathHealth {
         // never gets feedback, e.g. a responder's ACK path, keeps all).
         if (p.s.acks > 0 && p.outstanding_since != 0 && now > p.outstanding_since + silence_ns())
           take_out(p, now);
-      } else if (probe == n_ && now >= p.next_probe) {
+      } else if (may_probe && probe == n_ && now >= p.next_probe) {
         probe = i;
       }
     }

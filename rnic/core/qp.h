@@ -4,6 +4,7 @@
 // creation; the fast path only indexes rings.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -117,6 +118,7 @@ struct Qp {
   uint64_t inflight_bytes = 0;
   uint32_t reads_inflight = 0;
   uint64_t last_progress = 0;
+  uint64_t srtt_ns = 0;  // smoothed RTT of first transmissions (EWMA 1/8)
   uint32_t backoff = 0;
   uint32_t retries = 0;
   uint64_t rnr_until = 0;
@@ -170,6 +172,10 @@ struct Qp {
   uint32_t grant_unacked = 0;    // credit granted since the last ACK
   uint64_t last_rx_ns = 0;       // responder: when a request last arrived
   uint64_t credits_granted = 0;
+  uint64_t credit_kick_ns = 0;   // responder: last kick of a silent sender
+  uint64_t credit_kick_rx_ns = 0;  // responder: last_rx_ns the kick round belongs to
+  uint32_t credit_kick_round = 0;  // responder: kicks in this silence
+  uint64_t credit_kicks = 0;     // responder: kicks given (grant_credits)
 
   uint32_t mtu() const noexcept { return attr.path_mtu; }
   bool irn() const noexcept { return init.mode == Reliability::kIrn; }
@@ -199,7 +205,18 @@ struct Qp {
   void on_sack(uint64_t sack, uint64_t now) noexcept;
   common::DropReason on_read_response(const common::RocePacket& pkt, const uint8_t* payload,
                                       uint32_t len, uint64_t now) noexcept;
-  uint64_t rto() const noexcept { return attr.timeout_ns << backoff; }
+  // IRN's RTO_low: with at most kRtoLowPkts out (a tail, or what is left
+  // after losses) no later packet will reveal a loss, and a whole timeout
+  // is the cost; a timer of a few RTTs recovers them, at worst sending a
+  // duplicate. The QP's timeout stays the ceiling.
+  static constexpr uint32_t kRtoLowPkts = 3;
+  static constexpr uint64_t kRtoLowMinNs = 100'000;
+  uint64_t rto_base() const noexcept {
+    if (irn() && srtt_ns != 0 && inflight_bytes <= uint64_t{kRtoLowPkts} * mtu())
+      return std::min(attr.timeout_ns, std::max(kRtoLowMinNs, 4 * srtt_ns));
+    return attr.timeout_ns;
+  }
+  uint64_t rto() const noexcept { return rto_base() << backoff; }
 
   // responder.cc
   int post_recv(const RecvWr& wr) noexcept;

@@ -187,6 +187,7 @@ void Qp::reset_state() noexcept {
   inflight_bytes = 0;
   reads_inflight = 0;
   last_progress = 0;
+  srtt_ns = 0;
   backoff = retries = 0;
   rnr_until = 0;
   rnr_retries = 0;
@@ -214,7 +215,9 @@ void Qp::reset_state() noexcept {
   reads_head = reads_tail = 0;
   credit_limit = credit_new_sent = 0;
   grant_psn = grant_unacked = 0;
-  last_rx_ns = 0;
+  last_rx_ns = credit_kick_ns = credit_kick_rx_ns = 0;
+  credit_kicks = 0;
+  credit_kick_round = 0;
   credits_granted = 0;
 }
 
@@ -383,20 +386,79 @@ uint32_t Transport::poll(uint64_t now) noexcept {
 // packet of credit at a time, round robin over the QPs whose senders are
 // active, keeping the credit outstanding over all of them (granted, not yet
 // arrived) within one shared budget. A QP that has used all its credit is
-// always eligible (its sender may be waiting); one that is idle (nothing
-// arrived for kIdleNs) neither counts against the budget nor gets more.
+// always eligible (its sender may be waiting); one that is silent (nothing
+// arrived for kIdleNs while credit is out) neither counts against the
+// budget nor gets more, except a kick once per kIdleNs, at most kMaxKicks
+// times per silence: an ACK that carries the whole grant again (the ACK
+// with the last credit may have died on a failed path) plus, while little
+// is out, one more batch (the sender's last packets may have died there,
+// leaving it without credit). The receiver cannot tell either case from a
+// sender with nothing to send; without the kick they would wait for the
+// sender's retransmission timeout, or forever. Bounded, so an idle sender
+// costs a few ACKs and holds at most a few batches of unused credit.
 void Transport::grant_credits(uint64_t now) noexcept {
   constexpr uint64_t kIdleNs = 100'000;
+  constexpr uint32_t kMaxKicks = 8;
   credit_wake_ = kNever;
   uint32_t tokens = grantor_.refill(now);
   const std::size_t n = live_.size();
   if (n == 0) return;
   const uint32_t budget = grantor_.window_pkts();
+  const uint32_t batch = grantor_.batch_pkts();
+  const int32_t kick_cap = static_cast<int32_t>(2 * batch);
+  auto granting = [](const Qp* qp) {
+    return qp->credit_mode && (qp->state == QpState::kRtr || qp->state == QpState::kRts);
+  };
+  auto give = [&](Qp* qp, int32_t out) {
+    --tokens;
+    grantor_.spend(1);
+    grantor_.note_granted(1);
+    qp->grant_psn = common::psn_add(qp->grant_psn, 1);
+    ++qp->credits_granted;
+    // Batch: an ACK per batch of credit, or when the QP's share is full.
+    if (++qp->grant_unacked >= batch || out + 1 >= static_cast<int32_t>(budget)) {
+      qp->ack_pending = true;
+      qp->grant_unacked = 0;
+    }
+  };
+  bool token_wait = false;
   uint32_t outstanding = 0;
   for (Qp* qp : live_) {
-    if (!qp->credit_mode || (qp->state != QpState::kRtr && qp->state != QpState::kRts)) continue;
+    if (!granting(qp)) continue;
     const int32_t out = common::psn_diff(qp->grant_psn, qp->rx_front());
-    if (out > 0 && now < qp->last_rx_ns + kIdleNs) outstanding += static_cast<uint32_t>(out);
+    if (out <= 0 || qp->last_rx_ns == 0) continue;
+    if (now < qp->last_rx_ns + kIdleNs) {
+      outstanding += static_cast<uint32_t>(out);
+      credit_wake_ = std::min(credit_wake_, qp->last_rx_ns + kIdleNs);  // a silence begins
+      continue;
+    }
+    // Silent with credit out: kick, a bounded number of times per silence.
+    if (qp->credit_kick_rx_ns != qp->last_rx_ns) {
+      qp->credit_kick_rx_ns = qp->last_rx_ns;
+      qp->credit_kick_round = 0;
+    }
+    if (qp->credit_kick_round >= kMaxKicks) continue;
+    const uint64_t due = std::max(qp->last_rx_ns, qp->credit_kick_ns) + kIdleNs;
+    if (now < due) {
+      credit_wake_ = std::min(credit_wake_, due);
+      continue;
+    }
+    if (out < kick_cap) {
+      if (tokens < batch) {
+        token_wait = true;
+        credit_wake_ = std::min(credit_wake_, grantor_.next_token_time());
+        continue;
+      }
+      for (uint32_t k = 0; k < batch; ++k) give(qp, out + static_cast<int32_t>(k));
+    }
+    // Either way an ACK goes out and carries the whole grant again.
+    qp->ack_pending = true;
+    qp->grant_unacked = 0;
+    qp->credit_kick_ns = now;
+    ++qp->credit_kick_round;
+    ++qp->credit_kicks;
+    ++credit_kicks_;
+    credit_wake_ = std::min(credit_wake_, now + kIdleNs);
   }
   bool want = true;
   const std::size_t start = credit_rr_;
@@ -404,34 +466,25 @@ void Transport::grant_credits(uint64_t now) noexcept {
     want = false;
     for (std::size_t k = 0; k < n && outstanding < budget; ++k) {
       Qp* qp = live_[(start + k) % n];
-      if (!qp->credit_mode || (qp->state != QpState::kRtr && qp->state != QpState::kRts)) continue;
+      if (!granting(qp)) continue;
       const int32_t out = common::psn_diff(qp->grant_psn, qp->rx_front());
       const bool active = now < qp->last_rx_ns + kIdleNs;
-      const uint32_t cap = budget;
-      if (qp->last_rx_ns == 0 || out >= static_cast<int32_t>(cap) || (out > 0 && !active)) continue;
+      if (qp->last_rx_ns == 0 || out >= static_cast<int32_t>(budget) || (out > 0 && !active)) continue;
       want = true;
       if (tokens == 0) {
-        credit_wake_ = grantor_.next_token_time();
+        token_wait = true;
+        credit_wake_ = std::min(credit_wake_, grantor_.next_token_time());
         want = false;
         break;
       }
-      --tokens;
-      grantor_.spend(1);
-      grantor_.note_granted(1);
-      qp->grant_psn = common::psn_add(qp->grant_psn, 1);
-      ++qp->credits_granted;
+      give(qp, out);
       ++outstanding;
-      // Batch: an ACK per batch of credit, or when the QP's share is full.
-      if (++qp->grant_unacked >= grantor_.batch_pkts() || out + 1 >= static_cast<int32_t>(cap)) {
-        qp->ack_pending = true;
-        qp->grant_unacked = 0;
-      }
       credit_rr_ = (start + k + 1) % n;
     }
   }
   // Flush partial batches so that no granted credit waits for an ACK.
   for (Qp* qp : live_) {
-    if (qp->credit_mode && qp->grant_unacked > 0 && credit_wake_ == kNever) {
+    if (qp->credit_mode && qp->grant_unacked > 0 && !token_wait) {
       qp->ack_pending = true;
       qp->grant_unacked = 0;
     }

@@ -127,6 +127,8 @@ class Transport {
   const TransportCounters& counters() const noexcept { return counters_; }
   // Packets of credit this port granted to its senders (cc "credit").
   uint64_t credits_granted() const noexcept { return grantor_.granted_pkts(); }
+  // Kicks of credit to silent senders (grant_credits).
+  uint64_t credit_kicks() const noexcept { return credit_kicks_; }
 
   // --- fast path ---
   // 0, ENOMEM (queue full), EINVAL (bad state, opcode, SGE count, lkey or
@@ -166,6 +168,7 @@ class Transport {
   bool grantor_ready_ = false;
   std::size_t credit_rr_ = 0;
   uint64_t credit_wake_ = kNever;  // when grant_credits has work again
+  uint64_t credit_kicks_ = 0;
 };
 
 }  // namespace tandem::rnic

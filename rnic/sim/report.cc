@@ -47,6 +47,7 @@ nlohmann::ordered_json results_json(const Scenario& s, uint64_t seed, const std:
     o["first_path_removal_us"] = r.first_path_removal_us;
     o["last_path_return_us"] = r.last_path_return_us;
     o["credits_granted"] = r.credits_granted;
+    o["credit_kicks"] = r.credit_kicks;
     o["credits_received"] = r.credits_received;
     o["credits_used"] = r.credits_used;
     o["credit_stalls"] = r.credit_stalls;

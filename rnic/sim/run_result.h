@@ -51,6 +51,7 @@ struct RunResult {
   double first_path_removal_us = 0;  // earliest removal (0: none)
   double last_path_return_us = 0;    // latest return of a removed path (0: none)
   uint64_t credits_granted = 0;  // receivers: packets of credit granted
+  uint64_t credit_kicks = 0;     // receivers: credit kicks to silent senders
   uint64_t credits_received = 0; // senders: credit that arrived on ACKs
   uint64_t credits_used = 0;     // senders: packets sent against credit
   uint64_t credit_stalls = 0;    // senders: times a packet waited for credit

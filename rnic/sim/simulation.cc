@@ -244,6 +244,7 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
     }
   }
   for (const auto& h : hosts_) r.credits_granted += h->transport().credits_granted();
+  for (const auto& h : hosts_) r.credit_kicks += h->transport().credit_kicks();
   const FabricStats fs = fabric_.stats();
   r.drops = fs.drops();
   r.drops_queue = fs.drops_queue;

@@ -86,3 +86,101 @@ TEST_CASE("round_robin sprays one QP's packets over its path set") {
   }
   CHECK(ports.size() == 4);
 }
+
+// The lab's path failure, in simulated time: 4 paths chosen by UDP source
+// port (as an ECMP hash does), one of them dead in both directions from
+// 50 us on, credits on, and a 20 ms QP timeout as tandem-perf asks for. Data
+// on the dead path, credit ACKs on it and the last packets of a burst on it
+// must all be recovered in far less than one QP timeout: path health moves
+// new data off the path and never probes with a retransmission, the
+// receiver kicks a silent sender with its grant again, and a short tail
+// timer (RTO_low) resends a lost tail.
+TEST_CASE("a dead path under credits is recovered without waiting for the QP timeout") {
+  QpSetup s;
+  s.mtu = 1024;
+  s.cc = "credit";
+  s.path = "round_robin";
+  s.num_paths = 4;
+  s.timeout_ns = 20'000'000;
+  s.credit_unsched_bytes = 8 * 1024;
+  Loop l(4 << 20, s);
+  REQUIRE(l.ok);
+  l.net.delay_ns = 50'000;  // RTTs like the lab's, where processes share cores
+  int dead = -1;
+  uint64_t dead_data = 0, dead_acks = 0;
+  l.filter = [&](bool from_a, const tandem::common::RocePacket& p) {
+    const int path = p.udp.sport % 4;
+    if (dead < 0 && from_a) dead = path;  // the path A's first packet took
+    if (l.now < 50'000 || path != dead) return true;
+    ++(from_a ? dead_data : dead_acks);
+    return false;
+  };
+  for (uint32_t i = 0; i < 2 << 20; ++i) l.a.mem[i] = static_cast<uint8_t>(i * 13 + 5);
+  constexpr uint32_t kMsgs = 32, kLen = 64 * 1024;
+  for (uint32_t m = 0; m < kMsgs; ++m)
+    REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, m, l.a, m * kLen, kLen, &l.b, m * kLen)) == 0);
+  REQUIRE(l.run([&] { return l.a.done.size() == kMsgs; }));
+  for (const auto& c : l.a.done) CHECK(c.status == IBV_WC_SUCCESS);
+  CHECK(std::equal(l.a.mem.begin(), l.a.mem.begin() + kMsgs * kLen, l.b.mem.begin()));
+  CHECK(dead_data > 0);
+  CHECK(dead_acks > 0);
+  CHECK(l.a.t.path_policy(l.a.qpn)->path_stats(0).removals +
+            l.a.t.path_policy(l.a.qpn)->path_stats(1).removals +
+            l.a.t.path_policy(l.a.qpn)->path_stats(2).removals +
+            l.a.t.path_policy(l.a.qpn)->path_stats(3).removals >= 1);
+  // No timeout waited for: one alone would be 20 ms.
+  CHECK(l.a.counters().timeouts == 0);
+  CHECK(l.now < 20'000'000);
+}
+
+// Credit ACKs all lost for a while (the ACK path died): the sender has used
+// its credit and waits; the receiver hears nothing. Its kick (the whole
+// grant again, and a batch more) restarts the sender long before the QP's
+// 20 ms timeout would.
+TEST_CASE("a silent credit sender is kicked with its grant again") {
+  QpSetup s;
+  s.mtu = 1024;
+  s.cc = "credit";
+  s.timeout_ns = 20'000'000;
+  s.credit_unsched_bytes = 4 * 1024;
+  Loop l(1 << 20, s);
+  REQUIRE(l.ok);
+  l.filter = [&](bool from_a, const tandem::common::RocePacket& p) {
+    return from_a || l.now < 20'000 || l.now > 60'000 || p.bth.opcode != IBV_OPCODE_RC_ACKNOWLEDGE;
+  };
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, 1, l.a, 0, 256 * 1024, &l.b, 0)) == 0);
+  REQUIRE(l.run([&] { return l.a.done.size() == 1; }));
+  CHECK(l.a.done[0].status == IBV_WC_SUCCESS);
+  CHECK(l.b.t.credit_kicks() >= 1);
+  CHECK(l.now < 2'000'000);
+}
+
+// The last packets of a burst lost, nothing sent after them: no SACK can
+// reveal the loss, only a timer. With few packets out the QP uses a timer
+// of a few RTTs (IRN's RTO_low), not its 20 ms timeout.
+TEST_CASE("a lost tail is resent after a few RTTs, not after the QP timeout") {
+  QpSetup s;
+  s.mtu = 1024;
+  s.timeout_ns = 20'000'000;
+  Loop l(1 << 20, s);
+  REQUIRE(l.ok);
+  bool dropped_tail = false;
+  l.filter = [&](bool from_a, const tandem::common::RocePacket& p) {
+    // The message's last packet, first transmission only.
+    if (from_a && !dropped_tail && p.bth.psn == 100 + 63) {
+      dropped_tail = true;
+      return false;
+    }
+    return true;
+  };
+  // A first message gives the QP its RTT estimate.
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, 1, l.a, 0, 32 * 1024, &l.b, 0)) == 0);
+  REQUIRE(l.run([&] { return l.a.done.size() == 1; }));
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, 2, l.a, 0, 32 * 1024, &l.b, 0)) == 0);
+  const uint64_t t0 = l.now;
+  REQUIRE(l.run([&] { return l.a.done.size() == 2; }));
+  CHECK(dropped_tail);
+  CHECK(l.a.done[1].status == IBV_WC_SUCCESS);
+  CHECK(l.a.counters().timeouts == 1);
+  CHECK(l.now - t0 < 1'000'000);
+}

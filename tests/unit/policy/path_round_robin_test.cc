@@ -96,6 +96,21 @@ TEST_CASE("a removed path is probed after the probe interval and returns on its 
   CHECK(seen.size() == 4);
 }
 
+TEST_CASE("a retransmission is never the probe of a removed path: new data probes") {
+  auto p = make_rr(4);
+  std::vector<uint16_t> ports;
+  for (uint32_t i = 0; i < 4; ++i) ports.push_back(p.choose(i, false, 1000));
+  for (uint16_t port : ports) p.on_ack(port, 10'000, 20'000);
+  for (int k = 0; k < 3; ++k) p.on_loss(ports[2], 50'000);
+  REQUIRE_FALSE(p.health().up(2));
+  const uint64_t probe_at = 50'000 + p.health().probe_interval_ns();
+  // Due for a probe, but the packets are retransmissions (an RTO's, say):
+  // sent on live paths, or the dead path loses them again.
+  for (uint32_t i = 0; i < 8; ++i) CHECK(p.choose(i, true, probe_at) != ports[2]);
+  // The next new packet is the probe.
+  CHECK(p.choose(9, false, probe_at) == ports[2]);
+}
+
 TEST_CASE("a path that stops answering is removed after its silence time") {
   auto p = make_rr(2);
   const uint16_t a = p.choose(0, false, 1'000);
