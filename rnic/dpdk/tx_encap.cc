@@ -71,6 +71,7 @@ TxEncap::TxEncap(rte_mempool* hdr_pool, rte_mempool* ext_pool, bool copy) noexce
 }
 
 void TxEncap::release() noexcept {
+  finish();
   if (stash_n_) rte_pktmbuf_free_bulk(stash_, stash_n_);
   stash_n_ = 0;
 }
@@ -79,7 +80,19 @@ uint32_t TxEncap::ext_in_flight() const noexcept {
   return rte_mbuf_ext_refcnt_read(&shinfo_) - 1u;
 }
 
-rte_mbuf* TxEncap::build(const TxDesc& d, const EncapTemplate& t, uint16_t sport) noexcept {
+void TxEncap::finish_pending() noexcept {
+  for (uint16_t i = 0; i < pending_n_; ++i) {
+    Pending& p = pending_[i];
+    uint8_t* mv = p.base + kMaskedAt;
+    const uint32_t crc = common::crc32_update(0, mv, static_cast<std::size_t>(p.icrc - mv));
+    p.base[kL2L4Len + 4] = p.bth4;
+    std::memcpy(p.base, p.hdr, kL2L4Len);
+    common::store_le32(p.icrc, crc);
+  }
+  pending_n_ = 0;
+}
+
+rte_mbuf* TxEncap::build(const TxDesc& d, const EncapTemplate& t, uint16_t sport, bool defer) noexcept {
   rte_mbuf* h = alloc_hdr();
   if (h == nullptr) {
     ++c_.alloc_fail;
@@ -126,11 +139,11 @@ rte_mbuf* TxEncap::build(const TxDesc& d, const EncapTemplate& t, uint16_t sport
   uint8_t* bth = base + kL2L4Len;
   const uint8_t bth4 = bth[4];
   bth[4] = 0xFF;
-  uint32_t crc = common::crc32_update(0, mv, static_cast<std::size_t>(p - mv));
-  bth[4] = bth4;
 
-  std::memcpy(base, t.hdr, kL2L4Len);
-  uint8_t* ip = base + kIp;
+  // The real L2-L4 header, written over the masked view once the CRC is done.
+  uint8_t hdr[kL2L4Len];
+  std::memcpy(hdr, t.hdr, kL2L4Len);
+  uint8_t* ip = hdr + kIp;
   patch_lengths(ip, static_cast<uint16_t>(ip_len), id, sport);
   uint32_t sum = t.ip_sum + ip_len + id;
   sum = (sum & 0xFFFF) + (sum >> 16);
@@ -138,11 +151,21 @@ rte_mbuf* TxEncap::build(const TxDesc& d, const EncapTemplate& t, uint16_t sport
   common::store_be16(ip + 10, static_cast<uint16_t>(~sum));
 
   if (copy) {
-    common::store_le32(p, crc);
     h->data_len = static_cast<uint16_t>(frame_len);
     h->pkt_len = frame_len;
+    if (pending_n_ == kMaxPending) finish_pending();
+    Pending& q = pending_[pending_n_++];
+    q.base = base;
+    q.icrc = p;
+    q.bth4 = bth4;
+    std::memcpy(q.hdr, hdr, kL2L4Len);
+    if (!defer) finish_pending();
     return h;
   }
+
+  uint32_t crc = common::crc32_update(0, mv, static_cast<std::size_t>(p - mv));
+  bth[4] = bth4;
+  std::memcpy(base, hdr, kL2L4Len);
 
   static constexpr uint8_t kZeros[4] = {0, 0, 0, 0};
   h->data_len = static_cast<uint16_t>(hdr_len);

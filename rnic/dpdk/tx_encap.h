@@ -70,8 +70,15 @@ class TxEncap {
   TxEncap& operator=(const TxEncap&) = delete;
 
   // The chain, or nullptr (counted) if mbufs ran out or the frame does not
-  // fit. `sport` is the frame's UDP source port (the path).
-  rte_mbuf* build(const TxDesc& d, const EncapTemplate& t, uint16_t sport) noexcept;
+  // fit. `sport` is the frame's UDP source port (the path). With `defer`, a
+  // copied frame's ICRC and L2-L4 header are completed by the next finish()
+  // (a burst's CRCs then run back to back and overlap in the CPU): the frame
+  // must not be sent before that.
+  rte_mbuf* build(const TxDesc& d, const EncapTemplate& t, uint16_t sport, bool defer = false) noexcept;
+  // Completes every deferred frame.
+  void finish() noexcept {
+    if (pending_n_) finish_pending();
+  }
   // Same bytes, building the template on the spot (tools and tests).
   rte_mbuf* build(const TxDesc& d, const EncapAddrs& a) noexcept {
     const EncapTemplate t = make_encap_template(a);
@@ -89,6 +96,17 @@ class TxEncap {
 
  private:
   static constexpr uint16_t kStash = 32;
+  // A copied frame waiting for its ICRC: the masked view of L2-L4 sits in
+  // place (from base + kMaskedAt), the real header waits here.
+  struct Pending {
+    uint8_t* base;
+    uint8_t* icrc;  // where the ICRC goes (the CRC covers base + 6 up to it)
+    uint8_t bth4;   // BTH byte 4 as sent (masked to ones for the CRC)
+    uint8_t hdr[kL2L4Len];
+  };
+  static constexpr uint16_t kMaxPending = 32;
+  void finish_pending() noexcept;
+
   rte_mbuf* alloc_hdr() noexcept {
     if (stash_n_ == 0 && rte_pktmbuf_alloc_bulk(hdr_pool_, stash_, kStash) == 0) stash_n_ = kStash;
     return stash_n_ ? stash_[--stash_n_] : rte_pktmbuf_alloc(hdr_pool_);
@@ -100,7 +118,9 @@ class TxEncap {
   bool iova_is_va_;
   uint16_t ip_id_ = 0;
   uint16_t stash_n_ = 0;
+  uint16_t pending_n_ = 0;
   rte_mbuf* stash_[kStash];  // freshly allocated (reset) header mbufs, used from the top
+  Pending pending_[kMaxPending];
   // One shared-info for every attachment: its refcount counts segments in
   // flight (+1 held by us, so the no-op free callback never runs: the memory
   // belongs to the application and is kept mapped by HostServer's grace).

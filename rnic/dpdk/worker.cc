@@ -304,6 +304,7 @@ void Worker::translate_remote(const QpCtx& q, common::RocePacket& pkt, uint8_t* 
 // stops), instead of dropping frames the peer would have to recover by timeout.
 bool Worker::tx_flush() noexcept {
   if (tx_n_ == 0) return true;
+  encap_->finish();  // the burst's deferred ICRCs, back to back
   const uint16_t sent = rte_eth_tx_burst(c_.port_id, 0, tx_buf_, tx_n_);
   for (uint16_t i = 0; i < sent; ++i) k_.tx_bytes += tx_buf_[i]->pkt_len;
   k_.tx_packets += sent;
@@ -347,7 +348,7 @@ uint32_t Worker::tx_drain() noexcept {
       }
       r.resolve(e->egress, st_.underlay_mac, st_.path_sets, snap.version, d.peer);
     }
-    rte_mbuf* m = encap_->build(d, r.tmpl, r.sport(d.udp_sport));
+    rte_mbuf* m = encap_->build(d, r.tmpl, r.sport(d.udp_sport), true);
     if (d.retransmit) ++k_.tx_retransmits;
     tx.pop();
     if (m == nullptr) {
