@@ -1,6 +1,7 @@
 #include "rnic/dpdk/tx_encap.h"
 
 #include <rte_eal.h>
+#include <rte_memcpy.h>
 
 #include <cstring>
 
@@ -122,7 +123,7 @@ rte_mbuf* TxEncap::build(const TxDesc& d, const EncapTemplate& t, uint16_t sport
   if (copy) {
     for (uint32_t i = 0; i < d.num_segs; ++i) {
       if (d.segs[i].len == 0) continue;
-      std::memcpy(p, d.segs[i].data, d.segs[i].len);
+      rte_memcpy(p, d.segs[i].data, d.segs[i].len);  // inlined for small copies, unlike memcpy
       p += d.segs[i].len;
     }
     c_.copied_bytes += d.payload_len;
