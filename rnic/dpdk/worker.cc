@@ -305,8 +305,11 @@ void Worker::translate_remote(const QpCtx& q, common::RocePacket& pkt, uint8_t* 
 bool Worker::tx_flush() noexcept {
   if (tx_n_ == 0) return true;
   encap_->finish();  // the burst's deferred ICRCs, back to back
+  // Lengths first: a PMD may free (and the pool reuse) what it took.
+  uint32_t len[kBurst];
+  for (uint16_t i = 0; i < tx_n_; ++i) len[i] = tx_buf_[i]->pkt_len;
   const uint16_t sent = rte_eth_tx_burst(c_.port_id, 0, tx_buf_, tx_n_);
-  for (uint16_t i = 0; i < sent; ++i) k_.tx_bytes += tx_buf_[i]->pkt_len;
+  for (uint16_t i = 0; i < sent; ++i) k_.tx_bytes += len[i];
   k_.tx_packets += sent;
   if (sent < tx_n_) {
     ++k_.tx_backpressure;
