@@ -33,8 +33,14 @@ miss; it never rewrites them in place.
 the other): a half-applied round by construction. In that mode the test
 passes only if the checker catches it, so the suite proves it can fail.
 
+--race N (by hand, not registered): N probes of `mapping del` issued 0-10 ms
+after an import, while A's retransmissions punt the mapping; once the agent
+is idle A must hold no entry for the deleted mapping. It fails today: the
+agent computes a withdrawal from its committed shadow only, so an install
+resolved just before the del (queued or in flight) escapes it and commits.
+
 usage: dpu_txn_traffic_test.py TANDEM_DPU TANDEMCTL TANDEM_FABRIC TANDEM_RNIC TXN_STREAM_APP
-       [--rounds N] [--split] [--keep]"""
+       [--rounds N] [--split] [--race N] [--keep]"""
 import argparse
 import json
 import os
@@ -51,6 +57,8 @@ ap = argparse.ArgumentParser()
 ap.add_argument("bins", nargs=5)
 ap.add_argument("--rounds", type=int, default=670)
 ap.add_argument("--split", action="store_true")
+ap.add_argument("--race", type=int, default=0, help="instead of the rounds: N probes of `mapping del` racing "
+                "the install of a punt resolved just before it (by hand; see the report)")
 ap.add_argument("--keep", action="store_true")
 opt = ap.parse_args()
 DPU, CTL, FABRIC, RNIC, APP = opt.bins
@@ -196,6 +204,38 @@ def stats(tel):
         return {}
 
 
+def race_probe(tel_a, a_qpn, streams):
+    """Member 1 only: import it, let A's retransmissions punt it, `mapping del` it after a
+    random 0-10 ms, and once the agent is idle require that A holds no entry for it: the
+    withdrawal must also catch an install that was resolved but not yet committed."""
+    import random
+    _, vni, ip, *_ = MEMBERS[0]
+    stale, g = [], 1
+    for i in range(opt.race):
+        if any(t.poll() is not None for _, t in streams):
+            break
+        api({"cmd": "mapping.del", "vni": vni, "overlay_ip": ip})
+        g += 1
+        write_csv(f"{D}/g.csv", [(1, g)])
+        api({"cmd": "mapping.import", "path": f"{D}/g.csv"})
+        time.sleep(random.uniform(0, 0.010))
+        api({"cmd": "mapping.del", "vni": vni, "overlay_ip": ip})
+        poll(lambda: not channel("A").get("txn_in_flight") and channel("A").get("queued_change_sets") == 0, 3, 0.002)
+        time.sleep(0.005)
+        left = [e for e in api({"cmd": "table.dump", "level": 2, "rnic": "A"})["rnics"]["A"]["entries"]
+                if e.get("kind") == "egress" and e.get("dst_overlay_ip") == ip]
+        if left:
+            stale.append((g, left[0].get("dst_mac")))
+        g += 1
+        write_csv(f"{D}/g.csv", [(1, g)])
+        api({"cmd": "mapping.import", "path": f"{D}/g.csv"})
+        sent = qp_new_data(tel_a, a_qpn)
+        poll(lambda: qp_new_data(tel_a, a_qpn).get(1, 0) > sent.get(1, 0) + DEPTH, 3, 0.001)
+    alive = [t.poll() is None for _, t in streams]
+    check(not stale, f"{i + 1} probes (streams alive {alive}): after `mapping del` and an idle agent, A holds no entry for the deleted "
+          f"mapping ({len(stale)} stale: generation, MAC {stale[:5]})")
+
+
 def main():
     for n, y in YAML.items():
         with open(f"{D}/{n}.yaml", "w") as f:
@@ -258,6 +298,9 @@ def main():
     if os.environ.get("TXN_DEBUG"):
         c = channel("A")
         print(f"before the rounds: {c.get('state')} {c.get('last_error')!r} {c.get('stats')}", flush=True)
+    if opt.race:
+        race_probe(tel_a, a_qpn, streams)
+        return
     # The rounds. Most requests go straight to the control socket (what tandemctl
     # sends, without a process per request); every 20th round goes through tandemctl.
     calls, bad_calls, g, paced, unpaced, consecutive = 0, [], 1, 0, [], 0
