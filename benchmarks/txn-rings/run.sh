@@ -2,7 +2,7 @@
 # Transactions over the real DPU<->RNIC shared-memory rings, agent and worker processes: commit latency (1/16 entries) vs rte_ring ping-pong, bulk entries/s and punted new flows/s vs the same path in memory
 # Called by scripts/bench.sh txn-rings [--json] [--part all|latency|bulk|newflow]
 # [--samples N --bulk-entries N --bulk-txn N --flows N --window N --cpus A,W|none --dir DIR].
-# Both processes busy-poll, pinned to CPUs 0 and 1 by default.
+# Both processes busy-poll; not pinned by default (--cpus A,W pins them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 exe="${TANDEM_BUILD:-build}/benchmarks/txn-rings/txn_rings_bench"

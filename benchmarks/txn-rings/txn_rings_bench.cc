@@ -24,6 +24,7 @@
 #include <rte_ring.h>
 #include <rte_ring_elem.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -63,6 +64,20 @@ using tandem::dpu::Level1State;
 uint64_t now_ns() {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+// Involuntary context switches of this process so far: how often the other
+// engineers' processes on the 2 shared cores preempted it.
+uint64_t preempted() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<uint64_t>(u.ru_nivcsw);
+}
+
+double thread_cpu_s() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
 }
 
 [[noreturn]] void die(const std::string& why) {
@@ -191,41 +206,42 @@ struct Control {
   std::atomic<int> ready{0};   // agent: files created
   std::atomic<int> phase{kIdle};
   std::atomic<int> ack{kIdle};  // worker: phase it is in
-  uint32_t flows = 0, window = 0;
+  uint32_t flows = 0, window = 0, first = 0;  // new flows first .. first+flows-1
   std::atomic<int> newflow_done{0};
   double newflow_s = 0;
   uint64_t repunts = 0, installed = 0;
   double lat_p50 = 0, lat_p99 = 0, lat_p999 = 0;
-  char error[128] = {};
+  uint64_t newflow_preempted = 0;      // worker, during its new-flow run
+  std::atomic<uint64_t> worker_preempted{0};  // worker, whole run (updated each phase change)
 };
 
 // --- worker process ------------------------------------------------------------
 
 void worker_newflow(Control& c, tandem::rnic::dpdk::DpuLink& link, tandem::rnic::Level2Table& table) {
-  const uint32_t flows = c.flows, window = c.window;
+  const uint32_t flows = c.flows, window = c.window, first = c.first;
   std::vector<uint64_t> punted_at(flows, 0), lat;
   lat.reserve(flows);
   uint8_t hdr[64] = {};  // stand-in for the missed packet's headers
   uint32_t head = 0, next = 0;
   uint64_t repunts = 0;
-  const uint64_t t0 = now_ns();
+  const uint64_t t0 = now_ns(), pre0 = preempted();
   while (head < flows) {
     uint64_t now = now_ns();
     link.service(now);
     auto snap = table.begin_read();
-    while (head < next && table.lookup(snap, flow_key(head))) {
+    while (head < next && table.lookup(snap, flow_key(first + head))) {
       lat.push_back(now - punted_at[head]);
       ++head;
     }
     if (head < next && now - punted_at[head] > 20'000'000) {  // the next packet of a slow flow misses again
-      EntryKey k = flow_key(head);
+      EntryKey k = flow_key(first + head);
       std::memcpy(hdr, &k, sizeof k);
       link.punt(k, hdr, sizeof hdr, 0, now);
       punted_at[head] = now;
       ++repunts;
     }
     for (uint32_t k = 0; k < 64 && next < flows && next - head < window; ++k, ++next) {
-      EntryKey key = flow_key(next);
+      EntryKey key = flow_key(first + next);
       if (table.lookup(snap, key)) die("flow installed before it missed");
       std::memcpy(hdr, &key, sizeof key);
       link.punt(key, hdr, sizeof hdr, 0, now);
@@ -240,11 +256,13 @@ void worker_newflow(Control& c, tandem::rnic::dpdk::DpuLink& link, tandem::rnic:
   c.lat_p999 = p.p999;
   c.repunts = repunts;
   c.installed = head;
+  c.newflow_preempted = preempted() - pre0;
   c.newflow_done.store(1, std::memory_order_release);
 }
 
 int worker_main(Control& c, const std::string& chan_path, const std::string& pp_path, uint32_t capacity, int cpu) {
   pin(cpu);
+  dup2(2, 1);  // DpuLink reports attaching on stdout; --json owns the agent's stdout
   while (!c.ready.load(std::memory_order_acquire)) usleep(1000);
   // Ping-pong rings: the second file's two rings, mapped independently.
   int fd = ::open(pp_path.c_str(), O_RDWR);
@@ -259,7 +277,10 @@ int worker_main(Control& c, const std::string& chan_path, const std::string& pp_
   tandem::rnic::dpdk::DpuLink link(chan_path, table, static_cast<uint64_t>(getpid()), 3'000'000'000ull);
   for (;;) {
     int ph = c.phase.load(std::memory_order_acquire);
-    if (c.ack.load(std::memory_order_relaxed) != ph) c.ack.store(ph, std::memory_order_release);
+    if (c.ack.load(std::memory_order_relaxed) != ph) {
+      c.worker_preempted.store(preempted(), std::memory_order_relaxed);
+      c.ack.store(ph, std::memory_order_release);
+    }
     if (ph == kStop) break;
     if (ph == kPingPong) {
       RawMessage m[32];
@@ -269,9 +290,7 @@ int worker_main(Control& c, const std::string& chan_path, const std::string& pp_
       }
     } else if (ph == kService || ph == kNewFlow) {
       link.service(now_ns());
-      if (ph == kNewFlow && !c.newflow_done.load(std::memory_order_acquire)) {
-        worker_newflow(c, link, table);
-      }
+      if (ph == kNewFlow && !c.newflow_done.load(std::memory_order_acquire)) worker_newflow(c, link, table);
     } else {
       usleep(100);
     }
@@ -341,8 +360,10 @@ ChangeSet latency_cs(uint64_t tag, uint32_t entries, uint32_t& cursor) {
 
 // Bulk: `entries` fresh keys in change sets of `per_txn`, all queued at once.
 template <class Svc>
-double bulk_entries_per_s(AgentSide& side, uint32_t entries, uint32_t per_txn, uint32_t first, Svc&& service) {
+double bulk_entries_per_s(AgentSide& side, uint32_t entries, uint32_t per_txn, uint32_t first, Svc&& service,
+                          double* cpu_s = nullptr) {
   uint64_t t0 = now_ns();
+  double cpu0 = thread_cpu_s();
   uint64_t want = side.ch.stats().txns_committed + (entries + per_txn - 1) / per_txn;
   for (uint32_t i = 0; i < entries; i += per_txn) {
     ChangeSet cs;
@@ -358,6 +379,7 @@ double bulk_entries_per_s(AgentSide& side, uint32_t entries, uint32_t per_txn, u
       if (!o.committed) die("bulk txn aborted, reason " + std::to_string(int(o.reason)));
     if (now - t0 > 120'000'000'000ull) die("bulk txns not committed within 120 s");
   }
+  if (cpu_s) *cpu_s = thread_cpu_s() - cpu0;
   return entries / ((now_ns() - t0) / 1e9);
 }
 
@@ -391,45 +413,48 @@ struct MemPair {
 // New flows in one process: punts straight into RnicChannel::punt (no slot),
 // same window and install check as the worker.
 struct MemNewFlow {
-  double s = 0;
+  double s = 0, cpu_s = 0;
   Pct lat;
 };
-MemNewFlow mem_newflow(MemPair& p, uint32_t flows, uint32_t window) {
+MemNewFlow mem_newflow(MemPair& p, uint32_t first, uint32_t flows, uint32_t window) {
   std::vector<uint64_t> punted_at(flows, 0), lat;
   lat.reserve(flows);
   uint32_t head = 0, next = 0;
   uint64_t t0 = now_ns();
+  double cpu0 = thread_cpu_s();
   while (head < flows) {
     uint64_t now = now_ns();
     p.service(now);
     auto snap = p.table.begin_read();
-    while (head < next && p.table.lookup(snap, flow_key(head))) {
+    while (head < next && p.table.lookup(snap, flow_key(first + head))) {
       lat.push_back(now - punted_at[head]);
       ++head;
     }
     for (uint32_t k = 0; k < 64 && next < flows && next - head < window; ++k, ++next) {
-      p.rnic.punt(0, 0, 0, 0, flow_key(next));
+      p.rnic.punt(0, 0, 0, 0, flow_key(first + next));
       punted_at[next] = now;
     }
     if (now - t0 > 120'000'000'000ull) die("in-memory new flows not installed within 120 s");
   }
-  return {(now_ns() - t0) / 1e9, percentiles(std::move(lat))};
+  return {(now_ns() - t0) / 1e9, thread_cpu_s() - cpu0, percentiles(std::move(lat))};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   bool json = false;
-  std::string part = "all", dir = "/dev/shm", cpus = "0,1";
-  uint32_t samples = 20000, bulk_entries = 1 << 20, bulk_txn = 4096, flows = 1 << 19, window = 1024;
+  std::string part = "all", dir = "/dev/shm", cpus = "none";
+  uint32_t samples = 20000, bulk_entries = 1 << 18, bulk_txn = 4096, flows = 1 << 18, window = 256;
+  int reps = 3;
   CLI::App app{"Transactions over the real DPU<->RNIC shared-memory rings between two processes"};
   app.add_flag("--json", json, "print one JSON object instead of tables");
   app.add_option("--part", part, "all, latency, bulk or newflow")->check(CLI::IsMember({"all", "latency", "bulk", "newflow"}));
-  app.add_option("--samples", samples, "latency: txns per size")->check(CLI::Range(100, 1000000));
-  app.add_option("--bulk-entries", bulk_entries, "bulk: entries installed")->check(CLI::Range(4096, 1 << 22));
+  app.add_option("--samples", samples, "latency: txns per size and rep")->check(CLI::Range(100, 1000000));
+  app.add_option("--bulk-entries", bulk_entries, "bulk: entries installed per rep")->check(CLI::Range(4096, 1 << 22));
   app.add_option("--bulk-txn", bulk_txn, "bulk: entries per txn")->check(CLI::Range(16, 4096));
-  app.add_option("--flows", flows, "newflow: new flows punted and installed")->check(CLI::Range(1024, 1 << 22));
+  app.add_option("--flows", flows, "newflow: new flows punted and installed per rep")->check(CLI::Range(1024, 1 << 22));
   app.add_option("--window", window, "newflow: flows punted and not yet installed, at most")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--reps", reps, "repetitions; the best is reported (lowest 1-entry p99 for latency)")->check(CLI::Range(1, 20));
   app.add_option("--cpus", cpus, "agent,worker CPUs to pin to, or 'none'");
   app.add_option("--dir", dir, "directory for the channel files (tandem-dpu's default: /dev/shm)");
   try {
@@ -445,7 +470,13 @@ int main(int argc, char** argv) {
   const bool do_lat = part == "all" || part == "latency";
   const bool do_bulk = part == "all" || part == "bulk";
   const bool do_flow = part == "all" || part == "newflow";
-  const uint32_t capacity = (do_bulk ? bulk_entries : 0) + (do_flow ? 2 * flows : 0) + 2 * kLatencyKeys + 4096;
+  const uint64_t cap64 = uint64_t(reps) * ((do_bulk ? bulk_entries : 0) + (do_flow ? 2ull * flows : 0)) +
+                         2 * kLatencyKeys + 4096;
+  if (cap64 > (1u << 24)) {
+    std::fprintf(stderr, "txn-rings: reps x (bulk entries + 2 x flows) must stay below 16M table entries\n");
+    return 2;
+  }
+  const uint32_t capacity = static_cast<uint32_t>(cap64);
 
   std::string tag = std::to_string(getpid());
   std::string chan_path = dir + "/tandem-txnbench-" + tag + ".chan";
@@ -481,39 +512,18 @@ int main(int argc, char** argv) {
 
   nlohmann::json out;
   out["bench"] = "txn-rings";
-  // Parent rows: name, ours, baseline, unit, ratio.
   struct Row {
     std::string what, unit, baseline_name;
     double ours, baseline;
   };
   std::vector<Row> rows;
+  const uint64_t agent_pre0 = preempted();
   try {
     tandem::dpu::dpdk::ChannelFile file(chan_path, "rnic0", 0);
     tandem::dpu::dpdk::ChannelFile ppfile(pp_path, "pingpong", 1);
     ctl->ready.store(1, std::memory_order_release);
     AgentChannelConfig cfg;
     cfg.agent_instance = static_cast<uint32_t>(getpid());
-
-    // Baseline for latency first: nothing else runs on the rings yet.
-    Pct pp;
-    if (do_lat) {
-      set_phase(kPingPong);
-      std::vector<uint64_t> rtt;
-      rtt.reserve(samples);
-      RawMessage m, back;
-      for (uint32_t i = 0; i < samples + 1000; ++i) {
-        std::memcpy(m.bytes, &i, sizeof i);
-        uint64_t t0 = now_ns();
-        while (rte_ring_enqueue_elem(ppfile.cmd_ring(), &m, sizeof m) != 0) {
-        }
-        while (rte_ring_dequeue_elem(ppfile.evt_ring(), &back, sizeof back) != 0) {
-        }
-        uint64_t t = now_ns() - t0;
-        if (std::memcmp(&back, &m, sizeof m) != 0) die("ping-pong message came back changed");
-        if (i >= 1000) rtt.push_back(t);  // the first thousand warm up
-      }
-      pp = percentiles(std::move(rtt));
-    }
 
     set_phase(kService);
     RingAgent ra(file, cfg);
@@ -523,82 +533,147 @@ int main(int argc, char** argv) {
       svc(now_ns());
       if (now_ns() - t0 > 5'000'000'000ull) die("channel did not become ACTIVE over the rings");
     }
-
     MemPair mem(capacity, cfg);
     mem.activate();
     auto msvc = [&](uint64_t now) { mem.service(now); };
 
     if (do_lat) {
+      // Per rep: ping-pong floor, then 1- and 16-entry txns over the rings and in memory.
+      struct LatRep {
+        Pct pp, ring[2], mem[2];
+        uint64_t preempted = 0;
+      };
+      std::vector<LatRep> lr(reps);
       uint32_t cursor = 0;
-      nlohmann::json jl;
-      for (uint32_t entries : {1u, 16u}) {
-        std::vector<uint64_t> ring_ns, mem_ns;
-        ring_ns.reserve(samples);
-        mem_ns.reserve(samples);
+      for (int r = 0; r < reps; ++r) {
+        uint64_t pre = preempted();
+        set_phase(kPingPong);
+        std::vector<uint64_t> rtt;
+        rtt.reserve(samples);
+        RawMessage m, back;
         for (uint32_t i = 0; i < samples + 1000; ++i) {
-          uint64_t t = commit_one(ra.side, latency_cs(i, entries, cursor), svc);
-          if (i >= 1000) ring_ns.push_back(t);
+          std::memcpy(m.bytes, &i, sizeof i);
+          uint64_t t0 = now_ns();
+          while (rte_ring_enqueue_elem(ppfile.cmd_ring(), &m, sizeof m) != 0) {
+          }
+          while (rte_ring_dequeue_elem(ppfile.evt_ring(), &back, sizeof back) != 0) {
+          }
+          uint64_t t = now_ns() - t0;
+          if (std::memcmp(&back, &m, sizeof m) != 0) die("ping-pong message came back changed");
+          if (i >= 1000) rtt.push_back(t);  // the first thousand warm up
         }
-        uint32_t mc = 0;
-        for (uint32_t i = 0; i < samples; ++i) mem_ns.push_back(commit_one(mem.side, latency_cs(i, entries, mc), msvc));
-        Pct r = percentiles(std::move(ring_ns)), mm = percentiles(std::move(mem_ns));
-        std::string n = std::to_string(entries) + "-entry txn commit latency";
-        rows.push_back({n + " p50", "us", "rte_ring 64 B ping-pong p50", r.p50, pp.p50});
-        rows.push_back({n + " p99", "us", "rte_ring 64 B ping-pong p99", r.p99, pp.p99});
-        rows.push_back({n + " p999", "us", "rte_ring 64 B ping-pong p999", r.p999, pp.p999});
-        jl[std::to_string(entries)] = {{"p50_us", r.p50},         {"p99_us", r.p99},         {"p999_us", r.p999},
-                                       {"mean_us", r.mean},       {"in_memory_p50_us", mm.p50},
-                                       {"in_memory_p99_us", mm.p99}, {"in_memory_p999_us", mm.p999}};
+        lr[r].pp = percentiles(std::move(rtt));
+        set_phase(kService);
+        int k = 0;
+        for (uint32_t entries : {1u, 16u}) {
+          std::vector<uint64_t> ring_ns, mem_ns;
+          ring_ns.reserve(samples);
+          for (uint32_t i = 0; i < samples + 1000; ++i) {
+            uint64_t t = commit_one(ra.side, latency_cs(i, entries, cursor), svc);
+            if (i >= 1000) ring_ns.push_back(t);
+          }
+          uint32_t mc = 0;
+          for (uint32_t i = 0; i < samples; ++i) mem_ns.push_back(commit_one(mem.side, latency_cs(i, entries, mc), msvc));
+          lr[r].ring[k] = percentiles(std::move(ring_ns));
+          lr[r].mem[k++] = percentiles(std::move(mem_ns));
+        }
+        lr[r].preempted = preempted() - pre;
       }
+      const LatRep* b = &lr[0];
+      for (const LatRep& x : lr)
+        if (x.ring[0].p99 < b->ring[0].p99) b = &x;
+      nlohmann::json jl, all = nlohmann::json::array();
+      for (int k = 0; k < 2; ++k) {
+        std::string n = std::string(k ? "16" : "1") + "-entry txn commit latency";
+        rows.push_back({n + " p50", "us", "rte_ring 64 B ping-pong p50", b->ring[k].p50, b->pp.p50});
+        rows.push_back({n + " p99", "us", "rte_ring 64 B ping-pong p99", b->ring[k].p99, b->pp.p99});
+        rows.push_back({n + " p999", "us", "rte_ring 64 B ping-pong p999", b->ring[k].p999, b->pp.p999});
+        jl[k ? "16" : "1"] = {{"p50_us", b->ring[k].p50},     {"p99_us", b->ring[k].p99},
+                              {"p999_us", b->ring[k].p999},   {"mean_us", b->ring[k].mean},
+                              {"in_memory_p50_us", b->mem[k].p50}, {"in_memory_p99_us", b->mem[k].p99},
+                              {"in_memory_p999_us", b->mem[k].p999}};
+      }
+      for (const LatRep& x : lr)
+        all.push_back({{"pingpong_p99_us", x.pp.p99}, {"one_p50_us", x.ring[0].p50}, {"one_p99_us", x.ring[0].p99},
+                       {"sixteen_p99_us", x.ring[1].p99}, {"agent_preempted", x.preempted}});
+      jl["reps"] = all;
+      jl["samples"] = samples;
       out["latency"] = jl;
-      out["pingpong_rtt_us"] = {{"p50", pp.p50}, {"p99", pp.p99}, {"p999", pp.p999}};
-      out["latency_samples"] = samples;
+      out["pingpong_rtt_us"] = {{"p50", b->pp.p50}, {"p99", b->pp.p99}, {"p999", b->pp.p999}};
     }
 
     if (do_bulk) {
-      double ring = bulk_entries_per_s(ra.side, bulk_entries, bulk_txn, 0, svc);
-      double memr = bulk_entries_per_s(mem.side, bulk_entries, bulk_txn, 0, msvc);
+      double ring = 0, memr = 0, mem_cpu = 0;
+      for (int r = 0; r < reps; ++r) {
+        uint32_t first = 0x0D000000 + r * bulk_entries;
+        ring = std::max(ring, bulk_entries_per_s(ra.side, bulk_entries, bulk_txn, first, svc));
+        double cpu = 0, m = bulk_entries_per_s(mem.side, bulk_entries, bulk_txn, first, msvc, &cpu);
+        if (m > memr) {
+          memr = m;
+          mem_cpu = cpu;
+        }
+      }
       if (!(mem.table.digest() == mem.side.ch.shadow().digest())) die("in-memory table and shadow differ");
       rows.push_back({"bulk txns (" + std::to_string(bulk_txn) + " entries each)", "M entries/s",
                       "same txns, in-memory queues, one process", ring / 1e6, memr / 1e6});
-      out["bulk"] = {{"entries", bulk_entries}, {"per_txn", bulk_txn}, {"ours_M_entries_per_s", ring / 1e6},
-                     {"in_memory_M_entries_per_s", memr / 1e6}};
+      out["bulk"] = {{"entries", bulk_entries},
+                     {"per_txn", bulk_txn},
+                     {"ours_M_entries_per_s", ring / 1e6},
+                     {"in_memory_M_entries_per_s", memr / 1e6},
+                     {"in_memory_cpu_ns_per_entry", mem_cpu * 1e9 / bulk_entries}};
     }
 
     if (do_flow) {
       Level1State l1;
-      build_level1(l1, flows);
+      build_level1(l1, flows * reps);
       ra.side.l1 = &l1;
       mem.side.l1 = &l1;
-      ctl->flows = flows;
-      ctl->window = window;
-      set_phase(kNewFlow);
-      uint64_t t0 = now_ns();
-      while (!ctl->newflow_done.load(std::memory_order_acquire)) {
-        svc(now_ns());
-        if (now_ns() - t0 > 130'000'000'000ull) die("worker did not finish the new flows");
+      double ring = 0, memr = 0;
+      MemNewFlow mbest;
+      nlohmann::json best;
+      for (int r = 0; r < reps; ++r) {
+        ctl->flows = flows;
+        ctl->window = window;
+        ctl->first = r * flows;
+        ctl->newflow_done.store(0, std::memory_order_release);
+        uint64_t punts0 = ra.side.punts, dup0 = ra.side.duplicate, lost0 = ra.side.slot_lost,
+                 txn0 = ra.side.ch.stats().txns_committed;
+        set_phase(kNewFlow);
+        uint64_t t0 = now_ns();
+        while (!ctl->newflow_done.load(std::memory_order_acquire)) {
+          svc(now_ns());
+          if (now_ns() - t0 > 130'000'000'000ull) die("worker did not finish the new flows");
+        }
+        set_phase(kService);
+        for (uint64_t t1 = now_ns(); now_ns() - t1 < 20'000'000;) svc(now_ns());  // last COMMITTEDs
+        double rr = ctl->installed / ctl->newflow_s;
+        if (rr > ring) {
+          ring = rr;
+          best = {{"miss_to_install_us", {{"p50", ctl->lat_p50}, {"p99", ctl->lat_p99}, {"p999", ctl->lat_p999}}},
+                  {"punts", ra.side.punts - punts0},
+                  {"duplicate_punts", ra.side.duplicate - dup0},
+                  {"slot_reused_before_read", ra.side.slot_lost - lost0},
+                  {"repunts", ctl->repunts},
+                  {"txns", ra.side.ch.stats().txns_committed - txn0},
+                  {"worker_preempted", ctl->newflow_preempted}};
+        }
+        MemNewFlow m = mem_newflow(mem, r * flows, flows, window);
+        if (flows / m.s > memr) {
+          memr = flows / m.s;
+          mbest = m;
+        }
       }
-      set_phase(kService);
-      // Let the agent see the last COMMITTEDs before comparing.
-      for (uint64_t t1 = now_ns(); now_ns() - t1 < 20'000'000;) svc(now_ns());
-      double ring = ctl->installed / ctl->newflow_s;
-      MemNewFlow m = mem_newflow(mem, flows, window);
-      double memr = flows / m.s;
-      rows.push_back({"new flows through punt -> resolve -> txn -> commit", "M flows/s",
+      if (ra.side.refused || mem.side.refused) die("punts refused by level 1");
+      rows.push_back({"new flows: punt -> resolve -> txn -> commit", "M flows/s",
                       "same path, in-memory queues, one process", ring / 1e6, memr / 1e6});
-      out["newflow"] = {{"flows", flows},
-                        {"window", window},
-                        {"ours_M_flows_per_s", ring / 1e6},
-                        {"in_memory_M_flows_per_s", memr / 1e6},
-                        {"ours_M_entries_per_s", 2 * ring / 1e6},
-                        {"miss_to_install_us", {{"p50", ctl->lat_p50}, {"p99", ctl->lat_p99}, {"p999", ctl->lat_p999}}},
-                        {"in_memory_miss_to_install_us", {{"p50", m.lat.p50}, {"p99", m.lat.p99}, {"p999", m.lat.p999}}},
-                        {"punts", ra.side.punts},
-                        {"duplicate_punts", ra.side.duplicate},
-                        {"repunts", ctl->repunts},
-                        {"slot_lost", ra.side.slot_lost},
-                        {"refused", ra.side.refused},
-                        {"txns", ra.side.ch.stats().txns_committed}};
+      best["flows"] = flows;
+      best["window"] = window;
+      best["ours_M_flows_per_s"] = ring / 1e6;
+      best["ours_M_entries_per_s"] = 2 * ring / 1e6;
+      best["in_memory_M_flows_per_s"] = memr / 1e6;
+      best["in_memory_cpu_ns_per_flow"] = mbest.cpu_s * 1e9 / flows;
+      best["in_memory_miss_to_install_us"] = {{"p50", mbest.lat.p50}, {"p99", mbest.lat.p99}, {"p999", mbest.lat.p999}};
+      out["newflow"] = best;
     }
     // Every run ends with the agent's shadow equal to what the worker committed.
     auto t = bar_read_table(channel_bar(file.base()));
@@ -607,6 +682,7 @@ int main(int argc, char** argv) {
       die("the worker's committed table differs from the agent's shadow");
     out["agent_txns_committed"] = ra.side.ch.stats().txns_committed;
     out["agent_replays"] = ra.side.ch.stats().replays;
+    out["agent_degraded"] = ra.side.ch.stats().degraded;
   } catch (const std::exception& e) {
     finish();
     die(e.what());
@@ -615,7 +691,10 @@ int main(int argc, char** argv) {
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die("worker process failed");
 
   out["cpus"] = cpus;
-  out["polling"] = "busy";
+  out["polling"] = "busy (both processes)";
+  out["reps"] = reps;
+  out["agent_preempted"] = preempted() - agent_pre0;
+  out["worker_preempted"] = ctl->worker_preempted.load();
   if (json) {
     // Headline: new-flow installs/s if measured, else the first row.
     const Row* h = &rows.front();
@@ -635,25 +714,30 @@ int main(int argc, char** argv) {
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
-  std::printf("transactions over the real channel rings, agent and worker processes (cpus %s, busy polling)\n",
-              cpus.c_str());
-  std::printf("%-52s %12s %10s %10s %7s  %s\n", "measure", "unit", "ours", "baseline", "ratio", "baseline");
+  std::printf("transactions over the real channel rings, agent + worker process (cpus %s, busy polling, best of %d)\n",
+              cpus.c_str(), reps);
+  std::printf("%-48s %12s %10s %10s %7s  %s\n", "measure", "unit", "ours", "baseline", "ratio", "baseline");
   for (const Row& r : rows)
-    std::printf("%-52s %12s %10.3f %10.3f %7.2f  %s\n", r.what.c_str(), r.unit.c_str(), r.ours, r.baseline,
+    std::printf("%-48s %12s %10.3f %10.3f %7.2f  %s\n", r.what.c_str(), r.unit.c_str(), r.ours, r.baseline,
                 r.ours / r.baseline, r.baseline_name.c_str());
   if (out.contains("latency"))
-    std::printf("in-memory (one process) commit latency p50/p99 us: 1-entry %.2f/%.2f, 16-entry %.2f/%.2f\n",
+    std::printf("in memory, one process: commit latency p50/p99 us 1-entry %.2f/%.2f, 16-entry %.2f/%.2f\n",
                 out["latency"]["1"]["in_memory_p50_us"].get<double>(), out["latency"]["1"]["in_memory_p99_us"].get<double>(),
                 out["latency"]["16"]["in_memory_p50_us"].get<double>(), out["latency"]["16"]["in_memory_p99_us"].get<double>());
-  if (out.contains("newflow"))
-    std::printf("new flows: miss -> installed p50/p99/p999 %.1f/%.1f/%.1f us (in memory %.1f/%.1f/%.1f), %llu txns, "
-                "%llu duplicate punts, %llu slot reuses, %llu re-punts\n",
-                ctl->lat_p50, ctl->lat_p99, ctl->lat_p999, out["newflow"]["in_memory_miss_to_install_us"]["p50"].get<double>(),
-                out["newflow"]["in_memory_miss_to_install_us"]["p99"].get<double>(),
-                out["newflow"]["in_memory_miss_to_install_us"]["p999"].get<double>(),
-                static_cast<unsigned long long>(out["newflow"]["txns"].get<uint64_t>()),
-                static_cast<unsigned long long>(out["newflow"]["duplicate_punts"].get<uint64_t>()),
-                static_cast<unsigned long long>(out["newflow"]["slot_lost"].get<uint64_t>()),
-                static_cast<unsigned long long>(out["newflow"]["repunts"].get<uint64_t>()));
+  if (out.contains("bulk"))
+    std::printf("bulk in memory: %.0f ns CPU per entry\n", out["bulk"]["in_memory_cpu_ns_per_entry"].get<double>());
+  if (out.contains("newflow")) {
+    const auto& n = out["newflow"];
+    std::printf("new flows: miss -> installed p50/p99/p999 %.0f/%.0f/%.0f us (in memory %.0f/%.0f/%.0f), in memory "
+                "%.0f ns CPU per flow; %s txns, %s duplicate punts, %s slots reused before read, %s re-punts\n",
+                n["miss_to_install_us"]["p50"].get<double>(), n["miss_to_install_us"]["p99"].get<double>(),
+                n["miss_to_install_us"]["p999"].get<double>(), n["in_memory_miss_to_install_us"]["p50"].get<double>(),
+                n["in_memory_miss_to_install_us"]["p99"].get<double>(),
+                n["in_memory_miss_to_install_us"]["p999"].get<double>(), n["in_memory_cpu_ns_per_flow"].get<double>(),
+                n["txns"].dump().c_str(), n["duplicate_punts"].dump().c_str(),
+                n["slot_reused_before_read"].dump().c_str(), n["repunts"].dump().c_str());
+  }
+  std::printf("preempted (involuntary context switches): agent %s, worker %s\n", out["agent_preempted"].dump().c_str(),
+              out["worker_preempted"].dump().c_str());
   return 0;
 }

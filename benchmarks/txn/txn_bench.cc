@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <deque>
 #include <memory>
@@ -37,8 +38,17 @@ Level2Entry flow_entry(uint32_t i) {
   return make_egress_entry(egress_key(i % 1024, 0xC0000000u + i / 1024), a);
 }
 
+// CPU time of this thread: unlike wall time, it does not count the time other
+// processes on the shared cores hold the CPU.
+double thread_cpu_s() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+
 struct Result {
   double flows_per_s = 0;
+  double cpu_ns_per_flow = 0;
   double txns = 0;
   double msgs_per_flow = 0;
 };
@@ -71,6 +81,7 @@ Result through_channel(uint32_t flows, std::size_t max_ops, uint32_t per_poll) {
   msgs = 0;
 
   auto t0 = Clock::now();
+  double c0 = thread_cpu_s();
   uint32_t submitted = 0;
   while (table.size() < flows) {
     for (uint32_t k = 0; k < per_poll && submitted < flows; ++k, ++submitted) {
@@ -83,23 +94,25 @@ Result through_channel(uint32_t flows, std::size_t max_ops, uint32_t per_poll) {
     agent.take_outcomes();
   }
   double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  double cpu = thread_cpu_s() - c0;
   if (!(table.digest() == agent.shadow().digest())) {
     std::fprintf(stderr, "txn: RNIC table and agent shadow differ\n");
     std::exit(1);
   }
-  return {flows / s, double(agent.stats().txns_committed), double(msgs) / flows};
+  return {flows / s, cpu * 1e9 / flows, double(agent.stats().txns_committed), double(msgs) / flows};
 }
 
 Result bare_table(uint32_t flows) {
   tandem::rnic::Level2Table table({flows});
   auto t0 = Clock::now();
+  double c0 = thread_cpu_s();
   for (uint32_t i = 0; i < flows; ++i) {
     table.begin();
     table.put(flow_entry(i));
     table.commit();
   }
   double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  return {flows / s, double(flows), 0};
+  return {flows / s, (thread_cpu_s() - c0) * 1e9 / flows, double(flows), 0};
 }
 
 }  // namespace
@@ -141,15 +154,18 @@ int main(int argc, char** argv) {
     j["merged_txns"] = merged.txns;
     j["merged_msgs_per_flow"] = merged.msgs_per_flow;
     j["single_msgs_per_flow"] = single.msgs_per_flow;
+    j["merged_cpu_ns_per_flow"] = merged.cpu_ns_per_flow;
+    j["single_cpu_ns_per_flow"] = single.cpu_ns_per_flow;
+    j["bare_cpu_ns_per_flow"] = bare.cpu_ns_per_flow;
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
   std::printf("new-flow installs through the transaction path (%u flows, %u punts per agent poll, best of %d)\n",
               flows, per_poll, reps);
-  std::printf("%-52s %10s %10s %10s %7s\n", "path", "Mflows/s", "txns", "msgs/flow", "ratio");
+  std::printf("%-52s %10s %10s %10s %7s %12s\n", "path", "Mflows/s", "txns", "msgs/flow", "ratio", "CPU ns/flow");
   auto row = [&](const char* name, const Result& r) {
-    std::printf("%-52s %10.3f %10.0f %10.2f %7.2f\n", name, r.flows_per_s / 1e6, r.txns, r.msgs_per_flow,
-                r.flows_per_s / bare.flows_per_s);
+    std::printf("%-52s %10.3f %10.0f %10.2f %7.2f %12.0f\n", name, r.flows_per_s / 1e6, r.txns, r.msgs_per_flow,
+                r.flows_per_s / bare.flows_per_s, r.cpu_ns_per_flow);
   };
   row("channel, queued change sets merged (ours)", merged);
   row("channel, one txn per flow", single);
