@@ -100,7 +100,7 @@ class Worker {
         table_(Level2TableConfig{static_cast<uint32_t>(
             std::max<std::size_t>(c.dpu_channel.empty() ? 64 : 65536, st_.entries.size() * 2))}),
         core_(TransportConfig{c.max_qps, kQpnBase, 8, 4, 1024}),
-        host_(host::ServerConfig{.socket_path = c.host_socket}) {
+        host_(host::ServerConfig{.socket_path = c.host_socket, .vnic_ips = vnic_ips(st_)}) {
     if (c.dpu_channel.empty())
       commit_standalone_table(st_, table_);
     else  // DPU mode: the agent programs the table (its YAML entries are ignored)
@@ -158,7 +158,12 @@ class Worker {
   void on_qp_state(uint32_t host_qpn, ibv_qp_state state);
   void on_qp_destroyed(uint32_t host_qpn, bool died);
   void fail_qp(QpCtx& q) noexcept;
-  const Level2Entry* resolve_via_dpu(uint32_t remote, QpCtx& q);
+  const Level2Entry* resolve_via_dpu(uint32_t remote, uint32_t bound_vnic_ip, QpCtx& q);
+  static std::vector<uint32_t> vnic_ips(const StandaloneTable& st) {
+    std::vector<uint32_t> ips;
+    for (const Vnic& v : st.vnics) ips.push_back(v.overlay_ip);
+    return ips;
+  }
 
   const WorkerConfig& c_;
   StandaloneTable st_;
@@ -419,17 +424,20 @@ void Worker::on_qp_state(uint32_t host_qpn, ibv_qp_state state) {
       break;
     case IBV_QPS_RTR: {
       // The remote GID is the remote vNIC's overlay IPv4 (::ffff:a.b.c.d);
-      // the local vNIC is the one with an egress entry toward it.
+      // the local vNIC is the application's (it bound itself to one at
+      // attach), else the one with an egress entry toward the remote.
       const uint32_t remote = common::load_be32(info->dgid + 12);
       const Level2Table::Snapshot snap = table_.begin_read();
       const Level2Entry* e = nullptr;
-      for (const Vnic& v : st_.vnics)
+      for (const Vnic& v : st_.vnics) {
+        if (info->vnic_ip != 0 && v.overlay_ip != info->vnic_ip) continue;
         if ((e = table_.lookup(snap, common::egress_key(v.id, remote))) != nullptr) {
           q->vnic = v.id;
           q->vni = v.vni;
           break;
         }
-      if (e == nullptr && dpu_) e = resolve_via_dpu(remote, *q);
+      }
+      if (e == nullptr && dpu_) e = resolve_via_dpu(remote, info->vnic_ip, *q);
       if (e == nullptr) {
         std::fprintf(stderr, "%s: QP 0x%x: no egress entry for remote %s: QP to ERR\n", c_.name.c_str(), host_qpn,
                      format_ipv4(remote).c_str());
@@ -645,15 +653,17 @@ uint32_t Worker::completions() noexcept {
   return total;
 }
 
-// DPU mode: a QP's first route is a table miss. Punt it for every local vNIC
-// and keep servicing the channel (control path, bounded) until the agent has
-// installed an entry or refused: isolation-denied peers get no entry.
-const Level2Entry* Worker::resolve_via_dpu(uint32_t remote, QpCtx& q) {
+// DPU mode: a QP's first route is a table miss. Punt it for the
+// application's vNIC (every local vNIC if it bound none) and keep servicing
+// the channel (control path, bounded) until the agent has installed an entry
+// or refused: isolation-denied peers get no entry.
+const Level2Entry* Worker::resolve_via_dpu(uint32_t remote, uint32_t bound_vnic_ip, QpCtx& q) {
   const uint64_t start = clock_.now_ns();
   for (uint64_t now = start; now - start < 3'000'000'000; now = clock_.now_ns()) {
     if (dpu_->state() == RnicChannelState::kActive) {
       const Level2Table::Snapshot snap = table_.begin_read();
       for (const Vnic& v : st_.vnics) {
+        if (bound_vnic_ip != 0 && v.overlay_ip != bound_vnic_ip) continue;
         if (const Level2Entry* e = table_.lookup(snap, common::egress_key(v.id, remote))) {
           q.vnic = v.id;
           q.vni = v.vni;

@@ -50,6 +50,8 @@ struct HelloRequest {
   uint16_t version_max;  // newest protocol version the application speaks
   uint32_t pid;          // application pid, for logs and tandemctl
   char name[32];         // application name, NUL-padded, for logs
+  uint32_t vnic_ip;      // overlay IPv4 (host order) of the vNIC the application
+                         // uses; 0: not bound, any of the worker's vNICs
 };
 struct HelloReply {
   uint16_t version;          // version chosen: highest both speak

@@ -25,6 +25,7 @@ struct HostServer::App {
   char name[32] = {};
   bool hello_done = false;
   uint16_t version = 0;
+  uint32_t vnic_ip = 0;
   ShmRegion doorbell_memory;
   DoorbellPage* doorbells = nullptr;
   std::vector<uint32_t> qpn_by_bit;  // doorbell bit -> QPN (0: free)
@@ -359,12 +360,16 @@ Status HostServer::on_hello(App& app, const Request& req, int* fds, std::size_t 
   uint16_t version = std::min(h.version_max, kProtocolVersionMax);
   if (version < std::max(h.version_min, kProtocolVersionMin)) return Status::kVersionMismatch;
   if (nfds != 1) return Status::kProtocolError;
+  if (h.vnic_ip != 0 && std::find(config_.vnic_ips.begin(), config_.vnic_ips.end(), h.vnic_ip) ==
+                            config_.vnic_ips.end())
+    return Status::kNoSuchVnic;
   Status st = ShmRegion::map_fd(fds[0], sizeof(DoorbellPage), 1u << 20, true, &app.doorbell_memory);
   fds[0] = -1;
   if (st != Status::kOk) return st;
   mapped_bytes_ += app.doorbell_memory.size();
   app.doorbells = reinterpret_cast<DoorbellPage*>(app.doorbell_memory.data());
   app.version = version;
+  app.vnic_ip = h.vnic_ip;
   std::memcpy(app.name, h.name, sizeof app.name);
   app.name[sizeof app.name - 1] = '\0';
   app.hello_done = true;
@@ -601,6 +606,7 @@ Status HostServer::on_create_qp(App& app, const Request& req, int* fds, std::siz
   qp.info = QpInfo{};
   qp.info.qpn = qpn;
   qp.info.app_id = app.id;
+  qp.info.vnic_ip = app.vnic_ip;
   qp.info.pd = c.pd;
   qp.info.send_cq = c.send_cq;
   qp.info.recv_cq = c.recv_cq;
@@ -1172,6 +1178,7 @@ std::size_t HostServer::list_apps(std::span<AppInfo> out) const noexcept {
     std::memcpy(i.name, a->name, sizeof i.name);
     i.version = a->version;
     i.qps = a->qps;
+    i.vnic_ip = a->vnic_ip;
   }
   return n;
 }

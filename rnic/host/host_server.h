@@ -35,6 +35,9 @@ struct ServerConfig {
   // kept this long (and at least until the next poll) so work still held by
   // the transport never touches unmapped memory.
   uint64_t unmap_grace_ns = 100'000'000;
+  // The port's vNICs (overlay IPv4, host order): an application that binds
+  // itself to a vNIC (HelloRequest::vnic_ip) must name one of these.
+  std::vector<uint32_t> vnic_ips;
 };
 
 // A piece of application memory, translated and bounds-checked.
@@ -89,6 +92,7 @@ struct QpInfo {
   bool sq_sig_all;
   uint32_t sq_depth;
   uint32_t rq_depth;
+  uint32_t vnic_ip;  // its application's vNIC (HelloRequest::vnic_ip); 0: not bound
 };
 
 enum class HostEventKind : uint8_t {
@@ -145,6 +149,7 @@ struct AppInfo {
   char name[32];     // from its hello
   uint16_t version;  // protocol version negotiated
   uint32_t qps;      // QPs it owns now
+  uint32_t vnic_ip;  // the vNIC it bound itself to (0: none)
 };
 
 struct HostMemory {

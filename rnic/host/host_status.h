@@ -23,7 +23,8 @@ namespace tandem::rnic::host {
   X(kBadState, "operation not allowed in this QP state")                          \
   X(kBusy, "object still in use")                                                 \
   X(kBadRegion, "shared memory fd rejected (size, seals or mmap)")                \
-  X(kUnsupported, "unsupported operation or flag")
+  X(kUnsupported, "unsupported operation or flag")                                \
+  X(kNoSuchVnic, "the worker has no vNIC with that overlay IP")
 
 enum class Status : uint32_t {
 #define TANDEM_HOST_STATUS_ENUM(name, str) name,

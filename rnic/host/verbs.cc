@@ -1,5 +1,6 @@
 #include "rnic/host/verbs.h"
 
+#include <arpa/inet.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -219,6 +220,15 @@ Context* open_device(const char* socket_path, const DeviceAttr& attr) {
   req.body.hello.pid = static_cast<uint32_t>(getpid());
   std::snprintf(req.body.hello.name, sizeof req.body.hello.name, "%s",
                 attr.name != nullptr ? attr.name : "app");
+  if (attr.vnic != nullptr) {
+    in_addr a{};
+    if (inet_pton(AF_INET, attr.vnic, &a) != 1 || a.s_addr == 0) {
+      close(ctx->sock);
+      fail(Status::kInvalidArgument, "vnic: not an IPv4 address: %s", attr.vnic);
+      return nullptr;
+    }
+    req.body.hello.vnic_ip = ntohl(a.s_addr);
+  }
   Reply rep{};
   int db_fd = ctx->doorbell_memory.fd();
   int fds[kMaxFdsPerMessage];

@@ -36,6 +36,10 @@ struct DeviceAttr {
   bool huge_buffers = true;  // alloc_buf tries MFD_HUGETLB first
   bool huge_queues = false;  // per-QP/CQ rings on huge pages: 2 MB each, so off by default
   int timeout_ms = 5000;     // control calls fail with kTimeout after this
+  // The vNIC (overlay IPv4, e.g. "192.168.7.1") this application uses: its
+  // QPs get routes only from that vNIC's tenant. nullptr: not bound (the
+  // worker picks whichever of its vNICs has a route; one trust domain).
+  const char* vnic = nullptr;
 };
 
 struct Pd {

@@ -95,8 +95,9 @@ std::optional<Options> parse_args(int argc, const char* const* argv, int* exit_c
                "Fill sources with a (qp, iteration, offset) pattern and check every byte received");
   app.add_option("--spray", o.spray, "Spraying policy to ask for (applied by the worker, see README)");
   app.add_option("--cc", o.cc, "Congestion-control policy to ask for (applied by the worker)");
-  app.add_option("--gid", o.gid, "This side's vNIC overlay IPv4, sent to the peer as its GID "
-                                 "(default: the address of the TCP exchange)");
+  app.add_option("--gid", o.gid, "This side's vNIC overlay IPv4: binds tandem-perf to that vNIC of the worker "
+                                 "(its tenant's routes only) and is sent to the peer as its GID "
+                                 "(default: not bound, GID = the address of the TCP exchange)");
   app.add_flag("--json", o.json, "Print one JSON object instead of the table");
   app.add_flag("--huge", o.huge, "Put the buffers on huge pages (MFD_HUGETLB, falls back)");
   app.add_option("--timeout", o.timeout_s, "Fail after this many seconds without progress (default 10)");

@@ -898,6 +898,7 @@ int run(const Options& o) {
   attr.name = "tandem-perf";
   attr.huge_buffers = o.huge;
   attr.timeout_ms = static_cast<int>(o.timeout_s * 1000);
+  if (!o.gid.empty()) attr.vnic = o.gid.c_str();
   Resources r;
   r.ctx = host::open_device(o.device.c_str(), attr);
   if (r.ctx == nullptr) {

@@ -70,6 +70,32 @@ TEST_CASE("an application attaches over the Unix socket and negotiates the versi
   CHECK(ev[0].kind == HostEventKind::kAppDetached);
 }
 
+TEST_CASE("an application binds itself to one of the worker's vNICs, or is refused") {
+  ServerConfig cfg;
+  cfg.vnic_ips = {0xC0A80701u, 0xC0A80901u};  // 192.168.7.1, 192.168.9.1
+  ServerThread st(cfg);
+  DeviceAttr bound;
+  bound.vnic = "192.168.9.1";
+  Context* ctx = open_device(st.path.c_str(), bound);
+  REQUIRE(ctx != nullptr);
+  st.with([&](HostServer& s) {
+    AppInfo info[4];
+    REQUIRE(s.list_apps(info) == 1);
+    CHECK(info[0].vnic_ip == 0xC0A80901u);
+  });
+  close_device(ctx);
+
+  DeviceAttr foreign;
+  foreign.vnic = "192.168.8.1";  // not a vNIC of this port
+  CHECK(open_device(st.path.c_str(), foreign) == nullptr);
+  CHECK(last_status() == Status::kNoSuchVnic);
+  DeviceAttr garbage;
+  garbage.vnic = "192.168.7";
+  CHECK(open_device(st.path.c_str(), garbage) == nullptr);
+  CHECK(last_status() == Status::kInvalidArgument);
+  REQUIRE(st.wait_for([](HostServer& s) { return s.app_count() == 0; }));
+}
+
 TEST_CASE("opening a device with no worker behind the socket fails with worker gone") {
   Context* ctx = open_device("/nonexistent-dir/rnic0.sock");
   CHECK(ctx == nullptr);
