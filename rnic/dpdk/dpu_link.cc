@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "common/channel/channel_region.h"
@@ -98,8 +99,16 @@ void DpuLink::punt(const common::EntryKey& key, const uint8_t* hdr, std::size_t 
   if (!ch_) return;
   uint64_t h = (uint64_t{key.word0} << 32 | key.word1) * 0x9E3779B97F4A7C15ull ^ static_cast<uint8_t>(key.kind);
   Recent& r = recent_[(h >> 56) % recent_.size()];
-  if (r.key == key && now - r.at < kRepuntNs) return;
-  r.key = key;
+  const uint64_t version = table_.version();
+  if (r.key == key && r.version == version) {
+    if (now - r.at < r.wait) return;
+    // Asked again right away: back off; quiet for a while: a fresh miss.
+    r.wait = now - r.at > 2 * r.wait ? kRepuntNs : std::min(2 * r.wait, kRepuntMaxNs);
+  } else {
+    r.key = key;
+    r.wait = kRepuntNs;
+  }
+  r.version = version;
   r.at = now;
   auto* hd = static_cast<common::ChannelHeader*>(base_);
   uint32_t slot = next_slot_++ % hd->geometry.slot_count;

@@ -42,6 +42,7 @@ class DpuLink {
  private:
   static constexpr uint64_t kRetryNs = 200'000'000;
   static constexpr uint64_t kRepuntNs = 2'000'000;
+  static constexpr uint64_t kRepuntMaxNs = 1'000'000'000;
   bool try_attach(uint64_t now) noexcept;
 
   std::string path_;
@@ -55,11 +56,20 @@ class DpuLink {
   uint64_t next_try_ = 0;
   uint32_t next_slot_ = 0;
   std::string attach_error_;
+  // A key the agent keeps not resolving (denied by isolation, unknown) is
+  // punted again after kRepuntNs, then 2x, 4x ... up to kRepuntMaxNs: a
+  // tenant that keeps knocking costs the agent a few punts, not 500/s. The
+  // backoff lasts one table version: after a commit the agent's answer may
+  // differ (a mapping withdrawn and imported again), so the next miss is
+  // punted at once; otherwise misses that keep coming across many quick
+  // commits would push a resolvable key's wait up to kRepuntMaxNs.
   struct Recent {
     common::EntryKey key;
     uint64_t at = 0;
+    uint64_t wait = 0;
+    uint64_t version = 0;  // table version at the last punt
   };
-  std::array<Recent, 256> recent_{};  // last punt time per hashed key
+  std::array<Recent, 256> recent_{};  // last punt per hashed key
   std::array<uint64_t, common::kBarCounterCount> counters_{};
   std::array<common::RawMessage, 64> unsent_{};
   uint32_t unsent_n_ = 0;
