@@ -157,11 +157,15 @@ def main():
     for k, (p, d) in enumerate(zip(paths, path_delivered(paths))):
         drops = {r[5:]: v for r, v in p.items() if r.startswith("drop") and v}
         print(f"     path {k} ({PATHS[k]:<22}) {d:>10} {sum(drops.values()):>9}   {drops or ''}")
-    print("\n   per QP (receiver A, sender B):  reorder depth max   retransmitted pkts   SACKs rx   timeouts")
+    print("\n   per QP (receiver A, sender B):  reorder depth max   retransmitted pkts   SACKs rx   timeouts"
+          "   paths out/back")
     for n in ("A", "B"):
         for qpn, q in sorted(qps[n].items()):
             print(f"     {n} qp {qpn:>8}   {q.get('reorder_depth_max', '-'):>17} "
-                  f"{q.get('retx_pkts', 0):>20} {q.get('sacks_rx', 0):>10} {q.get('timeouts', 0):>10}")
+                  f"{q.get('retx_pkts', 0):>20} {q.get('sacks_rx', 0):>10} {q.get('timeouts', 0):>10}"
+                  f"   {q.get('path_removals', 0):>6}/{q.get('path_returns', 0)}")
+    print("   (timeouts: mostly the short tail timer, IRN's RTO_low, not the QP's 20 ms one; paths out/back:\n"
+          "    times the sender's path health took one of its paths out, and a probe brought it back)")
     print("\n   worker drops by stage and reason:")
     for n in ("A", "B"):
         st = load(f"{n}.json")

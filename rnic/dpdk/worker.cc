@@ -828,6 +828,16 @@ void Worker::register_telemetry() {
                                  d.u64("timeouts", qc->timeouts);
                                  d.u64("reorder_depth_max", qc->reorder_depth_max);
                                }
+                               if (const PathPolicy* pp = core_.path_policy(q.core_qpn)) {
+                                 uint64_t removals = 0, returns = 0;
+                                 for (uint32_t i = 0; i < pp->path_count(); ++i) {
+                                   removals += pp->path_stats(i).removals;
+                                   returns += pp->path_stats(i).returns;
+                                 }
+                                 d.u64("paths", pp->path_count());
+                                 d.u64("path_removals", removals);
+                                 d.u64("path_returns", returns);
+                               }
                              });
                            }
                            return 0;
