@@ -11,17 +11,16 @@ workers in DPU mode, adaptive idle), measured from outside with real processes:
 With --app, one verified QP pair first makes the agent install level-2 entries
 on both RNICs (punt -> transaction), which the worker restart then replays."""
 import argparse
-import glob
 import json
 import os
-import shutil
-import signal
 import statistics
 import struct
 import subprocess
 import sys
-import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "lib"))
+from tandem_harness import Lab  # noqa: E402
 
 ap = argparse.ArgumentParser()
 for a in ("--dpu", "--ctl", "--fabric", "--rnic"):
@@ -32,37 +31,16 @@ ap.add_argument("--json", action="store_true")
 args = ap.parse_args()
 
 TAG = f"rec{os.getpid()}"
-D = tempfile.mkdtemp(prefix="tandem-recovery-")
+lab = Lab(tmp_prefix="tandem-recovery-")
+D = lab.d
 CH = f"{D}/ch"
 os.makedirs(CH)
-procs, prefixes = [], []
 STATES = {0: "down", 1: "await_hello", 2: "sync", 3: "active", 4: "headless"}
 
 
-def cleanup():
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    for pre in prefixes:
-        for f in glob.glob(f"/dev/hugepages/{pre}*"):
-            try:
-                os.unlink(f)
-            except OSError:
-                pass
-        shutil.rmtree(f"/var/run/dpdk/{pre}", ignore_errors=True)
-    shutil.rmtree(D, ignore_errors=True)
-
-
-signal.signal(signal.SIGTERM, lambda s, f: (cleanup(), sys.exit(143)))
-
-
 def start(argv, name, prefix=None):
-    if prefix:
-        prefixes.append(prefix)
-    p = subprocess.Popen(argv, stdout=open(f"{D}/{name}.log", "a"), stderr=subprocess.STDOUT)
-    procs.append(p)
-    return p
+    """Appends to D/<name>.log, so a restarted process keeps its predecessor's log."""
+    return lab.start(argv, open(lab.path(f"{name}.log"), "a"), prefix)
 
 
 def ctl(*a):
@@ -209,4 +187,4 @@ def main():
 try:
     main()
 finally:
-    cleanup()
+    lab.cleanup()

@@ -16,81 +16,36 @@
 usage: dpu_agent_test.py TANDEM_DPU TANDEMCTL TANDEM_FABRIC TANDEM_RNIC RNIC_HOST_APP
 Everything started is stopped by PID; hugepage files, runtime dirs, sockets and
 channel files are removed, also on failure."""
-import glob
 import json
 import os
-import shutil
 import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tandem_harness import Checks, Lab, stop  # noqa: E402
 
 DPU, CTL, FABRIC, RNIC, APP = sys.argv[1:6]
 TAG = f"dpu{os.getpid()}"
-D = tempfile.mkdtemp(prefix="tandem-dpu-test-")
+lab = Lab(tmp_prefix="tandem-dpu-test-")
+D = lab.d
 CH = f"{D}/ch"
 os.makedirs(CH)
-procs, prefixes, failed = [], [], []
+prefixes = lab.prefixes
+checks = Checks()
+check, failed = checks.check, checks.failed
 BAR_STATES = {0: "down", 1: "await_hello", 2: "sync", 3: "active", 4: "headless"}
 
 
-def cleanup():
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    for pre in prefixes:
-        for f in glob.glob(f"/dev/hugepages/{pre}*"):
-            try:
-                os.unlink(f)
-            except OSError:
-                pass
-        shutil.rmtree(f"/var/run/dpdk/{pre}", ignore_errors=True)
-    shutil.rmtree(D, ignore_errors=True)
-
-
-def on_signal(signum, frame):
-    cleanup()
-    sys.exit(128 + signum)
-
-
-signal.signal(signal.SIGTERM, on_signal)
-signal.signal(signal.SIGINT, on_signal)
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failed.append(what)
-
-
 def start(argv, log, prefix=None):
-    if prefix:
-        prefixes.append(prefix)
-    p = subprocess.Popen(argv, stdout=open(f"{D}/{log}.log", "a"), stderr=subprocess.STDOUT)
-    procs.append(p)
-    return p
-
-
-def stop(p, timeout=15):
-    if p.poll() is None:
-        p.send_signal(signal.SIGINT)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    return p.returncode
+    """Appends to D/<log>.log, so a restarted process keeps its predecessor's log."""
+    return lab.start(argv, open(lab.path(f"{log}.log"), "a"), prefix)
 
 
 def log(name):
-    try:
-        with open(f"{D}/{name}.log") as f:
-            return f.read()
-    except OSError:
-        return ""
+    return lab.text(name)
 
 
 def ctl(*args):
@@ -317,6 +272,6 @@ except Exception as e:  # a set-up failure is a test failure, with the logs
     for n in ("agent", "fabric", "A", "B"):
         print(f"--- {n} log ---\n{log(n)[-4000:]}")
 finally:
-    cleanup()
+    lab.cleanup()
 print(f"dpu_agent: {len(failed)} check(s) failed" if failed else "dpu_agent: all checks passed")
 sys.exit(1 if failed else 0)
