@@ -31,6 +31,7 @@
 #include "rnic/dpdk/standalone_table.h"
 #include <unistd.h>
 
+#include "rnic/dpdk/dma_registry.h"
 #include "rnic/dpdk/dpu_link.h"
 #include "rnic/dpdk/egress_route.h"
 #include "rnic/dpdk/tx_encap.h"
@@ -171,6 +172,7 @@ class Worker {
   Transport core_;
   host::HostServer host_;
   std::unique_ptr<TxEncap> encap_;
+  DmaRegistry dma_{c_.port_id};
   uint32_t core_cq_ = 0;
   uint32_t ident_key_ = 0;
   std::vector<QpCtx> ctx_;              // index = core QPN - kQpnBase
@@ -515,10 +517,9 @@ uint32_t Worker::host_events() {
       case host::HostEventKind::kQpCreated: on_qp_created(ev.qpn); break;
       case host::HostEventKind::kQpStateChanged: on_qp_state(ev.qpn, ev.state); break;
       case host::HostEventKind::kQpDestroyed: on_qp_destroyed(ev.qpn, ev.app_died); break;
-      // Registered memory needs nothing on vdevs (IOVA = VA); a real NIC in
-      // IOVA-as-PA mode would rte_extmem_register + rte_dev_dma_map here.
-      case host::HostEventKind::kMrRegistered:
-      case host::HostEventKind::kMrDeregistered: break;
+      // Zero-copy TX hands the NIC application memory: map it for its DMA.
+      case host::HostEventKind::kMrRegistered: dma_.add(ev.map_addr, ev.map_length, ev.hugetlb); break;
+      case host::HostEventKind::kMrDeregistered: dma_.remove(ev.map_addr); break;
     }
   }
   return n;
@@ -752,6 +753,9 @@ nlohmann::json Worker::counters_json() const {
   const EncapCounters& e = encap_->counters();
   j["tx_encap"] = {{"zero_copy", encap_->zero_copy()}, {"zero_copy_segs", e.zero_copy_segs},
                    {"copied_bytes", e.copied_bytes}, {"alloc_fail", e.alloc_fail}, {"too_big", e.too_big}};
+  const DmaCounters& dm = dma_.counters();
+  j["mr_dma"] = {{"mapped", dm.mapped}, {"not_needed", dm.not_needed}, {"no_iova", dm.no_iova}, {"failed", dm.failed},
+                 {"unmapped", dm.unmapped}, {"live", dm.live}};
   const TransportCounters& tc = core_.counters();
   nlohmann::json core{{"rx_pkts", tc.rx_pkts}};
   for (std::size_t r = 1; r < common::kDropReasonCount; ++r)
@@ -802,6 +806,11 @@ void Worker::register_telemetry() {
                            out.u64("tx_zero_copy_segs", e.zero_copy_segs);
                            out.u64("tx_copied_bytes", e.copied_bytes);
                            out.u64("tx_ext_in_flight", encap_->ext_in_flight());
+                           out.u64("mr_dma_mapped", dma_.counters().mapped);
+                           out.u64("mr_dma_not_needed", dma_.counters().not_needed);
+                           out.u64("mr_dma_no_iova", dma_.counters().no_iova);
+                           out.u64("mr_dma_failed", dma_.counters().failed);
+                           out.u64("mr_dma_live", dma_.counters().live);
                            out.u64("core_rx_pkts", core_.counters().rx_pkts);
                            return 0;
                          });

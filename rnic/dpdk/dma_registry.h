@@ -1,0 +1,52 @@
+// Application memory a NIC may DMA from: every mapping that holds registered
+// MRs is made known to DPDK (rte_extmem_register) and mapped for the port's
+// device (rte_dev_dma_map), so that zero-copy TX of external mbufs works on
+// PMDs that need it (mlx5 registers it with the HCA, VFIO programs the
+// IOMMU). Vdevs have no DMA to map (memif, af_packet, null copy or drop):
+// a refusal is counted, not an error. Control path only; a mapping shared
+// by several MRs is registered once and released with its last MR.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+
+namespace tandem::rnic::dpdk {
+
+struct DmaCounters {
+  uint64_t mapped = 0;        // registered, and the device took the DMA map (vdevs
+                              // without DMA of their own accept it as a no-op)
+  uint64_t not_needed = 0;    // the device has no DMA map operation (ENOTSUP)
+  uint64_t no_iova = 0;       // IOVA-as-PA mode: registered, not mapped; zero-copy
+                              // TX then gives the NIC no IOVA (run with --iova-mode=va)
+  uint64_t failed = 0;        // rte_extmem_register or rte_dev_dma_map failed otherwise
+  uint64_t unmapped = 0;
+  uint64_t live = 0;          // mappings held now
+};
+
+class DmaRegistry {
+ public:
+  explicit DmaRegistry(uint16_t port_id) noexcept : port_id_(port_id) {}
+  ~DmaRegistry();
+  DmaRegistry(const DmaRegistry&) = delete;
+  DmaRegistry& operator=(const DmaRegistry&) = delete;
+
+  // map_addr/map_len: the page-aligned mapping; hugetlb: 2 MB pages.
+  void add(void* map_addr, uint64_t map_len, bool hugetlb) noexcept;
+  void remove(void* map_addr) noexcept;
+  const DmaCounters& counters() const noexcept { return c_; }
+
+ private:
+  struct Entry {
+    uint64_t len = 0;
+    uint32_t refs = 0;
+    bool extmem = false;  // rte_extmem_register succeeded
+    bool dma = false;     // rte_dev_dma_map succeeded
+  };
+  void release(void* addr, const Entry& e) noexcept;
+
+  uint16_t port_id_;
+  std::unordered_map<void*, Entry> maps_;
+  DmaCounters c_;
+};
+
+}  // namespace tandem::rnic::dpdk
