@@ -58,6 +58,7 @@ struct PuntStats {
   uint64_t denied = 0;       // of refused: isolation
   uint64_t duplicate = 0;    // already being installed
   uint64_t slot_lost = 0;    // slot overwritten before it was read
+  uint64_t revoked = 0;      // resolutions undone after commit: level 1 changed meanwhile
 };
 
 // One managed RNIC: its file, rings and protocol state machine.
@@ -66,7 +67,11 @@ struct Link {
   std::unique_ptr<ChannelFile> file;
   std::unique_ptr<AgentChannel> ch;
   std::deque<common::RawMessage> unsent;  // commands the ring had no room for yet
-  std::unordered_map<uint64_t, common::EntryKey> pending_punts;  // tag -> missed key
+  struct PendingPunt {
+    common::EntryKey missed;
+    std::vector<common::Level2Entry> puts;  // what the resolution installs
+  };
+  std::unordered_map<uint64_t, PendingPunt> pending_punts;  // by change-set tag
   std::unordered_map<common::EntryKey, uint64_t, EntryKeyHash> pending_keys;
   PuntStats punts;
   uint64_t save_errors = 0;
@@ -228,7 +233,8 @@ class Agent final : public AgentHooks {
       for (uint64_t tag : o.tags) {
         auto it = l.pending_punts.find(tag);
         if (it == l.pending_punts.end()) continue;
-        l.pending_keys.erase(it->second);
+        if (o.committed) revalidate(l, it->second);
+        l.pending_keys.erase(it->second.missed);
         l.pending_punts.erase(it);
       }
     }
@@ -237,6 +243,15 @@ class Agent final : public AgentHooks {
       resolve_punt(l, p);
     }
     return did;
+  }
+
+  // A resolution committed: undo it if level 1 changed meanwhile (derive.h).
+  void revalidate(Link& l, const Link::PendingPunt& pp) {
+    ChangeSet undo = revalidate_resolution(state_, l.ch->shadow(), l.name, pp.missed, pp.puts);
+    if (undo.ops.empty()) return;
+    ++l.punts.revoked;
+    undo.tag = next_tag_++;
+    l.ch->submit(std::move(undo));
   }
 
   void resolve_punt(Link& l, const common::PuntMsg& p) {
@@ -266,7 +281,10 @@ class Agent final : public AgentHooks {
       return;
     }
     ++l.punts.resolved;
-    it->second->pending_punts[tag] = p.missed;
+    Link::PendingPunt& pp = it->second->pending_punts[tag];
+    pp.missed = p.missed;
+    for (const Level2Op& op : cs->ops)
+      if (!op.del) pp.puts.push_back(op.entry);
     it->second->pending_keys[p.missed] = tag;
     it->second->ch->submit(std::move(*cs));
   }
@@ -306,7 +324,7 @@ class Agent final : public AgentHooks {
                        {"errors", s.errors}, {"stale_events", s.stale_events}}},
             {"punts", {{"received", l.punts.received}, {"resolved", l.punts.resolved},
                        {"refused", l.punts.refused}, {"denied", l.punts.denied},
-                       {"duplicate", l.punts.duplicate}, {"slot_lost", l.punts.slot_lost}}},
+                       {"duplicate", l.punts.duplicate}, {"slot_lost", l.punts.slot_lost}, {"revoked", l.punts.revoked}}},
             {"bar", jbar}};
   }
 

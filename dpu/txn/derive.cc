@@ -54,4 +54,21 @@ ChangeSet deletions_for_vnic(const Level2Shadow& installed, uint32_t vnic, uint3
   return cs;
 }
 
+ChangeSet revalidate_resolution(const Level1State& state, const Level2Shadow& installed, const std::string& rnic,
+                                const common::EntryKey& missed, const std::vector<common::Level2Entry>& puts) {
+  std::string target;
+  ResolveStatus why = ResolveStatus::kOk;
+  std::vector<common::Level2Entry> now;
+  if (auto cs = change_set_for_miss(state, missed, 0, &target, &why, nullptr); cs && target == rnic)
+    for (const Level2Op& op : cs->ops)
+      if (!op.del) now.push_back(op.entry);
+  ChangeSet undo;
+  if (now == puts) return undo;
+  for (const common::Level2Entry& e : puts) {
+    const common::Level2Entry* cur = installed.find(e.key);
+    if (cur != nullptr && *cur == e) undo.del(e.key);
+  }
+  return undo;
+}
+
 }  // namespace tandem::dpu

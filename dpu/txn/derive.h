@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/channel/messages.h"
 #include "dpu/model/level1_state.h"
@@ -33,6 +34,16 @@ namespace tandem::dpu {
 std::optional<ChangeSet> change_set_for_miss(const Level1State& state, const common::EntryKey& missed,
                                              uint64_t tag, std::string* rnic, ResolveStatus* why,
                                              const Level2Shadow* installed = nullptr);
+
+// A resolution of `missed` that put `puts` on `rnic` has committed; level 1
+// may have changed while it was queued or in flight (its mapping deleted or
+// replaced, its vNIC removed), after the withdrawal for that change was
+// computed from the committed shadow alone. If resolving `missed` now would
+// not put exactly `puts` on `rnic`, the DELs of those of them `installed`
+// still holds unchanged (empty otherwise): the RNIC must not keep an entry
+// level 1 no longer backs; the next packet punts and is resolved afresh.
+ChangeSet revalidate_resolution(const Level1State& state, const Level2Shadow& installed, const std::string& rnic,
+                                const common::EntryKey& missed, const std::vector<common::Level2Entry>& puts);
 
 // DELs for every entry in `installed` derived from mapping m.
 ChangeSet deletions_for_mapping(const Level2Shadow& installed, const MappingKey& m);

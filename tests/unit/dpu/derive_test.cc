@@ -83,3 +83,37 @@ TEST_CASE("removing a mapping or a vNIC withdraws exactly the entries derived fr
   CHECK(v.ops.size() == 3);  // egress (1,.9), egress (2,.0.1), ingress from .0.1
   CHECK(deletions_for_mapping(installed, MappingKey{200, ip("192.168.1.9")}).ops.empty());
 }
+
+TEST_CASE("a resolution that commits after its mapping was deleted or replaced is undone") {
+  Level1State s = state();
+  Level2Shadow installed;
+  const EntryKey missed = egress_key(1, ip("192.168.1.9"));
+  auto cs = change_set_for_miss(s, missed, 7, nullptr, nullptr, &installed);
+  REQUIRE(cs);
+  std::vector<Level2Entry> puts;
+  for (const Level2Op& op : cs->ops) puts.push_back(op.entry);
+
+  // Level 1 unchanged: the committed resolution stands.
+  installed.apply(cs->ops, 1);
+  CHECK(revalidate_resolution(s, installed, "rnic0", missed, puts).ops.empty());
+
+  // The mapping was replaced while the resolution was in flight (the
+  // withdrawal then saw nothing to withdraw): both entries go.
+  REQUIRE(s.apply(RemoveMapping{100, ip("192.168.1.9")}).ok());
+  REQUIRE(s.apply(AddMapping{100, ip("192.168.1.9"), ip("10.0.1.8"), mac("02:00:00:00:01:01"), "far0"}).ok());
+  ChangeSet undo = revalidate_resolution(s, installed, "rnic0", missed, puts);
+  REQUIRE(undo.ops.size() == 2);
+  CHECK(undo.ops[0].del);
+  CHECK(undo.ops[0].entry.key == missed);
+  CHECK(undo.ops[1].entry.key == ingress_key_vni(ip("10.0.1.7"), 100));
+
+  // Deleted outright: the same. An entry already rewritten by a later
+  // resolution is left alone.
+  REQUIRE(s.apply(RemoveMapping{100, ip("192.168.1.9")}).ok());
+  Level2Entry newer = puts[0];
+  newer.egress.underlay_dst_ip = ip("10.0.1.8");
+  installed.apply({Level2Op{false, newer}}, 2);
+  undo = revalidate_resolution(s, installed, "rnic0", missed, puts);
+  REQUIRE(undo.ops.size() == 1);
+  CHECK(undo.ops[0].entry.key == ingress_key_vni(ip("10.0.1.7"), 100));
+}
