@@ -149,9 +149,12 @@ Status call(Context* ctx, Request& req, MsgType type, const int* fds, std::size_
 void ring_doorbell(Context* ctx, uint32_t bit) {
   DoorbellPage* db = ctx->doorbells;
   uint64_t mask = uint64_t{1} << (bit % 64);
-  if ((db->words[bit / 64].load(std::memory_order_relaxed) & mask) == 0) {
-    db->words[bit / 64].fetch_or(mask, std::memory_order_release);
-  }
+  // Always the atomic OR, never "skip if the bit looks set": that plain load
+  // may be satisfied before this thread's ring-producer store is visible
+  // (store-load reordering), see a bit the worker has just taken while its
+  // drain still saw the old producer, and the WQE would wait for a doorbell
+  // that never comes (seen as send_lat hanging through the loopback worker).
+  db->words[bit / 64].fetch_or(mask, std::memory_order_release);
   // Always set the summary after the word, even if the word was already set:
   // the worker may have just taken the summary but not yet the word.
   db->summary[bit / 4096].fetch_or(uint64_t{1} << ((bit / 64) % 64), std::memory_order_release);
