@@ -179,6 +179,11 @@ def main():
         print(f"   rnic {n}: version {t.get('version')}, {len(entries)} entries")
         for e in entries[:8]:
             print(f"     {json.dumps(e)}")
+    t0 = time.time()
+    states = {n: channel(n).get("state") for n in "AB"}
+    while any(v != "ACTIVE" for v in states.values()) and time.time() - t0 < 10:
+        time.sleep(0.2)
+        states = {n: channel(n).get("state") for n in "AB"}
     for n in "AB":
         c = channel(n)
         print(f"   rnic {n}: state {c.get('state')}, table version {c.get('table_version')} "
