@@ -6,21 +6,17 @@
 //   stream: WRITEs back to back until killed (the app-death test);
 //   sink:   connects and waits (the peer of `stream`).
 // Exit 0 = every check passed, 1 = a check failed, 2 = set-up failed.
-#include <arpa/inet.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
-#include <thread>
 
-#include "rnic/host/verbs.h"
+#include "tests/system/rc_app_setup.h"
 
 using namespace tandem::rnic::host;
+using namespace tandem::rnic::host::test_app;
 
 namespace {
 
@@ -29,38 +25,12 @@ constexpr std::size_t kSrc = 0, kWriteIn = 256 << 10, kRecvIn = 512 << 10, kRead
 constexpr uint32_t kWriteLen = 200000, kReadLen = 150000;
 constexpr uint32_t kSendLens[3] = {100, 5000, 60000};
 constexpr uint32_t kSendOff[3] = {1000, 20000, 70000};
-constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-
-[[noreturn]] void die(int code, const std::string& what) {
-  std::fprintf(stderr, "rnic_host_app: %s (%s)\n", what.c_str(), last_error());
-  std::exit(code);
-}
 
 uint8_t pattern(uint32_t seed, std::size_t i) {
   uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed * 40503u;
   x ^= x >> 13;
   return static_cast<uint8_t>(x ^ (x >> 7));
 }
-
-bool wait_file(const std::string& path, double seconds) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    if (access(path.c_str(), F_OK) == 0) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
-}
-
-void touch(const std::string& path, const std::string& text = "") {
-  const std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << text;
-  std::rename(tmp.c_str(), path.c_str());
-}
-
-struct Peer {
-  uint32_t qpn = 0, rkey = 0;
-  uint64_t addr = 0;
-};
 
 int poll_one(Cq* cq, ibv_wc* wc, double seconds) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
@@ -74,6 +44,7 @@ int poll_one(Cq* cq, ibv_wc* wc, double seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  g_prog = "rnic_host_app";
   if (argc != 8) {
     std::fprintf(stderr,
                  "usage: %s verify|stream|sink SOCKET DIR NAME PEER_NAME SEED PEER_OVERLAY_IP\n", argv[0]);
@@ -105,11 +76,7 @@ int main(int argc, char** argv) {
   Qp* qp = mr && cq ? create_qp(pd, &qi) : nullptr;
   if (!qp) die(2, "reg_mr/create_cq/create_qp");
 
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = kAccess;
-  if (modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) die(2, "INIT");
+  to_init(qp);
   // Receives first (in INIT), so the peer's SENDs find them.
   for (int i = 0; i < 3; ++i) {
     ibv_sge s{reinterpret_cast<uintptr_t>(buf + kRecvIn + i * 65536), 65536, mr->lkey};
@@ -121,37 +88,8 @@ int main(int argc, char** argv) {
     if (mode == "verify" && post_recv(qp, &wr, &bad)) die(2, "post_recv");
   }
 
-  touch(dir + "/" + name + ".qp", std::to_string(qp->qp_num) + " " + std::to_string(mr->rkey) + " " +
-                                      std::to_string(reinterpret_cast<uintptr_t>(buf)));
-  if (!wait_file(dir + "/" + peer_name + ".qp", 30)) die(2, "peer did not publish its QP");
-  Peer peer;
-  std::ifstream(dir + "/" + peer_name + ".qp") >> peer.qpn >> peer.rkey >> peer.addr;
-
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = peer.qpn;
-  a.rq_psn = 100;
-  a.max_dest_rd_atomic = 4;
-  a.min_rnr_timer = 1;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.port_num = 1;
-  uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  std::memcpy(gid + 12, &peer_ip.s_addr, 4);
-  std::memcpy(a.ah_attr.grh.dgid.raw, gid, 16);
-  if (modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                            IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-    die(2, "RTR");
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 100;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 4;
-  if (modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                            IBV_QP_MAX_QP_RD_ATOMIC))
-    die(2, "RTS");
+  const Peer peer = exchange(dir, name, peer_name, qp, mr, buf);
+  connect_rc(qp, peer, peer_ip, 14);
   touch(dir + "/" + name + ".ready");
   if (!wait_file(dir + "/" + peer_name + ".ready", 30)) die(2, "peer never reached RTS");
 

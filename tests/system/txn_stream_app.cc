@@ -9,9 +9,6 @@
 // withdraws this flow's table entries thousands of times, and every
 // withdrawal costs the sender at least one retransmission timeout.
 // Exit 0 = ran and stopped cleanly, 1 = completion error, 2 = set-up failed.
-#include <arpa/inet.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -19,43 +16,23 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <thread>
 
-#include "rnic/host/verbs.h"
+#include "tests/system/rc_app_setup.h"
 
 using namespace tandem::rnic::host;
+using namespace tandem::rnic::host::test_app;
 
 namespace {
 
 constexpr std::size_t kBuf = 1 << 20;
-constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-std::atomic<bool> g_stop{false};
-
-[[noreturn]] void die(int code, const std::string& what) {
-  std::fprintf(stderr, "txn_stream_app: %s (%s)\n", what.c_str(), last_error());
-  std::exit(code);
-}
-
-bool wait_file(const std::string& path, double seconds) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end && !g_stop.load()) {
-    if (access(path.c_str(), F_OK) == 0) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
-}
-
-void touch(const std::string& path, const std::string& text = "") {
-  const std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << text;
-  std::rename(tmp.c_str(), path.c_str());
-}
+std::atomic<bool> g_stop_flag{false};
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  g_prog = "txn_stream_app";
   if (argc != 10) {
     std::fprintf(stderr, "usage: %s stream|sink SOCKET DIR NAME PEER_NAME PEER_OVERLAY_IP TIMEOUT SIZE DEPTH\n",
                  argv[0]);
@@ -69,8 +46,9 @@ int main(int argc, char** argv) {
   const int depth = std::atoi(argv[9]);
   if (timeout < 1 || timeout > 31 || size == 0 || size > kBuf || depth < 1 || depth > 64)
     die(2, "TIMEOUT 1..31, SIZE 1..1 MiB, DEPTH 1..64");
-  std::signal(SIGINT, [](int) { g_stop.store(true); });
-  std::signal(SIGTERM, [](int) { g_stop.store(true); });
+  g_stop = &g_stop_flag;
+  std::signal(SIGINT, [](int) { g_stop_flag.store(true); });
+  std::signal(SIGTERM, [](int) { g_stop_flag.store(true); });
 
   DeviceAttr attr;
   attr.name = name.c_str();
@@ -93,43 +71,9 @@ int main(int argc, char** argv) {
   Qp* qp = mr && cq ? create_qp(pd, &qi) : nullptr;
   if (!qp) die(2, "reg_mr/create_cq/create_qp");
 
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = kAccess;
-  if (modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) die(2, "INIT");
-  touch(dir + "/" + name + ".qp", std::to_string(qp->qp_num) + " " + std::to_string(mr->rkey) + " " +
-                                      std::to_string(reinterpret_cast<uintptr_t>(buf)));
-  if (!wait_file(dir + "/" + peer_name + ".qp", 30)) die(2, "peer did not publish its QP");
-  uint32_t peer_qpn = 0, peer_rkey = 0;
-  uint64_t peer_addr = 0;
-  std::ifstream(dir + "/" + peer_name + ".qp") >> peer_qpn >> peer_rkey >> peer_addr;
-
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = peer_qpn;
-  a.rq_psn = 100;
-  a.max_dest_rd_atomic = 4;
-  a.min_rnr_timer = 1;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.port_num = 1;
-  uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  std::memcpy(gid + 12, &peer_ip.s_addr, 4);
-  std::memcpy(a.ah_attr.grh.dgid.raw, gid, 16);
-  if (modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                            IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-    die(2, "RTR");
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 100;
-  a.timeout = static_cast<uint8_t>(timeout);
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 4;
-  if (modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                            IBV_QP_MAX_QP_RD_ATOMIC))
-    die(2, "RTS");
+  to_init(qp);
+  const Peer peer = exchange(dir, name, peer_name, qp, mr, buf);
+  connect_rc(qp, peer, peer_ip, static_cast<uint8_t>(timeout));
   touch(dir + "/" + name + ".ready");
   if (!wait_file(dir + "/" + peer_name + ".ready", 30)) die(2, "peer never reached RTS");
 
@@ -139,7 +83,7 @@ int main(int argc, char** argv) {
   }
   if (mode != "stream") die(2, "mode must be stream or sink");
   uint64_t done = 0, posted = 0;
-  while (!g_stop.load()) {
+  while (!g_stop_flag.load()) {
     while (posted - done < static_cast<uint64_t>(depth)) {
       ibv_sge s{reinterpret_cast<uintptr_t>(buf), size, mr->lkey};
       ibv_send_wr wr{};
@@ -148,8 +92,8 @@ int main(int argc, char** argv) {
       wr.send_flags = IBV_SEND_SIGNALED;
       wr.sg_list = &s;
       wr.num_sge = 1;
-      wr.wr.rdma.remote_addr = peer_addr;
-      wr.wr.rdma.rkey = peer_rkey;
+      wr.wr.rdma.remote_addr = peer.addr;
+      wr.wr.rdma.rkey = peer.rkey;
       ibv_send_wr* bad = nullptr;
       if (post_send(qp, &wr, &bad)) die(1, "post_send");
       ++posted;
