@@ -67,9 +67,8 @@ uint32_t DpuLink::service(uint64_t now) noexcept {
     if (!base_) return 0;
   }
   uint32_t moved = 0;
-  common::RawMessage in[32];
-  unsigned n = rte_ring_dequeue_burst_elem(cmd_, in, sizeof(common::RawMessage), 32, nullptr);
-  for (unsigned i = 0; i < n; ++i) ch_->on_command(in[i], now);
+  unsigned n = rte_ring_dequeue_burst_elem(cmd_, in_.data(), sizeof(common::RawMessage), in_.size(), nullptr);
+  for (unsigned i = 0; i < n; ++i) ch_->on_command(in_[i], now);
   moved += n;
   ch_->tick(now);
   // Events the ring had no room for wait in unsent_ (the channel keeps the rest queued).
