@@ -52,6 +52,8 @@ constexpr uint64_t kIdentityBase = 0x1000;  // the identity MR: worker address =
 constexpr uint64_t kIdentityLen = (uint64_t{1} << 47) - kIdentityBase;
 constexpr uint64_t kRecvTag = uint64_t{1} << 32;  // core wr_id = slot (| kRecvTag for RECVs)
 constexpr uint64_t kHostPollNs = 20'000;
+// DPU mode: how long a QP's RTR waits for the agent to install its route.
+constexpr uint64_t kRouteWaitNs = 3'000'000'000;
 constexpr uint32_t kMaxHostQpSlots = 65536;
 
 uint32_t mtu_bytes(ibv_mtu m) noexcept {
@@ -90,6 +92,11 @@ struct QpCtx {
   std::vector<host::RecvWork> recv_slots;
   std::vector<uint32_t> recv_free;
   bool backlog = false;
+  // DPU mode: RTR found no route; the agent is asked and the QP waits (its
+  // WQEs stay in the rings) until the route is installed or the deadline.
+  bool route_pending = false;
+  bool rts_pending = false;    // the application already moved it to RTS
+  uint64_t route_deadline = 0;
   EgressRoute route;  // egress entry, resolved once per table version
 };
 
@@ -105,7 +112,7 @@ class Worker {
     if (c.dpu_channel.empty())
       commit_standalone_table(st_, table_);
     else  // DPU mode: the agent programs the table (its YAML entries are ignored)
-      dpu_ = std::make_unique<DpuLink>(c.dpu_channel, table_, rte_rdtsc() ^ (uint64_t(getpid()) << 32) | 1,
+      dpu_ = std::make_unique<DpuLink>(c.dpu_channel, table_, (rte_rdtsc() ^ (uint64_t(getpid()) << 32)) | 1,
                                        c.dpu_agent_timeout_ns);
     core_cq_ = core_.create_cq(1u << 16);
     const MemoryRegion mr = core_.reg_mr(kIdentityBase, reinterpret_cast<uint8_t*>(kIdentityBase), kIdentityLen,
@@ -159,7 +166,12 @@ class Worker {
   void on_qp_state(uint32_t host_qpn, ibv_qp_state state);
   void on_qp_destroyed(uint32_t host_qpn, bool died);
   void fail_qp(QpCtx& q) noexcept;
-  const Level2Entry* resolve_via_dpu(uint32_t remote, uint32_t bound_vnic_ip, QpCtx& q);
+  // The egress entry toward the QP's remote from its application's vNIC (any
+  // local vNIC if unbound); sets q.vnic/q.vni. nullptr: no route (yet).
+  const Level2Entry* find_route(QpCtx& q, const host::QpInfo& info, uint32_t remote, uint64_t now, bool punt);
+  int apply_rtr(QpCtx& q, const host::QpInfo& info, const Level2Entry& e, uint32_t remote);
+  int apply_rts(QpCtx& q, const host::QpInfo& info);
+  uint32_t pending_routes(uint64_t now);
   static std::vector<uint32_t> vnic_ips(const StandaloneTable& st) {
     std::vector<uint32_t> ips;
     for (const Vnic& v : st.vnics) ips.push_back(v.overlay_ip);
@@ -178,6 +190,7 @@ class Worker {
   std::vector<QpCtx> ctx_;              // index = core QPN - kQpnBase
   std::vector<uint32_t> host_index_;    // host QPN slot -> ctx index
   std::vector<uint32_t> backlog_;       // host QPNs with WQEs left to fetch
+  std::vector<uint32_t> route_wait_;    // host QPNs whose RTR waits for the agent
   rte_mbuf* tx_buf_[kBurst];
   uint16_t tx_n_ = 0;
   std::vector<uint8_t> scratch_ = std::vector<uint8_t>(16384);
@@ -425,59 +438,33 @@ void Worker::on_qp_state(uint32_t host_qpn, ibv_qp_state state) {
       rc = core_.modify_qp(q->core_qpn, a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS);
       break;
     case IBV_QPS_RTR: {
-      // The remote GID is the remote vNIC's overlay IPv4 (::ffff:a.b.c.d);
-      // the local vNIC is the application's (it bound itself to one at
-      // attach), else the one with an egress entry toward the remote.
+      // The remote GID is the remote vNIC's overlay IPv4 (::ffff:a.b.c.d).
       const uint32_t remote = common::load_be32(info->dgid + 12);
-      const Level2Table::Snapshot snap = table_.begin_read();
-      const Level2Entry* e = nullptr;
-      for (const Vnic& v : st_.vnics) {
-        if (info->vnic_ip != 0 && v.overlay_ip != info->vnic_ip) continue;
-        if ((e = table_.lookup(snap, common::egress_key(v.id, remote))) != nullptr) {
-          q->vnic = v.id;
-          q->vni = v.vni;
-          break;
-        }
-      }
-      if (e == nullptr && dpu_) e = resolve_via_dpu(remote, info->vnic_ip, *q);
-      if (e == nullptr) {
+      const uint64_t now = clock_.now_ns();
+      if (const Level2Entry* e = find_route(*q, *info, remote, now, dpu_ != nullptr)) {
+        rc = apply_rtr(*q, *info, *e, remote);
+      } else if (dpu_) {
+        // Asked the agent (punted); the loop goes on serving everyone else.
+        q->route_pending = true;
+        q->rts_pending = false;
+        q->route_deadline = now + kRouteWaitNs;
+        route_wait_.push_back(host_qpn);
+        return;
+      } else {
         std::fprintf(stderr, "%s: QP 0x%x: no egress entry for remote %s: QP to ERR\n", c_.name.c_str(), host_qpn,
                      format_ipv4(remote).c_str());
         ++k_.qps_no_route;
         fail_qp(*q);
         return;
       }
-      q->remote_overlay = remote;
-      q->remote_underlay = e->egress.underlay_dst_ip;
-      q->route.invalidate();  // the vNIC may have changed
-      q->mtu = std::min(mtu_bytes(info->path_mtu), c_.mtu);
-      a.state = QpState::kRtr;
-      a.qp_access_flags = info->qp_access_flags;
-      a.path_mtu = q->mtu;
-      a.dest_qp_num = info->dest_qp_num;
-      a.rq_psn = info->rq_psn;
-      a.peer = remote;
-      a.path_seed = static_cast<uint16_t>(host_qpn ^ (host_qpn >> 16));
-      a.min_rnr_timer = info->min_rnr_timer;
-      a.reorder_delay_ns = c_.reorder_delay_ns;
-      rc = core_.modify_qp(q->core_qpn, a,
-                           IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                               IBV_QP_AV | IBV_QP_MIN_RNR_TIMER);
-      if (rc == 0) q->routed = true;
       break;
     }
     case IBV_QPS_RTS:
-      a.state = QpState::kRts;
-      a.sq_psn = info->sq_psn;
-      // The application's local ACK timeout (4.096 us << timeout, as verbs)
-      // when it set one; the worker's --timeout-us otherwise. Never below
-      // the worker's: a too-short RTO retransmits whatever is still queued.
-      a.timeout_ns = info->timeout ? std::max<uint64_t>(c_.timeout_ns, uint64_t{4096} << std::min<uint8_t>(info->timeout, 31))
-                                   : c_.timeout_ns;
-      a.retry_cnt = info->retry_cnt ? info->retry_cnt : 7;
-      a.rnr_retry = info->rnr_retry;
-      rc = core_.modify_qp(q->core_qpn, a,
-                           IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY);
+      if (q->route_pending) {
+        q->rts_pending = true;  // applied once the route is in
+        return;
+      }
+      rc = apply_rts(*q, *info);
       break;
     case IBV_QPS_ERR:
       a.state = QpState::kError;
@@ -492,6 +479,110 @@ void Worker::on_qp_state(uint32_t host_qpn, ibv_qp_state state) {
     ++k_.qps_core_refused;
     fail_qp(*q);
   }
+}
+
+const Level2Entry* Worker::find_route(QpCtx& q, const host::QpInfo& info, uint32_t remote, uint64_t now,
+                                      bool punt) {
+  const Level2Table::Snapshot snap = table_.begin_read();
+  for (const Vnic& v : st_.vnics) {
+    if (info.vnic_ip != 0 && v.overlay_ip != info.vnic_ip) continue;
+    if (const Level2Entry* e = table_.lookup(snap, common::egress_key(v.id, remote))) {
+      q.vnic = v.id;
+      q.vni = v.vni;
+      return e;
+    }
+  }
+  if (punt && dpu_ && dpu_->state() == RnicChannelState::kActive)
+    for (const Vnic& v : st_.vnics)
+      if (info.vnic_ip == 0 || v.overlay_ip == info.vnic_ip)
+        dpu_->punt(common::egress_key(v.id, remote), nullptr, 0, 0, now);
+  return nullptr;
+}
+
+int Worker::apply_rtr(QpCtx& q, const host::QpInfo& info, const Level2Entry& e, uint32_t remote) {
+  q.remote_overlay = remote;
+  q.remote_underlay = e.egress.underlay_dst_ip;
+  q.route.invalidate();  // the vNIC may have changed
+  q.mtu = std::min(mtu_bytes(info.path_mtu), c_.mtu);
+  QpAttr a;
+  a.state = QpState::kRtr;
+  a.qp_access_flags = info.qp_access_flags;
+  a.path_mtu = q.mtu;
+  a.dest_qp_num = info.dest_qp_num;
+  a.rq_psn = info.rq_psn;
+  a.peer = remote;
+  a.path_seed = static_cast<uint16_t>(q.host_qpn ^ (q.host_qpn >> 16));
+  a.min_rnr_timer = info.min_rnr_timer;
+  a.reorder_delay_ns = c_.reorder_delay_ns;
+  const int rc = core_.modify_qp(q.core_qpn, a,
+                                 IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                     IBV_QP_RQ_PSN | IBV_QP_AV | IBV_QP_MIN_RNR_TIMER);
+  if (rc == 0) q.routed = true;
+  return rc;
+}
+
+int Worker::apply_rts(QpCtx& q, const host::QpInfo& info) {
+  QpAttr a;
+  a.state = QpState::kRts;
+  a.sq_psn = info.sq_psn;
+  // The application's local ACK timeout (4.096 us << timeout, as verbs)
+  // when it set one; the worker's --timeout-us otherwise. Never below the
+  // worker's: a too-short RTO retransmits whatever is still queued.
+  a.timeout_ns = info.timeout ? std::max<uint64_t>(c_.timeout_ns, uint64_t{4096} << std::min<uint8_t>(info.timeout, 31))
+                              : c_.timeout_ns;
+  a.retry_cnt = info.retry_cnt ? info.retry_cnt : 7;
+  a.rnr_retry = info.rnr_retry;
+  return core_.modify_qp(q.core_qpn, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                            IBV_QP_RNR_RETRY);
+}
+
+// DPU mode: QPs whose RTR waits for the agent. Each iteration looks their
+// routes up again (a handful of QPs, control path); a route that arrived
+// completes RTR (and RTS if the application got there) and lets the QP's
+// WQEs flow; past the deadline (the agent denied it, or is gone) the QP
+// goes to ERR and its application sees the failure.
+uint32_t Worker::pending_routes(uint64_t now) {
+  uint32_t done = 0;
+  for (std::size_t i = 0; i < route_wait_.size();) {
+    QpCtx* q = by_host(route_wait_[i]);
+    const host::QpInfo* info = host_.qp_info(route_wait_[i]);
+    bool finished = q == nullptr || info == nullptr || !q->route_pending;
+    if (!finished) {
+      const uint32_t remote = common::load_be32(info->dgid + 12);
+      if (const Level2Entry* e = find_route(*q, *info, remote, now, true)) {
+        q->route_pending = false;
+        int rc = apply_rtr(*q, *info, *e, remote);
+        if (rc == 0 && q->rts_pending) rc = apply_rts(*q, *info);
+        if (rc != 0) {
+          ++k_.qps_core_refused;
+          fail_qp(*q);
+        } else if (!q->backlog) {
+          q->backlog = true;  // WQEs posted meanwhile wait in the rings
+          backlog_.push_back(q->host_qpn);
+        }
+        finished = true;
+      } else if (now >= q->route_deadline) {
+        std::fprintf(stderr, "%s: QP 0x%x: the agent installed no route to %s: QP to ERR\n", c_.name.c_str(),
+                     q->host_qpn, format_ipv4(remote).c_str());
+        ++k_.qps_no_route;
+        q->route_pending = false;
+        fail_qp(*q);
+        if (!q->backlog) {
+          q->backlog = true;  // flushes the WQEs posted meanwhile: the application sees errors
+          backlog_.push_back(q->host_qpn);
+        }
+        finished = true;
+      }
+    }
+    if (finished) {
+      route_wait_[i] = route_wait_.back();
+      route_wait_.pop_back();
+      ++done;
+    } else {
+      ++i;
+    }
+  }
+  return done;
 }
 
 void Worker::on_qp_destroyed(uint32_t host_qpn, bool died) {
@@ -526,6 +617,10 @@ uint32_t Worker::host_events() {
 }
 
 uint32_t Worker::pump_qp(QpCtx& q) noexcept {
+  if (q.route_pending) {
+    q.backlog = false;  // pending_routes() puts it back once routed
+    return 0;
+  }
   uint32_t n = 0;
   host::RecvWork rw[kBurst];
   const std::size_t rn = host_.fetch_recv(q.host_qpn, std::span(rw, std::min<std::size_t>(kBurst, q.recv_free.size())));
@@ -654,29 +749,6 @@ uint32_t Worker::completions() noexcept {
   return total;
 }
 
-// DPU mode: a QP's first route is a table miss. Punt it for the
-// application's vNIC (every local vNIC if it bound none) and keep servicing
-// the channel (control path, bounded) until the agent has installed an entry
-// or refused: isolation-denied peers get no entry.
-const Level2Entry* Worker::resolve_via_dpu(uint32_t remote, uint32_t bound_vnic_ip, QpCtx& q) {
-  const uint64_t start = clock_.now_ns();
-  for (uint64_t now = start; now - start < 3'000'000'000; now = clock_.now_ns()) {
-    if (dpu_->state() == RnicChannelState::kActive) {
-      const Level2Table::Snapshot snap = table_.begin_read();
-      for (const Vnic& v : st_.vnics) {
-        if (bound_vnic_ip != 0 && v.overlay_ip != bound_vnic_ip) continue;
-        if (const Level2Entry* e = table_.lookup(snap, common::egress_key(v.id, remote))) {
-          q.vnic = v.id;
-          q.vni = v.vni;
-          return e;
-        }
-        dpu_->punt(common::egress_key(v.id, remote), nullptr, 0, 0, now);
-      }
-    }
-    if (dpu_->service(now) == 0) usleep(100);
-  }
-  return nullptr;
-}
 
 // ------------------------------------------------------------------ the loop
 
@@ -705,6 +777,7 @@ void Worker::loop() {
       dpu_->set(common::BarCounter::kRxPackets, k_.rx_packets);
       dpu_->set(common::BarCounter::kTxPackets, k_.tx_packets);
       work += dpu_->service(now);
+      if (!route_wait_.empty()) work += pending_routes(now);
     }
     idle.after_iteration(work > 0 || !backlog_.empty());
   }
@@ -716,6 +789,7 @@ void Worker::shutdown() {
   // the QP to ERR (applications see a dead QP, not a hang).
   for (QpCtx& q : ctx_) {
     if (!q.live) continue;
+    q.route_pending = false;  // so pump_qp below flushes its WQEs too
     QpAttr a;
     a.state = QpState::kError;
     core_.modify_qp(q.core_qpn, a, IBV_QP_STATE);

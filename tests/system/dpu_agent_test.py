@@ -164,18 +164,30 @@ def main():
     check(na >= 2 and nb >= 2 and wait_for(both_active, 10, "active"),
           f"level-2 tables installed by transactions (A {na} entries, B {nb}, A's BAR {bar('A')})")
 
-    # 3. Isolation: tenant 100's vNIC cannot reach tenant 300's address.
+    # 3. Isolation: tenant 100's vNIC cannot reach tenant 300's address; while
+    # that QP waits for a route that never comes, worker A serves everyone else.
+    sink0 = start([APP, "sink", f"{D}/B.rnic", D, "sink0", "strm0", "14", "192.168.7.1"], "sink0")
+    strm0 = start([APP, "stream", f"{D}/A.rnic", D, "strm0", "sink0", "15", "192.168.7.2"], "strm0")
+    wait_for(lambda: os.path.exists(f"{D}/strm0.streaming") or strm0.poll() is not None, 30, "stream")
     denied0 = channel("A").get("punts", {}).get("denied", 0)
     i1 = start([APP, "verify", f"{D}/A.rnic", D, "iso1", "iso2", "8", "192.168.9.3"], "iso1")
     i2 = start([APP, "verify", f"{D}/B.rnic", D, "iso2", "iso1", "9", "192.168.7.1"], "iso2")
+    wait_for(lambda: channel("A").get("punts", {}).get("denied", 0) > denied0 or i1.poll() is not None, 10, "punt")
+    tx0 = bar("A")[1]
+    time.sleep(1.0)
+    tx1 = bar("A")[1]
+    check(i1.poll() is None and strm0.poll() is None and tx1 > tx0,
+          f"while the denied QP waits for its route, worker A keeps forwarding the other stream (tx {tx0} -> {tx1})")
     try:
         r1 = i1.wait(60)
     except subprocess.TimeoutExpired:
         r1 = None
-    for p in (i1, i2):
+    for p in (i1, i2, strm0):
         if p.poll() is None:
             p.kill()
             p.wait()
+    open(f"{D}/sink0.stop", "w").close()
+    sink0.wait(30)
     punts = channel("A").get("punts", {})
     denied = punts.get("denied", 0)
     check(r1 not in (0, None) and denied > denied0,
