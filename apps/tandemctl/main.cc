@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
   leaf(vn, "list", "List vNICs", "vnic.list")->final_callback([&] { list_key = "vnics"; });
 
   CLI::App* mp = group("mapping", "Overlay -> underlay mappings");
-  s = leaf(mp, "add", "Add or replace a mapping", "mapping.add");
+  s = leaf(mp, "add", "Add a mapping (an existing one is refused: delete it first)", "mapping.add");
   s->add_option("--vni", vni, "Tenant")->required();
   s->add_option("--overlay-ip", ip, "Overlay IPv4")->required();
   s->add_option("--underlay-ip", uip, "Underlay IPv4 of the RNIC it lives behind")->required();
