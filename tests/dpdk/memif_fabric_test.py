@@ -84,9 +84,13 @@ try:
     a2 = host(APFX, f"{tmp}/hostA.sock", "flowgen", a2_log)
     c.check(wait_until(lambda: ports(t)[0]["rx_packets"] > before + 1000),
             "a restarted host reconnects and its traffic flows again")
+    # The fabric stops first, with both hosts still connected: its own close
+    # is what this checks. (A host leaving while the fabric polls its port is
+    # exercised above by host A; DPDK 22.11's memif can crash the server in
+    # that case, rarely: MEMIF.md.)
+    rc = lab.stop(f, 10)
     lab.stop(a2, 10)
     lab.stop(b, 10)
-    rc = lab.stop(f, 10)
     fab_log.close()
     print(open(f"{tmp}/fabric.log").read()[-1200:])
     c.check(rc == 0, f"tandem-fabric stops cleanly ({rc})")
