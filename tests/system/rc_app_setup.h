@@ -51,6 +51,42 @@ struct Peer {
   uint64_t addr = 0;
 };
 
+// One application's resources: a device context, a PD, one registered
+// buffer of buf_len bytes, one CQ and one RC QP on it (in RESET).
+struct RcApp {
+  Context* ctx = nullptr;
+  Pd* pd = nullptr;
+  uint8_t* buf = nullptr;
+  Mr* mr = nullptr;
+  Cq* cq = nullptr;
+  Qp* qp = nullptr;
+};
+
+inline RcApp open_rc_app(const std::string& sock, const std::string& name, std::size_t buf_len,
+                         uint32_t max_recv_wr, uint32_t max_sge) {
+  RcApp a;
+  DeviceAttr attr;
+  attr.name = name.c_str();
+  attr.huge_buffers = false;
+  a.ctx = open_device(sock.c_str(), attr);
+  if (!a.ctx) die(2, "open_device " + sock);
+  a.pd = alloc_pd(a.ctx);
+  a.buf = static_cast<uint8_t*>(alloc_buf(a.ctx, buf_len));
+  if (!a.pd || !a.buf) die(2, "alloc");
+  a.mr = reg_mr(a.pd, a.buf, buf_len, kAccess);
+  a.cq = create_cq(a.ctx, 256);
+  QpInitAttr qi;
+  qi.send_cq = a.cq;
+  qi.recv_cq = a.cq;
+  qi.cap.max_send_wr = 64;
+  qi.cap.max_recv_wr = max_recv_wr;
+  qi.cap.max_send_sge = max_sge;
+  qi.cap.max_recv_sge = max_sge;
+  a.qp = a.mr && a.cq ? create_qp(a.pd, &qi) : nullptr;
+  if (!a.qp) die(2, "reg_mr/create_cq/create_qp");
+  return a;
+}
+
 inline void to_init(Qp* qp) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;

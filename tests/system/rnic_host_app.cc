@@ -55,26 +55,14 @@ int main(int argc, char** argv) {
   in_addr peer_ip{};
   if (inet_pton(AF_INET, argv[7], &peer_ip) != 1) die(2, "bad peer IP");
 
-  DeviceAttr attr;
-  attr.name = name.c_str();
-  attr.huge_buffers = false;
-  Context* ctx = open_device(sock.c_str(), attr);
-  if (!ctx) die(2, "open_device " + sock);
-  Pd* pd = alloc_pd(ctx);
-  auto* buf = static_cast<uint8_t*>(alloc_buf(ctx, kBuf));
-  if (!pd || !buf) die(2, "alloc");
+  const RcApp app = open_rc_app(sock, name, kBuf, 64, 2);
+  Context* ctx = app.ctx;
+  Pd* pd = app.pd;
+  uint8_t* buf = app.buf;
+  Mr* mr = app.mr;
+  Cq* cq = app.cq;
+  Qp* qp = app.qp;
   for (std::size_t i = 0; i < kBuf; ++i) buf[i] = i < kWriteIn ? pattern(seed, i) : 0;
-  Mr* mr = reg_mr(pd, buf, kBuf, kAccess);
-  Cq* cq = create_cq(ctx, 256);
-  QpInitAttr qi;
-  qi.send_cq = cq;
-  qi.recv_cq = cq;
-  qi.cap.max_send_wr = 64;
-  qi.cap.max_recv_wr = 64;
-  qi.cap.max_send_sge = 2;
-  qi.cap.max_recv_sge = 2;
-  Qp* qp = mr && cq ? create_qp(pd, &qi) : nullptr;
-  if (!qp) die(2, "reg_mr/create_cq/create_qp");
 
   to_init(qp);
   // Receives first (in INIT), so the peer's SENDs find them.

@@ -50,26 +50,12 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, [](int) { g_stop_flag.store(true); });
   std::signal(SIGTERM, [](int) { g_stop_flag.store(true); });
 
-  DeviceAttr attr;
-  attr.name = name.c_str();
-  attr.huge_buffers = false;
-  Context* ctx = open_device(sock.c_str(), attr);
-  if (!ctx) die(2, "open_device " + sock);
-  Pd* pd = alloc_pd(ctx);
-  auto* buf = static_cast<uint8_t*>(alloc_buf(ctx, kBuf));
-  if (!pd || !buf) die(2, "alloc");
+  const RcApp app = open_rc_app(sock, name, kBuf, 1, 1);
+  uint8_t* buf = app.buf;
+  Mr* mr = app.mr;
+  Cq* cq = app.cq;
+  Qp* qp = app.qp;
   std::memset(buf, 0x5a, kBuf);
-  Mr* mr = reg_mr(pd, buf, kBuf, kAccess);
-  Cq* cq = create_cq(ctx, 256);
-  QpInitAttr qi;
-  qi.send_cq = cq;
-  qi.recv_cq = cq;
-  qi.cap.max_send_wr = 64;
-  qi.cap.max_recv_wr = 1;
-  qi.cap.max_send_sge = 1;
-  qi.cap.max_recv_sge = 1;
-  Qp* qp = mr && cq ? create_qp(pd, &qi) : nullptr;
-  if (!qp) die(2, "reg_mr/create_cq/create_qp");
 
   to_init(qp);
   const Peer peer = exchange(dir, name, peer_name, qp, mr, buf);
