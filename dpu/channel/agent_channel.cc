@@ -62,9 +62,18 @@ void AgentChannel::enter(ChannelState s, uint64_t now) {
 }
 
 void AgentChannel::start(uint64_t now) {
-  if (state_ != ChannelState::kDown) return;
+  if (started_) return;
+  started_ = true;
   bar_heartbeat_changed_ = now;
-  send_hello(now);
+  if (rnic_attached(now)) send_hello(now);  // else tick() sends it once the RNIC shows up
+}
+
+// A worker that is attached and running: its BAR names a state and an
+// instance, and its heartbeat moved recently. A BAR left behind by a dead
+// worker (re-opened channel file) has a frozen heartbeat and does not count.
+bool AgentChannel::rnic_attached(uint64_t now) const noexcept {
+  return bar_seen_ && bar_state_ != RnicChannelState::kDown && rnic_instance_ != 0 && bar_beating_ &&
+         now - bar_heartbeat_changed_ <= config_.heartbeat_timeout_ns;
 }
 
 void AgentChannel::send_hello(uint64_t now) {
@@ -148,8 +157,9 @@ void AgentChannel::on_event(const RawMessage& m, uint64_t now) {
     case MessageType::kError: {
       auto e = as<ErrorMsg>(m);
       ++stats_.errors;
-      // Errors about commands sent before the latest HELLO are expected noise.
-      if (state_ == ChannelState::kHello || state_ == ChannelState::kReset) break;
+      // Errors about commands sent before the latest HELLO (or left in the
+      // ring for a worker that has not said hello yet) are expected noise.
+      if (state_ == ChannelState::kHello || state_ == ChannelState::kReset || state_ == ChannelState::kDown) break;
       degrade(now, "RNIC " + rnic_ + " reported channel error " +
                        std::to_string(static_cast<int>(e.code)) + " for command seq " +
                        std::to_string(e.offending_seq));
@@ -259,6 +269,7 @@ void AgentChannel::on_aborted(const AbortedMsg& m, uint64_t now) {
 }
 
 void AgentChannel::on_bar(const BarSample& s, uint64_t now) {
+  bar_state_ = s.state;
   if (!bar_seen_) {
     bar_seen_ = true;
     rnic_instance_ = s.rnic_instance;
@@ -268,15 +279,18 @@ void AgentChannel::on_bar(const BarSample& s, uint64_t now) {
   }
   if (s.rnic_instance != rnic_instance_) {
     // The RNIC restarted: whatever we think it holds, re-HELLO and reconcile.
+    // A new instance number is written by a worker that just started.
     rnic_instance_ = s.rnic_instance;
     bar_heartbeat_ = s.heartbeat;
     bar_heartbeat_changed_ = now;
+    bar_beating_ = s.rnic_instance != 0;
     if (state_ != ChannelState::kDown && state_ != ChannelState::kHello) reset(now);
     return;
   }
   if (s.heartbeat != bar_heartbeat_) {
     bar_heartbeat_ = s.heartbeat;
     bar_heartbeat_changed_ = now;
+    bar_beating_ = true;
     // It is alive again; other degradations wait for degraded_reset_ns.
     if (state_ == ChannelState::kDegraded && degraded_by_stall_) reset(now);
   }
@@ -285,6 +299,7 @@ void AgentChannel::on_bar(const BarSample& s, uint64_t now) {
 void AgentChannel::tick(uint64_t now) {
   switch (state_) {
     case ChannelState::kDown:
+      if (started_ && rnic_attached(now)) send_hello(now);
       break;
     case ChannelState::kHello:
       if (now - state_since_ > config_.hello_timeout_ns) degrade(now, "HELLO to RNIC " + rnic_ + " unanswered");
@@ -313,7 +328,12 @@ void AgentChannel::tick(uint64_t now) {
       if (now - state_since_ > config_.degraded_reset_ns) reset(now);
       break;
     case ChannelState::kReset:
-      send_hello(now);
+      if (rnic_attached(now)) {
+        send_hello(now);
+      } else {
+        version_ = 0;
+        enter(ChannelState::kDown, now);  // no worker to talk to: wait for one, quietly
+      }
       break;
   }
 }

@@ -3,13 +3,21 @@
 // and the time; it produces commands for the command ring and outcomes
 // (committed/aborted transactions, punts) for the agent.
 //
-//   DOWN --start--> HELLO --HELLO_ACK--> SYNC --COMMITTED(replay)--> ACTIVE
+//   DOWN --start, RNIC attached--> HELLO --HELLO_ACK--> SYNC --COMMITTED(replay)--> ACTIVE
 //                     |                    \--digests equal (v2)----> ACTIVE
 //                     |timeout              ACTIVE: one txn in flight at a time,
 //                     v                     queued change sets merged into it
 //   ACTIVE/SYNC --BAR heartbeat stalled, txn timeout, ERROR--> DEGRADED
 //   DEGRADED --heartbeat back, or degraded_reset_ns--> RESET --next tick--> HELLO
 //   RNIC restarted (BAR instance changed / back in AWAIT_HELLO) --> RESET
+//   RESET, RNIC not attached --> DOWN (waiting; HELLO when it attaches)
+//
+// HELLO is only sent to an RNIC the BAR shows attached and alive (state not
+// DOWN, an instance number, a heartbeat seen moving): an agent that starts
+// before its workers waits in DOWN instead of timing HELLOs out against an
+// empty ring (DEGRADED, RESET, HELLO, ... and a ring full of stale HELLOs for
+// the worker to answer when it comes). A HELLO an attached RNIC leaves
+// unanswered still degrades.
 //
 // A transaction in flight when the channel leaves ACTIVE is put back at the
 // head of the queue; the re-HELLO's digest tells whether the RNIC still holds
@@ -100,6 +108,9 @@ class AgentChannel {
   std::vector<common::PuntMsg> take_punts();
 
   ChannelState state() const noexcept { return state_; }
+  // Started, but no RNIC attached to the channel yet (or it went away): DOWN
+  // until the BAR shows a live one.
+  bool waiting_for_rnic() const noexcept { return started_ && state_ == ChannelState::kDown; }
   uint16_t version() const noexcept { return version_; }
   const Level2Shadow& shadow() const noexcept { return shadow_; }
   const std::string& rnic() const noexcept { return rnic_; }
@@ -111,6 +122,7 @@ class AgentChannel {
  private:
   void send(RawMessage m);
   void send_hello(uint64_t now);
+  bool rnic_attached(uint64_t now) const noexcept;
   void enter(ChannelState s, uint64_t now);
   void degrade(uint64_t now, std::string why);
   void reset(uint64_t now);
@@ -135,6 +147,9 @@ class AgentChannel {
   uint64_t bar_heartbeat_changed_ = 0;
   uint64_t rnic_instance_ = 0;
   bool bar_seen_ = false;
+  bool started_ = false;
+  bool bar_beating_ = false;        // heartbeat seen moving since this instance appeared
+  common::RnicChannelState bar_state_ = common::RnicChannelState::kDown;
   bool degraded_by_stall_ = false;  // DEGRADED because the BAR heartbeat stopped
   uint64_t txn_sent_at_ = 0;
   struct Queued {

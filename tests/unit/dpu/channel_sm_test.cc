@@ -302,6 +302,98 @@ TEST_CASE("HELLO without an answer times out, and RESET retries it") {
   REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
 }
 
+TEST_CASE("an agent started long before its RNIC waits in DOWN without degrading, then goes ACTIVE") {
+  RnicSide r;
+  r.alive = false;  // no worker attached: the BAR is all zero
+  Link l(r);
+  l.agent.start(l.now);
+  l.run(5000);  // 10 x hello_timeout, 5 x degraded_reset
+  CHECK(l.agent.state() == ChannelState::kDown);
+  CHECK(l.agent.waiting_for_rnic());
+  CHECK(l.agent.stats().degraded == 0);
+  CHECK(l.agent.stats().resets == 0);
+  CHECK(l.agent.stats().hellos == 0);
+  CHECK(l.cmd_ring.empty());  // no stale HELLO waiting for the worker
+  r.alive = true;
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  CHECK(l.agent.stats().degraded == 0);
+  CHECK(l.agent.stats().hellos == 1);
+  CHECK(l.agent.last_error().empty());
+  l.agent.submit(puts(1, 1, 2));
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  l.require_in_sync();
+}
+
+TEST_CASE("a BAR left behind by a dead worker does not count as an attached RNIC") {
+  RnicSide r;
+  r.alive = false;
+  r.bar->state.value = static_cast<uint64_t>(RnicChannelState::kActive);
+  r.bar->rnic_instance.value = 41;
+  r.bar->heartbeat.value = 12345;  // frozen
+  Link l(r);
+  l.agent.start(l.now);
+  l.run(3000);
+  CHECK(l.agent.state() == ChannelState::kDown);
+  CHECK(l.agent.stats().hellos == 0);
+  CHECK(l.agent.stats().degraded == 0);
+  r.alive = true;  // a new worker (instance 1) attaches
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  CHECK(l.agent.stats().degraded == 0);
+}
+
+TEST_CASE("a stale HELLO of an earlier agent left in the ring does not confuse the handshake") {
+  RnicSide r;
+  r.alive = false;
+  AgentChannelConfig cfg;
+  cfg.agent_instance = 2;
+  Link l(r, cfg);
+  HelloMsg old;
+  old.agent_instance = 1;  // the previous agent's, never answered
+  l.cmd_ring.push_back(to_raw(old));
+  l.cmd_ring.push_back(to_raw(HeartbeatMsg{}));
+  l.agent.start(l.now);
+  l.run(2000);
+  CHECK(l.agent.stats().hellos == 0);
+  r.alive = true;
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  CHECK(l.agent.stats().hellos == 1);
+  CHECK(l.agent.stats().degraded == 0);
+  CHECK(l.agent.stats().stale_events >= 1);  // the old agent's HELLO_ACK, ignored
+  l.agent.submit(puts(1, 1, 2));
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  l.require_in_sync();
+}
+
+TEST_CASE("an attached RNIC that leaves HELLO unanswered still degrades the channel") {
+  RnicSide r;
+  r.processing = false;  // worker runs and beats, but never reads its command ring
+  Link l(r);
+  l.agent.start(l.now);
+  l.run(600);
+  CHECK(l.agent.state() == ChannelState::kDegraded);
+  CHECK(l.agent.stats().degraded == 1);
+  CHECK(l.agent.last_error() == "HELLO to RNIC rnic0 unanswered");
+}
+
+TEST_CASE("a worker that dies degrades the channel once, then the agent waits quietly for the next one") {
+  RnicSide r;
+  Link l(r);
+  l.start();
+  l.agent.submit(puts(1, 1, 4));
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  r.alive = false;
+  l.run(10000);
+  CHECK(l.agent.stats().degraded == 1);
+  CHECK(l.agent.state() == ChannelState::kDown);
+  CHECK(l.agent.stats().hellos == 1);
+  r.restart();
+  r.alive = true;
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  CHECK(l.agent.stats().degraded == 1);
+  CHECK(l.agent.stats().replays == 1);  // the new worker's table is empty
+  l.require_in_sync();
+}
+
 TEST_CASE("an unanswered transaction times out while the BAR still beats") {
   RnicSide r;
   AgentChannelConfig cfg;
