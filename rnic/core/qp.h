@@ -5,6 +5,8 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -32,16 +34,39 @@ struct Cq {
   }
 };
 
-struct SendWqe {
-  SendWr wr;
-  std::array<uint8_t*, kMaxSge> sge_ptr{};  // host pointers of sg_list
-  uint64_t len = 0;         // total bytes
-  uint32_t npkts = 1;       // PSNs the message uses (READ: response packets)
-  uint32_t first_psn = 0;   // valid once started
-  uint32_t pkts_sent = 0;   // PSNs assigned so far (lazy segmentation)
-  uint32_t recv_idx = 0;    // SEND / WRITE_WITH_IMM: ordinal among RECV consumers
-  ibv_wc_status status = IBV_WC_SUCCESS;
+// One gather entry of a posted send: where this process reads (or, for a
+// READ, writes) the bytes, and how many.
+struct WqeSge {
+  uint8_t* ptr = nullptr;
+  uint32_t len = 0;
 };
+
+// A posted send WR as the send path needs it, not the whole SendWr: the
+// fields segmentation and completion read, and the gather list resolved to
+// host pointers. A one-SGE WR (the common case) is one cache line; deep send
+// queues times many QPs would otherwise stream ~260-byte copies through the
+// cache on every post, segment and completion.
+struct alignas(64) SendWqe {
+  uint64_t wr_id = 0;
+  uint64_t remote_addr = 0;  // WRITE / READ
+  uint32_t rkey = 0;         // WRITE / READ
+  uint32_t imm_data = 0;     // host order
+  uint32_t len = 0;          // total bytes (<= 2^31)
+  uint32_t npkts = 1;        // PSNs the message uses (READ: response packets)
+  uint32_t first_psn = 0;    // valid once started
+  uint32_t pkts_sent = 0;    // PSNs assigned so far (lazy segmentation)
+  uint32_t recv_idx : 24 = 0;          // SEND / WRITE_WITH_IMM: ordinal among RECV consumers
+  uint32_t opcode : 8 = IBV_WR_SEND;   // ibv_wr_opcode
+  uint8_t status = IBV_WC_SUCCESS;     // ibv_wc_status
+  uint8_t num_sge = 0;
+  bool signaled = true;      // IBV_SEND_SIGNALED
+  bool solicited = false;    // IBV_SEND_SOLICITED
+  std::array<WqeSge, kMaxSge> sge{};
+
+  ibv_wr_opcode op() const noexcept { return static_cast<ibv_wr_opcode>(opcode); }
+  ibv_wc_status wc_status() const noexcept { return static_cast<ibv_wc_status>(status); }
+};
+static_assert(offsetof(SendWqe, sge) + sizeof(WqeSge) <= 64, "a one-SGE send WR fits one cache line");
 
 struct RecvWqe {
   RecvWr wr;
@@ -106,6 +131,8 @@ struct Qp {
 
   // --- requester ---
   std::vector<SendWqe> sq;
+  uint32_t sq_mask = 0;  // sq.size() - 1
+  bool sq_pow2 = false;
   uint32_t sq_head = 0;  // oldest not completed
   uint32_t sq_send = 0;  // next to segment
   uint32_t sq_tail = 0;  // next free
@@ -181,7 +208,9 @@ struct Qp {
   bool irn() const noexcept { return init.mode == Reliability::kIrn; }
   PsnRec& rec(uint32_t psn) noexcept { return recs[psn & wmask]; }
   RxSlot& slot(uint32_t psn) noexcept { return slots[psn & wmask]; }
-  SendWqe& wqe(uint32_t idx) noexcept { return sq[idx % sq.size()]; }
+  // Send-queue slot of a WR index (no division when the depth is a power of
+  // two, as the worker sizes it).
+  SendWqe& wqe(uint32_t idx) noexcept { return sq[sq_pow2 ? (idx & sq_mask) : idx % sq.size()]; }
   RecvWqe& rwqe(uint32_t idx) noexcept { return rq[idx % rq.size()]; }
   void drop(common::DropReason r) noexcept { ++c.drops[static_cast<std::size_t>(r)]; }
 

@@ -49,22 +49,14 @@ uint8_t request_opcode(ibv_wr_opcode op, bool first, bool last) noexcept {
   return IBV_OPCODE_RC_RDMA_WRITE_MIDDLE;
 }
 
-// The send-queue slot of a WR index, without a division per call when the
-// queue is a power of two deep (the worker sizes them so): the same slot as
-// Qp::wqe().
-SendWqe& sq_slot(std::vector<SendWqe>& sq, uint32_t idx) noexcept {
-  const std::size_t n = sq.size();
-  return sq[(n & (n - 1)) == 0 ? (idx & (n - 1)) : idx % n];
-}
-
 // Points the descriptor at `len` bytes of the WR's gather list from `off`.
 void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noexcept {
   uint32_t k = 0;
-  for (uint32_t j = 0; j < w.wr.num_sge && len > 0; ++j) {
-    const uint32_t sl = w.wr.sg_list[j].length;
+  for (uint32_t j = 0; j < w.num_sge && len > 0; ++j) {
+    const uint32_t sl = w.sge[j].len;
     if (off >= sl) { off -= sl; continue; }
     const uint32_t take = static_cast<uint32_t>(std::min<uint64_t>(len, sl - off));
-    d->segs[k++] = TxSeg{w.sge_ptr[j] + off, take};
+    d->segs[k++] = TxSeg{w.sge[j].ptr + off, take};
     len -= take;
     off = 0;
   }
@@ -87,9 +79,8 @@ int Qp::post_send(const SendWr& wr) noexcept {
     default: return EINVAL;
   }
   if (wr.num_sge > kMaxSge) return EINVAL;
-  SendWqe& w = sq_slot(sq, sq_tail);
-  w.wr = wr;
-  w.len = 0;
+  SendWqe& w = wqe(sq_tail);
+  uint64_t len = 0;
   for (uint32_t j = 0; j < wr.num_sge; ++j) {
     const Sge& g = wr.sg_list[j];
     const MemoryRegion* mr = t->find_mr(g.lkey);
@@ -97,13 +88,22 @@ int Qp::post_send(const SendWr& wr) noexcept {
         g.length > mr->len - (g.addr - mr->addr))
       return EINVAL;
     if (wr.opcode == IBV_WR_RDMA_READ && !(mr->access & IBV_ACCESS_LOCAL_WRITE)) return EINVAL;
-    w.sge_ptr[j] = mr->host_ptr + (g.addr - mr->addr);
-    w.len += g.length;
+    w.sge[j] = WqeSge{mr->host_ptr + (g.addr - mr->addr), g.length};
+    len += g.length;
   }
-  if (w.len > (1ull << 31)) return EINVAL;
-  w.npkts = w.len <= mtu() ? 1 : static_cast<uint32_t>((w.len + mtu() - 1) / mtu());
-  w.pkts_sent = 0;
+  if (len > (1ull << 31)) return EINVAL;
+  w.wr_id = wr.wr_id;
+  w.remote_addr = wr.remote_addr;
+  w.rkey = wr.rkey;
+  w.imm_data = wr.imm_data;
+  w.len = static_cast<uint32_t>(len);
+  w.opcode = static_cast<uint8_t>(wr.opcode);
   w.status = IBV_WC_SUCCESS;
+  w.num_sge = static_cast<uint8_t>(wr.num_sge);
+  w.signaled = (wr.send_flags & IBV_SEND_SIGNALED) != 0;
+  w.solicited = (wr.send_flags & IBV_SEND_SOLICITED) != 0;
+  w.npkts = w.len <= mtu() ? 1 : (w.len + mtu() - 1) / mtu();
+  w.pkts_sent = 0;
   if (wr.opcode == IBV_WR_SEND || wr.opcode == IBV_WR_SEND_WITH_IMM ||
       wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
     w.recv_idx = next_recv_idx;
@@ -117,7 +117,7 @@ int Qp::post_send(const SendWr& wr) noexcept {
 // TX queue is full; sets cc_stop when congestion control says wait.
 bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept {
   PsnRec& r = rec(psn);
-  SendWqe& w = sq_slot(sq, r.wqe);
+  SendWqe& w = wqe(r.wqe);
   const bool is_read = (r.flags & kRecRead) != 0;
   if (!is_read && !cc->can_send(inflight_bytes, r.len, now)) {
     cc_stop = true;
@@ -140,7 +140,7 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
     const uint64_t end = std::min<uint64_t>(w.len, uint64_t{last_idx + 1} * mtu());
     d->bth.opcode = IBV_OPCODE_RC_RDMA_READ_REQUEST;
     d->bth.ack_req = false;
-    d->reth = common::Reth{w.wr.remote_addr + off, w.wr.rkey, static_cast<uint32_t>(end - off)};
+    d->reth = common::Reth{w.remote_addr + off, w.rkey, static_cast<uint32_t>(end - off)};
     for (uint32_t i = r.pkt_idx; i <= last_idx; ++i) {
       PsnRec& q = rec(psn_add(psn, i - r.pkt_idx));
       if (q.flags & kRecLost) { q.flags &= ~kRecLost; --lost; }
@@ -150,19 +150,19 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
     }
   } else {
     const bool first = r.pkt_idx == 0, last = r.pkt_idx + 1 == w.npkts;
-    const ibv_wr_opcode op = w.wr.opcode;
+    const ibv_wr_opcode op = w.op();
     d->bth.opcode = request_opcode(op, first, last);
     d->bth.ack_req = last || (r.pkt_idx + 1) % attr.ack_every == 0;
-    d->bth.se = last && (w.wr.send_flags & IBV_SEND_SOLICITED) &&
+    d->bth.se = last && w.solicited &&
                 (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM);
     if (common::opcode_has(d->bth.opcode, common::kOpReth))
-      d->reth = common::Reth{w.wr.remote_addr, w.wr.rkey, static_cast<uint32_t>(w.len)};
-    if (common::opcode_has(d->bth.opcode, common::kOpImm)) d->imm = w.wr.imm_data;
+      d->reth = common::Reth{w.remote_addr, w.rkey, w.len};
+    if (common::opcode_has(d->bth.opcode, common::kOpImm)) d->imm = w.imm_data;
     if (irn()) {
       const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
       d->has_xeth = true;
-      d->xeth = Xeth{w.recv_idx, static_cast<uint32_t>(off), static_cast<uint32_t>(w.len),
-                     write ? w.wr.rkey : 0, write ? w.wr.remote_addr : 0};
+      d->xeth = Xeth{w.recv_idx, static_cast<uint32_t>(off), w.len, write ? w.rkey : 0,
+                     write ? w.remote_addr : 0};
     }
     d->payload_len = r.len;
     gather(w, off, r.len, d);
@@ -199,8 +199,8 @@ bool Qp::tx_requests(uint64_t now) noexcept {
   if (lost == 0) rtx_cursor = nxt;
   const uint32_t window = wmask + 1;
   while (sq_send != sq_tail) {
-    SendWqe& w = sq_slot(sq, sq_send);
-    const bool is_read = w.wr.opcode == IBV_WR_RDMA_READ;
+    SendWqe& w = wqe(sq_send);
+    const bool is_read = w.opcode == IBV_WR_RDMA_READ;
     if (w.pkts_sent == 0) {
       if (is_read && reads_inflight >= init.max_rd_atomic) return true;
       w.first_psn = nxt;
@@ -338,27 +338,28 @@ void Qp::on_sack(uint64_t sack, uint64_t now) noexcept {
 
 void Qp::complete_sends() noexcept {
   while (sq_head != sq_send) {
-    SendWqe& w = sq_slot(sq, sq_head);
+    SendWqe& w = wqe(sq_head);
     const uint32_t last = psn_add(w.first_psn, w.npkts - 1);
     if (!psn_lt(last, una)) break;
-    if ((w.wr.send_flags & IBV_SEND_SIGNALED) || w.status != IBV_WC_SUCCESS) {
-      send_cq->push(Completion{w.wr.wr_id, w.status, wc_opcode(w.wr.opcode),
-                               w.wr.opcode == IBV_WR_RDMA_READ ? static_cast<uint32_t>(w.len) : 0,
-                               0, qpn, attr.dest_qp_num, 0});
+    if (w.signaled || w.status != IBV_WC_SUCCESS) {
+      send_cq->push(Completion{w.wr_id, w.wc_status(), wc_opcode(w.op()),
+                               w.opcode == IBV_WR_RDMA_READ ? w.len : 0, 0, qpn, attr.dest_qp_num,
+                               0});
     }
-    if (w.wr.opcode == IBV_WR_RDMA_READ) --reads_inflight;
+    if (w.opcode == IBV_WR_RDMA_READ) --reads_inflight;
     ++sq_head;
   }
 }
 
 void Qp::to_error(ibv_wc_status first_status) noexcept {
   state = QpState::kError;
-  if (first_status != IBV_WC_WR_FLUSH_ERR && sq_head != sq_tail) wqe(sq_head).status = first_status;
+  if (first_status != IBV_WC_WR_FLUSH_ERR && sq_head != sq_tail)
+    wqe(sq_head).status = static_cast<uint8_t>(first_status);
   // A WR marked with an error (by a NAK) reports it; every other one is flushed.
   for (; sq_head != sq_tail; ++sq_head) {
     SendWqe& w = wqe(sq_head);
-    const ibv_wc_status st = w.status != IBV_WC_SUCCESS ? w.status : IBV_WC_WR_FLUSH_ERR;
-    send_cq->push(Completion{w.wr.wr_id, st, wc_opcode(w.wr.opcode), 0, 0, qpn,
+    const ibv_wc_status st = w.status != IBV_WC_SUCCESS ? w.wc_status() : IBV_WC_WR_FLUSH_ERR;
+    send_cq->push(Completion{w.wr_id, st, wc_opcode(w.op()), 0, 0, qpn,
                              attr.dest_qp_num, 0});
   }
   for (; rq_head != rq_tail; ++rq_head) {
@@ -418,11 +419,11 @@ DropReason Qp::on_read_response(const common::RocePacket& pkt, const uint8_t* pa
   uint64_t o = off;
   uint32_t left = len;
   const uint8_t* src = payload;
-  for (uint32_t j = 0; j < w.wr.num_sge && left > 0; ++j) {
-    const uint32_t sl = w.wr.sg_list[j].length;
+  for (uint32_t j = 0; j < w.num_sge && left > 0; ++j) {
+    const uint32_t sl = w.sge[j].len;
     if (o >= sl) { o -= sl; continue; }
     const uint32_t take = static_cast<uint32_t>(std::min<uint64_t>(left, sl - o));
-    std::memcpy(w.sge_ptr[j] + o, src, take);
+    std::memcpy(w.sge[j].ptr + o, src, take);
     src += take;
     left -= take;
     o = 0;
@@ -504,7 +505,7 @@ DropReason Qp::on_response(const common::RocePacket& pkt, const uint8_t* payload
         SendWqe& w = wqe(i);
         if (i == sq_send && w.pkts_sent == 0) break;
         if (psn_diff(psn, w.first_psn) >= 0 && psn_diff(psn, w.first_psn) < static_cast<int32_t>(w.npkts)) {
-          w.status = st;
+          w.status = static_cast<uint8_t>(st);
           break;
         }
       }

@@ -78,13 +78,6 @@ int Transport::dereg_mr(uint32_t lkey) noexcept {
   return 0;
 }
 
-const MemoryRegion* Transport::find_mr(uint32_t key) const noexcept {
-  const uint32_t i = key >> 8;
-  if (i == 0 || i >= mrs_.size()) return nullptr;
-  const MemoryRegion& m = mrs_[i];
-  return (m.host_ptr != nullptr && m.lkey == key) ? &m : nullptr;
-}
-
 uint32_t Transport::create_cq(uint32_t capacity) {
   if (cqs_.size() >= cfg_.max_cqs) return UINT32_MAX;
   auto cq = std::make_unique<Cq>();
@@ -125,6 +118,8 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
     qp->cc = std::move(cc);
     qp->wmask = w - 1;
     qp->sq.resize(init.sq_depth);
+    qp->sq_mask = init.sq_depth - 1;
+    qp->sq_pow2 = (init.sq_depth & qp->sq_mask) == 0;
     qp->rq.resize(init.rq_depth);
     qp->recs.resize(w);
     qp->slots.resize(w);

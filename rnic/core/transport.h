@@ -146,7 +146,12 @@ class Transport {
   uint32_t poll_cq(uint32_t cq, Completion* out, uint32_t n) noexcept;
 
   // Internal, used by the QP code.
-  const MemoryRegion* find_mr(uint32_t key) const noexcept;
+  const MemoryRegion* find_mr(uint32_t key) const noexcept {
+    const uint32_t i = key >> 8;
+    if (i == 0 || i >= mrs_.size()) return nullptr;
+    const MemoryRegion& m = mrs_[i];
+    return (m.host_ptr != nullptr && m.lkey == key) ? &m : nullptr;
+  }
   Cq* cq(uint32_t id) noexcept;
   TxQueue& txq() noexcept { return tx_; }
 
