@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -308,10 +309,13 @@ struct RingAgent {
 
   RingAgent(tandem::dpu::dpdk::ChannelFile& f, const AgentChannelConfig& c) : file(f), side(c) { side.base = f.base(); }
 
+  // Burst buffers as members, as in agent.cc: RawMessage zero-initialises.
+  std::array<RawMessage, 64> ev_buf, out_buf;
+
   // dpu/dpdk/agent.cc's Agent::service for one link.
   bool service(uint64_t now) {
     AgentChannel& ch = side.ch;
-    RawMessage ev[64];
+    RawMessage* ev = ev_buf.data();
     unsigned n = rte_ring_dequeue_burst_elem(file.evt_ring(), ev, sizeof(RawMessage), 64, nullptr);
     for (unsigned i = 0; i < n; ++i) ch.on_event(ev[i], now);
     ch.on_bar(tandem::dpu::sample_bar(channel_bar(file.base())), now);
@@ -319,7 +323,7 @@ struct RingAgent {
     RawMessage m;
     while (ch.pop_command(m)) unsent.push_back(m);
     while (!unsent.empty()) {
-      RawMessage out[64];
+      RawMessage* out = out_buf.data();
       unsigned k = 0;
       for (; k < 64 && k < unsent.size(); ++k) out[k] = unsent[k];
       unsigned sent = rte_ring_enqueue_burst_elem(file.cmd_ring(), out, sizeof(RawMessage), k, nullptr);
@@ -393,9 +397,16 @@ struct MemPair {
 
   MemPair(uint32_t capacity, const AgentChannelConfig& c) : table({capacity}), rnic(table, {}), side(c) {}
 
+  std::array<RawMessage, 64> burst;  // what DpuLink::service hands the channel per ring dequeue
+
   void service(uint64_t now) {
     RawMessage m;
-    while (side.ch.pop_command(m)) rnic.on_command(m, now);
+    for (;;) {
+      std::size_t n = 0;
+      while (n < burst.size() && side.ch.pop_command(burst[n])) ++n;
+      if (n == 0) break;
+      rnic.on_commands(burst.data(), n, now);
+    }
     rnic.tick(now);
     while (rnic.pop_event(m)) side.ch.on_event(m, now);
     rnic.publish(*bar);

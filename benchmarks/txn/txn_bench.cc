@@ -64,11 +64,15 @@ Result through_channel(uint32_t flows, std::size_t max_ops, uint32_t per_poll) {
   std::deque<RawMessage> ring;
   uint64_t now = 0, msgs = 0;
   RawMessage m;
+  std::vector<RawMessage> burst(64);  // as DpuLink::service dequeues them from the ring
   auto step = [&] {
     now += 1000;
-    while (agent.pop_command(m)) {
-      rnic.on_command(m, now);
-      ++msgs;
+    for (;;) {
+      std::size_t n = 0;
+      while (n < burst.size() && agent.pop_command(burst[n])) ++n;
+      if (n == 0) break;
+      rnic.on_commands(burst.data(), n, now);
+      msgs += n;
     }
     rnic.tick(now);
     while (rnic.pop_event(m)) agent.on_event(m, now);

@@ -68,7 +68,7 @@ uint32_t DpuLink::service(uint64_t now) noexcept {
   }
   uint32_t moved = 0;
   unsigned n = rte_ring_dequeue_burst_elem(cmd_, in_.data(), sizeof(common::RawMessage), in_.size(), nullptr);
-  for (unsigned i = 0; i < n; ++i) ch_->on_command(in_[i], now);
+  ch_->on_commands(in_.data(), n, now);
   moved += n;
   ch_->tick(now);
   // Events the ring had no room for wait in unsent_ (the channel keeps the rest queued).

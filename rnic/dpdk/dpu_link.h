@@ -72,7 +72,7 @@ class DpuLink {
   std::array<Recent, 256> recent_{};  // last punt per hashed key
   std::array<uint64_t, common::kBarCounterCount> counters_{};
   std::array<common::RawMessage, 64> unsent_{};
-  std::array<common::RawMessage, 32> in_{};  // a member: RawMessage zero-initialises
+  std::array<common::RawMessage, 64> in_{};  // a member: RawMessage zero-initialises
   uint32_t unsent_n_ = 0;
 };
 

@@ -157,13 +157,6 @@ int64_t Level2Table::find_staged(uint64_t h, const EntryKey& key) const noexcept
   return -1;
 }
 
-bool Level2Table::has_free_slot(uint32_t b1, uint32_t b2) const noexcept {
-  for (uint32_t b : {b1, b2})
-    for (unsigned s = 0; s < kSlotsPerBucket; ++s)
-      if (buckets_[b].slot[s].load(std::memory_order_relaxed) == 0) return true;
-  return false;
-}
-
 TableStatus Level2Table::begin(bool from_empty) noexcept {
   if (txn_open_) return TableStatus::kTxnOpen;
   txn_open_ = true;
@@ -202,13 +195,51 @@ void Level2Table::unlink_now(uint32_t idx) noexcept {
   ++stats_.unlinked;
 }
 
+void Level2Table::prefetch_match(const EntryKey& key) const noexcept {
+  uint32_t b[2], tag;
+  buckets_of(hash(key), b[0], b[1], tag);
+  for (uint32_t bi : b)
+    for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
+      uint64_t w = buckets_[bi].slot[s].load(std::memory_order_relaxed);
+      if (w != 0 && static_cast<uint32_t>(w >> 32) == tag) {
+        __builtin_prefetch(&pool_[static_cast<uint32_t>(w) - 1]);
+        return;
+      }
+    }
+}
+
 TableStatus Level2Table::put(const Level2Entry& entry) noexcept {
   if (!txn_open_) return TableStatus::kNoTxn;
   if (!entry_well_formed(entry)) return TableStatus::kBadEntry;
   uint64_t h = hash(entry.key);
-  uint32_t b1, b2, tag;
-  buckets_of(h, b1, b2, tag);
-  int64_t old = find_staged(h, entry.key);
+  uint32_t b[2], tag;
+  buckets_of(h, b[0], b[1], tag);
+  // One pass over both buckets finds the key's staged record, each bucket's
+  // load and first free slot (the bucket lines are the cache misses of a PUT;
+  // find_staged + has_free_slot + two load counts used to walk them 4-5 times).
+  const int nb = b[0] == b[1] ? 1 : 2;
+  int64_t old = -1;
+  unsigned load[2] = {0, 0};
+  int free_s[2] = {-1, -1};
+  for (int i = 0; i < nb; ++i) {
+    const Bucket& bk = buckets_[b[i]];
+    for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
+      uint64_t w = bk.slot[s].load(std::memory_order_relaxed);
+      if (w == 0) {
+        if (free_s[i] < 0) free_s[i] = static_cast<int>(s);
+        continue;
+      }
+      ++load[i];
+      if (old < 0 && static_cast<uint32_t>(w >> 32) == tag) {
+        uint32_t idx = static_cast<uint32_t>(w) - 1;
+        if (visible(pool_[idx], next_version_) && pool_[idx].entry.key == entry.key) old = idx;
+      }
+    }
+  }
+  if (nb == 1) {
+    load[1] = load[0];
+    free_s[1] = free_s[0];
+  }
   if (old >= 0 && pool_[old].entry == entry) {
     ++stats_.puts;  // idempotent replay of the same entry
     return TableStatus::kOk;
@@ -224,41 +255,41 @@ TableStatus Level2Table::put(const Level2Entry& entry) noexcept {
     return TableStatus::kTableFull;
   }
   bool old_is_staged = old >= 0 && pool_[old].add_version == next_version_;
-  if (!old_is_staged && !has_free_slot(b1, b2)) {
+  if (!old_is_staged && free_s[0] < 0 && free_s[1] < 0) {
     ++stats_.full_buckets;
     return TableStatus::kTableFull;
   }
-  if (old >= 0) stage_removal(static_cast<uint32_t>(old));
+  if (old >= 0) {
+    stage_removal(static_cast<uint32_t>(old));
+    if (old_is_staged) {
+      // Unlinked at once: its slot is free again.
+      const RecordMeta& om = meta_[old];
+      for (int i = 0; i < 2; ++i)
+        if (b[i] == om.bucket) {
+          --load[i];
+          if (free_s[i] < 0 || om.slot < free_s[i]) free_s[i] = om.slot;
+        }
+    }
+  }
 
   uint32_t idx = free_.back();
   free_.pop_back();
+  // The next PUT's record: its line is fetched while this one is written.
+  if (!free_.empty()) __builtin_prefetch(&pool_[free_.back()], 1);
   Record& r = pool_[idx];
   r.entry = entry;
   r.add_version = next_version_;
   r.remove_version.store(kNever, std::memory_order_relaxed);
   meta_[idx].state = RecordState::kLinked;
   // Two-choice placement: the emptier of the two buckets keeps both shallow.
-  auto free_slot = [&](uint32_t b) -> int {
-    for (unsigned s = 0; s < kSlotsPerBucket; ++s)
-      if (buckets_[b].slot[s].load(std::memory_order_relaxed) == 0) return static_cast<int>(s);
-    return -1;
-  };
-  auto load = [&](uint32_t b) {
-    unsigned n = 0;
-    for (unsigned s = 0; s < kSlotsPerBucket; ++s)
-      n += buckets_[b].slot[s].load(std::memory_order_relaxed) != 0;
-    return n;
-  };
-  uint32_t b = load(b2) < load(b1) ? b2 : b1;
-  int s = free_slot(b);
-  if (s < 0) {
-    b = b == b1 ? b2 : b1;
-    s = free_slot(b);
-  }
-  meta_[idx].bucket = b;
-  meta_[idx].slot = static_cast<uint8_t>(s);  // has_free_slot() or the unlinked old entry guarantees s >= 0
+  int i = load[1] < load[0] ? 1 : 0;
+  if (free_s[i] < 0) i ^= 1;
+  uint32_t bk = b[i];
+  int s = free_s[i];  // the free-slot check or the unlinked old entry guarantees s >= 0
+  meta_[idx].bucket = bk;
+  meta_[idx].slot = static_cast<uint8_t>(s);
   // Publish: the record's fields above happen-before any reader that sees this word.
-  buckets_[b].slot[s].store(slot_word(tag, idx), std::memory_order_release);
+  buckets_[bk].slot[s].store(slot_word(tag, idx), std::memory_order_release);
   staged_inserts_.push_back(idx);
   staged_digest_.add(entry);
   ++stats_.puts;

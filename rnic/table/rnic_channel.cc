@@ -1,6 +1,9 @@
 // RNIC-side command processing for the DPU channel.
 #include "rnic/table/rnic_channel.h"
 
+#include <cstddef>
+#include <cstring>
+
 namespace tandem::rnic {
 
 using namespace tandem::common;
@@ -33,6 +36,35 @@ void RnicChannel::abort_open(AbortReason reason, uint32_t txn, uint32_t op_index
   a.committed_version = table_.version();
   emit(a);
   ++stats_.aborts;
+}
+
+namespace {
+// The table key a PUT or DEL names, read straight from the message bytes.
+bool op_key(const RawMessage& m, EntryKey& k) noexcept {
+  if (m.type() == MessageType::kPut) {
+    std::memcpy(&k, m.bytes + offsetof(PutMsg, entry) + offsetof(Level2Entry, key), sizeof k);
+    return true;
+  }
+  if (m.type() == MessageType::kDel) {
+    std::memcpy(&k, m.bytes + offsetof(DelMsg, key), sizeof k);
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
+void RnicChannel::on_commands(const RawMessage* m, std::size_t n, uint64_t now) noexcept {
+  // Buckets kBuckets ops ahead, the record of a tag match kRecords ahead (by
+  // then its buckets have arrived): a PUT's misses overlap with the ops before it.
+  constexpr std::size_t kBuckets = 8, kRecords = 4;
+  EntryKey k;
+  for (std::size_t i = 0; i < n && i < kBuckets; ++i)
+    if (op_key(m[i], k)) table_.prefetch(k);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + kBuckets < n && op_key(m[i + kBuckets], k)) table_.prefetch(k);
+    if (i + kRecords < n && op_key(m[i + kRecords], k)) table_.prefetch_match(k);
+    on_command(m[i], now);
+  }
 }
 
 void RnicChannel::on_command(const RawMessage& raw, uint64_t now) noexcept {

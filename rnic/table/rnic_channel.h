@@ -49,6 +49,9 @@ class RnicChannel {
   RnicChannel(Level2Table& table, const RnicChannelConfig& config);
 
   void on_command(const RawMessage& m, uint64_t now) noexcept;
+  // The same for a burst, in order, with the table's buckets and records for
+  // later PUT/DELs prefetched while earlier ones are applied.
+  void on_commands(const RawMessage* m, std::size_t n, uint64_t now) noexcept;
   // Heartbeat, agent-silence check, and reclamation of removed table entries.
   void tick(uint64_t now) noexcept;
   bool pop_event(RawMessage& out) noexcept;

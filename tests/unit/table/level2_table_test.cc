@@ -269,3 +269,74 @@ TEST_CASE("burst lookups under one snapshot see one version while a writer commi
   CHECK(bad.load() == 0);
   CHECK(t.version() == kTxns);
 }
+
+TEST_CASE("replacing a key staged in the same txn reuses its slot, even with both buckets full") {
+  Level2Table t({64, &constant_hash});
+  REQUIRE(t.begin() == TableStatus::kOk);
+  uint32_t fitted = 0;
+  while (t.put(egress(1, 1000 + fitted, 500 + fitted)) == TableStatus::kOk) ++fitted;
+  REQUIRE(t.stats().full_buckets == 1);
+  // Every slot of both buckets is taken; rewriting a staged key must still fit.
+  for (uint32_t round = 0; round < 3; ++round)
+    for (uint32_t i = 0; i < fitted; ++i) REQUIRE(t.put(egress(1, 1000 + i, 7000 + round * 100 + i)) == TableStatus::kOk);
+  CHECK(t.stats().full_buckets == 1);
+  REQUIRE(t.commit() == TableStatus::kOk);
+  auto s = t.begin_read();
+  CHECK(t.size() == fitted);
+  for (uint32_t i = 0; i < fitted; ++i) CHECK(dst_of(t.lookup(s, egress_key(1, 1000 + i))) == 7200 + i);
+}
+
+TEST_CASE("random put/del/commit/abort histories match a reference map") {
+  // Two hash functions: the built-in one, and one folding keys onto a few
+  // bucket pairs so full buckets, replacements and slot reuse happen often.
+  static auto few_buckets = [](const EntryKey& k) noexcept -> uint64_t {
+    uint64_t x = (k.word1 % 5) * 0x9E3779B97F4A7C15ull;
+    return (x & 0xFFFFFFFF00000000ull) | (k.word1 % 3);
+  };
+  for (uint64_t (*h)(const EntryKey&) noexcept : {static_cast<uint64_t (*)(const EntryKey&) noexcept>(nullptr),
+                                                  +few_buckets}) {
+    Level2Table t({48, h});
+    std::mt19937 rng(h ? 7 : 8);
+    std::vector<uint32_t> committed(64, 0), staged;  // key word1 -> dst (0 = absent)
+    uint64_t refused = 0;
+    for (int txn = 0; txn < 3000; ++txn) {
+      REQUIRE(t.begin() == TableStatus::kOk);
+      staged = committed;
+      bool ok = true;
+      for (int op = 0, n = 1 + rng() % 12; op < n && ok; ++op) {
+        uint32_t k = rng() % 64;
+        if (rng() % 3 == 0) {
+          REQUIRE(t.del(egress_key(1, k)) == TableStatus::kOk);
+          staged[k] = 0;
+        } else {
+          uint32_t dst = 1 + rng() % 4;  // few values: same-entry rewrites happen too
+          TableStatus st = t.put(egress(1, k, dst));
+          if (st == TableStatus::kTableFull) {
+            ++refused;
+            ok = false;  // a refused txn is aborted by the channel
+          } else {
+            REQUIRE(st == TableStatus::kOk);
+            staged[k] = dst;
+          }
+        }
+        TableDigest d;
+        for (uint32_t i = 0; i < 64; ++i)
+          if (staged[i]) d.add(egress(1, i, staged[i]));
+        REQUIRE(d == t.staged_digest());
+      }
+      if (ok && rng() % 5) {
+        REQUIRE(t.commit() == TableStatus::kOk);
+        committed = staged;
+      } else {
+        REQUIRE(t.abort() == TableStatus::kOk);
+      }
+      t.reclaim(t.epoch());
+      auto s = t.begin_read();
+      for (uint32_t i = 0; i < 64; ++i) REQUIRE(dst_of(t.lookup(s, egress_key(1, i))) == committed[i]);
+    }
+    CHECK(refused > 0);  // the capacity (and, folded, the buckets) did run out
+    TableDigest recomputed;
+    t.for_each_committed([&](const Level2Entry& e) { recomputed.add(e); });
+    CHECK(recomputed == t.digest());
+  }
+}

@@ -116,6 +116,76 @@ TEST_CASE("a BEGIN on a stale base version is refused and its ops ignored") {
   CHECK(r.table.size() == 0);
 }
 
+namespace {
+// Random commands, mostly coherent, some garbage (the fuzz below).
+RawMessage random_command(std::mt19937& rng, Rnic& r, uint32_t& last_txn) {
+  RawMessage m;
+  for (auto& b : m.bytes) b = static_cast<uint8_t>(rng());
+  static const MessageType kTypes[] = {MessageType::kBegin,  MessageType::kPut,       MessageType::kDel,
+                                       MessageType::kCommit, MessageType::kAbort,     MessageType::kSyncStart,
+                                       MessageType::kSyncEnd, MessageType::kHeartbeat, MessageType::kHello,
+                                       static_cast<MessageType>(0x77)};
+  m.bytes[0] = static_cast<uint8_t>(kTypes[rng() % 10]);
+  auto put32 = [&](std::size_t off, uint32_t v) { std::memcpy(m.bytes + off, &v, 4); };
+  auto put64 = [&](std::size_t off, uint64_t v) { std::memcpy(m.bytes + off, &v, 8); };
+  bool coherent = rng() % 4 != 0;
+  MessageType t = m.type();
+  if (t == MessageType::kHello) {
+    if (coherent) {
+      uint16_t v[2] = {kProtocolVersionOldest, kProtocolVersionCurrent};
+      std::memcpy(m.bytes + 8, v, 4);
+    }
+  } else if (t == MessageType::kBegin || t == MessageType::kSyncStart) {
+    if (coherent) {
+      last_txn = static_cast<uint32_t>(rng());
+      put32(8, last_txn);
+      put64(16, r.table.version());
+    }
+  } else if (t == MessageType::kPut || t == MessageType::kDel) {
+    if (coherent) put32(8, last_txn);
+    m.bytes[16] = rng() % 8 ? 1 : static_cast<uint8_t>(rng());
+    m.bytes[17] = m.bytes[18] = m.bytes[19] = 0;
+    std::memset(m.bytes + 20, 0, 4);
+    m.bytes[24] = static_cast<uint8_t>(rng() % 40);
+    std::memset(m.bytes + 25, 0, 3);
+  } else if (t == MessageType::kCommit || t == MessageType::kSyncEnd || t == MessageType::kAbort) {
+    if (coherent) {
+      put32(8, last_txn);
+      put32(12, r.table.staged_digest().count);
+      put64(16, r.table.version() + 1 + (t == MessageType::kSyncEnd ? rng() % 3 : 0));
+      put64(24, r.table.staged_digest().value);
+    }
+  }
+  if (rng() % 4) m.set_seq(r.seq);
+  r.seq = m.seq() + 1;
+  return m;
+}
+}  // namespace
+
+TEST_CASE("a burst through on_commands gives the same table and events as one command at a time") {
+  Rnic one, burst;
+  one.hello();
+  burst.hello();
+  std::mt19937 rng(23);
+  uint32_t last_txn = 0;
+  for (int round = 0; round < 400; ++round) {
+    // Commands are generated against `one` (its table decides coherent fields).
+    std::vector<RawMessage> cmds;
+    for (int i = 0, n = 1 + rng() % 64; i < n; ++i) {
+      cmds.push_back(random_command(rng, one, last_txn));
+      one.ch.on_command(cmds.back(), one.now += 1000);
+    }
+    burst.ch.on_commands(cmds.data(), cmds.size(), burst.now += 1000 * cmds.size());
+    auto a = one.events(), b = burst.events();
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(std::memcmp(a[i].bytes, b[i].bytes, kMessageSize) == 0);
+    REQUIRE(one.table.version() == burst.table.version());
+    REQUIRE(one.table.digest() == burst.table.digest());
+    REQUIRE(one.table.staged_digest() == burst.table.staged_digest());
+  }
+  CHECK(one.ch.stats().commits > 0);
+}
+
 TEST_CASE("random and malformed commands never corrupt the committed table") {
   Rnic r;
   r.hello();
