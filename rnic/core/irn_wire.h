@@ -58,8 +58,7 @@ struct Xeth {
 };
 
 inline void write_xeth(uint8_t* p, const Xeth& x) noexcept {
-  p[0] = kXethMagic;
-  common::store_be24(p + 1, x.recv_idx & 0xFFFFFF);
+  common::store_be32(p, uint32_t{kXethMagic} << 24 | (x.recv_idx & 0xFFFFFF));  // magic, recv_idx
   common::store_be32(p + 4, x.msg_offset);
   common::store_be32(p + 8, x.msg_len);
   common::store_be32(p + 12, x.rkey);

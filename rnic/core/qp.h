@@ -260,9 +260,35 @@ struct Qp {
   uint8_t ack_syndrome() const noexcept;  // ACK with the credit field (credit_wire.h)
   uint32_t rx_front() const noexcept { return common::psn_lt(high, epsn) ? epsn : high; }
 
-  // shared helpers (transport.cc)
+  // shared helpers: a TX queue slot with this QP's addressing and every
+  // field a packet kind may leave unset cleared (the rest is the caller's),
+  // and its publication with the path chosen. Inline: called per packet.
   TxDesc* tx_slot() noexcept;
   void tx_commit(TxDesc* d, uint64_t now) noexcept;
 };
+
+inline TxDesc* Qp::tx_slot() noexcept {
+  TxDesc* d = t->txq().reserve();
+  if (d == nullptr) return nullptr;
+  d->bth = common::Bth{};
+  d->bth.dqpn = attr.dest_qp_num;
+  d->imm = 0;
+  d->atomic_ack = 0;
+  d->has_xeth = false;
+  d->local_qpn = qpn;
+  d->remote_qpn = attr.dest_qp_num;
+  d->peer = attr.peer;
+  d->retransmit = false;
+  d->payload_len = 0;
+  d->num_segs = 0;
+  return d;
+}
+
+inline void Qp::tx_commit(TxDesc* d, uint64_t now) noexcept {
+  d->udp_sport = path->choose(d->bth.psn, d->retransmit, now);
+  ++c.tx_pkts;
+  c.tx_bytes += d->payload_len;
+  t->txq().commit();
+}
 
 }  // namespace tandem::rnic

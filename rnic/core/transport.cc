@@ -333,30 +333,6 @@ DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* pa
   return r;
 }
 
-TxDesc* Qp::tx_slot() noexcept {
-  TxDesc* d = t->txq().reserve();
-  if (d == nullptr) return nullptr;
-  d->bth = common::Bth{};
-  d->bth.dqpn = attr.dest_qp_num;
-  d->imm = 0;
-  d->atomic_ack = 0;
-  d->has_xeth = false;
-  d->local_qpn = qpn;
-  d->remote_qpn = attr.dest_qp_num;
-  d->peer = attr.peer;
-  d->retransmit = false;
-  d->payload_len = 0;
-  d->num_segs = 0;
-  return d;
-}
-
-void Qp::tx_commit(TxDesc* d, uint64_t now) noexcept {
-  d->udp_sport = path->choose(d->bth.psn, d->retransmit, now);
-  ++c.tx_pkts;
-  c.tx_bytes += d->payload_len;
-  t->txq().commit();
-}
-
 uint32_t Transport::poll(uint64_t now) noexcept {
   const uint32_t before = tx_.size();
   tx_blocked_ = false;

@@ -20,27 +20,31 @@ struct TxSeg {
   uint32_t len = 0;
 };
 
+// Laid out so that a data packet or an ACK touches two cache lines: the BTH,
+// addressing, lengths and RETH in the first, XETH/AETH/SACK/ImmDt and the first
+// payload segment in the second (the core fills a whole TX queue of these
+// before the I/O layer reads them back).
 struct TxDesc {
   // Transport headers; which of reth/aeth/imm/atomic_ack are sent follows
   // from bth.opcode (common::opcode_has). bth.pad is left for the writer.
   common::Bth bth;
-  common::Reth reth;
-  common::Aeth aeth;
-  uint32_t imm = 0;          // host order
-  uint64_t atomic_ack = 0;   // SACK payload (irn_wire.h) for RC_ATOMIC_ACKNOWLEDGE
-  bool has_xeth = false;     // IRN placement header precedes the payload
-  Xeth xeth;
 
   uint32_t local_qpn = 0;
   uint32_t remote_qpn = 0;   // == bth.dqpn
   uint32_t peer = 0;         // QpAttr::peer of the sending QP
-  uint16_t udp_sport = 0;    // path chosen (RoCEv2 entropy port)
-  bool retransmit = false;   // for traces and counters only
-
   // Payload: the concatenation of segs[0..num_segs). Pointers stay valid
   // until the memory region they point into is deregistered.
   uint32_t payload_len = 0;  // data bytes, without the XETH
   uint32_t num_segs = 0;
+  uint16_t udp_sport = 0;    // path chosen (RoCEv2 entropy port)
+  bool retransmit = false;   // for traces and counters only
+  bool has_xeth = false;     // IRN placement header precedes the payload
+  common::Reth reth;
+
+  Xeth xeth;
+  common::Aeth aeth;
+  uint64_t atomic_ack = 0;   // SACK payload (irn_wire.h) for RC_ATOMIC_ACKNOWLEDGE
+  uint32_t imm = 0;          // host order
   std::array<TxSeg, kMaxSge> segs{};
 
   // Bytes after the BTH payload boundary that the receiver will see as
@@ -49,6 +53,9 @@ struct TxDesc {
     return payload_len + (has_xeth ? kXethLen : 0);
   }
 };
+static_assert(offsetof(TxDesc, reth) + sizeof(common::Reth) <= 64 &&
+                  offsetof(TxDesc, segs) + sizeof(TxSeg) <= 128,
+              "a descriptor's headers and first segment span two cache lines");
 
 // Single-producer (the core) single-consumer (the I/O layer, same thread)
 // ring of descriptors. Capacity is a power of two fixed at construction.
