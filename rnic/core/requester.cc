@@ -114,12 +114,14 @@ int Qp::post_send(const SendWr& wr) noexcept {
 }
 
 // Queues the packet for `psn` (its record is filled). Returns false when the
-// TX queue is full; sets cc_stop when congestion control says wait.
+// TX queue is full; sets cc_stop when congestion control says wait (asked
+// here for retransmissions only: tx_requests asked for a new packet just
+// before, with the same bytes in flight, length and time).
 bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept {
   PsnRec& r = rec(psn);
   SendWqe& w = wqe(r.wqe);
   const bool is_read = (r.flags & kRecRead) != 0;
-  if (!is_read && !cc->can_send(inflight_bytes, r.len, now)) {
+  if (retx && !is_read && !cc->can_send(inflight_bytes, r.len, now)) {
     cc_stop = true;
     return true;
   }

@@ -3,6 +3,7 @@
 #include <rte_eal.h>
 #include <rte_memcpy.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/wire/byte_order.h"
@@ -77,7 +78,12 @@ EncapTemplate make_encap_template(const EncapAddrs& a) noexcept {
 }
 
 TxEncap::TxEncap(rte_mempool* hdr_pool, rte_mempool* ext_pool, bool copy) noexcept
-    : hdr_pool_(hdr_pool), ext_pool_(ext_pool), copy_(copy || ext_pool == nullptr),
+    : hdr_pool_(hdr_pool),
+      pinned_ext_((rte_pktmbuf_priv_flags(hdr_pool) & RTE_PKTMBUF_POOL_F_PINNED_EXT_BUF) != 0),
+      data_off_(static_cast<uint16_t>(
+          std::min<uint32_t>(RTE_PKTMBUF_HEADROOM, rte_pktmbuf_data_room_size(hdr_pool)))),
+      data_at_(static_cast<uint32_t>(sizeof(rte_mbuf)) + rte_pktmbuf_priv_size(hdr_pool) + data_off_),
+      ext_pool_(ext_pool), copy_(copy || ext_pool == nullptr),
       iova_is_va_(rte_eal_iova_mode() == RTE_IOVA_VA) {
   shinfo_.free_cb = no_free;
   shinfo_.fcb_opaque = nullptr;

@@ -107,19 +107,57 @@ class TxEncap {
   static constexpr uint16_t kMaxPending = 32;
   void finish_pending() noexcept;
 
+  // A header mbuf from the stash, reset as rte_pktmbuf_alloc would but with
+  // stores only (no read-modify-write of ol_flags, no load of buf_len: each
+  // such load missed the cache and stalled) and nothing written to the
+  // mbuf's second cache line: a pool's free mbufs already have next == NULL
+  // and nb_segs == 1 (rte_pktmbuf_prefree_seg keeps that true), and
+  // tx_offload is read only for offloads ol_flags asks for (none here). The
+  // next mbuf and its first data lines are fetched for writing meanwhile,
+  // one frame ahead (from the mbuf's address, without loading buf_addr).
   rte_mbuf* alloc_hdr() noexcept {
-    if (stash_n_ == 0 && rte_pktmbuf_alloc_bulk(hdr_pool_, stash_, kStash) == 0) stash_n_ = kStash;
-    return stash_n_ ? stash_[--stash_n_] : rte_pktmbuf_alloc(hdr_pool_);
+    if (stash_n_ == 0) refill_stash();
+    if (stash_n_ == 0) return rte_pktmbuf_alloc(hdr_pool_);
+    rte_mbuf* m = stash_[--stash_n_];
+    if (stash_n_) prefetch_mbuf(stash_[stash_n_ - 1]);
+    if (pinned_ext_) return m;  // reset by rte_pktmbuf_alloc_bulk
+    m->data_off = data_off_;
+    m->nb_segs = 1;
+    m->port = RTE_MBUF_PORT_INVALID;
+    m->ol_flags = 0;
+    m->packet_type = 0;
+    m->pkt_len = 0;
+    m->data_len = 0;
+    m->vlan_tci = 0;
+    m->vlan_tci_outer = 0;
+    return m;
+  }
+  void prefetch_mbuf(const rte_mbuf* m) const noexcept {
+    const uint8_t* d = reinterpret_cast<const uint8_t*>(m) + data_at_;
+    __builtin_prefetch(m, 1);
+    __builtin_prefetch(d, 1);
+    __builtin_prefetch(d + 64, 1);
+    __builtin_prefetch(d + 128, 1);
+  }
+  void refill_stash() noexcept {
+    if (pinned_ext_ ? rte_pktmbuf_alloc_bulk(hdr_pool_, stash_, kStash) != 0
+                    : rte_mempool_get_bulk(hdr_pool_, reinterpret_cast<void**>(stash_), kStash) != 0)
+      return;
+    stash_n_ = kStash;
+    prefetch_mbuf(stash_[kStash - 1]);
   }
 
   rte_mempool* hdr_pool_;
+  bool pinned_ext_;     // hdr_pool_'s mbufs carry pinned external buffers
+  uint16_t data_off_;   // a fresh mbuf's headroom (rte_pktmbuf_reset_headroom)
+  uint32_t data_at_;    // a fresh mbuf's data, from the mbuf's own address
   rte_mempool* ext_pool_;
   bool copy_;
   bool iova_is_va_;
   uint16_t ip_id_ = 0;
   uint16_t stash_n_ = 0;
   uint16_t pending_n_ = 0;
-  rte_mbuf* stash_[kStash];  // freshly allocated (reset) header mbufs, used from the top
+  rte_mbuf* stash_[kStash];  // allocated header mbufs, used from the top (alloc_hdr resets them)
   Pending pending_[kMaxPending];
   // One shared-info for every attachment: its refcount counts segments in
   // flight (+1 held by us, so the no-op free callback never runs: the memory
