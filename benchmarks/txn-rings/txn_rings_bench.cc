@@ -39,7 +39,6 @@
 #include <deque>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -49,6 +48,7 @@
 #include "dpu/dpdk/channel_file.h"
 #include "dpu/model/level1_state.h"
 #include "dpu/txn/derive.h"
+#include "dpu/txn/pending_punts.h"
 #include "rnic/dpdk/dpu_link.h"
 #include "rnic/table/level2_table.h"
 #include "rnic/table/rnic_channel.h"
@@ -149,17 +149,20 @@ void build_level1(Level1State& s, uint32_t flows) {
 
 // --- the agent side (both transports) ----------------------------------------
 
-// What tandem-dpu's Link does with outcomes and punts (dpu/dpdk/agent.cc),
+// What tandem-dpu's Link does with outcomes and punts (dpu/dpdk/agent.cc:
+// pending resolutions, revalidation of each committed one against level 1),
 // minus the SQLite save.
 struct AgentSide {
   AgentChannel ch;
   const Level1State* l1 = nullptr;
   void* base = nullptr;  // channel file (punt slots); nullptr in memory
-  std::unordered_map<uint64_t, EntryKey> pending_punts;
-  std::unordered_map<EntryKey, uint64_t, tandem::dpu::EntryKeyHash> pending_keys;
+  bool revalidate = true;  // --no-revalidate: as the bench was before agent.cc revalidated
+  tandem::dpu::PendingPunts pending;
   uint64_t next_tag = 1ull << 40;
-  uint64_t punts = 0, resolved = 0, refused = 0, duplicate = 0, slot_lost = 0;
+  uint64_t punts = 0, resolved = 0, refused = 0, duplicate = 0, slot_lost = 0, revoked = 0;
   std::vector<tandem::dpu::TxnOutcome> outcomes;  // last take_outcomes()
+  std::string target;                              // reused, as in agent.cc
+  std::vector<Level2Entry> revalidate_puts;
 
   explicit AgentSide(const AgentChannelConfig& c) : ch("rnic0", c) {}
 
@@ -167,10 +170,18 @@ struct AgentSide {
     outcomes = ch.take_outcomes();
     for (auto& o : outcomes)
       for (uint64_t tag : o.tags) {
-        auto it = pending_punts.find(tag);
-        if (it == pending_punts.end()) continue;
-        pending_keys.erase(it->second);
-        pending_punts.erase(it);
+        const tandem::dpu::PendingPunts::Entry* pp = pending.find(tag);
+        if (!pp) continue;
+        if (o.committed && revalidate && l1) {
+          revalidate_puts.assign(pp->installs().begin(), pp->installs().end());
+          ChangeSet undo = tandem::dpu::revalidate_resolution(*l1, ch.shadow(), "rnic0", pp->missed, revalidate_puts);
+          if (!undo.ops.empty()) {
+            ++revoked;
+            undo.tag = next_tag++;
+            ch.submit(std::move(undo));
+          }
+        }
+        pending.erase(tag);
       }
     for (const PuntMsg& p : ch.take_punts()) resolve(p);
   }
@@ -180,11 +191,10 @@ struct AgentSide {
     uint8_t hdr[2048];
     std::size_t len = 0;
     if (base && p.length && !slot_read(base, p.slot, p.generation, hdr, sizeof hdr, len)) ++slot_lost;
-    if (pending_keys.count(p.missed)) {
+    if (pending.contains(p.missed)) {
       ++duplicate;
       return;
     }
-    std::string target;
     tandem::dpu::ResolveStatus why{};
     uint64_t tag = next_tag++;
     auto cs = tandem::dpu::change_set_for_miss(*l1, p.missed, tag, &target, &why, &ch.shadow());
@@ -193,8 +203,7 @@ struct AgentSide {
       return;
     }
     ++resolved;
-    pending_punts[tag] = p.missed;
-    pending_keys[p.missed] = tag;
+    pending.add(p.missed, *cs);
     ch.submit(std::move(*cs));
   }
 };
@@ -459,6 +468,9 @@ int main(int argc, char** argv) {
   int reps = 3;
   CLI::App app{"Transactions over the real DPU<->RNIC shared-memory rings between two processes"};
   app.add_flag("--json", json, "print one JSON object instead of tables");
+  bool no_revalidate = false;
+  app.add_flag("--no-revalidate", no_revalidate,
+               "newflow: skip agent.cc's revalidation of each committed resolution (the bench before it had it)");
   app.add_option("--part", part, "all, latency, bulk or newflow")->check(CLI::IsMember({"all", "latency", "bulk", "newflow"}));
   app.add_option("--samples", samples, "latency: txns per size and rep")->check(CLI::Range(100, 1000000));
   app.add_option("--bulk-entries", bulk_entries, "bulk: entries installed per rep")->check(CLI::Range(4096, 1 << 22));
@@ -538,6 +550,7 @@ int main(int argc, char** argv) {
 
     set_phase(kService);
     RingAgent ra(file, cfg);
+    ra.side.revalidate = !no_revalidate;
     auto svc = [&](uint64_t now) { ra.service(now); };
     ra.side.ch.start(now_ns());
     for (uint64_t t0 = now_ns(); ra.side.ch.state() != ChannelState::kActive;) {
@@ -545,6 +558,7 @@ int main(int argc, char** argv) {
       if (now_ns() - t0 > 5'000'000'000ull) die("channel did not become ACTIVE over the rings");
     }
     MemPair mem(capacity, cfg);
+    mem.side.revalidate = !no_revalidate;
     mem.activate();
     auto msvc = [&](uint64_t now) { mem.service(now); };
 
@@ -675,9 +689,12 @@ int main(int argc, char** argv) {
         }
       }
       if (ra.side.refused || mem.side.refused) die("punts refused by level 1");
+      // Level 1 does not change during the run: no committed resolution may be undone.
+      if (ra.side.revoked || mem.side.revoked) die("committed resolutions revoked although level 1 did not change");
       rows.push_back({"new flows: punt -> resolve -> txn -> commit", "M flows/s",
                       "same path, in-memory queues, one process", ring / 1e6, memr / 1e6});
       best["flows"] = flows;
+      best["revalidated"] = !no_revalidate;
       best["window"] = window;
       best["ours_M_flows_per_s"] = ring / 1e6;
       best["ours_M_entries_per_s"] = 2 * ring / 1e6;

@@ -2,6 +2,11 @@
 
 #include "dpu/model/address.h"
 #include "dpu/txn/derive.h"
+#include "dpu/txn/pending_punts.h"
+
+#include <map>
+#include <random>
+#include <tuple>
 
 using namespace tandem::dpu;
 using namespace tandem::common;
@@ -116,4 +121,68 @@ TEST_CASE("a resolution that commits after its mapping was deleted or replaced i
   undo = revalidate_resolution(s, installed, "rnic0", missed, puts);
   REQUIRE(undo.ops.size() == 1);
   CHECK(undo.ops[0].entry.key == ingress_key_vni(ip("10.0.1.7"), 100));
+}
+
+TEST_CASE("pending punts are found by missed key and by tag until erased, against a reference model") {
+  PendingPunts p;
+  std::map<uint64_t, EntryKey> by_tag;
+  std::map<std::tuple<int, uint32_t, uint32_t>, uint64_t> by_key;
+  auto kt = [](const EntryKey& k) { return std::tuple<int, uint32_t, uint32_t>(int(k.kind), k.word0, k.word1); };
+  std::mt19937 rng(5);
+  uint64_t next_tag = 1;
+  for (int i = 0; i < 20000; ++i) {
+    if (rng() % 3 != 0 || by_tag.empty()) {
+      // Few distinct keys, so duplicates are common.
+      EntryKey k = egress_key(1 + rng() % 3, rng() % 700);
+      ChangeSet cs;
+      cs.tag = next_tag++;
+      EgressAction a;
+      a.underlay_dst_ip = static_cast<uint32_t>(cs.tag);
+      cs.put(make_egress_entry(k, a));
+      if (rng() % 2) cs.put(make_ingress_entry(ingress_key_vni(k.word1, 100), IngressAction{}));
+      else cs.del(ingress_key_vni(k.word1, 100));
+      bool dup = by_key.count(kt(k)) != 0;
+      REQUIRE(p.add(k, cs) == !dup);
+      if (!dup) {
+        by_tag[cs.tag] = k;
+        by_key[kt(k)] = cs.tag;
+        const PendingPunts::Entry* e = p.find(cs.tag);
+        REQUIRE(e);
+        CHECK(e->missed == k);
+        REQUIRE(e->installs().size() == 1 + (cs.ops[1].del ? 0 : 1));
+        CHECK(e->installs()[0] == cs.ops[0].entry);
+      }
+    } else {
+      auto it = by_tag.begin();
+      std::advance(it, rng() % by_tag.size());
+      REQUIRE(p.erase(it->first));
+      CHECK_FALSE(p.erase(it->first));
+      by_key.erase(kt(it->second));
+      by_tag.erase(it);
+    }
+    REQUIRE(p.size() == by_tag.size());
+    if (i % 97 == 0)
+      for (const auto& [tag, k] : by_tag) {
+        REQUIRE(p.contains(k));
+        REQUIRE(p.find(tag));
+        REQUIRE(p.find(tag)->missed == k);
+      }
+  }
+  CHECK_FALSE(p.find(next_tag));
+  CHECK_FALSE(p.contains(egress_key(9, 9)));
+}
+
+TEST_CASE("a pending punt refuses a tag in use and more PUTs than a resolution makes") {
+  PendingPunts p;
+  ChangeSet cs;
+  cs.tag = 7;
+  cs.put(make_egress_entry(egress_key(1, 1), EgressAction{}));
+  REQUIRE(p.add(egress_key(1, 1), cs));
+  CHECK_FALSE(p.add(egress_key(1, 2), cs));  // tag 7 is pending
+  ChangeSet big;
+  big.tag = 8;
+  for (uint32_t i = 0; i < 3; ++i) big.put(make_egress_entry(egress_key(2, i), EgressAction{}));
+  CHECK_FALSE(p.add(egress_key(2, 0), big));
+  CHECK(p.size() == 1);
+  CHECK_FALSE(p.contains(egress_key(2, 0)));
 }

@@ -1,0 +1,117 @@
+// Pending punt resolutions: slab + two flat indices.
+#include "dpu/txn/pending_punts.h"
+
+namespace tandem::dpu {
+
+using common::EntryKey;
+
+uint64_t PendingPunts::hash_key(const EntryKey& k) noexcept {
+  uint64_t x = (uint64_t{k.word0} << 32 | k.word1) ^ (uint64_t{static_cast<uint8_t>(k.kind)} << 61);
+  x *= 0x9E3779B97F4A7C15ull;
+  return x ^ (x >> 29);
+}
+
+uint64_t PendingPunts::hash_tag(uint64_t tag) noexcept {
+  uint64_t x = tag * 0x9E3779B97F4A7C15ull;
+  return x ^ (x >> 29);
+}
+
+uint32_t PendingPunts::find_key(const EntryKey& k) const noexcept {
+  if (size_ == 0) return kEmpty;
+  for (std::size_t i = hash_key(k) & by_key_.mask;; i = (i + 1) & by_key_.mask) {
+    uint32_t s = by_key_.slots[i];
+    if (s == kEmpty || slab_[s].missed == k) return s;
+  }
+}
+
+uint32_t PendingPunts::find_tag(uint64_t tag) const noexcept {
+  if (size_ == 0) return kEmpty;
+  for (std::size_t i = hash_tag(tag) & by_tag_.mask;; i = (i + 1) & by_tag_.mask) {
+    uint32_t s = by_tag_.slots[i];
+    if (s == kEmpty || slab_[s].tag == tag) return s;
+  }
+}
+
+bool PendingPunts::contains(const EntryKey& missed) const noexcept { return find_key(missed) != kEmpty; }
+
+const PendingPunts::Entry* PendingPunts::find(uint64_t tag) const noexcept {
+  uint32_t s = find_tag(tag);
+  return s == kEmpty ? nullptr : &slab_[s];
+}
+
+void PendingPunts::grow(Index& ix, bool by_tag) {
+  std::size_t n = ix.slots.empty() ? 64 : ix.slots.size() * 2;
+  std::vector<uint32_t> old(n, kEmpty);
+  old.swap(ix.slots);
+  ix.mask = n - 1;
+  for (uint32_t s : old)
+    if (s != kEmpty) {
+      std::size_t i = hash_of(s, by_tag) & ix.mask;
+      while (ix.slots[i] != kEmpty) i = (i + 1) & ix.mask;
+      ix.slots[i] = s;
+    }
+}
+
+void PendingPunts::insert(Index& ix, bool by_tag, uint32_t idx) {
+  if ((size_ + 1) * 2 > ix.slots.size()) grow(ix, by_tag);
+  std::size_t i = hash_of(idx, by_tag) & ix.mask;
+  while (ix.slots[i] != kEmpty) i = (i + 1) & ix.mask;
+  ix.slots[i] = idx;
+}
+
+void PendingPunts::remove(Index& ix, bool by_tag, uint32_t idx) noexcept {
+  std::size_t i = hash_of(idx, by_tag) & ix.mask;
+  while (ix.slots[i] != idx) i = (i + 1) & ix.mask;
+  // Backward shift: pull later members of the probe run into the hole unless
+  // their home lies cyclically in (hole, their slot].
+  for (std::size_t j = i;;) {
+    j = (j + 1) & ix.mask;
+    uint32_t s = ix.slots[j];
+    if (s == kEmpty) break;
+    std::size_t h = hash_of(s, by_tag) & ix.mask;
+    bool stays = i <= j ? (i < h && h <= j) : (i < h || h <= j);
+    if (stays) continue;
+    ix.slots[i] = s;
+    i = j;
+  }
+  ix.slots[i] = kEmpty;
+}
+
+bool PendingPunts::add(const EntryKey& missed, const ChangeSet& cs) {
+  if (find_key(missed) != kEmpty || find_tag(cs.tag) != kEmpty) return false;
+  std::size_t puts = 0;
+  for (const Level2Op& op : cs.ops) puts += !op.del;
+  if (puts > kMaxPuts) return false;
+  uint32_t idx;
+  if (!free_.empty()) {
+    idx = free_.back();
+    free_.pop_back();
+  } else {
+    idx = static_cast<uint32_t>(slab_.size());
+    slab_.emplace_back();
+    if (free_.capacity() < slab_.capacity()) free_.reserve(slab_.capacity());  // erase() never allocates
+  }
+  Entry& e = slab_[idx];
+  e.tag = cs.tag;
+  e.missed = missed;
+  e.n_puts = 0;
+  for (const Level2Op& op : cs.ops)
+    if (!op.del) e.puts[e.n_puts++] = op.entry;
+  // Both indices are sized by size_: insert into each before counting it.
+  insert(by_key_, false, idx);
+  insert(by_tag_, true, idx);
+  ++size_;
+  return true;
+}
+
+bool PendingPunts::erase(uint64_t tag) noexcept {
+  uint32_t idx = find_tag(tag);
+  if (idx == kEmpty) return false;
+  remove(by_key_, false, idx);
+  remove(by_tag_, true, idx);
+  free_.push_back(idx);  // within the capacity add() reserved
+  --size_;
+  return true;
+}
+
+}  // namespace tandem::dpu
