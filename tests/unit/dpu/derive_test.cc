@@ -186,3 +186,60 @@ TEST_CASE("a pending punt refuses a tag in use and more PUTs than a resolution m
   CHECK(p.size() == 1);
   CHECK_FALSE(p.contains(egress_key(2, 0)));
 }
+
+TEST_CASE("the shadow's flat map agrees with a reference map through inserts, erases, growth and clear") {
+  EntryMap m;
+  std::map<std::tuple<int, uint32_t, uint32_t>, uint32_t> ref;  // key -> underlay dst of its entry
+  auto kt = [](const EntryKey& k) { return std::tuple<int, uint32_t, uint32_t>(int(k.kind), k.word0, k.word1); };
+  std::mt19937 rng(17);
+  for (int i = 0; i < 60000; ++i) {
+    // Keys of all three kinds over a space a few times the live size: long
+    // probe runs, wrap-around at the array's end, erases inside runs.
+    uint32_t w = rng() % 3000;
+    EntryKey k = w % 3 == 0 ? egress_key(w % 7, w) : w % 3 == 1 ? ingress_key_vni(w, w % 5) : ingress_key_qpn(w, 9);
+    switch (rng() % 4) {
+      case 0:
+      case 1: {
+        auto [e, fresh] = m.find_or_insert(k);
+        REQUIRE(fresh == (ref.count(kt(k)) == 0));
+        REQUIRE(e->key == k);
+        e->egress.underlay_dst_ip = static_cast<uint32_t>(i);
+        ref[kt(k)] = static_cast<uint32_t>(i);
+        break;
+      }
+      case 2:
+        REQUIRE(m.erase(k) == (ref.erase(kt(k)) == 1));
+        break;
+      default: {
+        const Level2Entry* e = m.find(k);
+        auto it = ref.find(kt(k));
+        REQUIRE((e != nullptr) == (it != ref.end()));
+        if (e) REQUIRE(e->egress.underlay_dst_ip == it->second);
+      }
+    }
+    REQUIRE(m.size() == ref.size());
+    if (i == 30000) {
+      m.clear();
+      ref.clear();
+      CHECK(m.find(k) == nullptr);
+    }
+    if (i % 5000 == 0) {
+      std::size_t n = 0;
+      for (const auto& [key, e] : m) {
+        auto it = ref.find(kt(key));
+        REQUIRE(it != ref.end());
+        REQUIRE(e.egress.underlay_dst_ip == it->second);
+        ++n;
+      }
+      REQUIRE(n == ref.size());
+      for (const auto& [t, dst] : ref) {
+        EntryKey k2;
+        k2.kind = static_cast<EntryKind>(std::get<0>(t));
+        k2.word0 = std::get<1>(t);
+        k2.word1 = std::get<2>(t);
+        REQUIRE(m.find(k2));
+      }
+    }
+  }
+  CHECK(m.find(EntryKey{}) == nullptr);  // kind kInvalid is never stored
+}
