@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
   // Values parsed into these, then moved into the request by each callback.
   static uint64_t vni = 0, id = 0, qpn = 0, level = 2, limit = 0, port = 0, paths = 1, peer = 0;
   static std::string name, ip, mac, rnic, uip, format, file;
+  static bool replace = false, reset = false;
 
   CLI::App* tenant = group("tenant", "Tenants (VNIs)");
   CLI::App* s = leaf(tenant, "add", "Add a tenant", "tenant.add");
@@ -146,14 +147,20 @@ int main(int argc, char** argv) {
   leaf(vn, "list", "List vNICs", "vnic.list")->final_callback([&] { list_key = "vnics"; });
 
   CLI::App* mp = group("mapping", "Overlay -> underlay mappings");
-  s = leaf(mp, "add", "Add a mapping (an existing one is refused: delete it first)", "mapping.add");
+  s = leaf(mp, "add",
+           "Add a mapping. An existing (tenant, overlay IP) is refused unless --replace is given: then it is\n"
+           "updated in place (a moved VM), on disk before the reply, and the RNICs get the new entries in one\n"
+           "transaction each (never a moment without them)",
+           "mapping.add");
   s->add_option("--vni", vni, "Tenant")->required();
   s->add_option("--overlay-ip", ip, "Overlay IPv4")->required();
   s->add_option("--underlay-ip", uip, "Underlay IPv4 of the RNIC it lives behind")->required();
   s->add_option("--next-hop-mac", mac, "Underlay next-hop MAC")->required();
   s->add_option("--rnic", rnic, "RNIC it lives behind")->required();
+  s->add_flag("--replace", replace, "Replace the mapping if the key exists (add it otherwise)");
   s->final_callback([&] {
     req.update({{"vni", vni}, {"overlay_ip", ip}, {"underlay_ip", uip}, {"next_hop_mac", mac}, {"rnic", rnic}});
+    if (replace) req["replace"] = true;
   });
   s = leaf(mp, "del", "Remove a mapping (installed level-2 entries derived from it are withdrawn)", "mapping.del");
   s->add_option("--vni", vni, "Tenant")->required();
@@ -167,13 +174,30 @@ int main(int argc, char** argv) {
     if (limit) req["limit"] = limit;
     list_key = "mappings";
   });
-  s = leaf(mp, "import", "Bulk import (all rows or none): CSV vni,overlay_ip,underlay_ip,next_hop_mac,rnic or JSONL",
+  s = leaf(mp, "import",
+           "Bulk import (all rows or none): CSV vni,overlay_ip,underlay_ip,next_hop_mac,rnic or JSONL. The agent\n"
+           "reads the file itself and works through it in small steps between its RNIC duties; the reply comes\n"
+           "once every row is on disk. Keys already mapped are refused unless --replace; a key twice in the\n"
+           "file is refused either way",
            "mapping.import");
   s->add_option("file", file, "CSV or JSONL file")->required()->check(CLI::ExistingFile);
   s->add_option("--format", format, "csv or jsonl (default: by extension)")->check(CLI::IsMember({"csv", "jsonl"}));
+  s->add_flag("--replace", replace, "Rows whose key is mapped already replace that mapping");
   s->final_callback([&] {
     req["path"] = std::filesystem::absolute(file).string();
     if (!format.empty()) req["format"] = format;
+    if (replace) req["replace"] = true;
+  });
+
+  CLI::App* co = group("control", "The agent's control plane itself");
+  s = leaf(co, "stats",
+           "Control socket: requests, jobs, longest poll and longest gap between two polls (how long the agent\n"
+           "loop went without serving the socket: a bound on its longest iteration)",
+           "control.stats");
+  s->add_flag("--reset", reset, "Start a new window for the maxima (after printing them)");
+  s->final_callback([&] {
+    if (reset) req["reset"] = true;
+    show_key = ".";
   });
 
   CLI::App* tb = group("table", "Flow tables");
@@ -204,14 +228,20 @@ int main(int argc, char** argv) {
     return ok ? 0 : 2;
   }
   if (!ok) {
-    std::fprintf(stderr, "tandemctl: refused (%s): %s\n", reply.value("code", "error").c_str(),
-                 reply.value("error", "").c_str());
+    std::string code = reply.value("code", "error");
+    std::fprintf(stderr, "tandemctl: refused (%s): %s\n", code.c_str(), reply.value("error", "").c_str());
+    std::string cmd = req.value("cmd", "");
+    if (code == "duplicate" && (cmd == "mapping.add" || cmd == "mapping.import") && !req.contains("replace"))
+      std::fprintf(stderr, "tandemctl: nothing changed; to change an existing mapping, add --replace\n");
     return 2;
   }
   if (!list_key.empty()) {
     print_table(reply[list_key]);
     if (reply.value("truncated", false))
       std::printf("(%s of %s shown)\n", std::to_string(reply[list_key].size()).c_str(), reply["total"].dump().c_str());
+  } else if (show_key == ".") {
+    reply.erase("ok");
+    print_kv(reply);
   } else if (!show_key.empty()) {
     print_kv(reply[show_key]);
   } else if (req["cmd"] == "table.dump") {
@@ -230,7 +260,10 @@ int main(int argc, char** argv) {
       }
     }
   } else if (reply.contains("imported")) {
-    std::printf("imported %s mappings\n", reply["imported"].dump().c_str());
+    std::printf("imported %s mappings (%s replaced)\n", reply["imported"].dump().c_str(),
+                reply.value("replaced", json(0)).dump().c_str());
+  } else if (reply.contains("replaced")) {
+    std::puts(reply["replaced"] == true ? "ok (replaced)" : "ok (added)");
   } else {
     std::puts("ok");
   }

@@ -48,6 +48,13 @@ MacAddr mac(const json& r, const char* name) {
   return *m;
 }
 
+bool flag(const json& r, const char* name) {
+  auto it = r.find(name);
+  if (it == r.end()) return false;
+  if (!it->is_boolean()) throw RequestError(std::string("field \"") + name + "\" must be true or false");
+  return it->get<bool>();
+}
+
 json ok(json j = json::object()) {
   j["ok"] = true;
   return j;
@@ -95,6 +102,15 @@ json level2_entry_json(const common::Level2Entry& e) {
   return j;
 }
 
+bool is_change_command(const std::string& cmd) {
+  for (const char* c : {"tenant.add", "tenant.del", "rnic.add", "vnic.add", "vnic.del", "vnic.bind", "mapping.add",
+                        "mapping.del", "mapping.import", "peering.allow"})
+    if (cmd == c) return true;
+  return false;
+}
+
+ControlApi::~ControlApi() = default;
+
 std::string ControlApi::handle_line(const std::string& line) {
   json req;
   try {
@@ -105,10 +121,12 @@ std::string ControlApi::handle_line(const std::string& line) {
   return handle(req).dump();
 }
 
-json ControlApi::handle(const json& request) {
+namespace {
+// Runs f, turning exceptions into error replies.
+template <class F>
+json guarded(F&& f) {
   try {
-    if (!request.is_object()) throw RequestError("request must be a JSON object");
-    return dispatch(str(request, "cmd"), request);
+    return f();
   } catch (const RequestError& e) {
     return error(e.what());
   } catch (const StoreError& e) {
@@ -116,6 +134,54 @@ json ControlApi::handle(const json& request) {
   } catch (const std::exception& e) {
     return error(e.what(), "internal");
   }
+}
+}  // namespace
+
+json ControlApi::handle(const json& request) {
+  return guarded([&]() -> json {
+    if (!request.is_object()) throw RequestError("request must be a JSON object");
+    std::string cmd = str(request, "cmd");
+    if (job_ && is_change_command(cmd))
+      return error("a mapping import is in progress; try again when it is done", "busy");
+    if (cmd != "mapping.import") return dispatch(cmd, request);
+    job_ = start_import(request);
+    for (;;)
+      if (std::optional<json> r = step_job(SIZE_MAX)) return *r;
+  });
+}
+
+ControlReply ControlApi::begin_line(const std::string& line) {
+  json req = json::parse(line, nullptr, false);
+  if (req.is_discarded() || !req.is_object() || !req.contains("cmd") || !req["cmd"].is_string())
+    return {ControlReply::Kind::kDone, handle_line(line)};  // the usual error reply
+  std::string cmd = req["cmd"].get<std::string>();
+  if (job_ && is_change_command(cmd)) return {ControlReply::Kind::kBusy, {}};
+  if (cmd != "mapping.import") return {ControlReply::Kind::kDone, handle(req).dump()};
+  json err = guarded([&]() -> json {
+    job_ = start_import(req);
+    return nullptr;
+  });
+  if (!err.is_null()) return {ControlReply::Kind::kDone, err.dump()};
+  return {ControlReply::Kind::kStarted, {}};
+}
+
+std::optional<std::string> ControlApi::step() {
+  if (!job_) return std::nullopt;
+  std::optional<json> r = step_job(kStepRows);
+  if (!r) return std::nullopt;
+  return r->dump();
+}
+
+// One step of the job; its reply when it has ended (then job_ is gone).
+std::optional<json> ControlApi::step_job(std::size_t rows) {
+  bool finished = true;
+  json reply = guarded([&]() -> json {
+    finished = job_->import->step(rows);
+    return finished ? finish_import(*job_) : json(nullptr);
+  });
+  if (!finished && reply.is_null()) return std::nullopt;
+  job_.reset();
+  return reply;
 }
 
 json ControlApi::accept(const Change& c) {
@@ -197,12 +263,16 @@ json ControlApi::dispatch(const std::string& cmd, const json& r) {
     c.underlay_ip = ipv4(r, "underlay_ip");
     c.next_hop_mac = mac(r, "next_hop_mac");
     c.rnic = str(r, "rnic");
-    return accept(c);
+    c.replace = flag(r, "replace");
+    bool existed = state_.mapping(c.vni, c.overlay_ip).has_value();
+    json j = accept(c);
+    if (j["ok"] == true) j["replaced"] = existed;
+    return j;
   }
   if (cmd == "mapping.del")
     return accept(RemoveMapping{static_cast<uint32_t>(u64(r, "vni", kVniMax)), ipv4(r, "overlay_ip")});
   if (cmd == "mapping.list") return list_mappings(r);
-  if (cmd == "mapping.import") return import_mappings(r);
+  if (cmd == "mapping.import") throw RequestError("mapping.import runs as a job (handle or begin_line)");
   if (cmd == "peering.allow") {
     return accept(AllowPeering{static_cast<uint32_t>(u64(r, "a", kVniMax)),
                                static_cast<uint32_t>(u64(r, "b", kVniMax))});
@@ -228,16 +298,25 @@ json ControlApi::list_mappings(const json& r) const {
   return ok({{"mappings", a}, {"total", total}, {"truncated", total > a.size()}});
 }
 
-json ControlApi::import_mappings(const json& r) {
+std::unique_ptr<ControlApi::Job> ControlApi::start_import(const json& r) {
   std::string path = str(r, "path");
   std::string fmt = r.contains("format") ? str(r, "format") : std::string("");
   if (fmt.empty()) fmt = path.size() > 6 && path.ends_with(".jsonl") ? "jsonl" : "csv";
   if (fmt != "csv" && fmt != "jsonl") throw RequestError("format must be csv or jsonl");
-  std::ifstream in(path);
-  if (!in) throw RequestError("cannot open \"" + path + "\"");
-  ImportResult res = store_.import_mappings(in, fmt == "csv" ? ImportFormat::kCsv : ImportFormat::kJsonl, state_);
+  bool replace = flag(r, "replace");
+  auto job = std::make_unique<Job>();
+  job->in.open(path);
+  if (!job->in) throw RequestError("cannot open \"" + path + "\"");
+  job->import = std::make_unique<MappingImport>(store_, state_, job->in,
+                                                fmt == "csv" ? ImportFormat::kCsv : ImportFormat::kJsonl, replace);
+  return job;
+}
+
+json ControlApi::finish_import(Job& job) {
+  const ImportResult& res = job.import->result();
   if (!res.result.ok()) return error(res.result.message, model_errc_name(res.result.code));
-  return ok({{"imported", res.imported}});
+  if (hooks_ && !res.replaced.empty()) hooks_->mappings_replaced(res.replaced);
+  return ok({{"imported", res.imported}, {"replaced", res.replaced.size()}});
 }
 
 json ControlApi::table_dump(const json& r) const {

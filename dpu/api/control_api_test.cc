@@ -93,3 +93,112 @@ TEST_CASE("mapping import is all or nothing") {
   CHECK(api.handle({{"cmd", "mapping.list"}})["total"] == 2);
   std::remove(csv.c_str());
 }
+
+namespace {
+// Records what the API tells the agent.
+struct RecordingHooks : tandem::dpu::AgentHooks {
+  std::vector<tandem::dpu::Change> changes;
+  std::vector<std::vector<tandem::dpu::MappingKey>> replaced;
+  void changed(const tandem::dpu::Change& c, const std::optional<tandem::dpu::Vnic>&) override { changes.push_back(c); }
+  void mappings_replaced(const std::vector<tandem::dpu::MappingKey>& keys) override { replaced.push_back(keys); }
+  json rnics() const override { return json::array(); }
+  json level2(const std::string&) const override { return nullptr; }
+};
+json mapping_add(const char* oip, const char* uip, bool replace) {
+  json j = {{"cmd", "mapping.add"}, {"vni", 7}, {"overlay_ip", oip}, {"underlay_ip", uip},
+            {"next_hop_mac", "02:00:00:00:00:07"}, {"rnic", "far"}};
+  if (replace) j["replace"] = true;
+  return j;
+}
+}  // namespace
+
+TEST_CASE("mapping.add of an existing key is refused unless it asks to replace; a replace is on disk and reaches the agent") {
+  TempDb db;
+  Level1State st;
+  Store store(db.path);
+  RecordingHooks hooks;
+  ControlApi api(st, store, &hooks);
+  REQUIRE(api.handle({{"cmd", "tenant.add"}, {"vni", 7}, {"name", "t"}})["ok"] == true);
+  json first = api.handle(mapping_add("10.1.0.1", "10.0.0.1", false));
+  REQUIRE(first["ok"] == true);
+  CHECK(first["replaced"] == false);
+  json before = api.handle({{"cmd", "table.dump"}, {"level", 1}});
+  std::size_t calls = hooks.changes.size();
+
+  json dup = api.handle(mapping_add("10.1.0.1", "10.0.0.2", false));
+  CHECK(dup["ok"] == false);
+  CHECK(dup["code"] == "duplicate");
+  CHECK(api.handle({{"cmd", "table.dump"}, {"level", 1}}) == before);
+  CHECK(hooks.changes.size() == calls);
+  json bad_flag = mapping_add("10.1.0.1", "10.0.0.2", false);
+  bad_flag["replace"] = "yes";
+  CHECK(api.handle(bad_flag)["ok"] == false);
+
+  json rep = api.handle(mapping_add("10.1.0.1", "10.0.0.2", true));
+  REQUIRE(rep["ok"] == true);
+  CHECK(rep["replaced"] == true);
+  REQUIRE(hooks.changes.size() == calls + 1);
+  auto* m = std::get_if<tandem::dpu::AddMapping>(&hooks.changes.back());
+  REQUIRE(m != nullptr);
+  CHECK(m->replace);
+  json list = api.handle({{"cmd", "mapping.list"}});
+  REQUIRE(list["total"] == 1);
+  CHECK(list["mappings"][0]["underlay_ip"] == "10.0.0.2");
+  Level1State reloaded;
+  store.load(reloaded);
+  CHECK(reloaded.mapping(7, 0x0A010001)->underlay_ip == 0x0A000002);
+}
+
+TEST_CASE("an import runs as a job in steps: reads are answered, changes wait, the reply comes when it is durable") {
+  TempDb db;
+  Level1State st;
+  Store store(db.path);
+  RecordingHooks hooks;
+  ControlApi api(st, store, &hooks);
+  REQUIRE(api.handle({{"cmd", "tenant.add"}, {"vni", 7}, {"name", "t"}})["ok"] == true);
+  REQUIRE(api.handle(mapping_add("10.1.0.1", "10.0.0.1", false))["ok"] == true);
+  std::string csv = db.path + ".csv";
+  {
+    std::ofstream f(csv);
+    for (int i = 0; i < 20000; ++i)
+      f << "7,10.1." << i / 250 << '.' << 1 + i % 250 << ",10.0.1." << 1 + i % 200 << ",02:00:00:00:00:01,far\n";
+  }
+  using Kind = tandem::dpu::ControlReply::Kind;
+  // Without replace the existing 10.1.0.1 (line 1) refuses the whole file.
+  REQUIRE(api.begin_line(json({{"cmd", "mapping.import"}, {"path", csv}}).dump()).kind == Kind::kStarted);
+  std::optional<std::string> refused;
+  while (!(refused = api.step())) {
+  }
+  CHECK(json::parse(*refused)["code"] == "duplicate");
+  CHECK_FALSE(api.busy());
+  CHECK(st.mappings().size() == 1);
+  CHECK(api.begin_line(R"({"cmd":"mapping.import","path":"/nonexistent.csv"})").kind == Kind::kDone);
+
+  tandem::dpu::ControlReply r = api.begin_line(json({{"cmd", "mapping.import"}, {"path", csv}, {"replace", true}}).dump());
+  REQUIRE(r.kind == Kind::kStarted);
+  CHECK(api.busy());
+  CHECK(api.begin_line(R"({"cmd":"tenant.add","vni":8,"name":"x"})").kind == Kind::kBusy);
+  CHECK(api.begin_line(R"({"cmd":"mapping.import","path":"/x.csv"})").kind == Kind::kBusy);
+  CHECK(api.handle({{"cmd", "tenant.add"}, {"vni", 8}, {"name", "x"}})["code"] == "busy");
+  tandem::dpu::ControlReply list = api.begin_line(R"({"cmd":"tenant.list"})");
+  CHECK(list.kind == Kind::kDone);
+  CHECK(json::parse(list.text)["tenants"].size() == 1);
+  std::optional<std::string> done;
+  std::size_t steps = 0;
+  while (!(done = api.step())) ++steps;
+  CHECK(steps >= 20000 / ControlApi::kStepRows);
+  json reply = json::parse(*done);
+  REQUIRE(reply["ok"] == true);
+  CHECK(reply["imported"] == 20000);
+  CHECK(reply["replaced"] == 1);
+  CHECK_FALSE(api.busy());
+  REQUIRE(hooks.replaced.size() == 1);
+  REQUIRE(hooks.replaced[0].size() == 1);
+  CHECK(hooks.replaced[0][0].overlay_ip == 0x0A010001);
+  CHECK(st.mappings().size() == 20000);
+  CHECK(api.begin_line(R"({"cmd":"tenant.add","vni":8,"name":"x"})").kind == Kind::kDone);
+  Level1State reloaded;
+  store.load(reloaded);
+  CHECK(reloaded.mappings().size() == 20000);
+  std::remove(csv.c_str());
+}

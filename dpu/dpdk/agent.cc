@@ -87,8 +87,7 @@ class Agent final : public AgentHooks {
     ch_cfg_.heartbeat_timeout_ns = c.heartbeat_timeout_ms * 1'000'000ull;
     for (const auto& [name, r] : state_.rnics()) open_link(name);
     for (const std::string& n : c.rnics) open_link(n);
-    socket_ = std::make_unique<ControlSocket>(c.control_socket,
-                                              [this](const std::string& l) { return api_.handle_line(l); });
+    socket_ = std::make_unique<ControlSocket>(c.control_socket, api_);
     cd::telemetry_register("/tandem/dpu/rnics", "tandem-dpu managed RNICs: channel state, versions, BAR counters",
                            [this](std::string_view, cd::TelemetryDict& d) {
                              std::lock_guard<std::mutex> g(snap_mu_);
@@ -134,7 +133,10 @@ class Agent final : public AgentHooks {
     if (auto* r = std::get_if<AddRnic>(&c)) {
       open_link(r->name);
     } else if (auto* m = std::get_if<AddMapping>(&c)) {
-      withdraw_mapping(MappingKey{m->vni, m->overlay_ip});  // a replaced mapping: re-resolve on next miss
+      if (m->replace)
+        mappings_replaced({MappingKey{m->vni, m->overlay_ip}});  // new entries in place, no window without
+      else
+        withdraw_mapping(MappingKey{m->vni, m->overlay_ip});
     } else if (auto* m = std::get_if<RemoveMapping>(&c)) {
       withdraw_mapping(MappingKey{m->vni, m->overlay_ip});
     } else if (std::holds_alternative<RemoveVnic>(c) && removed) {
@@ -144,6 +146,16 @@ class Agent final : public AgentHooks {
           cs.tag = next_tag_++;
           l->ch->submit(std::move(cs));
         }
+      }
+    }
+  }
+
+  void mappings_replaced(const std::vector<MappingKey>& keys) override {
+    for (auto& [n, l] : links_) {
+      ChangeSet cs = changes_for_replaced_mappings(state_, l->ch->shadow(), n, keys);
+      if (!cs.ops.empty()) {
+        cs.tag = next_tag_++;
+        l->ch->submit(std::move(cs));
       }
     }
   }

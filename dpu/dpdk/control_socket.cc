@@ -4,17 +4,28 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
+
+#include "dpu/api/control_api.h"
 
 namespace tandem::dpu::dpdk {
 
 namespace {
 constexpr std::size_t kMaxRequest = 1 << 20;  // a request line larger than this is refused
-}
 
-ControlSocket::ControlSocket(const std::string& path, Handler h) : path_(path), handler_(std::move(h)) {
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+}  // namespace
+
+ControlSocket::ControlSocket(const std::string& path, ControlApi& api) : path_(path), api_(api) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (path.size() >= sizeof(a.sun_path)) throw std::runtime_error("control socket path too long: " + path);
@@ -37,12 +48,74 @@ ControlSocket::~ControlSocket() {
   }
 }
 
+std::string ControlSocket::stats_reply(bool reset) {
+  nlohmann::json j = {{"ok", true},
+                      {"polls", stats_.polls},
+                      {"requests", stats_.requests},
+                      {"held_back_polls", stats_.held_back},
+                      {"jobs", stats_.jobs},
+                      {"job_steps", stats_.job_steps},
+                      {"job_running", api_.busy()},
+                      {"poll_max_us", stats_.poll_max_ns / 1000.0},
+                      {"loop_gap_max_us", stats_.gap_max_ns / 1000.0}};
+  if (reset) {
+    stats_.poll_max_ns = 0;
+    stats_.gap_max_ns = 0;
+  }
+  return j.dump();
+}
+
+void ControlSocket::handle_lines(Conn& c) {
+  std::size_t nl;
+  while ((nl = c.in.find('\n')) != std::string::npos) {
+    std::string line = c.in.substr(0, nl);
+    if (line.empty()) {
+      c.in.erase(0, nl + 1);
+      continue;
+    }
+    if (line.find("\"control.stats\"") != std::string::npos) {
+      nlohmann::json req = nlohmann::json::parse(line, nullptr, false);
+      if (req.is_object() && req.value("cmd", "") == "control.stats") {
+        c.in.erase(0, nl + 1);
+        ++stats_.requests;
+        c.out += stats_reply(req.value("reset", false)) + "\n";
+        continue;
+      }
+    }
+    ControlReply r = api_.begin_line(line);
+    if (r.kind == ControlReply::Kind::kBusy) {  // stays in the buffer until the job is done
+      ++stats_.held_back;
+      return;
+    }
+    c.in.erase(0, nl + 1);
+    ++stats_.requests;
+    if (r.kind == ControlReply::Kind::kDone) {
+      c.out += r.text + "\n";
+      continue;
+    }
+    c.waiting = true;  // its reply comes when the job ends; its next lines wait
+    job_fd_ = c.fd;
+    ++stats_.jobs;
+    job_trace_ = JobTrace{};
+    job_trace_.started_ns = now_ns();
+    return;
+  }
+}
+
 bool ControlSocket::poll() {
+  uint64_t t0 = now_ns();
+  if (last_poll_ns_) {
+    uint64_t gap = t0 - last_poll_ns_;
+    stats_.gap_max_ns = std::max(stats_.gap_max_ns, gap);
+    if (api_.busy()) job_trace_.gap_max_ns = std::max(job_trace_.gap_max_ns, gap);
+  }
+  last_poll_ns_ = t0;
+  ++stats_.polls;
   bool did = false;
   for (;;) {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) break;
-    conns_.push_back(Conn{fd, {}, {}, false});
+    conns_.push_back(Conn{fd, {}, {}, false, false});
     did = true;
   }
   char buf[65536];
@@ -57,12 +130,50 @@ bool ControlSocket::poll() {
       if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) c.eof = true;
       break;
     }
-    std::size_t nl;
-    while ((nl = c.in.find('\n')) != std::string::npos) {
-      std::string line = c.in.substr(0, nl);
-      c.in.erase(0, nl + 1);
-      if (!line.empty()) c.out += handler_(line) + "\n";
+  }
+  // The running job first: one bounded step per poll, its reply when it ends.
+  if (api_.busy()) {
+    did = true;
+    const char* phase = api_.job_phase();
+    uint64_t s0 = now_ns();
+    std::optional<std::string> reply = api_.step();
+    uint64_t s1 = now_ns();
+    ++stats_.job_steps;
+    ++job_trace_.steps;
+    auto& ph = job_trace_.phases;
+    if (ph.empty() || ph.back().name != phase) ph.push_back({phase});
+    ++ph.back().steps;
+    ph.back().total_ns += s1 - s0;
+    ph.back().max_ns = std::max(ph.back().max_ns, s1 - s0);
+    if (s1 - s0 > job_trace_.step_max_ns) {
+      job_trace_.step_max_ns = s1 - s0;
+      job_trace_.step_max_phase = phase;
     }
+    if (reply) {
+      for (Conn& c : conns_)
+        if (c.fd == job_fd_) {
+          c.out += *reply + "\n";
+          c.waiting = false;
+        }
+      job_fd_ = -1;
+      std::string phases;
+      for (const auto& p : job_trace_.phases) {
+        char b[128];
+        std::snprintf(b, sizeof b, "%s%s %llu x %.2f max %.2f", phases.empty() ? "" : ", ", p.name.c_str(),
+                      static_cast<unsigned long long>(p.steps), p.total_ns / 1e6 / static_cast<double>(p.steps),
+                      p.max_ns / 1e6);
+        phases += b;
+      }
+      std::fprintf(stderr,
+                   "tandem-dpu: control: job done in %.1f ms over %llu steps; longest step %.2f ms (%s), "
+                   "longest loop gap %.2f ms; steps per phase (count x mean, max ms): %s\n",
+                   (s1 - job_trace_.started_ns) / 1e6, static_cast<unsigned long long>(job_trace_.steps),
+                   job_trace_.step_max_ns / 1e6, job_trace_.step_max_phase.c_str(), job_trace_.gap_max_ns / 1e6,
+                   phases.c_str());
+    }
+  }
+  for (Conn& c : conns_) {
+    if (!c.waiting) handle_lines(c);
     if (c.in.size() > kMaxRequest) {
       c.out += "{\"ok\":false,\"code\":\"bad_request\",\"error\":\"request larger than 1 MiB\"}\n";
       c.in.clear();
@@ -82,14 +193,20 @@ bool ControlSocket::poll() {
     }
   }
   for (std::size_t i = 0; i < conns_.size();) {
-    if (conns_[i].eof && conns_[i].out.empty()) {
-      ::close(conns_[i].fd);
+    Conn& c = conns_[i];
+    // A connection whose client left is closed, unless a held-back change is
+    // still in its buffer (it runs when the job is done, as sent).
+    bool pending = c.waiting || c.in.find('\n') != std::string::npos;
+    if (c.eof && c.out.empty() && !pending) {
+      if (c.fd == job_fd_) job_fd_ = -1;
+      ::close(c.fd);
       conns_[i] = std::move(conns_.back());
       conns_.pop_back();
     } else {
       ++i;
     }
   }
+  stats_.poll_max_ns = std::max(stats_.poll_max_ns, now_ns() - t0);
   return did;
 }
 

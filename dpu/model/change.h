@@ -43,13 +43,16 @@ struct BindQp {
   uint32_t qpn = 0;            // 24 bits, unique per RNIC
 };
 // (tenant, overlay IP) -> (underlay IP, next-hop MAC, RNIC); the RNIC may be
-// remote (any name), it only identifies where the address lives.
+// remote (any name), it only identifies where the address lives. An existing
+// key is refused unless `replace` (a VM moved: the mapping is updated in place,
+// never removed and re-added, so there is no moment without it).
 struct AddMapping {
   uint32_t vni = 0;
   uint32_t overlay_ip = 0;
   uint32_t underlay_ip = 0;
   MacAddr next_hop_mac{};
   std::string rnic;
+  bool replace = false;  // add, or replace the mapping of this key
 };
 struct RemoveMapping {
   uint32_t vni = 0;

@@ -136,8 +136,14 @@ ModelResult Level1State::check_one(const AddMapping& c) const {
   if (!valid_ip(c.underlay_ip)) return fail(ModelErrc::kBadAddress, "underlay IP " + format_ipv4(c.underlay_ip) + " is not a unicast address");
   if (!valid_mac(c.next_hop_mac)) return fail(ModelErrc::kBadAddress, "next-hop MAC " + format_mac(c.next_hop_mac) + " is not a unicast address");
   if (c.rnic.empty() || c.rnic.size() > 31) return fail(ModelErrc::kBadValue, "RNIC name must be 1-31 characters");
-  if (mappings_.find({c.vni, c.overlay_ip}))
-    return fail(ModelErrc::kDuplicate, format_ipv4(c.overlay_ip) + " is already mapped in " + vni_str(c.vni));
+  if (mappings_.find({c.vni, c.overlay_ip})) {
+    if (!c.replace)
+      return fail(ModelErrc::kDuplicate, format_ipv4(c.overlay_ip) + " is already mapped in " + vni_str(c.vni) +
+                                             " (a replace must say so)");
+    if (const Vnic* v = vnic_at(c.vni, c.overlay_ip))
+      return fail(ModelErrc::kInUse, format_ipv4(c.overlay_ip) + " belongs to vNIC " + std::to_string(v->id) +
+                                         "; its mapping follows the vNIC");
+  }
   if (rnic_ids_.size() >= 0xFFFF && !rnic_ids_.count(c.rnic))
     return fail(ModelErrc::kBadValue, "too many distinct RNIC names (65535)");
   return {};
@@ -218,8 +224,8 @@ void Level1State::apply_one(const BindQp& c) {
 }
 
 void Level1State::apply_one(const AddMapping& c) {
-  mappings_.upsert({c.vni, c.overlay_ip}, Mapping{c.underlay_ip, c.next_hop_mac, intern_rnic(c.rnic)});
-  ++tenant_refs_[c.vni];
+  if (mappings_.upsert({c.vni, c.overlay_ip}, Mapping{c.underlay_ip, c.next_hop_mac, intern_rnic(c.rnic)}))
+    ++tenant_refs_[c.vni];  // a replaced mapping was counted when it was added
 }
 
 void Level1State::apply_one(const RemoveMapping& c) {

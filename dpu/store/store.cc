@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "dpu/model/address.h"
+#include "dpu/store/mapping_import.h"
 
 namespace tandem::dpu {
 
@@ -125,31 +126,6 @@ class Txn {
   bool done_ = false;
 };
 
-// A mapping row as parsed from an import file: compact so 16M rows fit.
-struct ImportRow {
-  uint32_t vni = 0, overlay_ip = 0, underlay_ip = 0;
-  MacAddr mac{};
-  uint16_t rnic = 0;  // index into the import's RNIC name list
-};
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
-
-bool parse_u32(std::string_view s, uint32_t& out) {
-  if (s.empty() || s.size() > 10) return false;
-  uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<uint64_t>(c - '0');
-  }
-  if (v > 0xFFFFFFFFu) return false;
-  out = static_cast<uint32_t>(v);
-  return true;
-}
-
 }  // namespace
 
 Store::Store(const std::string& path) {
@@ -176,7 +152,10 @@ Store::Store(const std::string& path) {
   }
 }
 
-Store::~Store() { sqlite3_close(db_); }
+Store::~Store() {
+  bulk_rollback();
+  sqlite3_close(db_);
+}
 
 void Store::exec(const char* sql) const {
   char* err = nullptr;
@@ -210,7 +189,9 @@ void Store::persist_one(const Change& c) {
         } else if constexpr (std::is_same_v<T, BindQp>) {
           Stmt(db_, "INSERT INTO qps(vnic, qpn) VALUES(?, ?)").bind(1, x.vnic).bind(2, x.qpn).run();
         } else if constexpr (std::is_same_v<T, AddMapping>) {
-          Stmt(db_, "INSERT INTO mappings(vni, overlay_ip, underlay_ip, next_hop_mac, rnic) VALUES(?,?,?,?,?)")
+          // A replace overwrites the row of its key; a plain add must not find one.
+          Stmt(db_, x.replace ? "INSERT OR REPLACE INTO mappings(vni, overlay_ip, underlay_ip, next_hop_mac, rnic) VALUES(?,?,?,?,?)"
+                              : "INSERT INTO mappings(vni, overlay_ip, underlay_ip, next_hop_mac, rnic) VALUES(?,?,?,?,?)")
               .bind(1, x.vni).bind(2, x.overlay_ip).bind(3, x.underlay_ip)
               .bind(4, mac_to_int(x.next_hop_mac)).bind(5, x.rnic).run();
         } else if constexpr (std::is_same_v<T, RemoveMapping>) {
@@ -223,12 +204,14 @@ void Store::persist_one(const Change& c) {
 }
 
 void Store::persist(const Change& c) {
+  if (bulk_open_) throw StoreError("store: a bulk import is writing; try again when it is done");
   Txn t(db_);
   persist_one(c);
   t.commit();
 }
 
 void Store::persist(const std::vector<Change>& cs) {
+  if (bulk_open_) throw StoreError("store: a bulk import is writing; try again when it is done");
   Txn t(db_);
   for (const Change& c : cs) persist_one(c);
   t.commit();
@@ -269,130 +252,104 @@ void Store::load(Level1State& state) const {
   }
 }
 
-ImportResult Store::import_mappings(std::istream& in, ImportFormat fmt, Level1State& state) {
-  ImportResult out;
-  std::vector<ImportRow> rows;
-  std::vector<std::string> rnics;
-  std::string line;
-  std::size_t lineno = 0;
-  auto bad = [&](ModelErrc code, const std::string& why) {
-    out.result = {code, "line " + std::to_string(lineno) + ": " + why};
-  };
-  auto rnic_index = [&](std::string_view name) -> uint16_t {
-    for (std::size_t i = 0; i < rnics.size(); ++i)
-      if (rnics[i] == name) return static_cast<uint16_t>(i);
-    rnics.emplace_back(name);
-    return static_cast<uint16_t>(rnics.size() - 1);
-  };
-  auto to_change = [&](const ImportRow& r) {
-    return AddMapping{r.vni, r.overlay_ip, r.underlay_ip, r.mac, rnics[r.rnic]};
-  };
-  // Undo what was applied so far: a failed import leaves the state untouched.
-  auto undo = [&](std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) state.apply(RemoveMapping{rows[i].vni, rows[i].overlay_ip});
-  };
+ImportResult Store::import_mappings(std::istream& in, ImportFormat fmt, Level1State& state, bool replace) {
+  MappingImport job(*this, state, in, fmt, replace);
+  while (!job.step(SIZE_MAX)) {
+  }
+  return job.result();
+}
 
-  while (std::getline(in, line)) {
-    ++lineno;
-    std::string_view l = trim(line);
-    if (l.empty() || l[0] == '#') continue;
-    ImportRow row;
-    std::string_view fields[5];
-    std::string mac_s, oip_s, uip_s, rnic_s;
-    if (fmt == ImportFormat::kCsv) {
-      if (lineno == 1 && l.substr(0, 3) == "vni") continue;  // header
-      std::size_t n = 0;
-      for (;;) {
-        std::size_t comma = l.find(',');
-        if (n < 5) fields[n] = trim(l.substr(0, comma));
-        ++n;
-        if (comma == std::string_view::npos) break;
-        l.remove_prefix(comma + 1);
-      }
-      if (n != 5) {
-        bad(ModelErrc::kBadValue, "expected 5 fields: vni,overlay_ip,underlay_ip,next_hop_mac,rnic");
-        break;
-      }
-      if (!parse_u32(fields[0], row.vni)) {
-        bad(ModelErrc::kBadValue, "bad VNI '" + std::string(fields[0]) + "'");
-        break;
-      }
-    } else {
-      nlohmann::json j = nlohmann::json::parse(l.begin(), l.end(), nullptr, false);
-      if (j.is_discarded() || !j.is_object() || !j.contains("vni") || !j["vni"].is_number_unsigned() ||
-          !j.value("overlay_ip", nlohmann::json()).is_string() ||
-          !j.value("underlay_ip", nlohmann::json()).is_string() ||
-          !j.value("next_hop_mac", nlohmann::json()).is_string() ||
-          !j.value("rnic", nlohmann::json()).is_string()) {
-        bad(ModelErrc::kBadValue, "expected {\"vni\":N,\"overlay_ip\":..,\"underlay_ip\":..,\"next_hop_mac\":..,\"rnic\":..}");
-        break;
-      }
-      uint64_t vni = j["vni"].get<uint64_t>();
-      row.vni = vni > 0xFFFFFFFFu ? 0xFFFFFFFFu : static_cast<uint32_t>(vni);
-      oip_s = j["overlay_ip"].get<std::string>();
-      uip_s = j["underlay_ip"].get<std::string>();
-      mac_s = j["next_hop_mac"].get<std::string>();
-      rnic_s = j["rnic"].get<std::string>();
-      fields[1] = oip_s;
-      fields[2] = uip_s;
-      fields[3] = mac_s;
-      fields[4] = rnic_s;
-    }
-    auto oip = parse_ipv4(fields[1]);
-    auto uip = parse_ipv4(fields[2]);
-    auto mac = parse_mac(fields[3]);
-    if (!oip || !uip || !mac) {
-      bad(ModelErrc::kBadAddress, "cannot parse address '" +
-                                      std::string(!oip ? fields[1] : !uip ? fields[2] : fields[3]) + "'");
-      break;
-    }
-    row.overlay_ip = *oip;
-    row.underlay_ip = *uip;
-    row.mac = *mac;
-    if (rnics.size() >= 0xFFFF && std::find(rnics.begin(), rnics.end(), fields[4]) == rnics.end()) {
-      bad(ModelErrc::kBadValue, "too many distinct RNIC names");
-      break;
-    }
-    row.rnic = rnic_index(fields[4]);
-    // Applying as we go also catches duplicates within the file.
-    ModelResult r = state.apply(to_change(row));
-    if (!r.ok()) {
-      bad(r.code, r.message);
-      break;
-    }
-    rows.push_back(row);
+namespace {
+constexpr const char* kInsertMapping =
+    "INSERT INTO mappings(vni, overlay_ip, underlay_ip, next_hop_mac, rnic) VALUES(?,?,?,?,?)";
+constexpr const char* kReplaceMapping =
+    "INSERT OR REPLACE INTO mappings(vni, overlay_ip, underlay_ip, next_hop_mac, rnic) VALUES(?,?,?,?,?)";
+}  // namespace
+
+void Store::bulk_begin() {
+  if (bulk_open_) throw StoreError("store: a bulk import is already open");
+  if (sqlite3_prepare_v2(db_, kInsertMapping, -1, &bulk_insert_, nullptr) != SQLITE_OK ||
+      sqlite3_prepare_v2(db_, kReplaceMapping, -1, &bulk_replace_, nullptr) != SQLITE_OK) {
+    std::string msg = std::string("store: prepare failed: ") + sqlite3_errmsg(db_);
+    bulk_end();
+    throw StoreError(msg);
   }
-  if (!out.result.ok()) {
-    undo(rows.size());
-    return out;
-  }
-  // Insert in primary-key order: B-tree appends instead of random leaf
-  // updates, which keeps a large import from thrashing the page cache.
-  std::vector<uint32_t> order(rows.size());
-  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return rows[a].vni != rows[b].vni ? rows[a].vni < rows[b].vni : rows[a].overlay_ip < rows[b].overlay_ip;
-  });
   try {
-    Txn t(db_);
-    Stmt ins(db_, "INSERT INTO mappings(vni, overlay_ip, underlay_ip, next_hop_mac, rnic) VALUES(?,?,?,?,?)");
-    for (uint32_t i : order) {
-      const ImportRow& r = rows[i];
-      ins.bind(1, r.vni).bind(2, r.overlay_ip).bind(3, r.underlay_ip).bind(4, mac_to_int(r.mac))
-          .bind(5, rnics[r.rnic]).run();
-    }
-    t.commit();
+    // A small page cache spills the import's pages to the WAL during the
+    // INSERT steps, so the COMMIT writes little; no automatic checkpoint
+    // inside the COMMIT either (bulk_checkpoint is a step of its own).
+    exec("PRAGMA cache_size=-4096");
+    exec("PRAGMA wal_autocheckpoint=0");
+    exec("BEGIN IMMEDIATE");
   } catch (...) {
-    undo(rows.size());
+    bulk_end();
     throw;
   }
-  out.imported = rows.size();
-  return out;
+  bulk_open_ = true;
+}
+
+void Store::bulk_put_mapping(const AddMapping& m) {
+  sqlite3_stmt* s = m.replace ? bulk_replace_ : bulk_insert_;
+  sqlite3_bind_int64(s, 1, m.vni);
+  sqlite3_bind_int64(s, 2, m.overlay_ip);
+  sqlite3_bind_int64(s, 3, m.underlay_ip);
+  sqlite3_bind_int64(s, 4, mac_to_int(m.next_hop_mac));
+  sqlite3_bind_text(s, 5, m.rnic.data(), static_cast<int>(m.rnic.size()), SQLITE_TRANSIENT);
+  int rc = sqlite3_step(s);
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) throw StoreError(std::string("store: write failed: ") + sqlite3_errmsg(db_));
+}
+
+void Store::bulk_commit() {
+  exec("COMMIT");  // on failure the caller rolls back
+  bulk_end();
+}
+
+void Store::bulk_rollback() noexcept {
+  if (bulk_open_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  bulk_end();
+  restore_settings();
+}
+
+bool Store::bulk_checkpoint() noexcept {
+  int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+  restore_settings();
+  return rc == SQLITE_OK;
+}
+
+void Store::restore_settings() noexcept {
+  sqlite3_exec(db_, "PRAGMA cache_size=-65536", nullptr, nullptr, nullptr);
+  sqlite3_exec(db_, "PRAGMA wal_autocheckpoint=1000", nullptr, nullptr, nullptr);
+}
+
+void Store::bulk_end() noexcept {
+  sqlite3_finalize(bulk_insert_);
+  sqlite3_finalize(bulk_replace_);
+  bulk_insert_ = bulk_replace_ = nullptr;
+  bool was_open = bulk_open_;
+  bulk_open_ = false;
+  if (!was_open) return;
+  // The level-2 saves that waited for the import's transaction.
+  std::vector<DeferredLevel2> later = std::move(deferred_l2_);
+  deferred_l2_.clear();
+  for (const DeferredLevel2& d : later) {
+    try {
+      save_level2(d.rnic, d.version, d.digest, d.puts, d.dels, d.replace_all);
+    } catch (const StoreError&) {
+      // Lost bookkeeping only: a restarted agent replays instead of reconciling.
+    }
+  }
 }
 
 void Store::save_level2(const std::string& rnic, uint64_t version, uint64_t digest,
                         const std::vector<common::Level2Entry>& puts,
                         const std::vector<common::EntryKey>& dels, bool replace_all) {
+  if (bulk_open_) {
+    if (replace_all)  // supersedes everything saved for this RNIC before it
+      std::erase_if(deferred_l2_, [&](const DeferredLevel2& d) { return d.rnic == rnic; });
+    deferred_l2_.push_back(DeferredLevel2{rnic, version, digest, puts, dels, replace_all});
+    return;
+  }
   Txn t(db_);
   if (replace_all) Stmt(db_, "DELETE FROM l2_entries WHERE rnic=?").bind(1, rnic).run();
   {

@@ -31,6 +31,7 @@ enum class ImportFormat : uint8_t { kCsv, kJsonl };
 struct ImportResult {
   ModelResult result;      // first error (with its line number), or ok
   std::size_t imported = 0;
+  std::vector<MappingKey> replaced;  // keys that were mapped before (a replace import)
 };
 
 // The level-2 table the agent last saw an RNIC commit.
@@ -56,11 +57,30 @@ class Store {
   void load(Level1State& state) const;
 
   // Bulk mapping import: every row is validated against the state (and the
-  // rows before it); if all pass they are written in one transaction and
-  // applied, else nothing is written or applied. CSV rows:
+  // other rows: a key twice in one file is refused); if all pass they are
+  // written in one transaction and applied, else nothing is written or
+  // applied. With `replace`, keys already mapped are replaced, else refused.
+  // CSV rows:
   //   vni,overlay_ip,underlay_ip,next_hop_mac,rnic   (a first line starting "vni" is a header)
   // JSONL rows: {"vni":1,"overlay_ip":"..","underlay_ip":"..","next_hop_mac":"..","rnic":".."}
-  ImportResult import_mappings(std::istream& in, ImportFormat fmt, Level1State& state);
+  // Runs to completion; MappingImport (mapping_import.h) does it in steps.
+  ImportResult import_mappings(std::istream& in, ImportFormat fmt, Level1State& state, bool replace = false);
+
+  // The write transaction of a bulk import, filled across agent loop
+  // iterations (MappingImport). Level-2 saves made while it is open wait in
+  // memory and are written when it ends (they are bookkeeping for reconcile;
+  // a crash meanwhile costs a replay, never a wrong table); persist() is
+  // refused meanwhile (the control API holds changes back during an import).
+  void bulk_begin();
+  void bulk_put_mapping(const AddMapping& m);  // INSERT, or INSERT OR REPLACE if m.replace
+  void bulk_commit();
+  void bulk_rollback() noexcept;
+  // After bulk_commit: copies the import's WAL frames into the database (its
+  // own step: automatic checkpoints are off during a bulk import, so the
+  // COMMIT does not include one) and restores the normal settings. False if
+  // SQLite could not checkpoint now (harmless: a later commit does it).
+  bool bulk_checkpoint() noexcept;
+  bool bulk_open() const noexcept { return bulk_open_; }
 
   // Level-2 bookkeeping per RNIC, written when COMMITTED arrives.
   void save_level2(const std::string& rnic, uint64_t version, uint64_t digest,
@@ -72,7 +92,20 @@ class Store {
   void exec(const char* sql) const;
   sqlite3_stmt* prepare(const char* sql) const;
   void persist_one(const Change& c);
+  void bulk_end() noexcept;
+  void restore_settings() noexcept;
   sqlite3* db_ = nullptr;
+  bool bulk_open_ = false;
+  sqlite3_stmt* bulk_insert_ = nullptr;
+  sqlite3_stmt* bulk_replace_ = nullptr;
+  struct DeferredLevel2 {
+    std::string rnic;
+    uint64_t version, digest;
+    std::vector<common::Level2Entry> puts;
+    std::vector<common::EntryKey> dels;
+    bool replace_all;
+  };
+  std::vector<DeferredLevel2> deferred_l2_;
 };
 
 // check -> persist -> apply: the order that makes "acknowledged" mean "on disk".

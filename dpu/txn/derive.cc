@@ -1,6 +1,10 @@
 // Level-1 -> level-2 derivations.
 #include "dpu/txn/derive.h"
 
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
 namespace tandem::dpu {
 
 using common::EntryKind;
@@ -43,6 +47,61 @@ ChangeSet deletions_for_mapping(const Level2Shadow& installed, const MappingKey&
   ChangeSet cs;
   for (const auto& [k, e] : installed.entries())
     if (derived_from(e, m)) cs.del(k);
+  return cs;
+}
+
+ChangeSet changes_for_replaced_mappings(const Level1State& state, const Level2Shadow& installed,
+                                        const std::string& rnic, const std::vector<MappingKey>& keys) {
+  auto packed = [](uint32_t vni, uint32_t ip) { return uint64_t{vni} << 32 | ip; };
+  std::unordered_set<uint64_t> replaced;
+  for (const MappingKey& k : keys) replaced.insert(packed(k.vni, k.overlay_ip));
+  // What the RNIC should hold at each touched key once the change set commits.
+  struct Want {
+    bool present = false;
+    bool ambiguous = false;  // two (sender, receiver) pairs want it: deleted, whatever comes later
+    Level2Entry e;
+  };
+  std::unordered_map<common::EntryKey, Want, EntryKeyHash> want;
+  std::vector<common::EntryKey> order;  // deterministic op order
+  auto touch = [&](const common::EntryKey& k) -> Want& {
+    auto [it, fresh] = want.try_emplace(k);
+    if (fresh) order.push_back(k);
+    return it->second;
+  };
+  std::set<std::pair<uint32_t, uint32_t>> pairs;  // (local vNIC, remote overlay IP)
+  for (const auto& [k, e] : installed.entries()) {
+    bool eg = k.kind == EntryKind::kEgress;
+    uint32_t vni = eg ? e.egress.vni : e.ingress.vni;
+    uint32_t ip = eg ? k.word1 : e.ingress.overlay_src_ip;
+    if (!replaced.count(packed(vni, ip))) continue;
+    touch(k);  // absent unless re-derived below
+    pairs.insert({eg ? k.word0 : e.ingress.local_vnic_id, ip});
+  }
+  for (const auto& [vnic, ip] : pairs) {
+    Resolution r = state.resolve(vnic, ip);
+    if (r.status != ResolveStatus::kOk || r.rnic != rnic) continue;
+    Want& eg = touch(r.egress.key);
+    eg.present = true;
+    eg.e = r.egress;
+    auto it = want.find(r.ingress.key);
+    const Level2Entry* have = it != want.end() ? (it->second.present ? &it->second.e : nullptr)
+                                               : installed.find(r.ingress.key);
+    Want& in = touch(r.ingress.key);
+    if (in.ambiguous || (have && !(have->ingress == r.ingress.ingress))) {
+      in.ambiguous = true;
+      in.present = false;
+    } else {
+      in.present = true;
+      in.e = r.ingress;
+    }
+  }
+  ChangeSet cs;
+  for (const common::EntryKey& k : order) {
+    const Want& w = want[k];
+    const Level2Entry* cur = installed.find(k);
+    if (w.present && !(cur && *cur == w.e)) cs.put(w.e);
+    if (!w.present && cur) cs.del(k);
+  }
   return cs;
 }
 

@@ -47,6 +47,16 @@ ChangeSet revalidate_resolution(const Level1State& state, const Level2Shadow& in
 
 // DELs for every entry in `installed` derived from mapping m.
 ChangeSet deletions_for_mapping(const Level2Shadow& installed, const MappingKey& m);
+// Mappings `keys` were replaced in level 1 (new underlay IP, next-hop MAC or
+// RNIC): every (vNIC, address) pair `installed` on `rnic` holds entries for is
+// resolved afresh, as one change set: the egress entry is overwritten in
+// place (PUT), an ingress entry whose key moved with the underlay IP is PUT
+// at the new key and DELeted at the old one, and what no longer resolves to
+// this RNIC is DELeted. One change set is one transaction, so the RNIC never
+// sees a version without the entry. Ambiguous ingress keys follow
+// change_set_for_miss (deleted, never overwritten).
+ChangeSet changes_for_replaced_mappings(const Level1State& state, const Level2Shadow& installed,
+                                        const std::string& rnic, const std::vector<MappingKey>& keys);
 // DELs for every entry in `installed` that belongs to the vNIC (id) or is
 // derived from its own address (vni, overlay_ip): what removing it withdraws.
 ChangeSet deletions_for_vnic(const Level2Shadow& installed, uint32_t vnic, uint32_t vni, uint32_t overlay_ip);

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include "dpu/channel/agent_channel.h"
+#include "dpu/model/address.h"
 #include "dpu/store/store.h"
+#include "dpu/txn/derive.h"
 #include "rnic/table/level2_table.h"
 #include "rnic/table/rnic_channel.h"
 
@@ -612,4 +614,65 @@ TEST_CASE("entries replaced over and over are recycled, so a small table never f
   CHECK(r.table->stats().full_pool == 0);
   CHECK(r.lookup(egress_key(1, 3))->egress.underlay_dst_ip == 50);
   l.require_in_sync();
+}
+
+TEST_CASE("a replaced mapping reaches the RNIC as one transaction: egress overwritten, ingress moved, never absent") {
+  auto ip = [](const char* x) { return *parse_ipv4(x); };
+  auto mac = [](const char* x) { return *parse_mac(x); };
+  Level1State st;
+  REQUIRE(st.apply(AddTenant{100, "blue"}).ok());
+  REQUIRE(st.apply(AddRnic{"rnic0", ip("10.0.0.1"), mac("02:00:00:00:00:01"), 0xC000, 4}).ok());
+  REQUIRE(st.apply(AddVnic{1, 100, "rnic0", ip("192.168.0.1"), mac("02:aa:00:00:00:01")}).ok());
+  REQUIRE(st.apply(AddVnic{2, 100, "rnic0", ip("192.168.0.2"), mac("02:aa:00:00:00:02")}).ok());
+  REQUIRE(st.apply(AddMapping{100, ip("192.168.1.9"), ip("10.0.1.7"), mac("02:00:00:00:01:00"), "far0"}).ok());
+  REQUIRE(st.apply(AddMapping{100, ip("192.168.1.8"), ip("10.0.1.6"), mac("02:00:00:00:01:00"), "far0"}).ok());
+  RnicSide r;
+  Link l(r);
+  l.start();
+  // vNIC 1 talks to .9 and .8; vNIC 2 to .9 too (its ingress key is then ambiguous: deleted).
+  uint64_t tag = 1;
+  for (auto [vnic, dst] : {std::pair{1u, "192.168.1.9"}, {1u, "192.168.1.8"}, {2u, "192.168.1.9"}}) {
+    std::string target;
+    ResolveStatus why;
+    auto cs = change_set_for_miss(st, egress_key(vnic, ip(dst)), tag++, &target, &why, &l.agent.shadow());
+    REQUIRE(cs);
+    l.agent.submit(std::move(*cs));
+    REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  }
+  EntryKey eg1 = egress_key(1, ip("192.168.1.9")), eg2 = egress_key(2, ip("192.168.1.9"));
+  REQUIRE(r.lookup(eg1) != nullptr);
+  REQUIRE(r.lookup(eg2) != nullptr);
+  CHECK(r.lookup(ingress_key_vni(ip("10.0.1.7"), 100)) == nullptr);  // ambiguous
+  REQUIRE(r.lookup(ingress_key_vni(ip("10.0.1.6"), 100)) != nullptr);
+
+  // The VM behind .9 moves; .8 moves onto .9's old host.
+  REQUIRE(st.apply(AddMapping{100, ip("192.168.1.9"), ip("10.0.3.3"), mac("02:00:00:00:03:00"), "far3", true}).ok());
+  REQUIRE(st.apply(AddMapping{100, ip("192.168.1.8"), ip("10.0.1.7"), mac("02:00:00:00:01:00"), "far0", true}).ok());
+  std::vector<MappingKey> keys{{100, ip("192.168.1.9")}, {100, ip("192.168.1.8")}};
+  ChangeSet cs = changes_for_replaced_mappings(st, l.agent.shadow(), "rnic0", keys);
+  cs.tag = tag++;
+  CHECK(changes_for_replaced_mappings(st, l.agent.shadow(), "rnic1", keys).ops.size() == 4);  // not rnic1's: DELs
+  uint64_t v0 = r.table->version(), committed0 = l.agent.stats().txns_committed;
+  l.agent.submit(std::move(cs));
+  for (int i = 0; i < 2000 && !l.active_and_idle(); ++i) {
+    l.step();
+    REQUIRE(r.lookup(eg1) != nullptr);  // every version the RNIC forwards on has the entry
+    REQUIRE(r.lookup(eg2) != nullptr);
+  }
+  REQUIRE(l.active_and_idle());
+  CHECK(l.agent.stats().txns_committed == committed0 + 1);
+  CHECK(r.table->version() == v0 + 1);
+  CHECK(r.lookup(eg1)->egress.underlay_dst_ip == ip("10.0.3.3"));
+  CHECK(r.lookup(eg1)->egress.dst_mac == mac("02:00:00:00:03:00"));
+  CHECK(r.lookup(eg2)->egress.underlay_dst_ip == ip("10.0.3.3"));
+  CHECK(r.lookup(egress_key(1, ip("192.168.1.8")))->egress.underlay_dst_ip == ip("10.0.1.7"));
+  CHECK(r.lookup(ingress_key_vni(ip("10.0.1.6"), 100)) == nullptr);  // moved away with .8
+  const Level2Entry* in8 = r.lookup(ingress_key_vni(ip("10.0.1.7"), 100));
+  REQUIRE(in8 != nullptr);  // .8 now arrives from 10.0.1.7, for vNIC 1 only
+  CHECK(in8->ingress.overlay_src_ip == ip("192.168.1.8"));
+  CHECK(in8->ingress.local_vnic_id == 1);
+  CHECK(r.lookup(ingress_key_vni(ip("10.0.3.3"), 100)) == nullptr);  // .9's: still two receivers
+  l.require_in_sync();
+  // Replacing with the same values installs nothing.
+  CHECK(changes_for_replaced_mappings(st, l.agent.shadow(), "rnic0", keys).ops.empty());
 }

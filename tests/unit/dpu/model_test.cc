@@ -156,3 +156,53 @@ TEST_CASE("removing a vNIC frees its address and QPs") {
   // Only tenant 200's vNIC 3 still has that address now.
   CHECK(s.resolve(2, ip("192.168.0.1")).status == ResolveStatus::kDeniedByIsolation);
 }
+
+TEST_CASE("a mapping is replaced only when the change says so, in place, and resolves to the new underlay") {
+  Level1State s = two_tenants();
+  AddMapping moved{100, ip("192.168.1.9"), ip("10.0.3.3"), mac("02:00:00:00:03:00"), "far3"};
+  ModelResult dup = s.apply(moved);
+  CHECK(dup.code == ModelErrc::kDuplicate);
+  CHECK(dup.message == "192.168.1.9 is already mapped in tenant 100 (a replace must say so)");
+  CHECK(s.mapping(100, ip("192.168.1.9"))->underlay_ip == ip("10.0.1.7"));  // unchanged
+
+  moved.replace = true;
+  REQUIRE(s.apply(moved).ok());
+  CHECK(s.mappings().size() == 4);
+  auto m = s.mapping(100, ip("192.168.1.9"));
+  REQUIRE(m.has_value());
+  CHECK(m->underlay_ip == ip("10.0.3.3"));
+  CHECK(m->next_hop_mac == mac("02:00:00:00:03:00"));
+  CHECK(s.rnic_name(m->rnic) == "far3");
+  Resolution r = s.resolve(1, ip("192.168.1.9"));
+  REQUIRE(r.status == ResolveStatus::kOk);
+  CHECK(r.egress.egress.underlay_dst_ip == ip("10.0.3.3"));
+  CHECK(r.egress.egress.dst_mac == mac("02:00:00:00:03:00"));
+  CHECK(r.ingress.key.word0 == ip("10.0.3.3"));  // the ingress key moves with the underlay IP
+
+  // A replace still validates everything else.
+  AddMapping bad = moved;
+  bad.underlay_ip = ip("224.0.0.1");
+  CHECK(s.apply(bad).code == ModelErrc::kBadAddress);
+  CHECK(s.mapping(100, ip("192.168.1.9"))->underlay_ip == ip("10.0.3.3"));
+}
+
+TEST_CASE("replace adds a missing mapping, refuses a vNIC's own address, and counts the tenant's references once") {
+  Level1State s;
+  REQUIRE(s.apply(AddTenant{100, "blue"}).ok());
+  REQUIRE(s.apply(AddRnic{"rnic0", ip("10.0.0.1"), mac("02:00:00:00:00:01"), 0xC000, 4}).ok());
+  REQUIRE(s.apply(AddVnic{1, 100, "rnic0", ip("192.168.0.1"), mac("02:aa:00:00:00:01")}).ok());
+  AddMapping m{100, ip("192.168.1.9"), ip("10.0.1.7"), mac("02:00:00:00:01:00"), "far0", true};
+  REQUIRE(s.apply(m).ok());  // not mapped yet: added
+  m.underlay_ip = ip("10.0.1.8");
+  REQUIRE(s.apply(m).ok());
+  m.underlay_ip = ip("10.0.1.9");
+  REQUIRE(s.apply(m).ok());
+  CHECK(s.mappings().size() == 2);
+  AddMapping own{100, ip("192.168.0.1"), ip("10.0.9.9"), mac("02:00:00:00:09:00"), "far0", true};
+  CHECK(s.apply(own).code == ModelErrc::kInUse);
+  CHECK(s.mapping(100, ip("192.168.0.1"))->underlay_ip == ip("10.0.0.1"));
+  // One mapping and one vNIC reference the tenant, however often it was replaced.
+  REQUIRE(s.apply(RemoveMapping{100, ip("192.168.1.9")}).ok());
+  REQUIRE(s.apply(RemoveVnic{1}).ok());
+  CHECK(s.apply(RemoveTenant{100}).ok());
+}

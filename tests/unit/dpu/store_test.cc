@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "dpu/model/address.h"
+#include "dpu/store/mapping_import.h"
 #include "dpu/store/store.h"
 
 using namespace tandem::dpu;
@@ -181,6 +182,148 @@ TEST_CASE("the last committed level-2 table per RNIC is kept across reopen") {
   REQUIRE(s.entries.size() == 1);
   CHECK(s.entries[0] == e2);
   CHECK(store.load_level2("rnic1").version == 0);
+}
+
+TEST_CASE("a replaced mapping is on disk before it is applied, and a plain add of its key changes nothing") {
+  TempDb db;
+  Level1State live;
+  {
+    Store store(db.path());
+    for (const Change& c : sample_changes()) REQUIRE(accept_change(live, store, c).ok());
+    AddMapping moved{100, ip("192.168.1.9"), ip("10.0.3.3"), mac("02:00:00:00:03:00"), "far3"};
+    CHECK(accept_change(live, store, moved).code == ModelErrc::kDuplicate);
+    moved.replace = true;
+    REQUIRE(accept_change(live, store, moved).ok());
+  }
+  Level1State reloaded;
+  Store(db.path()).load(reloaded);
+  CHECK(dump(reloaded) == dump(live));
+  CHECK(reloaded.mappings().size() == 4);
+  CHECK(reloaded.mapping(100, ip("192.168.1.9"))->underlay_ip == ip("10.0.3.3"));
+}
+
+namespace {
+std::string csv_rows(int first, int n, const char* underlay_prefix) {
+  std::ostringstream csv;
+  for (int i = first; i < first + n; ++i)
+    csv << "100,10.8." << i / 250 << '.' << 1 + i % 250 << ',' << underlay_prefix << 1 + i % 200
+        << ",02:00:00:00:10:01,far" << i % 3 << '\n';
+  return csv.str();
+}
+}  // namespace
+
+TEST_CASE("import with replace updates existing keys and adds new ones; without it they are refused") {
+  TempDb db;
+  Level1State live;
+  Store store(db.path());
+  for (const Change& c : sample_changes()) REQUIRE(accept_change(live, store, c).ok());
+  std::istringstream first(csv_rows(0, 1000, "10.1.0."));
+  REQUIRE(store.import_mappings(first, ImportFormat::kCsv, live).result.ok());
+  std::string again = csv_rows(500, 1000, "10.2.0.");  // 500 existing keys, 500 new
+
+  std::istringstream plain(again);
+  ImportResult refused = store.import_mappings(plain, ImportFormat::kCsv, live);
+  CHECK(refused.result.code == ModelErrc::kDuplicate);
+  CHECK(refused.result.message.rfind("line 1:", 0) == 0);
+  CHECK(live.mappings().size() == 1004);
+  CHECK(live.mapping(100, ip("10.8.2.1"))->underlay_ip == ip("10.1.0.101"));
+
+  std::istringstream rep(again);
+  ImportResult r = store.import_mappings(rep, ImportFormat::kCsv, live, true);
+  REQUIRE(r.result.ok());
+  CHECK(r.imported == 1000);
+  CHECK(r.replaced.size() == 500);
+  CHECK(live.mappings().size() == 1504);
+  CHECK(live.mapping(100, ip("10.8.2.1"))->underlay_ip == ip("10.2.0.101"));  // key 500: replaced
+  CHECK(live.mapping(100, ip("10.8.0.1"))->underlay_ip == ip("10.1.0.1"));    // key 0: untouched
+  Level1State reloaded;
+  Store(db.path()).load(reloaded);
+  CHECK(dump(reloaded) == dump(live));
+
+  // A key twice in one file is refused even with replace: which row would win?
+  std::istringstream twice(csv_rows(2000, 10, "10.3.0.") + csv_rows(2005, 1, "10.4.0."));
+  ImportResult t = store.import_mappings(twice, ImportFormat::kCsv, live, true);
+  CHECK(t.result.code == ModelErrc::kDuplicate);
+  CHECK(t.result.message == "line 11: 10.8.8.6 in tenant 100 is in the file twice (also line 6)");
+  CHECK(live.mappings().size() == 1504);
+}
+
+TEST_CASE("an import done in small steps gives the same state as one done at once") {
+  TempDb a, b;
+  Level1State sa, sb;
+  Store store_a(a.path()), store_b(b.path());
+  for (const Change& c : sample_changes()) {
+    REQUIRE(accept_change(sa, store_a, c).ok());
+    REQUIRE(accept_change(sb, store_b, c).ok());
+  }
+  // Keys out of order so the merge sort has work across many steps.
+  std::string rows;
+  for (int blk = 19; blk >= 0; --blk) rows += csv_rows(blk * 1000, 1000, "10.1.0.");
+  std::istringstream in_a(rows), in_b(rows);
+  REQUIRE(store_a.import_mappings(in_a, ImportFormat::kCsv, sa).result.ok());
+  MappingImport job(store_b, sb, in_b, ImportFormat::kCsv, false);
+  std::size_t steps = 0;
+  while (!job.step(7)) {
+    ++steps;
+    std::string phase = job.phase_name();
+    if (phase != "apply" && phase != "done") REQUIRE(sb.mappings().size() == 4);  // nothing applied before the commit
+  }
+  CHECK(steps > 20000 / 7);
+  REQUIRE(job.result().result.ok());
+  CHECK(job.result().imported == 20000);
+  CHECK(dump(sb) == dump(sa));
+  Level1State reloaded;
+  Store(b.path()).load(reloaded);
+  CHECK(dump(reloaded) == dump(sa));
+}
+
+TEST_CASE("an import abandoned before its commit leaves disk and memory untouched") {
+  TempDb db;
+  Level1State live;
+  Store store(db.path());
+  for (const Change& c : sample_changes()) REQUIRE(accept_change(live, store, c).ok());
+  std::string before = dump(live);
+  std::istringstream in(csv_rows(0, 5000, "10.1.0."));
+  {
+    MappingImport job(store, live, in, ImportFormat::kCsv, false);
+    while (!store.bulk_open()) REQUIRE_FALSE(job.step(100));
+    for (int i = 0; i < 5; ++i) REQUIRE_FALSE(job.step(100));  // some rows written, not committed
+  }
+  CHECK_FALSE(store.bulk_open());
+  CHECK(dump(live) == before);
+  Level1State reloaded;
+  Store(db.path()).load(reloaded);
+  CHECK(dump(reloaded) == before);
+  // The store is usable again.
+  REQUIRE(accept_change(live, store, AddTenant{300, "green"}).ok());
+}
+
+TEST_CASE("level-2 saves during an import's open transaction wait and are written when it ends") {
+  TempDb db;
+  using namespace tandem::common;
+  EgressAction a;
+  a.underlay_dst_ip = 5;
+  auto e1 = make_egress_entry(egress_key(1, 10), a);
+  Level1State live;
+  {
+    Store store(db.path());
+    for (const Change& c : sample_changes()) REQUIRE(accept_change(live, store, c).ok());
+    std::istringstream in(csv_rows(0, 3000, "10.1.0."));
+    MappingImport job(store, live, in, ImportFormat::kCsv, false);
+    while (!store.bulk_open()) REQUIRE_FALSE(job.step(100));
+    store.save_level2("rnic0", 3, 333, {e1}, {}, true);
+    CHECK_THROWS_AS(store.persist(AddTenant{300, "green"}), StoreError);  // changes wait for the import
+    while (!job.step(100)) {
+    }
+    REQUIRE(job.result().result.ok());
+  }
+  Store store(db.path());
+  Level2Snapshot s = store.load_level2("rnic0");
+  CHECK(s.version == 3);
+  REQUIRE(s.entries.size() == 1);
+  Level1State reloaded;
+  store.load(reloaded);
+  CHECK(reloaded.mappings().size() == 3004);
 }
 
 TEST_CASE("opening a path that cannot be created is a clear error") {
