@@ -8,27 +8,6 @@
 
 namespace tandem::rnic {
 
-std::size_t write_transport_headers(const TxDesc& d, uint8_t* out) noexcept {
-  // The BTH as three 32-bit big-endian words (the same bytes as
-  // common::write_bth, without twelve byte stores per packet).
-  const common::Bth& b = d.bth;
-  const uint32_t pad = common::roce_pad(d.wire_payload_len());
-  const uint32_t b1 = (b.se ? 0x80u : 0u) | (b.mig ? 0x40u : 0u) | (pad << 4) | (b.tver & 0x0Fu);
-  common::store_be32(out, uint32_t{b.opcode} << 24 | b1 << 16 | b.pkey);
-  common::store_be32(out + 4, (b.fecn ? 0x80000000u : 0u) | (b.becn ? 0x40000000u : 0u) |
-                                  (b.dqpn & 0xFFFFFFu));
-  common::store_be32(out + 8, (b.ack_req ? 0x80000000u : 0u) | (b.psn & 0xFFFFFFu));
-  uint8_t* p = out + common::kBthLen;
-  const uint16_t f = common::opcode_info(b.opcode).flags;
-  if (f & common::kOpReth) p += common::write_reth(p, d.reth);
-  if (f & common::kOpAeth) p += common::write_aeth(p, d.aeth);
-  if (f & common::kOpAtomicAck) { common::store_be64(p, d.atomic_ack); p += common::kAtomicAckLen; }
-  if (f & common::kOpImm) { common::store_be32(p, d.imm); p += common::kImmLen; }
-  if (f & common::kOpCnp) { std::memset(p, 0, common::kCnpPadLen); p += common::kCnpPadLen; }
-  if (d.has_xeth) { write_xeth(p, d.xeth); p += kXethLen; }
-  return static_cast<std::size_t>(p - out);
-}
-
 std::size_t build_frame(const TxDesc& d, const FrameAddrs& a, uint8_t* out,
                         std::size_t cap) noexcept {
   common::RocePacket pkt;

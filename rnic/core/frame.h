@@ -5,8 +5,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
+#include "common/wire/byte_order.h"
 #include "common/wire/headers.h"
+#include "common/wire/opcode.h"
+#include "common/wire/roce_packet.h"
 #include "rnic/core/tx_desc.h"
 
 namespace tandem::rnic {
@@ -26,8 +30,35 @@ struct FrameAddrs {
 };
 
 // Writes BTH (pad computed), the opcode's headers and the XETH; returns bytes
-// written (<= kMaxTransportHdrLen).
-std::size_t write_transport_headers(const TxDesc& d, uint8_t* out) noexcept;
+// written (<= kMaxTransportHdrLen). Inline: once per packet on the TX path.
+inline std::size_t write_transport_headers(const TxDesc& d, uint8_t* out) noexcept {
+  // The BTH as three 32-bit big-endian words (the same bytes as
+  // common::write_bth, without twelve byte stores per packet).
+  const common::Bth& b = d.bth;
+  const uint32_t pad = common::roce_pad(d.wire_payload_len());
+  const uint32_t b1 = (b.se ? 0x80u : 0u) | (b.mig ? 0x40u : 0u) | (pad << 4) | (b.tver & 0x0Fu);
+  common::store_be32(out, uint32_t{b.opcode} << 24 | b1 << 16 | b.pkey);
+  common::store_be32(out + 4, (b.fecn ? 0x80000000u : 0u) | (b.becn ? 0x40000000u : 0u) |
+                                  (b.dqpn & 0xFFFFFFu));
+  common::store_be32(out + 8, (b.ack_req ? 0x80000000u : 0u) | (b.psn & 0xFFFFFFu));
+  uint8_t* p = out + common::kBthLen;
+  const uint16_t f = common::opcode_info(b.opcode).flags;
+  if (f & common::kOpReth) {  // common::write_reth's bytes
+    common::store_be64(p, d.reth.va);
+    common::store_be32(p + 8, d.reth.rkey);
+    common::store_be32(p + 12, d.reth.len);
+    p += common::kRethLen;
+  }
+  if (f & common::kOpAeth) {  // common::write_aeth's bytes
+    common::store_be32(p, uint32_t{d.aeth.syndrome} << 24 | (d.aeth.msn & 0xFFFFFFu));
+    p += common::kAethLen;
+  }
+  if (f & common::kOpAtomicAck) { common::store_be64(p, d.atomic_ack); p += common::kAtomicAckLen; }
+  if (f & common::kOpImm) { common::store_be32(p, d.imm); p += common::kImmLen; }
+  if (f & common::kOpCnp) { std::memset(p, 0, common::kCnpPadLen); p += common::kCnpPadLen; }
+  if (d.has_xeth) { write_xeth(p, d.xeth); p += kXethLen; }
+  return static_cast<std::size_t>(p - out);
+}
 
 // Complete Ethernet/IPv4/UDP/BTH.../payload/pad/ICRC frame; returns its
 // length, or 0 if `cap` is too small. Parses with common::parse_roce.

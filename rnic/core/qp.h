@@ -130,14 +130,15 @@ struct Qp {
   uint32_t wmask = 0;  // window_pkts - 1
 
   // --- requester ---
-  std::vector<SendWqe> sq;
-  uint32_t sq_mask = 0;  // sq.size() - 1
-  bool sq_pow2 = false;
+  std::vector<SendWqe> sq;      // power-of-two ring, >= init.sq_depth slots
+  SendWqe* sq_ring = nullptr;   // sq.data()
+  uint32_t sq_mask = 0;         // sq.size() - 1
   uint32_t sq_head = 0;  // oldest not completed
   uint32_t sq_send = 0;  // next to segment
   uint32_t sq_tail = 0;  // next free
   uint32_t next_recv_idx = 0;
   std::vector<PsnRec> recs;
+  PsnRec* recs_ring = nullptr;  // recs.data()
   uint32_t una = 0;      // oldest PSN not done
   uint32_t nxt = 0;      // next new PSN
   uint32_t lost = 0;     // records flagged kRecLost
@@ -206,11 +207,9 @@ struct Qp {
 
   uint32_t mtu() const noexcept { return attr.path_mtu; }
   bool irn() const noexcept { return init.mode == Reliability::kIrn; }
-  PsnRec& rec(uint32_t psn) noexcept { return recs[psn & wmask]; }
+  PsnRec& rec(uint32_t psn) noexcept { return recs_ring[psn & wmask]; }
   RxSlot& slot(uint32_t psn) noexcept { return slots[psn & wmask]; }
-  // Send-queue slot of a WR index (no division when the depth is a power of
-  // two, as the worker sizes it).
-  SendWqe& wqe(uint32_t idx) noexcept { return sq[sq_pow2 ? (idx & sq_mask) : idx % sq.size()]; }
+  SendWqe& wqe(uint32_t idx) noexcept { return sq_ring[idx & sq_mask]; }
   RecvWqe& rwqe(uint32_t idx) noexcept { return rq[idx % rq.size()]; }
   void drop(common::DropReason r) noexcept { ++c.drops[static_cast<std::size_t>(r)]; }
 
@@ -226,6 +225,9 @@ struct Qp {
   void to_error(ibv_wc_status first_status) noexcept;
   void complete_sends() noexcept;
   bool send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept;
+  // A request packet's opcode, flags, RETH/ImmDt/XETH and payload.
+  void fill_request(TxDesc* d, const SendWqe& w, uint32_t pkt_idx, uint64_t off,
+                    uint32_t len) noexcept;
   void ack_rec(uint32_t psn, uint64_t now, uint64_t& bytes, uint64_t& rtt) noexcept;
   void mark_lost(uint32_t psn) noexcept;
   void mark_lost_from(uint32_t psn) noexcept;

@@ -50,7 +50,12 @@ uint8_t request_opcode(ibv_wr_opcode op, bool first, bool last) noexcept {
 }
 
 // Points the descriptor at `len` bytes of the WR's gather list from `off`.
-void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noexcept {
+inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noexcept {
+  if (w.num_sge == 1) {  // the common case, without the walk
+    d->segs[0] = TxSeg{w.sge[0].ptr + off, len};
+    d->num_segs = len ? 1 : 0;
+    return;
+  }
   uint32_t k = 0;
   for (uint32_t j = 0; j < w.num_sge && len > 0; ++j) {
     const uint32_t sl = w.sge[j].len;
@@ -65,6 +70,11 @@ void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noexcept {
 
 }  // namespace
 
+int Transport::post_send(uint32_t qpn, const SendWr& wr) noexcept {
+  Qp* qp = find_qp(qpn);
+  return qp ? qp->post_send(wr) : EINVAL;
+}
+
 int Qp::post_send(const SendWr& wr) noexcept {
   if (state == QpState::kError) {
     send_cq->push(Completion{wr.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(wr.opcode), 0, 0, qpn,
@@ -72,7 +82,7 @@ int Qp::post_send(const SendWr& wr) noexcept {
     return 0;
   }
   if (state != QpState::kRtr && state != QpState::kRts) return EINVAL;
-  if (sq_tail - sq_head >= sq.size()) return ENOMEM;
+  if (sq_tail - sq_head >= init.sq_depth) return ENOMEM;
   switch (wr.opcode) {
     case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM: case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM: case IBV_WR_RDMA_READ: break;
@@ -113,10 +123,9 @@ int Qp::post_send(const SendWr& wr) noexcept {
   return 0;
 }
 
-// Queues the packet for `psn` (its record is filled). Returns false when the
-// TX queue is full; sets cc_stop when congestion control says wait (asked
-// here for retransmissions only: tx_requests asked for a new packet just
-// before, with the same bytes in flight, length and time).
+// Queues the packet for `psn` (its record is filled): a retransmission or a
+// new READ request (new data is sent by tx_requests itself). Returns false
+// when the TX queue is full; sets cc_stop when congestion control says wait.
 bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept {
   PsnRec& r = rec(psn);
   SendWqe& w = wqe(r.wqe);
@@ -151,23 +160,7 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
       if (retx) q.flags |= kRecRetx;
     }
   } else {
-    const bool first = r.pkt_idx == 0, last = r.pkt_idx + 1 == w.npkts;
-    const ibv_wr_opcode op = w.op();
-    d->bth.opcode = request_opcode(op, first, last);
-    d->bth.ack_req = last || (r.pkt_idx + 1) % attr.ack_every == 0;
-    d->bth.se = last && w.solicited &&
-                (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM);
-    if (common::opcode_has(d->bth.opcode, common::kOpReth))
-      d->reth = common::Reth{w.remote_addr, w.rkey, w.len};
-    if (common::opcode_has(d->bth.opcode, common::kOpImm)) d->imm = w.imm_data;
-    if (irn()) {
-      const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
-      d->has_xeth = true;
-      d->xeth = Xeth{w.recv_idx, static_cast<uint32_t>(off), w.len, write ? w.rkey : 0,
-                     write ? w.remote_addr : 0};
-    }
-    d->payload_len = r.len;
-    gather(w, off, r.len, d);
+    fill_request(d, w, r.pkt_idx, off, r.len);
     r.sent_at = now;
     r.sent_seq = tx_seq;
     if (retx) r.flags |= kRecRetx;
@@ -181,6 +174,26 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
   tx_commit(d, now);
   r.sport = d->udp_sport;
   return true;
+}
+
+void Qp::fill_request(TxDesc* d, const SendWqe& w, uint32_t pkt_idx, uint64_t off,
+                      uint32_t len) noexcept {
+  const bool first = pkt_idx == 0, last = pkt_idx + 1 == w.npkts;
+  const ibv_wr_opcode op = w.op();
+  d->bth.opcode = request_opcode(op, first, last);
+  d->bth.ack_req = last || (pkt_idx + 1) % attr.ack_every == 0;
+  d->bth.se = last && w.solicited && (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM);
+  if (common::opcode_has(d->bth.opcode, common::kOpReth))
+    d->reth = common::Reth{w.remote_addr, w.rkey, w.len};
+  if (common::opcode_has(d->bth.opcode, common::kOpImm)) d->imm = w.imm_data;
+  if (irn()) {
+    const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+    d->has_xeth = true;
+    d->xeth = Xeth{w.recv_idx, static_cast<uint32_t>(off), w.len, write ? w.rkey : 0,
+                   write ? w.remote_addr : 0};
+  }
+  d->payload_len = len;
+  gather(w, off, len, d);
 }
 
 bool Qp::tx_requests(uint64_t now) noexcept {
@@ -203,40 +216,72 @@ bool Qp::tx_requests(uint64_t now) noexcept {
   while (sq_send != sq_tail) {
     SendWqe& w = wqe(sq_send);
     const bool is_read = w.opcode == IBV_WR_RDMA_READ;
+    if (!is_read) {
+      // New data, one PSN: the same steps as below and send_psn's, with the
+      // record and descriptor filled in one go (send_psn is for READs and
+      // retransmissions).
+      if (w.pkts_sent == 0) w.first_psn = nxt;
+      if (static_cast<uint32_t>(psn_diff(nxt, una)) + 1 > window - 1) return true;
+      const uint32_t psn = nxt;
+      const uint32_t idx = w.pkts_sent;
+      const uint64_t off = uint64_t{idx} * mtu();
+      const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(mtu(), w.len - off));
+      PsnRec& r = rec(psn);
+      r = PsnRec{};
+      r.wqe = sq_send;
+      r.pkt_idx = idx;
+      r.chunk_last = idx;
+      r.len = len;
+      if (!cc->can_send(inflight_bytes, len, now)) {
+        cc_blocked = true;
+        return true;
+      }
+      if (credit_mode) {
+        if (!psn_lt(nxt, credit_limit)) {
+          cc->on_credit_stall(now);
+          return true;  // the next ACK carrying credit calls poll again
+        }
+        if (++credit_new_sent > cc->unscheduled_pkts()) cc->on_credit_used(now);
+      }
+      if (una == nxt) last_progress = now;  // the retransmission timer starts
+      TxDesc* d = tx_slot();
+      if (d == nullptr) return false;
+      nxt = psn_add(nxt, 1);
+      d->bth.psn = psn;
+      fill_request(d, w, idx, off, len);
+      r.sent_at = now;
+      r.sent_seq = tx_seq;
+      inflight_bytes += len;
+      cc->on_sent(len, now);
+      ++tx_seq;
+      ++c.tx_data_pkts;
+      tx_commit(d, now);
+      r.sport = d->udp_sport;
+      if (++w.pkts_sent == w.npkts) ++sq_send;
+      continue;
+    }
+    // A READ: a request for up to a chunk of response PSNs, all recorded.
     if (w.pkts_sent == 0) {
-      if (is_read && reads_inflight >= init.max_rd_atomic) return true;
+      if (reads_inflight >= init.max_rd_atomic) return true;
       w.first_psn = nxt;
     }
-    const uint32_t n = is_read ? std::min(w.npkts - w.pkts_sent, read_chunk_pkts(window)) : 1;
+    const uint32_t n = std::min(w.npkts - w.pkts_sent, read_chunk_pkts(window));
     if (static_cast<uint32_t>(psn_diff(nxt, una)) + n > window - 1) return true;
-    // Fill the records, then send the first.
     for (uint32_t i = 0; i < n; ++i) {
       PsnRec& r = rec(psn_add(nxt, i));
       r = PsnRec{};
       r.wqe = sq_send;
       r.pkt_idx = w.pkts_sent + i;
       r.chunk_last = w.pkts_sent + n - 1;
-      r.flags = is_read ? kRecRead : 0;
-      r.len = is_read ? 0
-                      : static_cast<uint32_t>(std::min<uint64_t>(
-                            mtu(), w.len - uint64_t{r.pkt_idx} * mtu()));
+      r.flags = kRecRead;
     }
-    if (!is_read && !cc->can_send(inflight_bytes, rec(nxt).len, now)) {
-      cc_blocked = true;
-      return true;
-    }
-    if (credit_mode && !is_read && !psn_lt(nxt, credit_limit)) {
-      cc->on_credit_stall(now);
-      return true;  // the next ACK carrying credit calls poll again
-    }
-    if (credit_mode && !is_read && ++credit_new_sent > cc->unscheduled_pkts()) cc->on_credit_used(now);
     if (una == nxt) last_progress = now;  // the retransmission timer starts
     const uint32_t psn = nxt;
     if (t->txq().full()) return false;
     nxt = psn_add(nxt, n);
     bool stop = false;
     send_psn(psn, false, now, stop);
-    if (w.pkts_sent == 0 && is_read) ++reads_inflight;
+    if (w.pkts_sent == 0) ++reads_inflight;
     w.pkts_sent += n;
     if (w.pkts_sent == w.npkts) ++sq_send;
   }

@@ -117,11 +117,14 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
     qp->path = std::move(path);
     qp->cc = std::move(cc);
     qp->wmask = w - 1;
-    qp->sq.resize(init.sq_depth);
-    qp->sq_mask = init.sq_depth - 1;
-    qp->sq_pow2 = (init.sq_depth & qp->sq_mask) == 0;
+    // A power-of-two ring (slot = index & mask); at most sq_depth WRs are
+    // outstanding whatever its size.
+    qp->sq.resize(pow2_at_least(init.sq_depth));
+    qp->sq_ring = qp->sq.data();
+    qp->sq_mask = static_cast<uint32_t>(qp->sq.size()) - 1;
     qp->rq.resize(init.rq_depth);
     qp->recs.resize(w);
+    qp->recs_ring = qp->recs.data();
     qp->slots.resize(w);
     qp->reads.resize(init.max_dest_rd_atomic);
     qp->reset_state();
@@ -130,12 +133,6 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
     return qps_[i]->qpn;
   }
   return 0;
-}
-
-Qp* Transport::find_qp(uint32_t qpn) const noexcept {
-  const uint32_t i = (qpn - cfg_.qpn_base) & 0xFFFFFF;
-  if (i >= qps_.size()) return nullptr;
-  return qps_[i].get();
 }
 
 int Transport::destroy_qp(uint32_t qpn) noexcept {
@@ -286,11 +283,6 @@ int Transport::modify_qp(uint32_t qpn, const QpAttr& a, int mask) noexcept {
   }
   qp->state = to;
   return 0;
-}
-
-int Transport::post_send(uint32_t qpn, const SendWr& wr) noexcept {
-  Qp* qp = find_qp(qpn);
-  return qp ? qp->post_send(wr) : EINVAL;
 }
 
 int Transport::post_recv(uint32_t qpn, const RecvWr& wr) noexcept {

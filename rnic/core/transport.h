@@ -132,7 +132,8 @@ class Transport {
 
   // --- fast path ---
   // 0, ENOMEM (queue full), EINVAL (bad state, opcode, SGE count, lkey or
-  // bounds, missing local write access for RECV/READ buffers).
+  // bounds, missing local write access for RECV/READ buffers). (post_send is
+  // defined with the requester, where the QP's half of it inlines.)
   int post_send(uint32_t qpn, const SendWr& wr) noexcept;
   int post_recv(uint32_t qpn, const RecvWr& wr) noexcept;
 
@@ -156,7 +157,10 @@ class Transport {
   TxQueue& txq() noexcept { return tx_; }
 
  private:
-  Qp* find_qp(uint32_t qpn) const noexcept;
+  Qp* find_qp(uint32_t qpn) const noexcept {
+    const uint32_t i = (qpn - cfg_.qpn_base) & 0xFFFFFF;
+    return i < qps_.size() ? qps_[i].get() : nullptr;
+  }
   void grant_credits(uint64_t now) noexcept;
 
   TransportConfig cfg_;

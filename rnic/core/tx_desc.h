@@ -24,7 +24,7 @@ struct TxSeg {
 // addressing, lengths and RETH in the first, XETH/AETH/SACK/ImmDt and the first
 // payload segment in the second (the core fills a whole TX queue of these
 // before the I/O layer reads them back).
-struct TxDesc {
+struct alignas(64) TxDesc {
   // Transport headers; which of reth/aeth/imm/atomic_ack are sent follows
   // from bth.opcode (common::opcode_has). bth.pad is left for the writer.
   common::Bth bth;
