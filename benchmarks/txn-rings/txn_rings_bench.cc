@@ -468,6 +468,9 @@ int main(int argc, char** argv) {
   int reps = 3;
   CLI::App app{"Transactions over the real DPU<->RNIC shared-memory rings between two processes"};
   app.add_flag("--json", json, "print one JSON object instead of tables");
+  bool no_pipeline = false;
+  app.add_flag("--no-pipeline", no_pipeline,
+               "one txn in flight at a time (tandem-dpu pipelines: the next txn is sent while one commits)");
   bool no_revalidate = false;
   app.add_flag("--no-revalidate", no_revalidate,
                "newflow: skip agent.cc's revalidation of each committed resolution (the bench before it had it)");
@@ -547,6 +550,7 @@ int main(int argc, char** argv) {
     ctl->ready.store(1, std::memory_order_release);
     AgentChannelConfig cfg;
     cfg.agent_instance = static_cast<uint32_t>(getpid());
+    cfg.pipeline = !no_pipeline;  // as dpu/dpdk/agent.cc
 
     set_phase(kService);
     RingAgent ra(file, cfg);
@@ -719,6 +723,7 @@ int main(int argc, char** argv) {
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die("worker process failed");
 
   out["cpus"] = cpus;
+  out["pipeline"] = !no_pipeline;
   out["polling"] = "busy (both processes)";
   out["reps"] = reps;
   out["agent_preempted"] = preempted() - agent_pre0;
@@ -742,8 +747,8 @@ int main(int argc, char** argv) {
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
-  std::printf("transactions over the real channel rings, agent + worker process (cpus %s, busy polling, best of %d)\n",
-              cpus.c_str(), reps);
+  std::printf("transactions over the real channel rings, agent + worker process (cpus %s, busy polling, %s, best of %d)\n",
+              cpus.c_str(), no_pipeline ? "one txn in flight" : "pipelined txns", reps);
   std::printf("%-48s %12s %10s %10s %7s  %s\n", "measure", "unit", "ours", "baseline", "ratio", "baseline");
   for (const Row& r : rows)
     std::printf("%-48s %12s %10.3f %10.3f %7.2f  %s\n", r.what.c_str(), r.unit.c_str(), r.ours, r.baseline,

@@ -92,6 +92,8 @@ void AgentChannel::submit(ChangeSet cs) {
 }
 
 void AgentChannel::requeue_inflight() {
+  if (next_) queue_.push_front(Queued{std::move(next_->tags), std::move(next_->ops)});
+  next_.reset();
   if (inflight_ && !inflight_->replay)
     queue_.push_front(Queued{std::move(inflight_->tags), std::move(inflight_->ops)});
   inflight_.reset();
@@ -117,8 +119,11 @@ void AgentChannel::reset(uint64_t now) {
 }
 
 void AgentChannel::start_replay(uint64_t rnic_version, uint64_t now) {
+  // A pipelined txn already sent may still commit on the RNIC (one version
+  // more) before the replay arrives: the replay must land above it.
+  const uint64_t ahead = next_ ? 1 : 0;
   requeue_inflight();
-  uint64_t v = std::max(rnic_version, shadow_.version()) + 1;
+  uint64_t v = std::max(rnic_version + ahead, shadow_.version()) + 1;
   std::deque<RawMessage> msgs;
   inflight_ = TxnBuilder::build_replay(shadow_, next_txn_++, v, msgs);
   for (auto& m : msgs) send(m);
@@ -129,7 +134,9 @@ void AgentChannel::start_replay(uint64_t rnic_version, uint64_t now) {
 }
 
 void AgentChannel::maybe_start_txn(uint64_t now) {
-  if (state_ != ChannelState::kActive || inflight_ || queue_.empty()) return;
+  if (state_ != ChannelState::kActive || queue_.empty()) return;
+  const bool behind = inflight_.has_value();  // pipelined behind the txn in flight
+  if (behind && (!config_.pipeline || next_ || inflight_->replay)) return;
   std::vector<Level2Op> ops;
   std::vector<uint64_t> tags;
   // Merge queued change sets into one txn: one round trip for many new flows.
@@ -141,10 +148,21 @@ void AgentChannel::maybe_start_txn(uint64_t now) {
     queue_.pop_front();
   }
   std::deque<RawMessage> msgs;
-  inflight_ = TxnBuilder::build(shadow_, next_txn_++, std::move(ops), msgs);
-  inflight_->tags = std::move(tags);
+  if (behind) {
+    next_ = TxnBuilder::build_after(shadow_, *inflight_, next_txn_++, std::move(ops), msgs);
+    next_->tags = std::move(tags);
+  } else {
+    inflight_ = TxnBuilder::build(shadow_, next_txn_++, std::move(ops), msgs);
+    inflight_->tags = std::move(tags);
+    txn_sent_at_ = now;
+  }
   for (auto& m : msgs) send(m);
-  txn_sent_at_ = now;
+}
+
+void AgentChannel::advance_pipeline(uint64_t now) {
+  inflight_ = std::move(next_);
+  next_.reset();
+  if (inflight_) txn_sent_at_ = now;  // its answer can only come after the previous one's
 }
 
 void AgentChannel::on_event(const RawMessage& m, uint64_t now) {
@@ -211,6 +229,7 @@ void AgentChannel::on_committed(const CommittedMsg& m, uint64_t now) {
   o.committed = true;
   o.replay = inflight_->replay;
   o.version = m.version;
+  o.digest = inflight_->expected;
   o.tags = std::move(inflight_->tags);
   if (inflight_->replay) {
     shadow_.set_version(m.version);
@@ -220,7 +239,7 @@ void AgentChannel::on_committed(const CommittedMsg& m, uint64_t now) {
   ++stats_.txns_committed;
   outcomes_.push_back(std::move(o));
   bool was_replay = inflight_->replay;
-  inflight_.reset();
+  advance_pipeline(now);
   if (was_replay && state_ == ChannelState::kSync)
     enter(ChannelState::kActive, now);
   else
@@ -261,6 +280,11 @@ void AgentChannel::on_aborted(const AbortedMsg& m, uint64_t now) {
   outcomes_.push_back(std::move(o));
   bool was_replay = inflight_->replay;
   inflight_.reset();
+  // A txn pipelined behind it was based on its version: the RNIC refuses it
+  // at BEGIN (its ABORTED then matches nothing and counts as stale); send its
+  // change sets again first, on the version the RNIC still has.
+  if (next_) queue_.push_front(Queued{std::move(next_->tags), std::move(next_->ops)});
+  next_.reset();
   if (was_replay)
     degrade(now, "replay to RNIC " + rnic_ + " aborted: the table does not fit (reason " +
                      std::to_string(int(m.reason)) + ")");

@@ -56,6 +56,11 @@ struct AgentChannelConfig {
   uint64_t txn_timeout_ns = 2'000'000'000;     // COMMIT unanswered -> DEGRADED
   uint64_t degraded_reset_ns = 1'000'000'000;  // time in DEGRADED before RESET anyway
   std::size_t max_ops_per_txn = 4096;          // merge queued change sets up to this
+  // Send the next txn while the previous one commits (two in flight): the
+  // RNIC handles them in order, the second based on the first's version and
+  // digest. If the first fails on its merits, the RNIC refuses the second at
+  // BEGIN (base version) and its change sets go back to the queue's head.
+  bool pipeline = false;
 };
 
 // What the agent reads from the RNIC's BAR page.
@@ -74,6 +79,8 @@ struct TxnOutcome {
   bool replay = false;
   common::AbortReason reason = common::AbortReason::kNone;
   uint64_t version = 0;                          // committed version (or still current)
+  common::TableDigest digest;                    // committed: the table at `version` (with
+                                                 // pipelining the shadow may be ahead of it)
   std::vector<uint64_t> tags;                    // change sets it carried
   std::vector<common::Level2Entry> net_puts;     // for the store
   std::vector<common::EntryKey> net_dels;
@@ -129,6 +136,7 @@ class AgentChannel {
   void requeue_inflight();
   void start_replay(uint64_t rnic_version, uint64_t now);
   void maybe_start_txn(uint64_t now);
+  void advance_pipeline(uint64_t now);  // the head txn is answered: the pipelined one moves up
   void on_hello_ack(const common::HelloAckMsg& m, uint64_t now);
   void on_committed(const common::CommittedMsg& m, uint64_t now);
   void on_aborted(const common::AbortedMsg& m, uint64_t now);
@@ -157,6 +165,7 @@ class AgentChannel {
     std::vector<Level2Op> ops;
   };
   std::optional<PendingTxn> inflight_;
+  std::optional<PendingTxn> next_;  // pipelined behind inflight_ (config_.pipeline)
   std::deque<Queued> queue_;
   std::deque<RawMessage> out_;
   std::vector<TxnOutcome> outcomes_;

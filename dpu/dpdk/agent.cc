@@ -12,7 +12,6 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <unordered_map>
 
 #include "common/channel/channel_region.h"
 #include "common/dpdk/eal.h"
@@ -25,6 +24,7 @@
 #include "dpu/dpdk/control_socket.h"
 #include "dpu/store/store.h"
 #include "dpu/txn/derive.h"
+#include "dpu/txn/pending_punts.h"
 
 namespace tandem::dpu::dpdk {
 
@@ -68,12 +68,7 @@ struct Link {
   std::unique_ptr<ChannelFile> file;
   std::unique_ptr<AgentChannel> ch;
   std::deque<common::RawMessage> unsent;  // commands the ring had no room for yet
-  struct PendingPunt {
-    common::EntryKey missed;
-    std::vector<common::Level2Entry> puts;  // what the resolution installs
-  };
-  std::unordered_map<uint64_t, PendingPunt> pending_punts;  // by change-set tag
-  std::unordered_map<common::EntryKey, uint64_t, EntryKeyHash> pending_keys;
+  PendingPunts pending;                   // resolutions submitted to this RNIC, by tag and missed key
   PuntStats punts;
   uint64_t save_errors = 0;
 };
@@ -85,6 +80,7 @@ class Agent final : public AgentHooks {
     instance_ = static_cast<uint32_t>(rte_rdtsc() ^ (uint64_t{static_cast<uint32_t>(getpid())} << 16)) | 1u;
     ch_cfg_.agent_instance = instance_;
     ch_cfg_.heartbeat_timeout_ns = c.heartbeat_timeout_ms * 1'000'000ull;
+    ch_cfg_.pipeline = true;  // next txn sent while the previous one commits
     for (const auto& [name, r] : state_.rnics()) open_link(name);
     for (const std::string& n : c.rnics) open_link(n);
     socket_ = std::make_unique<ControlSocket>(c.control_socket, api_);
@@ -234,9 +230,9 @@ class Agent final : public AgentHooks {
           // A replay re-sends the whole shadow: store all of it (its net effect
           // against the shadow is empty, and replace_all would wipe the store).
           if (o.replay)
-            store_.save_level2(l.name, o.version, l.ch->shadow().digest().value, l.ch->shadow().snapshot(), {}, true);
+            store_.save_level2(l.name, o.version, o.digest.value, l.ch->shadow().snapshot(), {}, true);
           else
-            store_.save_level2(l.name, o.version, l.ch->shadow().digest().value, o.net_puts, o.net_dels, false);
+            store_.save_level2(l.name, o.version, o.digest.value, o.net_puts, o.net_dels, false);
         } catch (const StoreError& e) {
           ++l.save_errors;
           std::fprintf(stderr, "tandem-dpu: RNIC %s: saving level-2 v%llu failed: %s\n", l.name.c_str(),
@@ -244,11 +240,10 @@ class Agent final : public AgentHooks {
         }
       }
       for (uint64_t tag : o.tags) {
-        auto it = l.pending_punts.find(tag);
-        if (it == l.pending_punts.end()) continue;
-        if (o.committed) revalidate(l, it->second);
-        l.pending_keys.erase(it->second.missed);
-        l.pending_punts.erase(it);
+        const PendingPunts::Entry* pp = l.pending.find(tag);
+        if (!pp) continue;
+        if (o.committed) revalidate(l, *pp);
+        l.pending.erase(tag);
       }
     }
     for (const common::PuntMsg& p : l.ch->take_punts()) {
@@ -259,8 +254,9 @@ class Agent final : public AgentHooks {
   }
 
   // A resolution committed: undo it if level 1 changed meanwhile (derive.h).
-  void revalidate(Link& l, const Link::PendingPunt& pp) {
-    ChangeSet undo = revalidate_resolution(state_, l.ch->shadow(), l.name, pp.missed, pp.puts);
+  void revalidate(Link& l, const PendingPunts::Entry& pp) {
+    revalidate_puts_.assign(pp.installs().begin(), pp.installs().end());  // reused: no allocation per flow
+    ChangeSet undo = revalidate_resolution(state_, l.ch->shadow(), l.name, pp.missed, revalidate_puts_);
     if (undo.ops.empty()) return;
     ++l.punts.revoked;
     undo.tag = next_tag_++;
@@ -275,31 +271,31 @@ class Agent final : public AgentHooks {
     std::size_t len = 0;
     if (p.length && !common::slot_read(l.file->base(), p.slot, p.generation, hdr, sizeof(hdr), len))
       ++l.punts.slot_lost;
-    if (l.pending_keys.count(p.missed)) {
+    if (l.pending.contains(p.missed)) {
       ++l.punts.duplicate;
       return;
     }
-    std::string target;
     ResolveStatus why = ResolveStatus::kOk;
     uint64_t tag = next_tag_++;
-    std::optional<ChangeSet> cs = change_set_for_miss(state_, p.missed, tag, &target, &why, &l.ch->shadow());
+    std::optional<ChangeSet> cs = change_set_for_miss(state_, p.missed, tag, &target_, &why, &l.ch->shadow());
     if (!cs) {
       ++l.punts.refused;
       if (why == ResolveStatus::kDeniedByIsolation) ++l.punts.denied;
       return;
     }
-    auto it = links_.find(target);
-    if (it == links_.end()) {
+    // Nearly always the punting RNIC itself: no map lookup by name then.
+    Link* to = target_ == l.name ? &l : nullptr;
+    if (!to) {
+      auto it = links_.find(target_);
+      if (it != links_.end()) to = it->second.get();
+    }
+    if (!to) {
       ++l.punts.refused;
       return;
     }
     ++l.punts.resolved;
-    Link::PendingPunt& pp = it->second->pending_punts[tag];
-    pp.missed = p.missed;
-    for (const Level2Op& op : cs->ops)
-      if (!op.del) pp.puts.push_back(op.entry);
-    it->second->pending_keys[p.missed] = tag;
-    it->second->ch->submit(std::move(*cs));
+    to->pending.add(p.missed, *cs);
+    to->ch->submit(std::move(*cs));
   }
 
   json link_json(const Link& l) const {
@@ -363,6 +359,8 @@ class Agent final : public AgentHooks {
   std::map<std::string, std::unique_ptr<Link>> links_;
   std::unique_ptr<ControlSocket> socket_;
   uint64_t next_tag_ = 1;
+  std::string target_;                                // resolve_punt's target RNIC name, reused
+  std::vector<common::Level2Entry> revalidate_puts_;  // revalidate's argument, reused
   // Burst buffers of the loop, here rather than on the stack: RawMessage
   // zero-initialises, and 2 x 4 KiB of memset per iteration showed in perf.
   std::array<common::RawMessage, kBurst> ev_buf_, out_buf_;

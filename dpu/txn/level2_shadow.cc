@@ -106,6 +106,12 @@ class OpIndex {
       if (s == kNone || ops_[s].entry.key == k) return std::exchange(s, i);
     }
   }
+  uint32_t find(const EntryKey& k) const noexcept {
+    for (std::size_t p = (EntryKeyHash{}(k) * 0x9E3779B97F4A7C15ull) >> shift_;; p = (p + 1) & mask_) {
+      uint32_t s = slots_[p];
+      if (s == kNone || ops_[s].entry.key == k) return s;
+    }
+  }
 
  private:
   const std::vector<Level2Op>& ops_;
@@ -116,12 +122,36 @@ class OpIndex {
 }  // namespace
 
 common::TableDigest Level2Shadow::digest_after(const std::vector<Level2Op>& ops) const {
+  return digest_after(ops, nullptr, digest_);
+}
+
+common::TableDigest Level2Shadow::digest_after(const std::vector<Level2Op>& ops, const std::vector<Level2Op>& earlier,
+                                               const common::TableDigest& after_earlier) const {
+  return digest_after(ops, &earlier, after_earlier);
+}
+
+common::TableDigest Level2Shadow::digest_after(const std::vector<Level2Op>& ops, const std::vector<Level2Op>* earlier,
+                                               common::TableDigest d) const {
   // Later ops see earlier ones: an op's "current" entry is the last earlier op
-  // on the same key, else the committed one.
+  // on the same key, else the last op on it in `earlier`, else the committed one.
   const bool indexed = ops.size() > kScanLimit;
   std::optional<OpIndex> last;
   if (indexed) last.emplace(ops);
-  common::TableDigest d = digest_;
+  std::optional<OpIndex> before;
+  if (earlier && earlier->size() > kScanLimit) {
+    before.emplace(*earlier);
+    for (std::size_t i = 0; i < earlier->size(); ++i) before->exchange((*earlier)[i].entry.key, static_cast<uint32_t>(i));
+  }
+  auto in_earlier = [&](const EntryKey& k) -> const Level2Op* {
+    if (!earlier) return nullptr;
+    if (before) {
+      uint32_t p = before->find(k);
+      return p == OpIndex::kNone ? nullptr : &(*earlier)[p];
+    }
+    for (std::size_t j = earlier->size(); j-- > 0;)
+      if ((*earlier)[j].entry.key == k) return &(*earlier)[j];
+    return nullptr;
+  };
   for (std::size_t i = 0; i < ops.size() && i < kAhead; ++i) entries_.prefetch(ops[i].entry.key);
   for (std::size_t i = 0; i < ops.size(); ++i) {
     if (i + kAhead < ops.size()) entries_.prefetch(ops[i + kAhead].entry.key);
@@ -137,6 +167,7 @@ common::TableDigest Level2Shadow::digest_after(const std::vector<Level2Op>& ops)
           break;
         }
     }
+    if (!prev) prev = in_earlier(op.entry.key);
     const Level2Entry* cur = prev ? (prev->del ? nullptr : &prev->entry) : find(op.entry.key);
     if (op.del) {
       if (cur) d.remove(*cur);

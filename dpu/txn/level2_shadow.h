@@ -98,6 +98,11 @@ class Level2Shadow {
 
   // Digest and count the table would have after ops, without changing anything.
   common::TableDigest digest_after(const std::vector<Level2Op>& ops) const;
+  // The same on top of `earlier`, the ops of a txn sent but not committed yet
+  // whose expected digest is after_earlier: what the table holds once both
+  // have committed (for a txn pipelined behind another).
+  common::TableDigest digest_after(const std::vector<Level2Op>& ops, const std::vector<Level2Op>& earlier,
+                                   const common::TableDigest& after_earlier) const;
   // Applies committed ops; returns the net effect (final puts, deleted keys) for the store.
   void apply(const std::vector<Level2Op>& ops, uint64_t new_version,
              std::vector<common::Level2Entry>* net_puts = nullptr,
@@ -108,6 +113,9 @@ class Level2Shadow {
   std::vector<common::Level2Entry> snapshot() const;
 
  private:
+  common::TableDigest digest_after(const std::vector<Level2Op>& ops, const std::vector<Level2Op>* earlier,
+                                   common::TableDigest from) const;
+
   Map entries_;
   common::TableDigest digest_;
   uint64_t version_ = 0;

@@ -18,15 +18,10 @@ RawMessage op_message(uint32_t txn, const Level2Op& op) {
   p.entry = op.entry;
   return to_raw(p);
 }
-}  // namespace
 
-PendingTxn TxnBuilder::build(const Level2Shadow& shadow, uint32_t txn, std::vector<Level2Op> ops,
-                             std::deque<RawMessage>& out) {
-  PendingTxn p;
-  p.txn = txn;
-  p.base_version = shadow.version();
-  p.version = shadow.version() + 1;
-  p.expected = shadow.digest_after(ops);
+// BEGIN, the ops, COMMIT with p's version and expected digest.
+PendingTxn emit(PendingTxn p, std::vector<Level2Op> ops, std::deque<RawMessage>& out) {
+  const uint32_t txn = p.txn;
   BeginMsg b;
   b.txn = txn;
   b.base_version = p.base_version;
@@ -40,6 +35,27 @@ PendingTxn TxnBuilder::build(const Level2Shadow& shadow, uint32_t txn, std::vect
   out.push_back(to_raw(c));
   p.ops = std::move(ops);
   return p;
+}
+}  // namespace
+
+PendingTxn TxnBuilder::build(const Level2Shadow& shadow, uint32_t txn, std::vector<Level2Op> ops,
+                             std::deque<RawMessage>& out) {
+  PendingTxn p;
+  p.txn = txn;
+  p.base_version = shadow.version();
+  p.version = shadow.version() + 1;
+  p.expected = shadow.digest_after(ops);
+  return emit(std::move(p), std::move(ops), out);
+}
+
+PendingTxn TxnBuilder::build_after(const Level2Shadow& shadow, const PendingTxn& before, uint32_t txn,
+                                   std::vector<Level2Op> ops, std::deque<RawMessage>& out) {
+  PendingTxn p;
+  p.txn = txn;
+  p.base_version = before.version;
+  p.version = before.version + 1;
+  p.expected = shadow.digest_after(ops, before.ops, before.expected);
+  return emit(std::move(p), std::move(ops), out);
 }
 
 PendingTxn TxnBuilder::build_replay(const Level2Shadow& shadow, uint32_t txn, uint64_t new_version,

@@ -32,6 +32,10 @@ class TxnBuilder {
   // Appends the messages (seq left 0: the channel stamps them) to out.
   static PendingTxn build(const Level2Shadow& shadow, uint32_t txn, std::vector<Level2Op> ops,
                           std::deque<common::RawMessage>& out);
+  // The same for a txn pipelined behind `before` (sent, not committed yet):
+  // based on before's version, its digest computed on top of before's ops.
+  static PendingTxn build_after(const Level2Shadow& shadow, const PendingTxn& before, uint32_t txn,
+                                std::vector<Level2Op> ops, std::deque<common::RawMessage>& out);
   // Replays the whole shadow as version new_version (> anything the RNIC has).
   static PendingTxn build_replay(const Level2Shadow& shadow, uint32_t txn, uint64_t new_version,
                                  std::deque<common::RawMessage>& out);
