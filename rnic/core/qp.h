@@ -205,7 +205,21 @@ struct Qp {
   uint32_t credit_kick_round = 0;  // responder: kicks in this silence
   uint64_t credit_kicks = 0;     // responder: kicks given (grant_credits)
 
+  bool active = false;           // on Transport's active list
+
   uint32_t mtu() const noexcept { return attr.path_mtu; }
+  // Whether poll() has anything to do for this QP now or later without a
+  // new input (a packet, a WR, a state change): something to send, or a
+  // timer (retransmission, RNR wait, READ or IRN reorder delay, pacing).
+  bool has_work() const noexcept {
+    if (state != QpState::kRtr && state != QpState::kRts) return false;
+    if (ack_pending || nak_pending || cnp_pending || hole_since != kNever ||
+        reads_head != reads_tail)
+      return true;
+    return state == QpState::kRts &&
+           (sq_send != sq_tail || lost > 0 || una != nxt || rnr_wait ||
+            read_hole_since != kNever || cc_blocked);
+  }
   bool irn() const noexcept { return init.mode == Reliability::kIrn; }
   PsnRec& rec(uint32_t psn) noexcept { return recs_ring[psn & wmask]; }
   RxSlot& slot(uint32_t psn) noexcept { return slots[psn & wmask]; }

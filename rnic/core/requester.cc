@@ -72,7 +72,10 @@ inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noex
 
 int Transport::post_send(uint32_t qpn, const SendWr& wr) noexcept {
   Qp* qp = find_qp(qpn);
-  return qp ? qp->post_send(wr) : EINVAL;
+  if (qp == nullptr) return EINVAL;
+  const int r = qp->post_send(wr);
+  if (r == 0) activate(qp);
+  return r;
 }
 
 int Qp::post_send(const SendWr& wr) noexcept {

@@ -46,6 +46,7 @@ Transport::Transport(const TransportConfig& cfg)
   mrs_.resize(cfg_.max_mrs);
   qps_.resize(cfg_.max_qps);
   live_.reserve(cfg_.max_qps);
+  active_.reserve(cfg_.max_qps);
   cqs_.reserve(cfg_.max_cqs);
 }
 
@@ -139,6 +140,7 @@ int Transport::destroy_qp(uint32_t qpn) noexcept {
   const uint32_t i = (qpn - cfg_.qpn_base) & 0xFFFFFF;
   if (i >= qps_.size() || !qps_[i]) return EINVAL;
   live_.erase(std::find(live_.begin(), live_.end(), qps_[i].get()));
+  if (qps_[i]->active) active_.erase(std::find(active_.begin(), active_.end(), qps_[i].get()));
   qps_[i].reset();
   return 0;
 }
@@ -273,6 +275,7 @@ int Transport::modify_qp(uint32_t qpn, const QpAttr& a, int mask) noexcept {
       grantor_ready_ = true;
     }
   }
+  activate(qp);  // a new state may have work (RTS with WRs posted in RTR)
   if (to == QpState::kError && from != QpState::kError) {
     qp->to_error(IBV_WC_WR_FLUSH_ERR);
     return 0;
@@ -287,7 +290,16 @@ int Transport::modify_qp(uint32_t qpn, const QpAttr& a, int mask) noexcept {
 
 int Transport::post_recv(uint32_t qpn, const RecvWr& wr) noexcept {
   Qp* qp = find_qp(qpn);
-  return qp ? qp->post_recv(wr) : EINVAL;
+  if (qp == nullptr) return EINVAL;
+  const int r = qp->post_recv(wr);
+  if (r == 0) activate(qp);
+  return r;
+}
+
+void Transport::activate(Qp* qp) noexcept {
+  if (qp->active) return;
+  qp->active = true;
+  active_.push_back(qp);  // reserved for max_qps: no allocation
 }
 
 DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* payload,
@@ -299,6 +311,7 @@ DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* pa
   };
   Qp* qp = find_qp(pkt.bth.dqpn);
   if (qp == nullptr) return count(DropReason::kUnknownQpn);
+  activate(qp);  // an ACK opens the window, a request wants an ACK, ...
   const uint8_t op = pkt.bth.opcode;
   if (common::opcode_has(op, common::kOpCnp)) {
     if (qp->state != QpState::kRts) return count(DropReason::kBadQpState);
@@ -329,10 +342,11 @@ uint32_t Transport::poll(uint64_t now) noexcept {
   const uint32_t before = tx_.size();
   tx_blocked_ = false;
   if (grantor_ready_) grant_credits(now);
-  const std::size_t n = live_.size();
+  const std::size_t n = active_.size();
+  if (rr_ >= n) rr_ = 0;
   for (std::size_t k = 0; k < n; ++k) {
     // Rotate the starting QP so that one busy QP cannot starve the others.
-    Qp* qp = live_[(rr_ + k) % n];
+    Qp* qp = active_[rr_ + k < n ? rr_ + k : rr_ + k - n];
     if (qp->state == QpState::kRts) qp->on_timers_requester(now);
     if (qp->state == QpState::kRtr || qp->state == QpState::kRts) {
       if (!qp->tx_responses(now)) { tx_blocked_ = true; break; }
@@ -342,6 +356,19 @@ uint32_t Transport::poll(uint64_t now) noexcept {
     }
   }
   rr_ = n ? (rr_ + 1) % n : 0;
+  // QPs left with nothing to send and no timer leave the list (in order, so
+  // the rotation stays fair); the next input that gives one work puts it back.
+  std::size_t kept = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    Qp* qp = active_[k];
+    if (qp->has_work()) {
+      active_[kept++] = qp;
+    } else {
+      qp->active = false;
+      if (k < rr_ && rr_ > 0) --rr_;
+    }
+  }
+  active_.resize(kept);
   return tx_.size() - before;
 }
 
@@ -381,6 +408,7 @@ void Transport::grant_credits(uint64_t now) noexcept {
     // Batch: an ACK per batch of credit, or when the QP's share is full.
     if (++qp->grant_unacked >= batch || out + 1 >= static_cast<int32_t>(budget)) {
       qp->ack_pending = true;
+      activate(qp);
       qp->grant_unacked = 0;
     }
   };
@@ -416,6 +444,7 @@ void Transport::grant_credits(uint64_t now) noexcept {
     }
     // Either way an ACK goes out and carries the whole grant again.
     qp->ack_pending = true;
+    activate(qp);
     qp->grant_unacked = 0;
     qp->credit_kick_ns = now;
     ++qp->credit_kick_round;
@@ -449,6 +478,7 @@ void Transport::grant_credits(uint64_t now) noexcept {
   for (Qp* qp : live_) {
     if (qp->credit_mode && qp->grant_unacked > 0 && !token_wait) {
       qp->ack_pending = true;
+      activate(qp);
       qp->grant_unacked = 0;
     }
   }
@@ -456,7 +486,7 @@ void Transport::grant_credits(uint64_t now) noexcept {
 
 uint64_t Transport::next_deadline() const noexcept {
   uint64_t d = credit_wake_;
-  for (const Qp* qp : live_) {
+  for (const Qp* qp : active_) {  // an inactive QP has no timer
     if (qp->state == QpState::kRts) d = std::min(d, qp->requester_deadline());
     if (qp->state == QpState::kRtr || qp->state == QpState::kRts)
       d = std::min(d, qp->responder_deadline());

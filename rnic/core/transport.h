@@ -125,6 +125,10 @@ class Transport {
   const PathPolicy* path_policy(uint32_t qpn) const noexcept;
   const CcPolicy* cc_policy(uint32_t qpn) const noexcept;
   const TransportCounters& counters() const noexcept { return counters_; }
+  // QPs poll() visits: those with something to send or a timer running
+  // (posted WRs, packets in flight, pending ACK/NAK/SACK/CNP, READ
+  // responses, waits). Idle QPs cost poll() and next_deadline() nothing.
+  std::size_t active_qps() const noexcept { return active_.size(); }
   // Packets of credit this port granted to its senders (cc "credit").
   uint64_t credits_granted() const noexcept { return grantor_.granted_pkts(); }
   // Kicks of credit to silent senders (grant_credits).
@@ -157,6 +161,9 @@ class Transport {
   TxQueue& txq() noexcept { return tx_; }
 
  private:
+  // Puts a QP on the active list (a no-op if it is there already): every
+  // input that can give a QP work calls it.
+  void activate(Qp* qp) noexcept;
   Qp* find_qp(uint32_t qpn) const noexcept {
     const uint32_t i = (qpn - cfg_.qpn_base) & 0xFFFFFF;
     return i < qps_.size() ? qps_[i].get() : nullptr;
@@ -166,10 +173,11 @@ class Transport {
   TransportConfig cfg_;
   TxQueue tx_;
   bool tx_blocked_ = false;
-  std::size_t rr_ = 0;  // QP poll() starts with
+  std::size_t rr_ = 0;  // active QP poll() starts with
   std::vector<MemoryRegion> mrs_;        // index = key >> 8
   std::vector<std::unique_ptr<Qp>> qps_; // index = qpn - qpn_base
-  std::vector<Qp*> live_;                // the QPs that exist, for poll()
+  std::vector<Qp*> live_;                // the QPs that exist
+  std::vector<Qp*> active_;              // the QPs poll() visits (sized max_qps)
   std::vector<std::unique_ptr<Cq>> cqs_;
   TransportCounters counters_;
   uint32_t mr_generation_ = 1;

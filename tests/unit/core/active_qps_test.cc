@@ -1,0 +1,136 @@
+// The active-QP list: poll() and next_deadline() visit only QPs with work
+// (WRs to send, packets in flight, ACKs to send, timers), so that a port
+// with thousands of idle QPs costs no more per poll than one with a few.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "tests/unit/core/loop.h"
+
+using namespace tandem::rnic;
+using namespace tandem::rnic::test;
+
+namespace {
+
+// Brings `n` more QPs on `h` to RTS, connected to QPNs nobody has: they
+// exist and accept work, but have none.
+std::vector<uint32_t> add_idle_qps(Host& h, uint32_t n) {
+  std::vector<uint32_t> out;
+  for (uint32_t i = 0; i < n; ++i) {
+    QpInitAttr init;
+    init.send_cq = init.recv_cq = h.cq;
+    const uint32_t q = h.t.create_qp(init);
+    REQUIRE(q != 0);
+    QpAttr a;
+    a.state = QpState::kInit;
+    REQUIRE(h.t.modify_qp(q, a, IBV_QP_STATE) == 0);
+    a.state = QpState::kRtr;
+    a.dest_qp_num = 0x7000 + i;
+    a.peer = 9;
+    REQUIRE(h.t.modify_qp(q, a, IBV_QP_STATE | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_PATH_MTU |
+                                    IBV_QP_AV) == 0);
+    a.state = QpState::kRts;
+    REQUIRE(h.t.modify_qp(q, a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0);
+    out.push_back(q);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("idle QPs leave the active list; a WR puts its QP back and the transfer completes") {
+  Loop l(1 << 16);
+  REQUIRE(l.ok);
+  const std::vector<uint32_t> idle = add_idle_qps(l.a, 60);
+  l.settle();
+  CHECK(l.a.t.active_qps() == 0);
+  CHECK(l.b.t.active_qps() == 0);
+  CHECK(l.a.t.next_deadline() == kNever);
+  CHECK(l.a.t.poll(l.now) == 0);
+
+  fill_pattern(l.a.mem, 0, 5000, 7);
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, 1, l.a, 0, 5000, &l.b, 8192)) == 0);
+  CHECK(l.a.t.active_qps() == 1);  // only the QP that has work
+  REQUIRE(l.run([&] { return !l.a.done.empty(); }));
+  CHECK(l.a.done[0].status == IBV_WC_SUCCESS);
+  CHECK(std::equal(l.a.mem.begin(), l.a.mem.begin() + 5000, l.b.mem.begin() + 8192));
+  l.settle();
+  // The responder's ACK went out and the requester's data was acknowledged:
+  // neither side has a QP with work left.
+  CHECK(l.a.t.active_qps() == 0);
+  CHECK(l.b.t.active_qps() == 0);
+  CHECK(l.a.t.next_deadline() == kNever);
+  // The idle QPs sent nothing all along.
+  for (uint32_t q : idle) CHECK(l.a.t.qp_counters(q)->tx_pkts == 0);
+}
+
+TEST_CASE("a QP with unacknowledged packets stays active and its retransmission timer fires") {
+  QpSetup s;
+  s.timeout_ns = 100'000;
+  Loop l(1 << 16, s);
+  REQUIRE(l.ok);
+  add_idle_qps(l.a, 30);
+  l.settle();
+  REQUIRE(l.a.t.active_qps() == 0);
+  l.block_a_to_b = true;
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, 1, l.a, 0, 3000, &l.b, 0)) == 0);
+  // Everything sent, nothing acknowledged: the QP keeps a timer.
+  l.run([&] { return l.a.counters().tx_data_pkts >= 3; });
+  l.a.t.poll(l.now);
+  CHECK(l.a.t.active_qps() == 1);
+  CHECK(l.a.t.next_deadline() != kNever);
+  l.block_a_to_b = false;
+  REQUIRE(l.run([&] { return !l.a.done.empty(); }));
+  CHECK(l.a.done[0].status == IBV_WC_SUCCESS);
+  CHECK(l.a.counters().timeouts >= 1);
+  l.settle();
+  CHECK(l.a.t.active_qps() == 0);
+}
+
+TEST_CASE("a received request makes the responder's QP active until its ACK is sent") {
+  Loop l(1 << 16);
+  REQUIRE(l.ok);
+  add_idle_qps(l.b, 40);
+  l.settle();
+  REQUIRE(l.b.t.active_qps() == 0);
+  l.record = true;
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, 1, l.a, 0, 100, &l.b, 0)) == 0);
+  l.a.t.poll(l.now);
+  REQUIRE(l.a.t.tx().size() == 1);
+  // Deliver A's request to B by hand: B has an ACK to send.
+  TxDesc d = l.a.t.tx().front();
+  l.a.t.tx().pop();
+  uint8_t frame[512];
+  FrameAddrs fa;
+  const std::size_t n = build_frame(d, fa, frame, sizeof frame);
+  REQUIRE(n > 0);
+  CHECK(l.inject(l.b, std::vector<uint8_t>(frame, frame + n)) == tandem::common::DropReason::kNone);
+  CHECK(l.b.t.active_qps() == 1);
+  CHECK(l.b.t.poll(l.now) == 1);  // the ACK
+  CHECK(l.b.t.tx().front().bth.opcode == IBV_OPCODE_RC_ACKNOWLEDGE);
+  CHECK(l.b.t.active_qps() == 0);
+}
+
+TEST_CASE("destroying an active QP takes it off the list; moving to ERROR leaves nothing to poll") {
+  Loop l(1 << 16);
+  REQUIRE(l.ok);
+  const std::vector<uint32_t> idle = add_idle_qps(l.a, 3);
+  l.settle();
+  // WRs toward QPNs nobody has: packets in flight, never acknowledged.
+  REQUIRE(l.a.t.post_send(idle[0], make_wr(IBV_WR_SEND, 1, l.a, 0, 10)) == 0);
+  REQUIRE(l.a.t.post_send(idle[1], make_wr(IBV_WR_SEND, 2, l.a, 0, 10)) == 0);
+  CHECK(l.a.t.active_qps() == 2);
+  l.a.t.poll(l.now);
+  CHECK(l.a.t.active_qps() == 2);
+  REQUIRE(l.a.t.destroy_qp(idle[0]) == 0);
+  CHECK(l.a.t.active_qps() == 1);
+  QpAttr a;
+  a.state = QpState::kError;
+  REQUIRE(l.a.t.modify_qp(idle[1], a, IBV_QP_STATE) == 0);
+  l.a.t.poll(l.now);
+  CHECK(l.a.t.active_qps() == 0);
+  l.a.drain_cq();
+  REQUIRE(l.a.done.size() == 1);
+  CHECK(l.a.done[0].wr_id == 2);
+  CHECK(l.a.done[0].status == IBV_WC_WR_FLUSH_ERR);
+}
