@@ -38,6 +38,7 @@ MappingImport::MappingImport(Store& store, Level1State& state, std::istream& in,
 
 MappingImport::~MappingImport() {
   if (txn_open_) store_.bulk_rollback();
+  if (phase_ == Phase::kCheckpoint) store_.bulk_checkpoint();  // committed: restore the store's settings
 }
 
 const char* MappingImport::phase_name() const noexcept {
