@@ -283,6 +283,12 @@ struct Qp {
   void tx_commit(TxDesc* d, uint64_t now) noexcept;
 };
 
+inline void Transport::activate(Qp* qp) noexcept {
+  if (qp->active) return;
+  qp->active = true;
+  active_[active_n_++] = qp;  // room for every QP
+}
+
 inline TxDesc* Qp::tx_slot() noexcept {
   TxDesc* d = t->txq().reserve();
   if (d == nullptr) return nullptr;

@@ -46,7 +46,7 @@ Transport::Transport(const TransportConfig& cfg)
   mrs_.resize(cfg_.max_mrs);
   qps_.resize(cfg_.max_qps);
   live_.reserve(cfg_.max_qps);
-  active_.reserve(cfg_.max_qps);
+  active_.resize(cfg_.max_qps);
   cqs_.reserve(cfg_.max_cqs);
 }
 
@@ -140,7 +140,12 @@ int Transport::destroy_qp(uint32_t qpn) noexcept {
   const uint32_t i = (qpn - cfg_.qpn_base) & 0xFFFFFF;
   if (i >= qps_.size() || !qps_[i]) return EINVAL;
   live_.erase(std::find(live_.begin(), live_.end(), qps_[i].get()));
-  if (qps_[i]->active) active_.erase(std::find(active_.begin(), active_.end(), qps_[i].get()));
+  if (qps_[i]->active) {
+    Qp** end = active_.data() + active_n_;
+    Qp** at = std::find(active_.data(), end, qps_[i].get());
+    std::copy(at + 1, end, at);  // keeps the order (the rotation's fairness)
+    --active_n_;
+  }
   qps_[i].reset();
   return 0;
 }
@@ -296,11 +301,6 @@ int Transport::post_recv(uint32_t qpn, const RecvWr& wr) noexcept {
   return r;
 }
 
-void Transport::activate(Qp* qp) noexcept {
-  if (qp->active) return;
-  qp->active = true;
-  active_.push_back(qp);  // reserved for max_qps: no allocation
-}
 
 DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* payload,
                                 uint32_t payload_len, uint64_t now) noexcept {
@@ -342,7 +342,7 @@ uint32_t Transport::poll(uint64_t now) noexcept {
   const uint32_t before = tx_.size();
   tx_blocked_ = false;
   if (grantor_ready_) grant_credits(now);
-  const std::size_t n = active_.size();
+  const std::size_t n = active_n_;
   if (rr_ >= n) rr_ = 0;
   for (std::size_t k = 0; k < n; ++k) {
     // Rotate the starting QP so that one busy QP cannot starve the others.
@@ -368,7 +368,7 @@ uint32_t Transport::poll(uint64_t now) noexcept {
       if (k < rr_ && rr_ > 0) --rr_;
     }
   }
-  active_.resize(kept);
+  active_n_ = kept;
   return tx_.size() - before;
 }
 
@@ -486,7 +486,8 @@ void Transport::grant_credits(uint64_t now) noexcept {
 
 uint64_t Transport::next_deadline() const noexcept {
   uint64_t d = credit_wake_;
-  for (const Qp* qp : active_) {  // an inactive QP has no timer
+  for (std::size_t k = 0; k < active_n_; ++k) {  // an inactive QP has no timer
+    const Qp* qp = active_[k];
     if (qp->state == QpState::kRts) d = std::min(d, qp->requester_deadline());
     if (qp->state == QpState::kRtr || qp->state == QpState::kRts)
       d = std::min(d, qp->responder_deadline());

@@ -128,7 +128,7 @@ class Transport {
   // QPs poll() visits: those with something to send or a timer running
   // (posted WRs, packets in flight, pending ACK/NAK/SACK/CNP, READ
   // responses, waits). Idle QPs cost poll() and next_deadline() nothing.
-  std::size_t active_qps() const noexcept { return active_.size(); }
+  std::size_t active_qps() const noexcept { return active_n_; }
   // Packets of credit this port granted to its senders (cc "credit").
   uint64_t credits_granted() const noexcept { return grantor_.granted_pkts(); }
   // Kicks of credit to silent senders (grant_credits).
@@ -177,7 +177,8 @@ class Transport {
   std::vector<MemoryRegion> mrs_;        // index = key >> 8
   std::vector<std::unique_ptr<Qp>> qps_; // index = qpn - qpn_base
   std::vector<Qp*> live_;                // the QPs that exist
-  std::vector<Qp*> active_;              // the QPs poll() visits (sized max_qps)
+  std::vector<Qp*> active_;              // [0, active_n_): the QPs poll() visits (sized max_qps)
+  std::size_t active_n_ = 0;
   std::vector<std::unique_ptr<Cq>> cqs_;
   TransportCounters counters_;
   uint32_t mr_generation_ = 1;
