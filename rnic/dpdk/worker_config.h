@@ -29,7 +29,7 @@ struct WorkerConfig {
   double duration_s = 0;     // 0: until SIGINT/SIGTERM
   std::string stats_json;
   uint16_t port_id = 0;      // the data port (first EAL port)
-  uint32_t max_qps = 1024;
+  uint32_t max_qps = 16384;
   // DPU mode: the level-2 table comes from tandem-dpu over this channel file
   // (--table then only names the port's underlay identity and vNICs).
   std::string dpu_channel;

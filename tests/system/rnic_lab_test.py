@@ -9,9 +9,13 @@ carry real tenant applications attached through rnic/host:
     B keeps serving;
   * an application killed mid-transfer has its QPs freed by its worker, and
     the worker keeps serving new applications;
+  * with --many-qps APP N: an application holds N idle QPs in RTS on worker A
+    (default --max-qps) while a new pair verifies through it, and when it is
+    killed the worker frees all N;
   * SIGINT stops each worker cleanly with its counters in --stats-json.
 
-usage: rnic_lab_test.py TANDEM_FABRIC TANDEM_RNIC RNIC_HOST_APP TANDEM_WIRE [--lossy P] [WORKER FLAGS...]
+usage: rnic_lab_test.py TANDEM_FABRIC TANDEM_RNIC RNIC_HOST_APP TANDEM_WIRE [--many-qps APP N] [--lossy P]
+                        [WORKER FLAGS...]
 (e.g. --mode gbn --tx-copy: the same checks in go-back-N mode with copied payloads;
 --lossy 0.02: every fabric path drops that fraction, and the checks then also
 require that the workers recovered by retransmitting)
@@ -31,6 +35,9 @@ from tandem_harness import (Checks, Lab, Telemetry, lab_fabric_argv, lab_worker_
 FABRIC, RNIC, APP, WIRE = sys.argv[1:5]
 WORKER_FLAGS = sys.argv[5:]
 LOSSY = None
+MANY_APP, MANY_N = None, 0
+if WORKER_FLAGS[:1] == ["--many-qps"]:
+    MANY_APP, MANY_N, WORKER_FLAGS = WORKER_FLAGS[1], int(WORKER_FLAGS[2]), WORKER_FLAGS[3:]
 if WORKER_FLAGS[:1] == ["--lossy"]:
     LOSSY, WORKER_FLAGS = WORKER_FLAGS[1], WORKER_FLAGS[2:]
 TAG = f"rnic{os.getpid()}"
@@ -132,12 +139,42 @@ def main():
     open(f"{D}/sink.stop", "w").close()
     s.wait(30)
 
-    # 3. Both workers keep serving after bad frames and an application's death.
+    # 3. Both workers keep serving after bad frames and an application's death
+    #    (with --many-qps, while N idle QPs live on worker A).
+    many = None
+
+    def rss_mib(p):
+        with open(f"/proc/{p.pid}/status") as f:
+            return next(int(x.split()[1]) for x in f if x.startswith("VmRSS:")) / 1024
+
+    if MANY_APP:
+        live0, rss0 = tel_a.cmd("/tandem/rnic/stats")["live_qps"], rss_mib(wa)
+        t0 = time.time()
+        many = start([MANY_APP, f"{D}/A.rnic", D, "many", str(MANY_N), "192.168.7.2"], "many")
+        while not os.path.exists(f"{D}/many.ready") and time.time() - t0 < 120 and many.poll() is None:
+            time.sleep(0.1)
+        live = tel_a.cmd("/tandem/rnic/stats")["live_qps"]
+        check(os.path.exists(f"{D}/many.ready") and live == live0 + MANY_N,
+              f"{MANY_N} QPs created and moved to RTS on one worker in {time.time() - t0:.1f} s "
+              f"(live QPs {live0} -> {live}; worker RSS {rss0:.0f} -> {rss_mib(wa):.0f} MiB)")
+        if many.poll() is not None:
+            print(log("many"))
     a, b = run_pair("app3", "app4", seed=6)
     ra, rb = a.wait(90), b.wait(90)
-    check(ra == 0 and rb == 0, f"workers keep serving new applications (exit {ra}, {rb})")
+    check(ra == 0 and rb == 0, f"workers keep serving new applications (exit {ra}, {rb})"
+          + (f" with {MANY_N} more QPs live on A" if many else ""))
     if ra or rb:
         print(log("app3"), log("app4"))
+    if many:
+        died0 = tel_a.cmd("/tandem/rnic/stats")["qps_app_died"]
+        many.send_signal(signal.SIGKILL)
+        many.wait()
+        t0 = time.time()
+        while time.time() - t0 < 30 and tel_a.cmd("/tandem/rnic/stats")["live_qps"] != live0:
+            time.sleep(0.2)
+        st = tel_a.cmd("/tandem/rnic/stats")
+        check(st["live_qps"] == live0 and st["qps_app_died"] == died0 + MANY_N,
+              f"killing it frees all {MANY_N} QPs (live {st['live_qps']}, qps_app_died +{st['qps_app_died'] - died0})")
 
     # 4. Clean shutdown with counters.
     check(stop(wa) == 0 and stop(wb) == 0, "workers stop cleanly on SIGINT")

@@ -1,0 +1,58 @@
+// A tenant application that holds many idle RC QPs on one tandem-rnic worker
+// (the issue's 10,000 QPs per worker): attaches, creates COUNT QPs on one CQ,
+// moves each through INIT, RTR (toward PEER_OVERLAY_IP, remote QPN 0x10000+i)
+// and RTS, writes DIR/NAME.ready with the count, then waits for DIR/NAME.stop
+// (or to be killed: the worker must then free every one of them).
+// Exit 0 = all created and connected, 2 = set-up failed (the message says
+// which QP and step).
+#include <arpa/inet.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tests/system/rc_app_setup.h"
+
+using namespace tandem::rnic::host;
+using namespace tandem::rnic::host::test_app;
+
+int main(int argc, char** argv) {
+  g_prog = "many_qps_app";
+  if (argc != 6) {
+    std::fprintf(stderr, "usage: %s SOCKET DIR NAME COUNT PEER_OVERLAY_IP\n", argv[0]);
+    return 2;
+  }
+  const std::string sock = argv[1], dir = argv[2], name = argv[3];
+  const long count = std::strtol(argv[4], nullptr, 10);
+  in_addr peer_ip{};
+  if (count < 1 || inet_pton(AF_INET, argv[5], &peer_ip) != 1) die(2, "bad COUNT or peer IP");
+
+  // The first QP comes with the app's PD, MR and CQ; the rest share them.
+  const RcApp app = open_rc_app(sock, name, 1 << 16, 4, 1);
+  std::vector<Qp*> qps{app.qp};
+  qps.reserve(static_cast<std::size_t>(count));
+  QpInitAttr qi;
+  qi.send_cq = app.cq;
+  qi.recv_cq = app.cq;
+  qi.cap.max_send_wr = 4;
+  qi.cap.max_recv_wr = 4;
+  qi.cap.max_send_sge = 1;
+  qi.cap.max_recv_sge = 1;
+  while (static_cast<long>(qps.size()) < count) {
+    Qp* qp = create_qp(app.pd, &qi);
+    if (!qp) die(2, "create_qp #" + std::to_string(qps.size()));
+    qps.push_back(qp);
+  }
+  for (std::size_t i = 0; i < qps.size(); ++i) {
+    to_init(qps[i]);
+    Peer p;
+    p.qpn = 0x10000 + static_cast<uint32_t>(i);
+    connect_rc(qps[i], p, peer_ip, 14);
+  }
+  touch(dir + "/" + name + ".ready", std::to_string(qps.size()));
+  std::printf("%s: %zu QPs in RTS\n", name.c_str(), qps.size());
+  std::fflush(stdout);
+  wait_file(dir + "/" + name + ".stop", 600);
+  return 0;
+}
