@@ -886,6 +886,7 @@ void Worker::register_telemetry() {
                            out.u64("mr_dma_failed", dma_.counters().failed);
                            out.u64("mr_dma_live", dma_.counters().live);
                            out.u64("core_rx_pkts", core_.counters().rx_pkts);
+                           out.u64("live_qps", live_qps());
                            return 0;
                          });
   cd::telemetry_register("/tandem/rnic/qps", "tandem-rnic live QPs: binding and core counters",
