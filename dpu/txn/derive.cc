@@ -122,7 +122,18 @@ ChangeSet revalidate_resolution(const Level1State& state, const Level2Shadow& in
     for (const Level2Op& op : cs->ops)
       if (!op.del) now.push_back(op.entry);
   ChangeSet undo;
-  if (now == puts) return undo;
+  // It stands if resolving now would still put each entry it put. Not
+  // `now == puts`: a resolution that found its ingress key ambiguous deleted
+  // that key instead, so it put the egress entry alone (that comparison undid
+  // every such resolution right after it committed; the next packet punted,
+  // was resolved, and undone again).
+  bool stands = true;
+  for (const common::Level2Entry& e : puts) {
+    bool same = false;
+    for (const common::Level2Entry& n : now) same = same || n == e;
+    stands = stands && same;
+  }
+  if (stands) return undo;
   for (const common::Level2Entry& e : puts) {
     const common::Level2Entry* cur = installed.find(e.key);
     if (cur != nullptr && *cur == e) undo.del(e.key);

@@ -243,3 +243,27 @@ TEST_CASE("the shadow's flat map agrees with a reference map through inserts, er
   }
   CHECK(m.find(EntryKey{}) == nullptr);  // kind kInvalid is never stored
 }
+
+TEST_CASE("a resolution that withdrew an ambiguous ingress key stands when it commits") {
+  Level1State s = state();
+  Level2Shadow installed;
+  auto first = change_set_for_miss(s, egress_key(1, ip("192.168.1.9")), 1, nullptr, nullptr, &installed);
+  REQUIRE(first);
+  installed.apply(first->ops, 1);
+  const EntryKey missed = egress_key(1, ip("192.168.1.10"));
+  auto second = change_set_for_miss(s, missed, 2, nullptr, nullptr, &installed);
+  REQUIRE(second);
+  REQUIRE(second->ops[1].del);  // same underlay host and VNI as the first: ambiguous
+  std::vector<Level2Entry> puts;  // what agent.cc records: the PUTs only
+  for (const Level2Op& op : second->ops)
+    if (!op.del) puts.push_back(op.entry);
+  installed.apply(second->ops, 2);
+  // Level 1 unchanged: nothing to undo, the egress entry stays.
+  CHECK(revalidate_resolution(s, installed, "rnic0", missed, puts).ops.empty());
+  // Its mapping replaced meanwhile: the egress entry goes.
+  REQUIRE(s.apply(RemoveMapping{100, ip("192.168.1.10")}).ok());
+  REQUIRE(s.apply(AddMapping{100, ip("192.168.1.10"), ip("10.0.1.8"), mac("02:00:00:00:01:01"), "far0"}).ok());
+  ChangeSet undo = revalidate_resolution(s, installed, "rnic0", missed, puts);
+  REQUIRE(undo.ops.size() == 1);
+  CHECK(undo.ops[0].entry.key == missed);
+}
