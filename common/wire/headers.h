@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 
 #include "common/wire/byte_order.h"
 
@@ -114,14 +115,120 @@ constexpr uint8_t aeth_kind(uint8_t syndrome) noexcept { return syndrome & 0x60;
 constexpr uint8_t aeth_value(uint8_t syndrome) noexcept { return syndrome & 0x1F; }
 
 // --- readers: `p` must have at least the header's length ---
-EthHeader read_eth(const uint8_t* p, std::size_t avail, bool* ok) noexcept;
-Ipv4Header read_ipv4(const uint8_t* p) noexcept;
-UdpHeader read_udp(const uint8_t* p) noexcept;
-VxlanHeader read_vxlan(const uint8_t* p) noexcept;
-Bth read_bth(const uint8_t* p) noexcept;
-Reth read_reth(const uint8_t* p) noexcept;
-Aeth read_aeth(const uint8_t* p) noexcept;
-AtomicEth read_atomic_eth(const uint8_t* p) noexcept;
+// The *_into forms store each field straight into `h`. With the returning
+// forms a caller's `x.bth = read_bth(p)` goes through a temporary (the
+// compiler must assume `x` may alias the packet bytes), written with narrow
+// stores and copied with wide loads: a failed store-to-load forward per
+// header, the largest cost of a parse on the receive path.
+// read_eth_into: false if `avail` is too short (h then holds what was there).
+inline bool read_eth_into(const uint8_t* p, std::size_t avail, EthHeader& h) noexcept {
+  h = EthHeader{};
+  if (avail < kEthHdrLen) return false;
+  std::memcpy(h.dst.data(), p, 6);
+  std::memcpy(h.src.data(), p + 6, 6);
+  h.ethertype = load_be16(p + 12);
+  if (h.ethertype == kEtherTypeVlan) {
+    if (avail < kEthHdrLen + kVlanTagLen) return false;
+    h.has_vlan = true;
+    h.vlan_tci = load_be16(p + 14);
+    h.ethertype = load_be16(p + 16);
+  }
+  return true;
+}
+
+inline void read_ipv4_into(const uint8_t* p, Ipv4Header& h) noexcept {
+  h.ihl = p[0] & 0x0F;
+  h.tos = p[1];
+  h.total_len = load_be16(p + 2);
+  h.id = load_be16(p + 4);
+  h.frag = load_be16(p + 6);
+  h.ttl = p[8];
+  h.proto = p[9];
+  h.checksum = load_be16(p + 10);
+  h.src = load_be32(p + 12);
+  h.dst = load_be32(p + 16);
+}
+
+inline void read_udp_into(const uint8_t* p, UdpHeader& h) noexcept {
+  h.sport = load_be16(p);
+  h.dport = load_be16(p + 2);
+  h.len = load_be16(p + 4);
+  h.checksum = load_be16(p + 6);
+}
+
+inline void read_bth_into(const uint8_t* p, Bth& h) noexcept {
+  h.opcode = p[0];
+  h.se = (p[1] & 0x80) != 0;
+  h.mig = (p[1] & 0x40) != 0;
+  h.pad = (p[1] >> 4) & 0x3;
+  h.tver = p[1] & 0x0F;
+  h.pkey = load_be16(p + 2);
+  h.fecn = (p[4] & 0x80) != 0;
+  h.becn = (p[4] & 0x40) != 0;
+  h.dqpn = load_be24(p + 5);
+  h.ack_req = (p[8] & 0x80) != 0;
+  h.psn = load_be24(p + 9);
+}
+
+inline void read_reth_into(const uint8_t* p, Reth& h) noexcept {
+  h.va = load_be64(p);
+  h.rkey = load_be32(p + 8);
+  h.len = load_be32(p + 12);
+}
+
+inline void read_aeth_into(const uint8_t* p, Aeth& h) noexcept {
+  h.syndrome = p[0];
+  h.msn = load_be24(p + 1);
+}
+
+inline void read_atomic_eth_into(const uint8_t* p, AtomicEth& h) noexcept {
+  h.va = load_be64(p);
+  h.rkey = load_be32(p + 8);
+  h.swap_add = load_be64(p + 12);
+  h.compare = load_be64(p + 20);
+}
+
+inline EthHeader read_eth(const uint8_t* p, std::size_t avail, bool* ok) noexcept {
+  EthHeader h;
+  *ok = read_eth_into(p, avail, h);
+  return h;
+}
+inline Ipv4Header read_ipv4(const uint8_t* p) noexcept {
+  Ipv4Header h;
+  read_ipv4_into(p, h);
+  return h;
+}
+
+inline UdpHeader read_udp(const uint8_t* p) noexcept {
+  UdpHeader h;
+  read_udp_into(p, h);
+  return h;
+}
+
+inline Bth read_bth(const uint8_t* p) noexcept {
+  Bth h;
+  read_bth_into(p, h);
+  return h;
+}
+
+inline Reth read_reth(const uint8_t* p) noexcept {
+  Reth h;
+  read_reth_into(p, h);
+  return h;
+}
+
+inline Aeth read_aeth(const uint8_t* p) noexcept {
+  Aeth h;
+  read_aeth_into(p, h);
+  return h;
+}
+
+inline AtomicEth read_atomic_eth(const uint8_t* p) noexcept {
+  AtomicEth h;
+  read_atomic_eth_into(p, h);
+  return h;
+}
+inline VxlanHeader read_vxlan(const uint8_t* p) noexcept { return VxlanHeader{p[0], load_be24(p + 4)}; }
 
 // --- writers: return the number of bytes written ---
 std::size_t write_eth(uint8_t* p, const EthHeader& h) noexcept;

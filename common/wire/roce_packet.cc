@@ -7,18 +7,6 @@
 
 namespace tandem::common {
 
-std::size_t transport_ext_len(uint8_t opcode) noexcept {
-  const uint16_t f = opcode_info(opcode).flags;
-  std::size_t n = 0;
-  if (f & kOpReth) n += kRethLen;
-  if (f & kOpAtomicEth) n += kAtomicEthLen;
-  if (f & kOpAeth) n += kAethLen;
-  if (f & kOpAtomicAck) n += kAtomicAckLen;
-  if (f & kOpImm) n += kImmLen;
-  if (f & kOpCnp) n += kCnpPadLen;
-  return n;
-}
-
 namespace {
 
 // Parses Eth/IPv4/UDP at data[off..len); on success `off` is past the UDP
@@ -26,14 +14,12 @@ namespace {
 DropReason parse_l2_l4(const uint8_t* data, std::size_t len, std::size_t& off, std::size_t& end,
                        EthHeader& eth, Ipv4Header& ip, UdpHeader& udp, uint32_t& ip_off,
                        const ParseOptions& opts) noexcept {
-  bool ok = false;
-  eth = read_eth(data + off, len - off, &ok);
-  if (!ok) return DropReason::kTruncated;
+  if (!read_eth_into(data + off, len - off, eth)) return DropReason::kTruncated;
   if (eth.ethertype != kEtherTypeIpv4) return DropReason::kNotIpv4;
   off += eth.size();
   if (len - off < kIpv4HdrLen) return DropReason::kTruncated;
   ip_off = static_cast<uint32_t>(off);
-  ip = read_ipv4(data + off);
+  read_ipv4_into(data + off, ip);
   const std::size_t ihl = std::size_t{ip.ihl} * 4;
   if ((data[off] >> 4) != 4 || ihl < kIpv4HdrLen) return DropReason::kBadIpHeader;
   if (len - off < ihl) return DropReason::kTruncated;
@@ -44,7 +30,7 @@ DropReason parse_l2_l4(const uint8_t* data, std::size_t len, std::size_t& off, s
   if (ip.proto != kIpProtoUdp) return DropReason::kNotUdp;
   end = off + ip.total_len;
   off += ihl;
-  udp = read_udp(data + off);
+  read_udp_into(data + off, udp);
   if (udp.len < kUdpHdrLen || udp.len != end - off) return DropReason::kBadUdpLength;
   off += kUdpHdrLen;
   return DropReason::kNone;
@@ -54,7 +40,7 @@ DropReason parse_l2_l4(const uint8_t* data, std::size_t len, std::size_t& off, s
 
 DropReason parse_roce(const uint8_t* data, std::size_t len, RocePacket& out,
                       const ParseOptions& opts) noexcept {
-  out = RocePacket{};
+  out.reset();
   std::size_t off = 0, end = 0;
   DropReason r = parse_l2_l4(data, len, off, end, out.eth, out.ip, out.udp, out.ip_offset, opts);
   if (r != DropReason::kNone) return r;
@@ -75,7 +61,7 @@ DropReason parse_roce(const uint8_t* data, std::size_t len, RocePacket& out,
   if (out.udp.dport != kRoceUdpPort) return DropReason::kNotRoce;
 
   if (end - off < kBthLen) return DropReason::kTruncated;
-  out.bth = read_bth(data + off);
+  read_bth_into(data + off, out.bth);
   if (out.bth.tver != 0) return DropReason::kBadBthVersion;
   const uint8_t op = out.bth.opcode;
   if (!opcode_known(op)) return DropReason::kUnknownOpcode;
@@ -84,9 +70,9 @@ DropReason parse_roce(const uint8_t* data, std::size_t len, RocePacket& out,
   const uint16_t f = opcode_info(op).flags;
   const std::size_t ext = transport_ext_len(op);
   if (end - off < ext + kIcrcLen) return DropReason::kTruncated;
-  if (f & kOpReth) { out.reth = read_reth(data + off); off += kRethLen; }
-  if (f & kOpAtomicEth) { out.atomic = read_atomic_eth(data + off); off += kAtomicEthLen; }
-  if (f & kOpAeth) { out.aeth = read_aeth(data + off); off += kAethLen; }
+  if (f & kOpReth) { read_reth_into(data + off, out.reth); off += kRethLen; }
+  if (f & kOpAtomicEth) { read_atomic_eth_into(data + off, out.atomic); off += kAtomicEthLen; }
+  if (f & kOpAeth) { read_aeth_into(data + off, out.aeth); off += kAethLen; }
   if (f & kOpAtomicAck) { out.atomic_ack = load_be64(data + off); off += kAtomicAckLen; }
   if (f & kOpImm) { out.imm = load_be32(data + off); off += kImmLen; }
   if (f & kOpCnp) off += kCnpPadLen;

@@ -4,6 +4,7 @@
 // inner (RoCE) packet only.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -41,6 +42,25 @@ struct RocePacket {
   uint32_t icrc = 0;            // as carried (CRC value, stored LSB first)
   uint32_t icrc_computed = 0;   // 0 when not checked
   bool icrc_checked = false;
+
+  // Back to the defaults, member by member: `*this = RocePacket{}` builds a
+  // temporary with narrow stores and copies it with wide loads, a failed
+  // store-to-load forward per field (the slowest part of a parse).
+  void reset() noexcept {
+    has_outer = false;
+    outer = {};
+    eth = {};
+    ip = {};
+    udp = {};
+    bth = {};
+    reth = {};
+    aeth = {};
+    imm = 0;
+    atomic = {};
+    atomic_ack = 0;
+    ip_offset = payload_offset = payload_len = icrc = icrc_computed = 0;
+    icrc_checked = false;
+  }
 };
 
 struct ParseOptions {
@@ -53,8 +73,22 @@ struct ParseOptions {
 DropReason parse_roce(const uint8_t* data, std::size_t len, RocePacket& out,
                       const ParseOptions& opts = {}) noexcept;
 
-// Transport headers after the BTH for this opcode (RETH, AETH, ImmDt, ...).
-std::size_t transport_ext_len(uint8_t opcode) noexcept;
+namespace detail {
+constexpr std::size_t ext_len_of(uint16_t f) noexcept {
+  return ((f & kOpReth) ? kRethLen : 0) + ((f & kOpAtomicEth) ? kAtomicEthLen : 0) +
+         ((f & kOpAeth) ? kAethLen : 0) + ((f & kOpAtomicAck) ? kAtomicAckLen : 0) +
+         ((f & kOpImm) ? kImmLen : 0) + ((f & kOpCnp) ? kCnpPadLen : 0);
+}
+inline constexpr auto kExtLenTable = [] {
+  std::array<uint8_t, 256> t{};
+  for (std::size_t op = 0; op < t.size(); ++op) t[op] = static_cast<uint8_t>(ext_len_of(kOpcodeTable[op].flags));
+  return t;
+}();
+}  // namespace detail
+
+// Transport headers after the BTH for this opcode (RETH, AETH, ImmDt, ...):
+// a table lookup, it is asked once per packet.
+constexpr std::size_t transport_ext_len(uint8_t opcode) noexcept { return detail::kExtLenTable[opcode]; }
 
 // Bytes of headers write_roce_headers produces for `pkt` (Ethernet through
 // the last transport header).
