@@ -74,6 +74,7 @@ class ControlApi {
   // Advances the job by kStepRows rows; its reply line once it has finished.
   std::optional<std::string> step();
   bool busy() const noexcept { return job_ != nullptr; }
+  Store& store() noexcept { return store_; }
   // What the running job is doing ("parse", "sort", "write", "commit", "apply", ...).
   const char* job_phase() const noexcept { return job_ ? job_->import->phase_name() : "none"; }
 

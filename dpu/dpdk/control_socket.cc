@@ -1,5 +1,6 @@
 #include "dpu/dpdk/control_socket.h"
 
+#include <sqlite3.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -38,9 +39,49 @@ ControlSocket::ControlSocket(const std::string& path, ControlApi& api) : path_(p
     ::close(listen_fd_);
     throw std::runtime_error("cannot listen on control socket " + path + ": " + e);
   }
+  api_.store().set_background_checkpointer([this](const std::string& db) { return start_checkpoint(db); });
+}
+
+// A second connection copies the WAL into the database while the agent's
+// connection goes on (WAL mode lets a writer append meanwhile); the store
+// keeps automatic checkpoints off until reap_checkpoint() says it is done.
+bool ControlSocket::start_checkpoint(const std::string& db_path) {
+  if (ckpt_running_) return false;
+  ckpt_done_.store(false, std::memory_order_relaxed);
+  ckpt_running_ = true;
+  ckpt_thread_ = std::thread([this, db_path] {
+    uint64_t t0 = now_ns();
+    sqlite3* db = nullptr;
+    int rc = sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+    int log = 0, copied = 0;
+    // A fresh connection learns the database is in WAL mode on its first read.
+    if (rc == SQLITE_OK) rc = sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr);
+    if (rc == SQLITE_OK) rc = sqlite3_wal_checkpoint_v2(db, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied);
+    ckpt_frames_.store(uint64_t(uint32_t(log)) << 32 | uint32_t(copied), std::memory_order_relaxed);
+    sqlite3_close(db);
+    ckpt_rc_.store(rc, std::memory_order_relaxed);
+    ckpt_ns_.store(now_ns() - t0, std::memory_order_relaxed);
+    ckpt_done_.store(true, std::memory_order_release);
+  });
+  return true;
+}
+
+void ControlSocket::reap_checkpoint() {
+  if (!ckpt_running_ || !ckpt_done_.load(std::memory_order_acquire)) return;
+  ckpt_thread_.join();
+  ckpt_running_ = false;
+  api_.store().background_checkpoint_done();
+  int rc = ckpt_rc_.load(std::memory_order_relaxed);
+  uint64_t f = ckpt_frames_.load(std::memory_order_relaxed);
+  std::fprintf(stderr, "tandem-dpu: control: WAL checkpoint %s in the background in %.1f ms (%u of %u frames)\n",
+               rc == SQLITE_OK ? "done" : sqlite3_errstr(rc), ckpt_ns_.load(std::memory_order_relaxed) / 1e6,
+               static_cast<unsigned>(f & 0xFFFFFFFF), static_cast<unsigned>(f >> 32));
 }
 
 ControlSocket::~ControlSocket() {
+  api_.store().set_background_checkpointer(nullptr);
+  if (ckpt_thread_.joinable()) ckpt_thread_.join();
+  if (ckpt_running_) api_.store().background_checkpoint_done();
   for (Conn& c : conns_) ::close(c.fd);
   if (listen_fd_ >= 0) {
     ::close(listen_fd_);
@@ -112,6 +153,7 @@ bool ControlSocket::poll() {
   last_poll_ns_ = t0;
   ++stats_.polls;
   bool did = false;
+  reap_checkpoint();
   for (;;) {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) break;

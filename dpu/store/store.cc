@@ -128,7 +128,7 @@ class Txn {
 
 }  // namespace
 
-Store::Store(const std::string& path) {
+Store::Store(const std::string& path) : path_(path) {
   if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                       nullptr) != SQLITE_OK) {
     std::string msg = "store: cannot open " + path + ": " + (db_ ? sqlite3_errmsg(db_) : "out of memory");
@@ -312,6 +312,15 @@ void Store::bulk_rollback() noexcept {
 }
 
 bool Store::bulk_checkpoint() noexcept {
+  if (checkpointer_) {
+    sqlite3_exec(db_, "PRAGMA cache_size=-65536", nullptr, nullptr, nullptr);
+    bool started = false;
+    try {
+      started = checkpointer_(path_);
+    } catch (...) {
+    }
+    if (started) return true;  // background_checkpoint_done() restores the rest
+  }
   int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
   restore_settings();
   return rc == SQLITE_OK;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <istream>
 #include <stdexcept>
 #include <string>
@@ -79,7 +80,16 @@ class Store {
   // own step: automatic checkpoints are off during a bulk import, so the
   // COMMIT does not include one) and restores the normal settings. False if
   // SQLite could not checkpoint now (harmless: a later commit does it).
+  // With a background checkpointer set, it is handed the job instead (a
+  // second connection elsewhere copies the frames while this one goes on;
+  // automatic checkpoints stay off until background_checkpoint_done()).
   bool bulk_checkpoint() noexcept;
+  using BackgroundCheckpointer = std::function<bool(const std::string& db_path)>;  // true: started
+  void set_background_checkpointer(BackgroundCheckpointer f) { checkpointer_ = std::move(f); }
+  void background_checkpoint_done() noexcept {
+    if (!bulk_open_) restore_settings();  // a newer import restores them when it ends
+  }
+  const std::string& path() const noexcept { return path_; }
   bool bulk_open() const noexcept { return bulk_open_; }
 
   // Level-2 bookkeeping per RNIC, written when COMMITTED arrives.
@@ -94,8 +104,10 @@ class Store {
   void persist_one(const Change& c);
   void bulk_end() noexcept;
   void restore_settings() noexcept;
+  std::string path_;
   sqlite3* db_ = nullptr;
   bool bulk_open_ = false;
+  BackgroundCheckpointer checkpointer_;
   sqlite3_stmt* bulk_insert_ = nullptr;
   sqlite3_stmt* bulk_replace_ = nullptr;
   struct DeferredLevel2 {
