@@ -60,7 +60,9 @@ def main():
            "ours_1024_mpps": round(res[1024]["mpps"], 3),
            "parse_only_mpps": round(r64["baseline_mpps"], 3),
            "ratio_vs_parse_only": round(r64["mpps"] / r64["baseline_mpps"], 3) if r64["baseline_mpps"] else None,
-           "parse_only_1024_mpps": round(res[1024]["baseline_mpps"], 3), "seconds": a.seconds}
+           "parse_only_1024_mpps": round(res[1024]["baseline_mpps"], 3), "seconds": a.seconds,
+           "ours_ns_per_packet_cpu": r64.get("ns_per_packet_cpu"),
+           "parse_only_ns_per_packet_cpu": r64.get("baseline_ns_per_packet_cpu")}
     if pmd:
         out.update({"baseline": round(pmd[64], 3),
                     "baseline_name": f"dpdk-testpmd io fwd, net_null copy=1, {r64['frame_bytes']} B frames",
@@ -73,15 +75,17 @@ def main():
     if a.json:
         print(json.dumps(out))
         return
-    print(f"{'receive path (one lcore)':<58} {'Mpps':>8} {'ratio':>7}")
+    print(f"{'receive path (one lcore)':<58} {'Mpps':>8} {'ratio':>7} {'CPU ns/pkt':>11}")
     for p in (64, 1024):
         r = res[p]
         if p in pmd:
             label = f"dpdk-testpmd io fwd, net_null copy=1, {r['frame_bytes']} B frames"
             print(f"{label:<58} {pmd[p]:>8.3f} {r['mpps'] / pmd[p]:>7.2f}  (ratio: ours / this, the issue's)")
         print(f"{f'mbuf fill + parse_roce/ICRC only, {p} B WRITEs':<58} {r['baseline_mpps']:>8.3f} "
-              f"{r['mpps'] / r['baseline_mpps']:>7.2f}  (ratio: ours / this)")
-        print(f"{f'tandem-rnic RX pipeline, {p} B WRITEs, pairs reordered':<58} {r['mpps']:>8.3f}")
+              f"{r['mpps'] / r['baseline_mpps']:>7.2f} {r.get('baseline_ns_per_packet_cpu', ''):>11}"
+              "  (ratio: ours / this)")
+        print(f"{f'tandem-rnic RX pipeline, {p} B WRITEs, pairs reordered':<58} {r['mpps']:>8.3f} {'':>7} "
+              f"{r.get('ns_per_packet_cpu', ''):>11}")
 
 
 if __name__ == "__main__":
