@@ -23,6 +23,9 @@ only prints stats once a second, shares the forwarding lcore's CPU); the
 tandem-perf applications float at nice --perf-nice. Every memif client
 (workers, testpmd) gets the same devargs (--memif, default bsize=8192 so a
 4 KB frame is one memif buffer; the lab's default 2048 chains three).
+Ours runs with --cc-window (default 4 MiB, tandem-rnic's own default is
+1 MiB): with adaptive idling the lab's RTT is about a millisecond, so a
+1 MiB window caps one QP near 8 Gb/s whatever the CPUs could do.
 
 Everything started is stopped by PID; hugepage files and runtime dirs of the
 file prefixes used are removed, also on failure."""
@@ -53,6 +56,9 @@ ap.add_argument("--mtu", type=int, default=4096)
 ap.add_argument("--cores", default="0,1,0", help="CPU of side A, side B and the fabric (default 0,1,0)")
 ap.add_argument("--rnic-flag", action="append", default=[],
                 help="extra tandem-rnic flag for both workers, e.g. --rnic-flag=--cc-window=4194304")
+ap.add_argument("--cc-window", type=int, default=4 << 20,
+                help="bytes in flight per QP for ours (tandem-rnic --cc-window; default 4 MiB: the lab's "
+                     "~1 ms RTT under adaptive idling times ~30 Gb/s; 1 MiB caps one QP near 8 Gb/s)")
 ap.add_argument("--memif", default="bsize=8192",
                 help="extra memif devargs of every client (workers and testpmd alike); default bsize=8192: "
                      "a 4 KB frame fits one buffer. --memif= gives the lab default, bsize 2048: 3 descriptors a frame")
@@ -149,7 +155,7 @@ def run_ours():
     write_lab_tables(D)
     fab, tel_f = start_fabric("fabric")
     workers, tel = {}, {}
-    flags = ["--mtu", str(args.mtu)] + args.rnic_flag
+    flags = ["--mtu", str(args.mtu), f"--cc-window={args.cc_window}"] + args.rnic_flag
     for n, cpu, sock in (("A", CPU_A, "h0.sock"), ("B", CPU_B, "h1.sock")):
         pre = f"{TAG}r{ROUND[0]}-{n}"
         workers[n] = start(lab_worker_argv(args.rnic, n, pre, D, sock, flags, lcore=cpu, memif=args.memif), n, pre)
@@ -304,13 +310,13 @@ def main():
                "baseline_name": "dpdk-testpmd txonly -> tandem-fabric -> rxonly, same memif links, same frame size",
                "ratio": round(ratio, 4), "size": args.size, "qps": args.qps, "mtu": args.mtu, "frame_bytes": frame,
                "payload_per_frame": PAYLOAD_PER_FRAME, "window_s": args.seconds, "cores_a_b_fabric": args.cores,
-               "rnic_flags": args.rnic_flag, "memif": args.memif, "perf_nice": args.perf_nice, "repeat": args.repeat, "load_avg": os.getloadavg()[0], "rows": rows}
+               "rnic_flags": args.rnic_flag, "cc_window": args.cc_window, "memif": args.memif, "perf_nice": args.perf_nice, "repeat": args.repeat, "load_avg": os.getloadavg()[0], "rows": rows}
         for k in ("direct", "loopback"):
             if k in res and res[k]["goodput_gbps"]:
                 out[f"ratio_to_{k}"] = round(o / res[k]["goodput_gbps"], 4)
         print(json.dumps(out))
         return
-    print(f"write-bw: tandem-perf write_bw {args.size} B messages, {args.qps} QP(s), MTU {args.mtu}; "
+    print(f"write-bw: tandem-perf write_bw {args.size} B messages, {args.qps} QP(s), MTU {args.mtu}, --cc-window {args.cc_window}; "
           f"testpmd frames {frame} B ({PAYLOAD_PER_FRAME:g} B payload each); window {args.seconds:g} s, "
           f"median of {args.repeat} interleaved round(s); "
           f"CPUs A,B,fabric = {args.cores}; load {os.getloadavg()[0]:.1f}")
