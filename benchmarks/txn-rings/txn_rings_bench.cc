@@ -183,7 +183,9 @@ struct AgentSide {
         }
         pending.erase(tag);
       }
-    for (const PuntMsg& p : ch.take_punts()) resolve(p);
+    std::vector<PuntMsg> punts = ch.take_punts();
+    if (l1) tandem::dpu::warm_for_punts(*l1, &ch.shadow(), punts);  // as agent.cc
+    for (const PuntMsg& p : punts) resolve(p);
   }
 
   void resolve(const PuntMsg& p) {

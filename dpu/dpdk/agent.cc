@@ -246,7 +246,9 @@ class Agent final : public AgentHooks {
         l.pending.erase(tag);
       }
     }
-    for (const common::PuntMsg& p : l.ch->take_punts()) {
+    std::vector<common::PuntMsg> punts = l.ch->take_punts();
+    warm_for_punts(state_, &l.ch->shadow(), punts);
+    for (const common::PuntMsg& p : punts) {
       did = true;
       resolve_punt(l, p);
     }

@@ -17,6 +17,10 @@ std::optional<ChangeSet> change_set_for_miss(const Level1State& state, const com
     if (why) *why = ResolveStatus::kNoMapping;
     return std::nullopt;
   }
+  // The egress entry's shadow slot is read again when the txn's digest is
+  // computed; on a large shadow it is a cache (and TLB) miss, so start it now,
+  // overlapping the level-1 lookup's own miss.
+  if (installed) installed->prefetch(missed);
   Resolution r = state.resolve(missed.word0, missed.word1);
   if (why) *why = r.status;
   if (r.status != ResolveStatus::kOk) return std::nullopt;
@@ -30,6 +34,27 @@ std::optional<ChangeSet> change_set_for_miss(const Level1State& state, const com
   else
     cs.put(r.ingress);
   return cs;
+}
+
+void warm_for_punts(const Level1State& state, const Level2Shadow* installed,
+                    const std::vector<common::PuntMsg>& punts) noexcept {
+  constexpr std::size_t kChunk = 32;
+  MappingKey keys[kChunk];
+  Mapping out[kChunk];
+  bool hit[kChunk];
+  std::size_t n = 0;
+  for (const common::PuntMsg& p : punts) {
+    if (p.missed.kind != EntryKind::kEgress) continue;
+    if (installed) installed->prefetch(p.missed);
+    const Vnic* v = state.vnic(p.missed.word0);
+    if (!v) continue;
+    keys[n++] = MappingKey{v->vni, p.missed.word1};
+    if (n == kChunk) {
+      state.mappings().find_bulk(keys, n, out, hit);  // prefetches the chunk, then reads it
+      n = 0;
+    }
+  }
+  if (n) state.mappings().find_bulk(keys, n, out, hit);
 }
 
 namespace {

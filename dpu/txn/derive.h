@@ -35,6 +35,14 @@ std::optional<ChangeSet> change_set_for_miss(const Level1State& state, const com
                                              uint64_t tag, std::string* rnic, ResolveStatus* why,
                                              const Level2Shadow* installed = nullptr);
 
+// Starts the cache misses resolving these punts will take, all at once:
+// each egress miss's level-1 mapping slot (own tenant) and, with `installed`,
+// its egress shadow slot. On large tables each is a cache and TLB miss that
+// change_set_for_miss would otherwise wait for one punt after another.
+// Reads only; changes nothing.
+void warm_for_punts(const Level1State& state, const Level2Shadow* installed,
+                    const std::vector<common::PuntMsg>& punts) noexcept;
+
 // A resolution of `missed` that put `puts` on `rnic` has committed; level 1
 // may have changed while it was queued or in flight (its mapping deleted or
 // replaced, its vNIC removed), after the withdrawal for that change was

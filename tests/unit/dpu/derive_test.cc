@@ -69,6 +69,47 @@ TEST_CASE("an ingress key shared by two senders is withdrawn, never overwritten"
   CHECK(installed.find(egress_key(1, ip("192.168.1.10"))) != nullptr);
 }
 
+TEST_CASE("warming the caches for a batch of punts changes no resolution and no shadow") {
+  Level1State s = state();
+  Level2Shadow installed;
+  auto first = change_set_for_miss(s, egress_key(1, ip("192.168.1.9")), 1, nullptr, nullptr, &installed);
+  REQUIRE(first);
+  installed.apply(first->ops, 1);
+  // More than one chunk of 32, mixing resolvable, isolated, unmapped,
+  // unknown-vNIC and ingress-side misses.
+  const EntryKey kinds[] = {egress_key(1, ip("192.168.1.9")), egress_key(2, ip("192.168.1.10")),
+                            egress_key(1, ip("172.16.0.5")), egress_key(1, ip("192.168.9.9")),
+                            egress_key(7, ip("192.168.1.9")), ingress_key_vni(ip("10.0.1.7"), 100)};
+  std::vector<PuntMsg> punts;
+  for (int i = 0; i < 70; ++i) {
+    PuntMsg p;
+    p.missed = kinds[i % 6];
+    punts.push_back(p);
+  }
+  auto resolve_all = [&] {
+    std::vector<std::tuple<bool, int, std::vector<std::tuple<EntryKey, bool>>>> out;
+    for (const PuntMsg& p : punts) {
+      ResolveStatus why = ResolveStatus::kOk;
+      auto cs = change_set_for_miss(s, p.missed, 9, nullptr, &why, &installed);
+      std::vector<std::tuple<EntryKey, bool>> ops;
+      if (cs)
+        for (const Level2Op& op : cs->ops) ops.emplace_back(op.entry.key, op.del);
+      out.emplace_back(cs.has_value(), static_cast<int>(why), ops);
+    }
+    return out;
+  };
+  auto before = resolve_all();
+  const TableDigest digest = installed.digest();
+  const std::size_t size = installed.entries().size(), mappings = s.mappings().size();
+  warm_for_punts(s, &installed, punts);
+  warm_for_punts(s, nullptr, punts);
+  warm_for_punts(s, &installed, {});
+  CHECK(resolve_all() == before);
+  CHECK(installed.digest() == digest);
+  CHECK(installed.entries().size() == size);
+  CHECK(s.mappings().size() == mappings);
+}
+
 TEST_CASE("removing a mapping or a vNIC withdraws exactly the entries derived from it") {
   Level1State s = state();
   Level2Shadow installed;
