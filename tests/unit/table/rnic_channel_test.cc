@@ -193,47 +193,7 @@ TEST_CASE("random and malformed commands never corrupt the committed table") {
   TableDigest model;  // what COMMITTED events claim
   uint32_t last_txn = 0;
   for (int i = 0; i < 20000; ++i) {
-    RawMessage m;
-    for (auto& b : m.bytes) b = static_cast<uint8_t>(rng());
-    // Mostly well-typed commands with random fields, some garbage types.
-    static const MessageType kTypes[] = {MessageType::kBegin,  MessageType::kPut,       MessageType::kDel,
-                                         MessageType::kCommit, MessageType::kAbort,     MessageType::kSyncStart,
-                                         MessageType::kSyncEnd, MessageType::kHeartbeat, MessageType::kHello,
-                                         static_cast<MessageType>(0x77)};
-    m.bytes[0] = static_cast<uint8_t>(kTypes[rng() % 10]);
-    auto put32 = [&](std::size_t off, uint32_t v) { std::memcpy(m.bytes + off, &v, 4); };
-    auto put64 = [&](std::size_t off, uint64_t v) { std::memcpy(m.bytes + off, &v, 8); };
-    bool coherent = rng() % 4 != 0;  // mostly fields that make sense together
-    MessageType t = m.type();
-    if (t == MessageType::kHello) {
-      if (coherent) {
-        uint16_t v[2] = {kProtocolVersionOldest, kProtocolVersionCurrent};
-        std::memcpy(m.bytes + 8, v, 4);
-      }
-    } else if (t == MessageType::kBegin || t == MessageType::kSyncStart) {
-      if (coherent) {
-        last_txn = static_cast<uint32_t>(rng());
-        put32(8, last_txn);
-        put64(16, r.table.version());
-      }
-    } else if (t == MessageType::kPut || t == MessageType::kDel) {
-      if (coherent) put32(8, last_txn);
-      // Keep keys in a small space so puts/dels interact, with valid kinds most of the time.
-      m.bytes[16] = rng() % 8 ? 1 : static_cast<uint8_t>(rng());
-      m.bytes[17] = m.bytes[18] = m.bytes[19] = 0;
-      std::memset(m.bytes + 20, 0, 4);
-      m.bytes[24] = static_cast<uint8_t>(rng() % 40);
-      std::memset(m.bytes + 25, 0, 3);
-    } else if (t == MessageType::kCommit || t == MessageType::kSyncEnd || t == MessageType::kAbort) {
-      if (coherent) {
-        put32(8, last_txn);
-        put32(12, r.table.staged_digest().count);
-        put64(16, r.table.version() + 1 + (t == MessageType::kSyncEnd ? rng() % 3 : 0));
-        put64(24, r.table.staged_digest().value);
-      }
-    }
-    if (rng() % 4) m.set_seq(r.seq);  // mostly in sequence, sometimes a gap
-    r.seq = m.seq() + 1;
+    const RawMessage m = random_command(rng, r, last_txn);
     r.ch.on_command(m, r.now += 1000);
     r.ch.tick(r.now);
     for (const RawMessage& e : r.events())
