@@ -14,17 +14,7 @@ from scapy.all import IP, UDP, Ether, Raw, wrpcap
 from scapy.contrib.roce import BTH
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "lib"))
-from tandem_harness import Lab, Telemetry, opackets_rate, remove_dpdk_files, stop  # noqa: E402
-
-
-def measure(lab, argv, prefix, warmup, seconds, log):
-    p = lab.start(argv, log, prefix, stdin=subprocess.DEVNULL)
-    try:
-        return opackets_rate(Telemetry(prefix), p, warmup, seconds,
-                             f"{argv[0]} did not start forwarding (see {log.name})")
-    finally:
-        stop(p, 15)
-        remove_dpdk_files(prefix)
+from tandem_harness import Lab, measure_opackets  # noqa: E402
 
 
 def main():
@@ -59,16 +49,16 @@ def run(lab, a, testpmd):
     results = {}
     with open(f"{tmp}/log", "w") as log:
         pre = f"tandem-bench-fwd-tp-{tag}"
-        results["baseline"] = measure(
+        results["baseline"] = measure_opackets(
             lab, [testpmd, "-l", "0,1", "--no-pci", f"--file-prefix={pre}", "-m", "128", vdev, "--",
                   "--forward-mode=io", "--port-topology=loop", "--nb-cores=1", "--total-num-mbufs=8192",
                   "--stats-period=100"], pre, a.warmup, a.seconds, log)
         pre = f"tandem-bench-fwd-fab-{tag}"
-        results["ours"] = measure(
+        results["ours"] = measure_opackets(
             lab, [a.fabric, "--route", "10.0.0.2=0", "--paths", "4", "--no-pdump", "--",
                   "--no-pci", f"--file-prefix={pre}", "-l", "1", "-m", "128", vdev], pre, a.warmup, a.seconds, log)
         pre = f"tandem-bench-fwd-fabd-{tag}"
-        results["ours_delay_10us"] = measure(
+        results["ours_delay_10us"] = measure_opackets(
             lab, [a.fabric, "--route", "10.0.0.2=0", "--paths", "4", "--path-default", "delay_us=10", "--no-pdump",
                   "--", "--no-pci", f"--file-prefix={pre}", "-l", "1", "-m", "128", vdev], pre, a.warmup, a.seconds,
             log)

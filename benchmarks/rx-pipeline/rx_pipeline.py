@@ -12,21 +12,16 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "lib"))
-from tandem_harness import Lab, Telemetry, opackets_rate, remove_dpdk_files, stop  # noqa: E402
+from tandem_harness import Lab, measure_opackets  # noqa: E402
 
 
 def testpmd_io(lab, testpmd, frame_bytes, seconds, warmup):
     pre = f"rxbench-pmd-{os.getpid()}"
-    p = lab.start([testpmd, "-l", "0,1", "--no-pci", "--no-huge", "-m", "256", f"--file-prefix={pre}",
-                   f"--vdev=net_null0,size={frame_bytes},copy=1", "--log-level=error", "--",
-                   "--forward-mode=io", "--port-topology=loop", "--nb-cores=1",
-                   "--total-num-mbufs=8192", "--stats-period=100"],
-                  subprocess.DEVNULL, pre, stdin=subprocess.DEVNULL)
-    try:
-        return opackets_rate(Telemetry(pre), p, warmup, seconds, "dpdk-testpmd did not start forwarding")
-    finally:
-        stop(p, 10)
-        remove_dpdk_files(pre)
+    return measure_opackets(lab, [testpmd, "-l", "0,1", "--no-pci", "--no-huge", "-m", "256", f"--file-prefix={pre}",
+                                  f"--vdev=net_null0,size={frame_bytes},copy=1", "--log-level=error", "--",
+                                  "--forward-mode=io", "--port-topology=loop", "--nb-cores=1",
+                                  "--total-num-mbufs=8192", "--stats-period=100"],
+                            pre, warmup, seconds)
 
 
 def main():

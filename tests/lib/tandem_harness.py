@@ -286,6 +286,18 @@ def opackets_rate(tel, p, warmup, seconds, what, port=0):
     return (n1 - n0) / (t1 - t0) / 1e6
 
 
+def measure_opackets(lab, argv, prefix, warmup, seconds, log=subprocess.DEVNULL):
+    """Starts a DPDK process (stdin closed), returns its port 0's Mpps over `seconds` after
+    `warmup` (opackets_rate), and stops it and removes its runtime files, whatever happens."""
+    p = lab.start(argv, log, prefix, stdin=subprocess.DEVNULL)
+    try:
+        where = f" (see {log.name})" if hasattr(log, "name") else ""
+        return opackets_rate(Telemetry(prefix), p, warmup, seconds, f"{argv[0]} did not start sending{where}")
+    finally:
+        stop(p, 15)
+        remove_dpdk_files(prefix)
+
+
 # ---- checks ------------------------------------------------------------------
 
 class Checks:
