@@ -260,8 +260,12 @@ void Worker::rx_one(rte_mbuf* m, const Level2Table::Snapshot& snap, uint64_t now
 }
 
 // The tenant owns the QP: the packet must come from the underlay address of
-// the QP's remote, and the table must map (that source, the QP's VNI) to the
-// QP's vNIC and remote overlay address.
+// the QP's remote as the QP's egress entry (vNIC, remote overlay IP) maps it
+// in this packet's table version. That entry is the agent's (or the YAML's)
+// resolution of the pair, so a withdrawn or moved mapping refuses the next
+// packet, and two vNIC pairs of one tenant between the same two ports are told
+// apart by their QPs: the ingress entry (underlay source, VNI), which cannot
+// tell them apart, is only the gate for packets that carry a VNI on the wire.
 DropReason Worker::ingress(common::RocePacket& pkt, uint8_t*, const Level2Table::Snapshot& snap,
                            QpCtx** out) noexcept {
   const common::Ipv4Header& ip = pkt.has_outer ? pkt.outer.ip : pkt.ip;
@@ -272,11 +276,19 @@ DropReason Worker::ingress(common::RocePacket& pkt, uint8_t*, const Level2Table:
   QpCtx* q = by_host(pkt.bth.dqpn);
   if (q == nullptr) return DropReason::kUnknownQpn;
   if (!q->routed) return DropReason::kBadQpState;
-  if (ip.src != q->remote_underlay) return DropReason::kTenantMismatch;
   if (pkt.has_outer && (pkt.outer.vxlan.vni & 0xFFFFFF) != q->vni) return DropReason::kTenantMismatch;
-  const Level2Entry* e = table_.lookup(snap, common::ingress_key_vni(ip.src, q->vni));
-  if (e == nullptr || e->ingress.local_vnic_id != q->vnic || e->ingress.overlay_src_ip != q->remote_overlay)
-    return DropReason::kTenantMismatch;
+  EgressRoute& r = q->route;
+  if (!r.fresh(snap.version, q->remote_overlay)) {
+    const Level2Entry* e = table_.lookup(snap, common::egress_key(q->vnic, q->remote_overlay));
+    if (e == nullptr) {
+      // Withdrawn: the agent may re-resolve it (as a send would ask).
+      if (dpu_) dpu_->punt(common::egress_key(q->vnic, q->remote_overlay), nullptr, 0, 0, clock_.now_ns());
+      return DropReason::kTableMiss;
+    }
+    r.resolve(e->egress, st_.underlay_mac, st_.path_sets, snap.version, q->remote_overlay);
+    q->remote_underlay = r.underlay;
+  }
+  if (ip.src != r.underlay) return DropReason::kTenantMismatch;
   *out = q;
   return DropReason::kNone;
 }

@@ -93,7 +93,8 @@ def agent():
 
 YAML = {
     "A": "underlay: {ip: 10.0.0.1, mac: 02:00:00:00:00:01, gateway_mac: 02:00:00:00:00:fe}\n"
-         "vnics:\n  - {id: 1, ip: 192.168.7.1, mac: 02:00:00:00:01:01, vni: 100}\n",
+         "vnics:\n  - {id: 1, ip: 192.168.7.1, mac: 02:00:00:00:01:01, vni: 100}\n"
+         "  - {id: 4, ip: 192.168.7.4, mac: 02:00:00:00:01:04, vni: 100}\n",
     "B": "underlay: {ip: 10.0.0.2, mac: 02:00:00:00:00:02, gateway_mac: 02:00:00:00:00:fe}\n"
          "vnics:\n  - {id: 2, ip: 192.168.7.2, mac: 02:00:00:00:01:02, vni: 100}\n"
          "  - {id: 3, ip: 192.168.9.3, mac: 02:00:00:00:01:03, vni: 300}\n",
@@ -109,9 +110,11 @@ def worker(n, sock, gen=0):
                  n, pre)
 
 
-def pair(a_name, b_name, seed, a_peer_ip="192.168.7.2"):
-    a = start([APP, "verify", f"{D}/A.rnic", D, a_name, b_name, str(seed), a_peer_ip], a_name)
-    b = start([APP, "verify", f"{D}/B.rnic", D, b_name, a_name, str(seed + 1), "192.168.7.1"], b_name)
+def pair(a_name, b_name, seed, a_peer_ip="192.168.7.2", a_vnic=None):
+    """A verify pair: a_name on A (bound to vNIC a_vnic if given) <-> b_name on B."""
+    a = start([APP, "verify", f"{D}/A.rnic", D, a_name, b_name, str(seed), a_peer_ip] + ([a_vnic] if a_vnic else []),
+              a_name)
+    b = start([APP, "verify", f"{D}/B.rnic", D, b_name, a_name, str(seed + 1), a_vnic or "192.168.7.1"], b_name)
     return a, b
 
 
@@ -133,9 +136,10 @@ def main():
              ("tenant", "add", 100, "red"), ("tenant", "add", 300, "green"),
              ("vnic", "add", 1, "--vni", 100, "--rnic", "A", "--ip", "192.168.7.1", "--mac", "02:00:00:00:01:01"),
              ("vnic", "add", 2, "--vni", 100, "--rnic", "B", "--ip", "192.168.7.2", "--mac", "02:00:00:00:01:02"),
-             ("vnic", "add", 3, "--vni", 300, "--rnic", "B", "--ip", "192.168.9.3", "--mac", "02:00:00:00:01:03")]
+             ("vnic", "add", 3, "--vni", 300, "--rnic", "B", "--ip", "192.168.9.3", "--mac", "02:00:00:00:01:03"),
+             ("vnic", "add", 4, "--vni", 100, "--rnic", "A", "--ip", "192.168.7.4", "--mac", "02:00:00:00:01:04")]
     results = [ctl(*s)[0] for s in steps]
-    check(results == [0] * len(steps), f"tandemctl adds 2 RNICs, 2 tenants, 3 vNICs (exit codes {results})")
+    check(results == [0] * len(steps), f"tandemctl adds 2 RNICs, 2 tenants, 4 vNICs (exit codes {results})")
     before = ctl("table", "dump", "--level", 1)[1]
     bad = [ctl("vnic", "add", 9, "--vni", 999, "--rnic", "A", "--ip", "192.168.7.9", "--mac", "02:00:00:00:01:09"),
            ctl("vnic", "add", 9, "--vni", 100, "--rnic", "A", "--ip", "192.168.7.300", "--mac", "02:00:00:00:01:09"),
@@ -156,9 +160,19 @@ def main():
         raise RuntimeError("fabric did not start:\n" + log("fabric"))
     wa, wb = worker("A", "h0.sock"), worker("B", "h1.sock")
     check(wait_for(both_active, 30, "active"), "both workers reach ACTIVE with the agent (HELLO -> SYNC -> ACTIVE)")
-    a, b = pair("app1", "app2", 2)
-    ra, rb = a.wait(90), b.wait(90)
+    # Two vNICs of tenant 100 on A (.1 and .4) talk to the same vNIC on B at
+    # once: B's ingress key (A's underlay, VNI 100) cannot name both senders,
+    # so the agent withdraws it; each of B's QPs is checked against its own
+    # route instead.
+    a, b = pair("app1", "app2", 2, a_vnic="192.168.7.1")
+    a2, b2 = pair("app1b", "app2b", 16, a_vnic="192.168.7.4")
+    ra, rb, ra2, rb2 = a.wait(90), b.wait(90), a2.wait(90), b2.wait(90)
     check(ra == 0 and rb == 0, f"WRITE/SEND/READ verified both ways over agent-installed routes (exit {ra}, {rb})")
+    l2b = ctl("table", "dump", "--level", 2)[1].get("rnics", {}).get("B", {}).get("entries", [])
+    shared = [e for e in l2b if e.get("kind") == "ingress_vni" and e.get("underlay_src_ip") == "10.0.0.1"]
+    check(ra2 == 0 and rb2 == 0 and not shared,
+          f"two vNIC pairs of one tenant between the same two ports both verify, though B holds no ingress entry "
+          f"for (10.0.0.1, VNI 100) (exit {ra2}, {rb2}; such entries on B: {shared})")
     l2 = ctl("table", "dump", "--level", 2)[1].get("rnics", {})
     na, nb = len(l2.get("A", {}).get("entries", [])), len(l2.get("B", {}).get("entries", []))
     check(na >= 2 and nb >= 2 and wait_for(both_active, 10, "active"),
@@ -211,8 +225,8 @@ def main():
     check(wait_for(both_active, 30, "active"), "agent restarted: both channels reconcile to ACTIVE")
     rc, tl = ctl("tenant", "list")
     rc2, vl = ctl("vnic", "list")
-    check([t["vni"] for t in tl.get("tenants", [])] == [100, 300] and len(vl.get("vnics", [])) == 3,
-          "agent state reloaded from SQLite (2 tenants, 3 vNICs)")
+    check([t["vni"] for t in tl.get("tenants", [])] == [100, 300] and len(vl.get("vnics", [])) == 4,
+          "agent state reloaded from SQLite (2 tenants, 4 vNICs)")
     ch = {n: channel(n) for n in ("A", "B")}
     check(all(ch[n].get("table_version") == ver_before[n] and ch[n]["table_version"] ==
               ch[n]["bar"]["table"]["version"] for n in ("A", "B")),

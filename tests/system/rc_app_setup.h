@@ -63,10 +63,11 @@ struct RcApp {
 };
 
 inline RcApp open_rc_app(const std::string& sock, const std::string& name, std::size_t buf_len,
-                         uint32_t max_recv_wr, uint32_t max_sge) {
+                         uint32_t max_recv_wr, uint32_t max_sge, const char* vnic = nullptr) {
   RcApp a;
   DeviceAttr attr;
   attr.name = name.c_str();
+  attr.vnic = vnic;
   attr.huge_buffers = false;
   a.ctx = open_device(sock.c_str(), attr);
   if (!a.ctx) die(2, "open_device " + sock);

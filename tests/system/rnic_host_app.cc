@@ -45,9 +45,10 @@ int poll_one(Cq* cq, ibv_wc* wc, double seconds) {
 
 int main(int argc, char** argv) {
   g_prog = "rnic_host_app";
-  if (argc != 8) {
+  if (argc != 8 && argc != 9) {
     std::fprintf(stderr,
-                 "usage: %s verify|stream|sink SOCKET DIR NAME PEER_NAME SEED PEER_OVERLAY_IP\n", argv[0]);
+                 "usage: %s verify|stream|sink SOCKET DIR NAME PEER_NAME SEED PEER_OVERLAY_IP [LOCAL_VNIC_IP]\n",
+                 argv[0]);
     return 2;
   }
   const std::string mode = argv[1], sock = argv[2], dir = argv[3], name = argv[4], peer_name = argv[5];
@@ -55,7 +56,8 @@ int main(int argc, char** argv) {
   in_addr peer_ip{};
   if (inet_pton(AF_INET, argv[7], &peer_ip) != 1) die(2, "bad peer IP");
 
-  const RcApp app = open_rc_app(sock, name, kBuf, 64, 2);
+  // With LOCAL_VNIC_IP the application binds itself to that vNIC of the port.
+  const RcApp app = open_rc_app(sock, name, kBuf, 64, 2, argc == 9 ? argv[8] : nullptr);
   Context* ctx = app.ctx;
   Pd* pd = app.pd;
   uint8_t* buf = app.buf;
