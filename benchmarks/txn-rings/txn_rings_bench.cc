@@ -473,7 +473,9 @@ int main(int argc, char** argv) {
   bool no_pipeline = false;
   app.add_flag("--no-pipeline", no_pipeline,
                "one txn in flight at a time (tandem-dpu pipelines: the next txn is sent while one commits)");
-  bool no_revalidate = false;
+  bool no_revalidate = false, no_baseline = false;
+  app.add_flag("--no-baseline", no_baseline,
+               "newflow: skip the in-memory baseline (to profile the ring processes alone; ratio not computed)");
   app.add_flag("--no-revalidate", no_revalidate,
                "newflow: skip agent.cc's revalidation of each committed resolution (the bench before it had it)");
   app.add_option("--part", part, "all, latency, bulk or newflow")->check(CLI::IsMember({"all", "latency", "bulk", "newflow"}));
@@ -688,6 +690,7 @@ int main(int argc, char** argv) {
                   {"txns", ra.side.ch.stats().txns_committed - txn0},
                   {"worker_preempted", ctl->newflow_preempted}};
         }
+        if (no_baseline) continue;
         MemNewFlow m = mem_newflow(mem, r * flows, flows, window);
         if (flows / m.s > memr) {
           memr = flows / m.s;

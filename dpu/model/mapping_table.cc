@@ -16,7 +16,7 @@ std::size_t MappingTable::home(const MappingKey& k) const noexcept {
 }
 
 void MappingTable::rehash(std::size_t n_slots) {
-  std::vector<Slot> old;
+  decltype(slots_) old;
   old.swap(slots_);
   slots_.assign(n_slots, Slot{});
   slots_.shrink_to_fit();

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/channel/huge_page_allocator.h"
 #include "common/wire/headers.h"
 
 namespace tandem::dpu {
@@ -66,7 +67,7 @@ class MappingTable {
   std::size_t home(const MappingKey& k) const noexcept;
   void rehash(std::size_t n_slots);
 
-  std::vector<Slot> slots_;
+  std::vector<Slot, common::HugePageAllocator<Slot>> slots_;  // up to 16M entries: huge pages
   std::size_t mask_ = 0;
   std::size_t size_ = 0;
 };

@@ -68,7 +68,7 @@ void EntryMap::reserve(std::size_t n) {
 }
 
 void EntryMap::rehash(std::size_t slots) {
-  std::vector<value_type> old(slots, value_type());
+  decltype(slots_) old(slots, value_type());
   old.swap(slots_);
   mask_ = slots - 1;
   shift_ = 64;

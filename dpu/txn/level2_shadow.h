@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/channel/entry_digest.h"
+#include "common/channel/huge_page_allocator.h"
 #include "common/channel/messages.h"
 #include "dpu/txn/change_set.h"
 
@@ -80,7 +81,7 @@ class EntryMap {
   }
   void rehash(std::size_t slots);
 
-  std::vector<value_type> slots_;
+  std::vector<value_type, common::HugePageAllocator<value_type>> slots_;  // large: huge pages
   std::size_t size_ = 0;
   std::size_t mask_ = 0;
   unsigned shift_ = 64;

@@ -52,10 +52,10 @@ Level2Table::Level2Table(const Level2TableConfig& config)
   // placement overflows only under real collisions.
   std::size_t nb = std::bit_ceil(std::max<std::size_t>(1, pool * 2 / kSlotsPerBucket));
   bucket_mask_ = static_cast<uint32_t>(nb - 1);
-  buckets_ = std::make_unique<Bucket[]>(nb);
+  buckets_ = decltype(buckets_)(nb);
   for (std::size_t b = 0; b < nb; ++b)
     for (auto& s : buckets_[b].slot) s.store(0, std::memory_order_relaxed);
-  pool_ = std::vector<Record>(pool);
+  pool_ = decltype(pool_)(pool);
   meta_.resize(pool);
   free_.reserve(pool);
   for (std::size_t i = pool; i-- > 0;) free_.push_back(static_cast<uint32_t>(i));

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/channel/entry_digest.h"
+#include "common/channel/huge_page_allocator.h"
 #include "common/channel/messages.h"
 
 namespace tandem::rnic {
@@ -180,9 +181,10 @@ class Level2Table {
   uint32_t capacity_;
   uint64_t (*hash_fn_)(const EntryKey&) noexcept;  // nullptr: built-in hash
   uint32_t bucket_mask_ = 0;
-  std::unique_ptr<Bucket[]> buckets_;
-  std::vector<Record> pool_;
-  std::vector<RecordMeta> meta_;
+  // Huge-page backed: lookups land at random in tables of hundreds of MiB.
+  std::vector<Bucket, common::HugePageAllocator<Bucket>> buckets_;
+  std::vector<Record, common::HugePageAllocator<Record>> pool_;
+  std::vector<RecordMeta, common::HugePageAllocator<RecordMeta>> meta_;
   std::vector<uint32_t> free_;
 
   alignas(64) std::atomic<uint64_t> version_{0};
