@@ -206,6 +206,7 @@ struct Qp {
   uint64_t credit_kicks = 0;     // responder: kicks given (grant_credits)
 
   bool active = false;           // on Transport's active list
+  bool granting = false;         // on Transport's granting list (cc credit)
 
   uint32_t mtu() const noexcept { return attr.path_mtu; }
   // Whether poll() has anything to do for this QP now or later without a

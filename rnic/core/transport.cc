@@ -46,6 +46,7 @@ Transport::Transport(const TransportConfig& cfg)
   mrs_.resize(cfg_.max_mrs);
   qps_.resize(cfg_.max_qps);
   live_.reserve(cfg_.max_qps);
+  granting_.reserve(cfg_.max_qps);
   active_.resize(cfg_.max_qps);
   cqs_.reserve(cfg_.max_cqs);
 }
@@ -140,6 +141,7 @@ int Transport::destroy_qp(uint32_t qpn) noexcept {
   const uint32_t i = (qpn - cfg_.qpn_base) & 0xFFFFFF;
   if (i >= qps_.size() || !qps_[i]) return EINVAL;
   live_.erase(std::find(live_.begin(), live_.end(), qps_[i].get()));
+  if (qps_[i]->granting) granting_.erase(std::find(granting_.begin(), granting_.end(), qps_[i].get()));
   if (qps_[i]->active) {
     Qp** end = active_.data() + active_n_;
     Qp** at = std::find(active_.data(), end, qps_[i].get());
@@ -326,6 +328,10 @@ DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* pa
   DropReason r;
   if (common::opcode_has(op, common::kOpSend | common::kOpWrite | common::kOpReadReq)) {
     r = qp->on_request(pkt, payload, payload_len, now);
+    if (qp->credit_mode && !qp->granting && qp->last_rx_ns != 0) {
+      qp->granting = true;  // its sender is active: grant_credits looks after it
+      granting_.push_back(qp);
+    }
   } else if (common::opcode_has(op, common::kOpReadResp | common::kOpAck)) {
     r = qp->state == QpState::kRts ? qp->on_response(pkt, payload, payload_len, now)
                                     : DropReason::kBadQpState;
@@ -391,8 +397,7 @@ void Transport::grant_credits(uint64_t now) noexcept {
   constexpr uint32_t kMaxKicks = 8;
   credit_wake_ = kNever;
   uint32_t tokens = grantor_.refill(now);
-  const std::size_t n = live_.size();
-  if (n == 0) return;
+  if (granting_.empty()) return;
   const uint32_t budget = grantor_.window_pkts();
   const uint32_t batch = grantor_.batch_pkts();
   const int32_t kick_cap = static_cast<int32_t>(2 * batch);
@@ -414,31 +419,34 @@ void Transport::grant_credits(uint64_t now) noexcept {
   };
   bool token_wait = false;
   uint32_t outstanding = 0;
-  for (Qp* qp : live_) {
-    if (!granting(qp)) continue;
+  // Returns false for a QP that leaves the list: no longer granting, or
+  // silent with credit out and its kicks spent. Until its next request it
+  // would be skipped below anyway, so 10,000 idle credit QPs cost nothing.
+  auto stays = [&](Qp* qp) {
+    if (!granting(qp)) return false;
     const int32_t out = common::psn_diff(qp->grant_psn, qp->rx_front());
-    if (out <= 0 || qp->last_rx_ns == 0) continue;
+    if (out <= 0 || qp->last_rx_ns == 0) return true;
     if (now < qp->last_rx_ns + kIdleNs) {
       outstanding += static_cast<uint32_t>(out);
       credit_wake_ = std::min(credit_wake_, qp->last_rx_ns + kIdleNs);  // a silence begins
-      continue;
+      return true;
     }
     // Silent with credit out: kick, a bounded number of times per silence.
     if (qp->credit_kick_rx_ns != qp->last_rx_ns) {
       qp->credit_kick_rx_ns = qp->last_rx_ns;
       qp->credit_kick_round = 0;
     }
-    if (qp->credit_kick_round >= kMaxKicks) continue;
+    if (qp->credit_kick_round >= kMaxKicks) return false;
     const uint64_t due = std::max(qp->last_rx_ns, qp->credit_kick_ns) + kIdleNs;
     if (now < due) {
       credit_wake_ = std::min(credit_wake_, due);
-      continue;
+      return true;
     }
     if (out < kick_cap) {
       if (tokens < batch) {
         token_wait = true;
         credit_wake_ = std::min(credit_wake_, grantor_.next_token_time());
-        continue;
+        return true;
       }
       for (uint32_t k = 0; k < batch; ++k) give(qp, out + static_cast<int32_t>(k));
     }
@@ -451,13 +459,26 @@ void Transport::grant_credits(uint64_t now) noexcept {
     ++qp->credit_kicks;
     ++credit_kicks_;
     credit_wake_ = std::min(credit_wake_, now + kIdleNs);
+    return true;
+  };
+  std::size_t kept = 0;
+  for (Qp* qp : granting_) {
+    if (stays(qp)) {
+      granting_[kept++] = qp;
+    } else {
+      qp->granting = false;
+    }
   }
+  granting_.resize(kept);  // never grows: no allocation
+  const std::size_t n = kept;
+  if (n == 0) return;
+  if (credit_rr_ >= n) credit_rr_ = 0;
   bool want = true;
   const std::size_t start = credit_rr_;
   while (want && outstanding < budget) {
     want = false;
     for (std::size_t k = 0; k < n && outstanding < budget; ++k) {
-      Qp* qp = live_[(start + k) % n];
+      Qp* qp = granting_[(start + k) % n];
       if (!granting(qp)) continue;
       const int32_t out = common::psn_diff(qp->grant_psn, qp->rx_front());
       const bool active = now < qp->last_rx_ns + kIdleNs;
@@ -475,8 +496,8 @@ void Transport::grant_credits(uint64_t now) noexcept {
     }
   }
   // Flush partial batches so that no granted credit waits for an ACK.
-  for (Qp* qp : live_) {
-    if (qp->credit_mode && qp->grant_unacked > 0 && !token_wait) {
+  for (Qp* qp : granting_) {
+    if (qp->grant_unacked > 0 && !token_wait) {
       qp->ack_pending = true;
       activate(qp);
       qp->grant_unacked = 0;

@@ -133,6 +133,9 @@ class Transport {
   uint64_t credits_granted() const noexcept { return grantor_.granted_pkts(); }
   // Kicks of credit to silent senders (grant_credits).
   uint64_t credit_kicks() const noexcept { return credit_kicks_; }
+  // QPs grant_credits visits: credit QPs whose senders have sent something
+  // and are not yet known to be idle (silent with credit out, kicks spent).
+  std::size_t granting_qps() const noexcept { return granting_.size(); }
 
   // --- fast path ---
   // 0, ENOMEM (queue full), EINVAL (bad state, opcode, SGE count, lkey or
@@ -184,6 +187,7 @@ class Transport {
   uint32_t mr_generation_ = 1;
   CreditGrantor grantor_;
   bool grantor_ready_ = false;
+  std::vector<Qp*> granting_;  // what grant_credits visits (reserved for max_qps)
   std::size_t credit_rr_ = 0;
   uint64_t credit_wake_ = kNever;  // when grant_credits has work again
   uint64_t credit_kicks_ = 0;

@@ -184,3 +184,42 @@ TEST_CASE("a lost tail is resent after a few RTTs, not after the QP timeout") {
   CHECK(l.a.counters().timeouts == 1);
   CHECK(l.now - t0 < 1'000'000);
 }
+
+// grant_credits visits only QPs whose senders are active: a credit QP joins
+// the granting list with its first request and leaves it once silent with
+// its kicks spent, so thousands of idle credit QPs cost a poll nothing.
+TEST_CASE("idle credit QPs leave the granting list; a new request brings its QP back") {
+  QpSetup s;
+  s.mtu = 1024;
+  s.cc = "credit";
+  s.credit_unsched_bytes = 4 * 1024;
+  Loop l(1 << 20, s);
+  REQUIRE(l.ok);
+  CHECK(l.b.t.granting_qps() == 0);  // connected, nothing received yet
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, 1, l.a, 0, 64 * 1024, &l.b, 0)) == 0);
+  bool listed = false;
+  REQUIRE(l.run([&] {
+    listed = listed || l.b.t.granting_qps() == 1;
+    return l.a.done.size() == 1;
+  }));
+  CHECK(listed);
+  CHECK(l.a.done[0].status == IBV_WC_SUCCESS);
+  // Silent for longer than kMaxKicks x kIdleNs (8 x 100 us): kicked, then off the list.
+  const uint64_t kicks = l.b.t.credit_kicks();
+  l.run([&] { return l.b.t.granting_qps() == 0; });
+  CHECK(l.b.t.granting_qps() == 0);
+  CHECK(l.b.t.credit_kicks() > kicks);
+  CHECK(l.b.t.credit_kicks() - kicks <= 8);
+  const uint64_t after = l.b.t.credit_kicks();
+  for (int i = 0; i < 100; ++i) {
+    l.now += 1'000'000;
+    l.b.t.poll(l.now);
+  }
+  CHECK(l.b.t.credit_kicks() == after);  // off the list: no more kicks for this silence
+  // A new transfer: the QP is granted credit again and completes.
+  for (uint32_t i = 0; i < 64 * 1024; ++i) l.a.mem[i] = static_cast<uint8_t>(i * 13 + 5);
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, 2, l.a, 0, 64 * 1024, &l.b, 128 * 1024)) == 0);
+  REQUIRE(l.run([&] { return l.a.done.size() == 2; }));
+  CHECK(l.a.done[1].status == IBV_WC_SUCCESS);
+  CHECK(std::equal(l.a.mem.begin(), l.a.mem.begin() + 64 * 1024, l.b.mem.begin() + 128 * 1024));
+}
