@@ -29,7 +29,8 @@ inline uint32_t roce_icrc(const uint8_t* ip, std::size_t len) noexcept {
   return icrc_headers(ip, len);
 }
 
-// Name of the CRC implementation compiled in ("isa-l" or "zlib").
+// Name of the CRC implementation in use: "pclmul, ..." (this CPU has
+// PCLMULQDQ; shorter buffers go to the library), "isa-l" or "zlib".
 const char* crc32_backend() noexcept;
 
 }  // namespace tandem::common
