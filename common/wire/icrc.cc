@@ -1,5 +1,6 @@
 #include "common/wire/icrc.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "common/wire/headers.h"
@@ -238,7 +239,9 @@ bool cpu_has_zmm_clmul() noexcept {
          __builtin_cpu_supports("vpclmulqdq");
 }
 const bool kClmul = cpu_has_clmul();
-const bool kZmmClmul = cpu_has_zmm_clmul();
+// TANDEM_CRC_NO_AVX512=1 keeps to 128-bit PCLMUL (so tests reach that code
+// on CPUs that have AVX-512).
+const bool kZmmClmul = cpu_has_zmm_clmul() && std::getenv("TANDEM_CRC_NO_AVX512") == nullptr;
 
 uint32_t crc_stream(const __m128i* h, std::size_t nh, const uint8_t* p, std::size_t n) noexcept {
   return kZmmClmul ? crc_stream512(h, nh, p, n) : crc_stream128(h, nh, p, n);
@@ -262,13 +265,11 @@ uint32_t crc32_update(uint32_t crc, const uint8_t* data, std::size_t len) noexce
 
 const char* crc32_backend() noexcept {
 #if defined(TANDEM_CRC_CLMUL)
-  if (kClmul) {
 #if defined(TANDEM_HAVE_ISAL)
-    return "pclmul, isa-l below 16 B";
+  if (kClmul) return kZmmClmul ? "vpclmulqdq-512 16-255 B, else isa-l" : "pclmul 16-255 B, else isa-l";
 #else
-    return "pclmul, zlib below 16 B";
+  if (kClmul) return kZmmClmul ? "vpclmulqdq-512 16-255 B, else zlib" : "pclmul 16-255 B, else zlib";
 #endif
-  }
 #endif
 #if defined(TANDEM_HAVE_ISAL)
   return "isa-l";

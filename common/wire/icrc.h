@@ -29,8 +29,9 @@ inline uint32_t roce_icrc(const uint8_t* ip, std::size_t len) noexcept {
   return icrc_headers(ip, len);
 }
 
-// Name of the CRC implementation in use: "pclmul, ..." (this CPU has
-// PCLMULQDQ; shorter buffers go to the library), "isa-l" or "zlib".
+// Name of the CRC implementation in use: carry-less multiplication for
+// 16-255 bytes when the CPU has it ("pclmul ..." or "vpclmulqdq-512 ..."),
+// the library (isa-l or zlib) otherwise.
 const char* crc32_backend() noexcept;
 
 }  // namespace tandem::common
