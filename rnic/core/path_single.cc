@@ -12,9 +12,4 @@ void PathSingle::reset(const PathPolicyParams& p) noexcept {
   s_ = PathStats{};
 }
 
-uint16_t PathSingle::choose(uint32_t, bool, uint64_t) noexcept {
-  ++s_.pkts;
-  return port_;
-}
-
 }  // namespace tandem::rnic

@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "common/wire/psn.h"
+#include "rnic/core/cc_fixed_window.h"
 #include "rnic/core/cc_policy.h"
 #include "rnic/core/path_policy.h"
+#include "rnic/core/path_single.h"
 #include "rnic/core/qp_counters.h"
 #include "rnic/core/transport.h"
 #include "rnic/core/verbs_types.h"
@@ -127,6 +129,11 @@ struct Qp {
   Cq* recv_cq = nullptr;
   std::unique_ptr<PathPolicy> path;
   std::unique_ptr<CcPolicy> cc;
+  // The default policies (final classes) are called directly, inline, from
+  // the per-packet paths (cc_can_send, cc_on_sent, path_choose, path_on_ack):
+  // a virtual call each, three or four per packet, cost more than the work.
+  bool cc_fixed = false;     // cc is a CcFixedWindow
+  bool path_single = false;  // path is a PathSingle
   uint32_t wmask = 0;  // window_pkts - 1
 
   // --- requester ---
@@ -209,6 +216,27 @@ struct Qp {
   bool granting = false;         // on Transport's granting list (cc credit)
 
   uint32_t mtu() const noexcept { return attr.path_mtu; }
+  // Sets cc_fixed / path_single from the policies' types.
+  void note_policy_kinds() noexcept {
+    cc_fixed = dynamic_cast<CcFixedWindow*>(cc.get()) != nullptr;
+    path_single = dynamic_cast<PathSingle*>(path.get()) != nullptr;
+  }
+  bool cc_can_send(uint64_t inflight, uint32_t bytes, uint64_t now) noexcept {
+    if (cc_fixed) return static_cast<CcFixedWindow*>(cc.get())->CcFixedWindow::can_send(inflight, bytes, now);
+    return cc->can_send(inflight, bytes, now);
+  }
+  void cc_on_sent(uint32_t bytes, uint64_t now) noexcept {
+    if (cc_fixed) static_cast<CcFixedWindow*>(cc.get())->CcFixedWindow::on_sent(bytes, now);
+    else cc->on_sent(bytes, now);
+  }
+  uint16_t path_choose(uint32_t psn, bool retransmit, uint64_t now) noexcept {
+    if (path_single) return static_cast<PathSingle*>(path.get())->PathSingle::choose(psn, retransmit, now);
+    return path->choose(psn, retransmit, now);
+  }
+  void path_on_ack(uint16_t sport, uint64_t rtt_ns, uint64_t now) noexcept {
+    if (path_single) static_cast<PathSingle*>(path.get())->PathSingle::on_ack(sport, rtt_ns, now);
+    else path->on_ack(sport, rtt_ns, now);
+  }
   // Whether poll() has anything to do for this QP now or later without a
   // new input (a packet, a WR, a state change): something to send, or a
   // timer (retransmission, RNR wait, READ or IRN reorder delay, pacing).
@@ -308,7 +336,7 @@ inline TxDesc* Qp::tx_slot() noexcept {
 }
 
 inline void Qp::tx_commit(TxDesc* d, uint64_t now) noexcept {
-  d->udp_sport = path->choose(d->bth.psn, d->retransmit, now);
+  d->udp_sport = path_choose(d->bth.psn, d->retransmit, now);
   ++c.tx_pkts;
   c.tx_bytes += d->payload_len;
   t->txq().commit();

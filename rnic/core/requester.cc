@@ -133,7 +133,7 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
   PsnRec& r = rec(psn);
   SendWqe& w = wqe(r.wqe);
   const bool is_read = (r.flags & kRecRead) != 0;
-  if (retx && !is_read && !cc->can_send(inflight_bytes, r.len, now)) {
+  if (retx && !is_read && !cc_can_send(inflight_bytes, r.len, now)) {
     cc_stop = true;
     return true;
   }
@@ -169,7 +169,7 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
     if (retx) r.flags |= kRecRetx;
     if (r.flags & kRecLost) { r.flags &= ~kRecLost; --lost; }
     inflight_bytes += r.len;
-    cc->on_sent(r.len, now);
+    cc_on_sent(r.len, now);
   }
   ++tx_seq;
   ++c.tx_data_pkts;
@@ -235,7 +235,7 @@ bool Qp::tx_requests(uint64_t now) noexcept {
       r.pkt_idx = idx;
       r.chunk_last = idx;
       r.len = len;
-      if (!cc->can_send(inflight_bytes, len, now)) {
+      if (!cc_can_send(inflight_bytes, len, now)) {
         cc_blocked = true;
         return true;
       }
@@ -255,7 +255,7 @@ bool Qp::tx_requests(uint64_t now) noexcept {
       r.sent_at = now;
       r.sent_seq = tx_seq;
       inflight_bytes += len;
-      cc->on_sent(len, now);
+      cc_on_sent(len, now);
       ++tx_seq;
       ++c.tx_data_pkts;
       tx_commit(d, now);
@@ -305,7 +305,7 @@ void Qp::ack_rec(uint32_t psn, uint64_t now, uint64_t& bytes, uint64_t& rtt) noe
   if (!(r.flags & kRecRetx) && now >= r.sent_at) {
     rtt = now - r.sent_at;
     srtt_ns = srtt_ns ? (7 * srtt_ns + rtt) / 8 : rtt;
-    path->on_ack(r.sport, rtt, now);
+    path_on_ack(r.sport, rtt, now);
   }
 }
 

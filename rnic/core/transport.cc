@@ -118,6 +118,7 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
     qp->recv_cq = cq(init.recv_cq);
     qp->path = std::move(path);
     qp->cc = std::move(cc);
+    qp->note_policy_kinds();
     qp->wmask = w - 1;
     // A power-of-two ring (slot = index & mask); at most sq_depth WRs are
     // outstanding whatever its size.

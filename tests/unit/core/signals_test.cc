@@ -155,3 +155,25 @@ TEST_CASE("next_deadline exposes the retransmission timer and the reorder delay"
   }
   CHECK(sack);
 }
+
+// The QP calls the default policies (fixed_window, single) directly rather
+// than through their interfaces: they must still hold the window and see
+// every packet sent and every ACK that gives an RTT sample.
+TEST_CASE("the default policies, called directly, hold the window and count every packet and ACK") {
+  QpSetup s;
+  s.mtu = 1024;
+  s.cc_window = 16 * 1024;  // 16 packets, an AckReq (ack_every) at the end of each round
+  Loop l(1 << 20, s);
+  REQUIRE(l.ok);
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, 1, l.a, 0, 64 * 1024, &l.b, 0)) == 0);
+  l.a.t.poll(l.now);
+  CHECK(l.a.t.tx().size() == 16);  // the window, not the 64 packets
+  REQUIRE(l.run([&] { return l.a.done.size() == 1; }));
+  const PathStats ps = l.a.t.path_policy(l.a.qpn)->path_stats(0);
+  const QpCounters& c = l.a.counters();
+  REQUIRE(c.retx_pkts == 0);
+  CHECK(c.tx_data_pkts == 64);
+  CHECK(ps.pkts == c.tx_pkts);
+  CHECK(ps.acks == 64);
+  CHECK(l.b.t.path_policy(l.b.qpn)->path_stats(0).pkts == l.b.counters().tx_pkts);
+}
