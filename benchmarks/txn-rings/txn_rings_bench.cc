@@ -172,7 +172,7 @@ struct AgentSide {
       for (uint64_t tag : o.tags) {
         const tandem::dpu::PendingPunts::Entry* pp = pending.find(tag);
         if (!pp) continue;
-        if (o.committed && revalidate && l1) {
+        if (o.committed && revalidate && l1 && tandem::dpu::needs_revalidation(*l1, pp->level1_generation)) {
           revalidate_puts.assign(pp->installs().begin(), pp->installs().end());
           ChangeSet undo = tandem::dpu::revalidate_resolution(*l1, ch.shadow(), "rnic0", pp->missed, revalidate_puts);
           if (!undo.ops.empty()) {
@@ -205,7 +205,7 @@ struct AgentSide {
       return;
     }
     ++resolved;
-    pending.add(p.missed, *cs);
+    pending.add(p.missed, *cs, l1->generation());
     ch.submit(std::move(*cs));
   }
 };

@@ -257,6 +257,7 @@ class Agent final : public AgentHooks {
 
   // A resolution committed: undo it if level 1 changed meanwhile (derive.h).
   void revalidate(Link& l, const PendingPunts::Entry& pp) {
+    if (!needs_revalidation(state_, pp.level1_generation)) return;  // level 1 unchanged since it was resolved
     revalidate_puts_.assign(pp.installs().begin(), pp.installs().end());  // reused: no allocation per flow
     ChangeSet undo = revalidate_resolution(state_, l.ch->shadow(), l.name, pp.missed, revalidate_puts_);
     if (undo.ops.empty()) return;
@@ -296,7 +297,7 @@ class Agent final : public AgentHooks {
       return;
     }
     ++l.punts.resolved;
-    to->pending.add(p.missed, *cs);
+    to->pending.add(p.missed, *cs, state_.generation());
     to->ch->submit(std::move(*cs));
   }
 

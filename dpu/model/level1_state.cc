@@ -2,6 +2,7 @@
 #include "dpu/model/level1_state.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "dpu/model/address.h"
 
@@ -171,7 +172,13 @@ ModelResult Level1State::apply(const Change& c) {
   ModelResult r = check(c);
   if (!r.ok()) return r;
   std::visit([this](const auto& x) { apply_one(x); }, c);
+  generation_.value = next_generation();
   return r;
+}
+
+uint64_t Level1State::next_generation() noexcept {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 uint16_t Level1State::intern_rnic(const std::string& name) {

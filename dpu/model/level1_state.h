@@ -85,6 +85,13 @@ class Level1State {
 
   Resolution resolve(uint32_t src_vnic, uint32_t dst_overlay_ip) const;
 
+  // Changes with every change apply() makes (never on a refused one). Values
+  // come from one process-wide counter and are never 0, so two states (or a
+  // state and a copy of it) share a generation only if they hold the same
+  // level 1: a resolution computed at generation g is still exactly what
+  // resolve() gives while generation() == g (it reads level 1 alone).
+  uint64_t generation() const noexcept { return generation_.value; }
+
   const Tenant* tenant(uint32_t vni) const;
   const Rnic* rnic(const std::string& name) const;
   const Vnic* vnic(uint32_t id) const;
@@ -134,6 +141,22 @@ class Level1State {
   std::set<std::pair<uint32_t, uint32_t>> peerings_;               // both orders stored
   std::unordered_map<uint32_t, std::vector<uint32_t>> peers_;      // vni -> peered vnis
   MappingTable mappings_;
+  static uint64_t next_generation() noexcept;
+  // Copies share the value (same content); a moved-from state gets a new one
+  // (its content is gone).
+  struct Generation {
+    uint64_t value = next_generation();
+    Generation() = default;
+    Generation(const Generation&) = default;
+    Generation& operator=(const Generation&) = default;
+    Generation(Generation&& o) noexcept : value(o.value) { o.value = next_generation(); }
+    Generation& operator=(Generation&& o) noexcept {
+      value = o.value;
+      o.value = next_generation();
+      return *this;
+    }
+  };
+  Generation generation_;
   std::vector<std::string> rnic_names_;
   std::unordered_map<std::string, uint16_t> rnic_ids_;
 };

@@ -53,6 +53,16 @@ void warm_for_punts(const Level1State& state, const Level2Shadow* installed,
 ChangeSet revalidate_resolution(const Level1State& state, const Level2Shadow& installed, const std::string& rnic,
                                 const common::EntryKey& missed, const std::vector<common::Level2Entry>& puts);
 
+// Whether a resolution computed when level 1 was at generation `resolved_at`
+// needs revalidate_resolution when it commits. Not if level 1 has not changed
+// since: resolve() reads level 1 alone, so resolving now gives the same
+// entries for the same RNIC and the resolution stands; skipping saves a
+// second level-1 lookup (a cache miss on a large table) per new flow.
+// resolved_at 0 (unknown) always needs it.
+inline bool needs_revalidation(const Level1State& state, uint64_t resolved_at) noexcept {
+  return resolved_at == 0 || state.generation() != resolved_at;
+}
+
 // DELs for every entry in `installed` derived from mapping m.
 ChangeSet deletions_for_mapping(const Level2Shadow& installed, const MappingKey& m);
 // Mappings `keys` were replaced in level 1 (new underlay IP, next-hop MAC or

@@ -77,7 +77,7 @@ void PendingPunts::remove(Index& ix, bool by_tag, uint32_t idx) noexcept {
   ix.slots[i] = kEmpty;
 }
 
-bool PendingPunts::add(const EntryKey& missed, const ChangeSet& cs) {
+bool PendingPunts::add(const EntryKey& missed, const ChangeSet& cs, uint64_t level1_generation) {
   if (find_key(missed) != kEmpty || find_tag(cs.tag) != kEmpty) return false;
   std::size_t puts = 0;
   for (const Level2Op& op : cs.ops) puts += !op.del;
@@ -93,6 +93,7 @@ bool PendingPunts::add(const EntryKey& missed, const ChangeSet& cs) {
   }
   Entry& e = slab_[idx];
   e.tag = cs.tag;
+  e.level1_generation = level1_generation;
   e.missed = missed;
   e.n_puts = 0;
   for (const Level2Op& op : cs.ops)

@@ -23,6 +23,7 @@ class PendingPunts {
 
   struct Entry {
     uint64_t tag = 0;
+    uint64_t level1_generation = 0;  // Level1State::generation() it was resolved at; 0: unknown
     common::EntryKey missed;
     uint32_t n_puts = 0;
     common::Level2Entry puts[kMaxPuts];
@@ -30,10 +31,11 @@ class PendingPunts {
   };
 
   bool contains(const common::EntryKey& missed) const noexcept;
-  // Records cs (its tag and PUTs) as the resolution of `missed`. False, and
-  // nothing recorded, if `missed` is pending already, cs.tag is in use, or cs
-  // puts more than kMaxPuts entries.
-  bool add(const common::EntryKey& missed, const ChangeSet& cs);
+  // Records cs (its tag and PUTs) as the resolution of `missed`, computed
+  // against level 1 at `level1_generation` (0: unknown, always revalidated).
+  // False, and nothing recorded, if `missed` is pending already, cs.tag is in
+  // use, or cs puts more than kMaxPuts entries.
+  bool add(const common::EntryKey& missed, const ChangeSet& cs, uint64_t level1_generation = 0);
   // The resolution submitted with change-set tag `tag`, or nullptr.
   const Entry* find(uint64_t tag) const noexcept;
   bool erase(uint64_t tag) noexcept;

@@ -308,3 +308,111 @@ TEST_CASE("a resolution that withdrew an ambiguous ingress key stands when it co
   REQUIRE(undo.ops.size() == 1);
   CHECK(undo.ops[0].entry.key == missed);
 }
+
+TEST_CASE("level 1's generation moves with every applied change, never with a refused one") {
+  Level1State s = state();
+  const uint64_t g = s.generation();
+  CHECK(g != 0);
+  CHECK_FALSE(needs_revalidation(s, g));
+  CHECK(needs_revalidation(s, 0));  // unknown basis: always revalidated
+  // Refused changes modify nothing, so the resolution basis holds.
+  REQUIRE_FALSE(s.apply(AddMapping{100, ip("192.168.1.9"), ip("10.0.9.9"), mac("02:00:00:00:09:09"), "far0"}).ok());
+  REQUIRE_FALSE(s.apply(RemoveVnic{77}).ok());
+  CHECK(s.generation() == g);
+  // Any applied change moves it, even one unrelated to a given resolution.
+  REQUIRE(s.apply(AddTenant{300, "green"}).ok());
+  CHECK(s.generation() != g);
+  CHECK(needs_revalidation(s, g));
+  // A copy holds the same level 1 and shares the generation; a moved-from
+  // state lost its content and gets a new one; another state never shares it.
+  Level1State copy = s;
+  CHECK(copy.generation() == s.generation());
+  const uint64_t before_move = s.generation();
+  Level1State moved = std::move(s);
+  CHECK(moved.generation() == before_move);
+  CHECK(s.generation() != before_move);
+  Level1State other = state();
+  CHECK(other.generation() != copy.generation());
+}
+
+TEST_CASE("a committed resolution skips revalidation only if level 1 did not change; a change in between still undoes it") {
+  Level1State s = state();
+  Level2Shadow installed;
+  PendingPunts pending;
+  const EntryKey missed = egress_key(1, ip("192.168.1.9"));
+  auto cs = change_set_for_miss(s, missed, 7, nullptr, nullptr, &installed);
+  REQUIRE(cs);
+  REQUIRE(pending.add(missed, *cs, s.generation()));
+  const PendingPunts::Entry* pp = pending.find(7);
+  REQUIRE(pp);
+  CHECK(pp->level1_generation == s.generation());
+  std::vector<Level2Entry> puts(pp->installs().begin(), pp->installs().end());
+  installed.apply(cs->ops, 1);
+
+  // Nothing changed: skipped, and revalidating would have let it stand.
+  CHECK_FALSE(needs_revalidation(s, pp->level1_generation));
+  CHECK(revalidate_resolution(s, installed, "rnic0", missed, puts).ops.empty());
+
+  // The mapping is replaced between resolve and commit: revalidated, undone.
+  REQUIRE(s.apply(RemoveMapping{100, ip("192.168.1.9")}).ok());
+  REQUIRE(s.apply(AddMapping{100, ip("192.168.1.9"), ip("10.0.1.8"), mac("02:00:00:00:01:01"), "far0"}).ok());
+  REQUIRE(needs_revalidation(s, pp->level1_generation));
+  CHECK(revalidate_resolution(s, installed, "rnic0", missed, puts).ops.size() == 2);
+
+  // The same for a removed source vNIC (its vNIC gone: nothing resolves).
+  Level1State s2 = state();
+  Level2Shadow inst2;
+  auto cs2 = change_set_for_miss(s2, egress_key(2, ip("192.168.1.9")), 8, nullptr, nullptr, &inst2);
+  REQUIRE(cs2);
+  const uint64_t g2 = s2.generation();
+  inst2.apply(cs2->ops, 1);
+  REQUIRE(s2.apply(RemoveVnic{2}).ok());
+  REQUIRE(needs_revalidation(s2, g2));
+  std::vector<Level2Entry> puts2;
+  for (const Level2Op& op : cs2->ops) puts2.push_back(op.entry);
+  CHECK(revalidate_resolution(s2, inst2, "rnic0", egress_key(2, ip("192.168.1.9")), puts2).ops.size() == 2);
+}
+
+TEST_CASE("skipping revalidation never skips an undo: random level-1 changes between resolve and commit") {
+  std::mt19937 rng(11);
+  const uint32_t far[] = {ip("192.168.1.9"), ip("192.168.1.10"), ip("172.16.0.5"), ip("192.168.1.11")};
+  int skipped = 0, undone = 0;
+  for (int round = 0; round < 400; ++round) {
+    Level1State s = state();
+    Level2Shadow installed;
+    const EntryKey missed = egress_key(1 + rng() % 2, far[rng() % 4]);
+    auto cs = change_set_for_miss(s, missed, 1, nullptr, nullptr, &installed);
+    if (!cs) continue;
+    const uint64_t g = s.generation();
+    std::vector<Level2Entry> puts;
+    for (const Level2Op& op : cs->ops)
+      if (!op.del) puts.push_back(op.entry);
+    installed.apply(cs->ops, 1);
+    // 0-3 changes, some refused, some irrelevant to this resolution.
+    for (int k = rng() % 4; k > 0; --k) {
+      uint32_t a = far[rng() % 4];
+      switch (rng() % 6) {
+        case 0: (void)s.apply(RemoveMapping{100, a}); break;
+        case 1: (void)s.apply(AddMapping{100, a, ip("10.0.1.7") + rng() % 2, mac("02:00:00:00:01:00"), "far0", true}); break;
+        case 2: (void)s.apply(RemoveVnic{1 + static_cast<uint32_t>(rng() % 3)}); break;
+        case 3: (void)s.apply(AllowPeering{100, 200}); break;
+        case 4: (void)s.apply(AddTenant{300 + static_cast<uint32_t>(rng() % 2), "x"}); break;
+        default: (void)s.apply(AddMapping{100, a, ip("10.0.3.3"), mac("02:00:00:00:03:03"), "far0"}); break;
+      }
+    }
+    ChangeSet undo = revalidate_resolution(s, installed, "rnic0", missed, puts);
+    if (!needs_revalidation(s, g)) {
+      ++skipped;
+      REQUIRE(undo.ops.empty());  // the shortcut only ever skips a no-op
+      auto again = change_set_for_miss(s, missed, 1, nullptr, nullptr, nullptr);
+      REQUIRE(again);
+      for (std::size_t i = 0; i < puts.size(); ++i) CHECK(again->ops[i].entry == puts[i]);
+    }
+    if (!undo.ops.empty()) {
+      ++undone;
+      REQUIRE(needs_revalidation(s, g));
+    }
+  }
+  CHECK(skipped > 20);
+  CHECK(undone > 20);
+}
