@@ -27,6 +27,7 @@ std::optional<ChangeSet> change_set_for_miss(const Level1State& state, const com
   if (rnic) *rnic = r.rnic;
   ChangeSet cs;
   cs.tag = tag;
+  cs.ops.reserve(2);  // one allocation per resolution, not two and a copy
   cs.put(r.egress);
   const Level2Entry* have = installed ? installed->find(r.ingress.key) : nullptr;
   if (have && !(have->ingress == r.ingress.ingress))
@@ -43,18 +44,25 @@ void warm_for_punts(const Level1State& state, const Level2Shadow* installed,
   Mapping out[kChunk];
   bool hit[kChunk];
   std::size_t n = 0;
+  // The ingress entry's key (the mapping's underlay IP, the tenant) is known
+  // once the mapping is: start its shadow slot too, which change_set_for_miss
+  // reads to see whether the key is ambiguous.
+  auto chunk = [&] {
+    state.mappings().find_bulk(keys, n, out, hit);  // prefetches the chunk, then reads it
+    if (installed)
+      for (std::size_t i = 0; i < n; ++i)
+        if (hit[i]) installed->prefetch(common::ingress_key_vni(out[i].underlay_ip, keys[i].vni));
+    n = 0;
+  };
   for (const common::PuntMsg& p : punts) {
     if (p.missed.kind != EntryKind::kEgress) continue;
     if (installed) installed->prefetch(p.missed);
     const Vnic* v = state.vnic(p.missed.word0);
     if (!v) continue;
     keys[n++] = MappingKey{v->vni, p.missed.word1};
-    if (n == kChunk) {
-      state.mappings().find_bulk(keys, n, out, hit);  // prefetches the chunk, then reads it
-      n = 0;
-    }
+    if (n == kChunk) chunk();
   }
-  if (n) state.mappings().find_bulk(keys, n, out, hit);
+  if (n) chunk();
 }
 
 namespace {
