@@ -19,20 +19,8 @@ namespace {
 // Offsets inside the Ethernet/IPv4/UDP block.
 constexpr uint32_t kIp = common::kEthHdrLen;
 constexpr uint32_t kUdp = kIp + common::kIpv4HdrLen;
-// The ICRC's view starts 8 bytes (the masked LRH) before the IPv4 header.
-constexpr uint32_t kMaskedAt = kIp - 8;
-static_assert(kMaskedAt + sizeof(EncapTemplate::masked) == kL2L4Len);
 
 void no_free(void*, void*) noexcept {}
-
-// The per-packet fields, written into either view of the L2-L4 block (`ip`
-// points at its IPv4 header).
-inline void patch_lengths(uint8_t* ip, uint16_t ip_len, uint16_t id, uint16_t sport) noexcept {
-  common::store_be16(ip + 2, ip_len);
-  common::store_be16(ip + 4, id);
-  common::store_be16(ip + common::kIpv4HdrLen, sport);
-  common::store_be16(ip + common::kIpv4HdrLen + 4, static_cast<uint16_t>(ip_len - common::kIpv4HdrLen));
-}
 
 // The frame's Ethernet/IPv4/UDP header: the template with the per-packet
 // fields and the IPv4 checksum finished from the template's partial sum.
@@ -40,7 +28,10 @@ inline void write_l2l4(uint8_t* hdr, const EncapTemplate& t, uint32_t ip_len, ui
                        uint16_t sport) noexcept {
   std::memcpy(hdr, t.hdr, kL2L4Len);
   uint8_t* ip = hdr + kIp;
-  patch_lengths(ip, static_cast<uint16_t>(ip_len), id, sport);
+  common::store_be16(ip + 2, static_cast<uint16_t>(ip_len));
+  common::store_be16(ip + 4, id);
+  common::store_be16(ip + common::kIpv4HdrLen, sport);
+  common::store_be16(ip + common::kIpv4HdrLen + 4, static_cast<uint16_t>(ip_len - common::kIpv4HdrLen));
   uint32_t sum = t.ip_sum + ip_len + id;
   sum = (sum & 0xFFFF) + (sum >> 16);
   sum = (sum & 0xFFFF) + (sum >> 16);
@@ -66,14 +57,6 @@ EncapTemplate make_encap_template(const EncapAddrs& a) noexcept {
   common::write_udp(t.hdr + kUdp, udp);
   // Constant IPv4 words (length, id and checksum are zero here).
   for (uint32_t i = 0; i < common::kIpv4HdrLen; i += 2) t.ip_sum += common::load_be16(t.hdr + kIp + i);
-  // The ICRC's view (icrc.h): LRH as ones, TOS, TTL and both checksums as ones.
-  std::memset(t.masked, 0xFF, 8);
-  std::memcpy(t.masked + 8, t.hdr + kIp, common::kIpv4HdrLen + common::kUdpHdrLen);
-  uint8_t* m = t.masked + 8;
-  m[1] = 0xFF;
-  m[8] = 0xFF;
-  m[10] = m[11] = 0xFF;
-  m[common::kIpv4HdrLen + 6] = m[common::kIpv4HdrLen + 7] = 0xFF;
   return t;
 }
 
@@ -102,12 +85,8 @@ uint32_t TxEncap::ext_in_flight() const noexcept {
 
 void TxEncap::finish_pending() noexcept {
   for (uint16_t i = 0; i < pending_n_; ++i) {
-    Pending& p = pending_[i];
-    uint8_t* mv = p.base + kMaskedAt;
-    const uint32_t crc = common::crc32_update(0, mv, static_cast<std::size_t>(p.icrc - mv));
-    p.base[kL2L4Len + 4] = p.bth4;
-    std::memcpy(p.base, p.hdr, kL2L4Len);
-    common::store_le32(p.icrc, crc);
+    const Pending& q = pending_[i];
+    common::store_le32(q.icrc, common::roce_icrc(q.ip, static_cast<std::size_t>(q.icrc - q.ip)));
   }
   pending_n_ = 0;
 }
@@ -136,7 +115,10 @@ rte_mbuf* TxEncap::build(const TxDesc& d, const EncapTemplate& t, uint16_t sport
     rte_pktmbuf_free(h);
     return nullptr;
   }
-  const uint16_t id = ip_id_++;
+  // The frame is written once, as sent; the ICRC masks its variant fields
+  // in registers (common::icrc_headers), not in a copy.
+  write_l2l4(base, t, ip_len, ip_id_++, sport);
+  uint8_t* ip = base + kIp;
 
   uint8_t* p = base + hdr_len;
   if (copy) {
@@ -148,40 +130,15 @@ rte_mbuf* TxEncap::build(const TxDesc& d, const EncapTemplate& t, uint16_t sport
     c_.copied_bytes += d.payload_len;
     std::memset(p, 0, pad);
     p += pad;
-  }
-
-  // ICRC: the masked view of L3/L4 goes where the Ethernet source, type and
-  // IPv4/UDP headers will be, so that it, the transport headers (BTH byte 4
-  // masked for the moment) and a copied payload are one contiguous CRC pass.
-  uint8_t* mv = base + kMaskedAt;
-  std::memcpy(mv, t.masked, sizeof(t.masked));
-  patch_lengths(mv + 8, static_cast<uint16_t>(ip_len), id, sport);
-  uint8_t* bth = base + kL2L4Len;
-  const uint8_t bth4 = bth[4];
-  bth[4] = 0xFF;
-
-  // The real L2-L4 header, written over the masked view once the CRC is
-  // done. It is built where it waits (a pending slot), not on the stack and
-  // copied: the copy's wide loads would read the narrow field stores just
-  // made, and a store-to-load forward that fails stalls (~60 % of this
-  // function in the profile when it was copied).
-  if (copy) {
     h->data_len = static_cast<uint16_t>(frame_len);
     h->pkt_len = frame_len;
     if (pending_n_ == kMaxPending) finish_pending();
-    Pending& q = pending_[pending_n_++];
-    q.base = base;
-    q.icrc = p;
-    q.bth4 = bth4;
-    write_l2l4(q.hdr, t, ip_len, id, sport);
+    pending_[pending_n_++] = Pending{ip, p};
     if (!defer) finish_pending();
     return h;
   }
 
-  uint32_t crc = common::crc32_update(0, mv, static_cast<std::size_t>(p - mv));
-  bth[4] = bth4;
-  write_l2l4(base, t, ip_len, id, sport);
-
+  uint32_t crc = common::icrc_headers(ip, static_cast<std::size_t>(p - ip));
   static constexpr uint8_t kZeros[4] = {0, 0, 0, 0};
   h->data_len = static_cast<uint16_t>(hdr_len);
   h->pkt_len = hdr_len;

@@ -9,8 +9,8 @@
 // a destination's frames share come from an EncapTemplate built once (per QP
 // and table version, see egress_route.h), the IPv4 checksum is finished from
 // the template's partial sum, header mbufs come from a bulk-allocated stash,
-// and the ICRC is one CRC pass over the masked headers (and, when copied, the
-// payload) laid out in place in the mbuf.
+// and the ICRC is one CRC pass over the frame as written (common::icrc_headers
+// masks the variant fields in registers), a burst's passes back to back.
 #pragma once
 
 #include <rte_mbuf.h>
@@ -42,12 +42,10 @@ struct EncapAddrs {
 
 // What every frame toward one destination shares: the Ethernet/IPv4/UDP
 // bytes with the per-packet fields (IPv4 length, id, checksum; UDP source
-// port and length) left zero, the same bytes as the ICRC sees them (8 bytes
-// of 0xFF for the LRH, then IPv4 and UDP with TOS, TTL and checksums set to
-// ones), and the ones'-complement sum of the IPv4 header's constant words.
+// port and length) left zero, and the ones'-complement sum of the IPv4
+// header's constant words.
 struct EncapTemplate {
   uint8_t hdr[kL2L4Len] = {};
-  uint8_t masked[8 + common::kIpv4HdrLen + common::kUdpHdrLen] = {};
   uint32_t ip_sum = 0;
 };
 
@@ -71,7 +69,7 @@ class TxEncap {
 
   // The chain, or nullptr (counted) if mbufs ran out or the frame does not
   // fit. `sport` is the frame's UDP source port (the path). With `defer`, a
-  // copied frame's ICRC and L2-L4 header are completed by the next finish()
+  // copied frame's ICRC is computed and written by the next finish()
   // (a burst's CRCs then run back to back and overlap in the CPU): the frame
   // must not be sent before that.
   rte_mbuf* build(const TxDesc& d, const EncapTemplate& t, uint16_t sport, bool defer = false) noexcept;
@@ -96,13 +94,10 @@ class TxEncap {
 
  private:
   static constexpr uint16_t kStash = 32;
-  // A copied frame waiting for its ICRC: the masked view of L2-L4 sits in
-  // place (from base + kMaskedAt), the real header waits here.
+  // A copied frame, complete but for its ICRC.
   struct Pending {
-    uint8_t* base;
-    uint8_t* icrc;  // where the ICRC goes (the CRC covers base + 6 up to it)
-    uint8_t bth4;   // BTH byte 4 as sent (masked to ones for the CRC)
-    uint8_t hdr[kL2L4Len];
+    uint8_t* ip;    // its IPv4 header
+    uint8_t* icrc;  // where the ICRC goes (the CRC covers ip up to it)
   };
   static constexpr uint16_t kMaxPending = 32;
   void finish_pending() noexcept;
