@@ -177,11 +177,15 @@ TANDEM_CLMUL_TARGET inline uint32_t crc_finish(__m128i acc, const uint8_t* p, st
 #define TANDEM_ZMM_TARGET __attribute__((target("pclmul,sse4.1,avx2,avx512f,vpclmulqdq")))
 // GCC 12 warns about the "undefined" pass-through operand inside its own
 // AVX-512 intrinsics (_mm512_shuffle_i64x2, ...): a false positive.
+#if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 // kFold upside down and three rows of zeros after it: 64 bytes from row
 // 15 - d are the constants for d, d - 1, d - 2, d - 3 (zero below 1).
+// (Rows are 16 bytes: loaded unaligned.)
 struct FoldRev {
   alignas(64) uint64_t k[kDirect + 3][2] = {};
   constexpr FoldRev() {
@@ -217,7 +221,7 @@ TANDEM_ZMM_TARGET uint32_t crc_stream512(const __m128i* h, std::size_t nh, const
     } else {
       b = _mm512_maskz_loadu_epi64(m, mem + 64 * g);
     }
-    const __m512i k = _mm512_load_si512(kFoldRev.k[kDirect - 1 - (q - 1 - 4 * g)]);
+    const __m512i k = _mm512_loadu_si512(kFoldRev.k[kDirect - 1 - (q - 1 - 4 * g)]);
     acc = _mm512_ternarylogic_epi64(acc, _mm512_clmulepi64_epi128(b, k, 0x00),
                                     _mm512_clmulepi64_epi128(b, k, 0x11), 0x96);  // a ^ b ^ c
   }
@@ -227,7 +231,102 @@ TANDEM_ZMM_TARGET uint32_t crc_stream512(const __m128i* h, std::size_t nh, const
   const __m128i a128 = _mm_xor_si128(_mm256_castsi256_si128(a256), _mm256_extracti128_si256(a256, 1));
   return crc_finish(a128, p, n);
 }
+
+// The first 48 bytes of the ICRC's stream of an option-less packet (8 of
+// LRH, IPv4, UDP, BTH) with the variant fields set to ones, as three blocks
+// made in registers, the initial register (ones) already XORed in: the
+// LRH's first four bytes of ones become zeros.
+inline void masked_head(const uint8_t* ip, __m128i h[3]) noexcept {
+  uint64_t w0;
+  std::memcpy(&w0, ip, 8);
+  w0 |= 0xFFull << 8;  // TOS
+  const __m128i m1 = _mm_setr_epi8(-1, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);  // TTL, checksum
+  const __m128i m2 = _mm_setr_epi8(0, 0, -1, -1, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0);  // UDP csum, BTH[4]
+  h[0] = _mm_set_epi64x(static_cast<long long>(w0), static_cast<long long>(0xFFFFFFFF00000000ull));
+  h[1] = _mm_or_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ip + 8)), m1);
+  h[2] = _mm_or_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ip + 24)), m2);
+}
+
+// Four option-less packets' ICRC registers at once, each 40 <= len <
+// kClmulBelow bytes from its IPv4 header: crc_stream512's steps, lane by
+// lane within each step, so that four independent chains of
+// multiplications are in flight instead of one (a burst's ICRCs one after
+// the other overlap only as far as the CPU looks ahead).
+TANDEM_ZMM_TARGET void icrc4_512(const uint8_t* const* ip, const std::size_t* len, uint32_t* out) noexcept {
+  constexpr int kLanes = 4;
+  __m512i acc[kLanes], last[kLanes];
+  std::size_t q[kLanes], n[kLanes];
+  const uint8_t* mem[kLanes];
+  std::size_t groups = 0;
+#pragma GCC unroll 4
+  for (int l = 0; l < kLanes; ++l) {
+    n[l] = len[l] - 40;
+    q[l] = 3 + n[l] / 16;
+    mem[l] = ip[l] + 40 - 48;  // block j >= 3 of the stream is at mem + 16 * j
+    groups = std::max(groups, (q[l] + 3) / 4);
+    __m128i h[3];
+    masked_head(ip[l], h);
+    const __mmask8 m = static_cast<__mmask8>(((1u << (2 * std::min<std::size_t>(q[l], 4))) - 1) & ~0x3Fu);
+    __m512i b = _mm512_maskz_loadu_epi64(m, mem[l]);
+    b = _mm512_inserti32x4(b, h[0], 0);
+    b = _mm512_inserti32x4(b, h[1], 1);
+    b = _mm512_inserti32x4(b, h[2], 2);
+    last[l] = b;
+    const __m512i k = _mm512_loadu_si512(kFoldRev.k[kDirect - 1 - (q[l] - 1)]);
+    acc[l] = _mm512_xor_si512(_mm512_clmulepi64_epi128(b, k, 0x00), _mm512_clmulepi64_epi128(b, k, 0x11));
+  }
+  for (std::size_t g = 1; g < groups; ++g) {
+#pragma GCC unroll 4
+    for (int l = 0; l < kLanes; ++l) {
+      if (4 * g >= q[l]) continue;  // this lane has no more blocks
+      const std::size_t lanes = std::min<std::size_t>(q[l] - 4 * g, 4);
+      const __m512i b = _mm512_maskz_loadu_epi64(static_cast<__mmask8>((1u << (2 * lanes)) - 1), mem[l] + 64 * g);
+      const __m512i k = _mm512_loadu_si512(kFoldRev.k[kDirect - 1 - (q[l] - 1 - 4 * g)]);
+      acc[l] = _mm512_ternarylogic_epi64(acc[l], _mm512_clmulepi64_epi128(b, k, 0x00),
+                                         _mm512_clmulepi64_epi128(b, k, 0x11), 0x96);
+      last[l] = b;
+    }
+  }
+  const __m128i k1 = _mm_load_si128(reinterpret_cast<const __m128i*>(kFold[1]));
+  const __m128i mask32 = _mm_setr_epi32(-1, 0, 0, 0);
+  const __m128i r5 = _mm_set_epi64x(0, static_cast<long long>(kR5));
+  const __m128i ru = _mm_set_epi64x(static_cast<long long>(kMu), static_cast<long long>(kPoly));
+  __m128i a[kLanes];
+#pragma GCC unroll 4
+  for (int l = 0; l < kLanes; ++l) {
+    // The last block stays where it is; lanes to 128 bits.
+    __m512i x = _mm512_xor_si512(acc[l], _mm512_maskz_mov_epi64(static_cast<__mmask8>(3u << (2 * ((q[l] - 1) % 4))), last[l]));
+    x = _mm512_xor_si512(x, _mm512_shuffle_i64x2(x, x, 0x4E));
+    const __m256i y = _mm512_castsi512_si256(x);
+    a[l] = _mm_xor_si128(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
+  }
+#pragma GCC unroll 4
+  for (int l = 0; l < kLanes; ++l) {
+    // The partial last block, without a branch: with r == 0 the tables
+    // make `out` zero and `w` the accumulator itself.
+    const unsigned r = static_cast<unsigned>(n[l] % 16);
+    const __m128i up = load16(kShift + r);
+    const __m128i down = load16(kShift + 16 + r);
+    const __m128i o = _mm_shuffle_epi8(a[l], up);
+    const __m128i w = _mm_blendv_epi8(_mm_shuffle_epi8(a[l], down), load16(ip[l] + len[l] - 16), down);
+    a[l] = _mm_xor_si128(w, _mm_xor_si128(_mm_clmulepi64_si128(o, k1, 0x00), _mm_clmulepi64_si128(o, k1, 0x11)));
+  }
+#pragma GCC unroll 4
+  for (int l = 0; l < kLanes; ++l)
+    a[l] = _mm_xor_si128(_mm_srli_si128(a[l], 8), _mm_clmulepi64_si128(a[l], k1, 0x10));
+#pragma GCC unroll 4
+  for (int l = 0; l < kLanes; ++l)
+    a[l] = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(a[l], mask32), r5, 0x00), _mm_srli_si128(a[l], 4));
+#pragma GCC unroll 4
+  for (int l = 0; l < kLanes; ++l) {
+    __m128i t = _mm_clmulepi64_si128(_mm_and_si128(a[l], mask32), ru, 0x10);
+    t = _mm_clmulepi64_si128(_mm_and_si128(t, mask32), ru, 0x00);
+    out[l] = ~static_cast<uint32_t>(_mm_extract_epi32(_mm_xor_si128(t, a[l]), 1));
+  }
+}
+#if !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 bool cpu_has_clmul() noexcept {
   __builtin_cpu_init();
@@ -285,19 +384,10 @@ uint32_t icrc_headers(const uint8_t* ip, std::size_t hdr_len) noexcept {
   if (ihl < kIpv4HdrLen || hdr_len < masked) return 0;
 #if defined(TANDEM_CRC_CLMUL)
   if (ihl == kIpv4HdrLen && hdr_len < kClmulBelow && kClmul) {
-    // The usual case, no IP options: the 48 masked bytes (8 of LRH, IPv4,
-    // UDP, BTH) made in registers and fed to the folding as its first three
-    // blocks; the LRH's first four bytes of ones XORed with the initial
-    // register (ones) are zero.
-    uint64_t w0;
-    std::memcpy(&w0, ip, 8);
-    w0 |= 0xFFull << 8;  // TOS
-    const __m128i m1 = _mm_setr_epi8(-1, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);  // TTL, checksum
-    const __m128i m2 = _mm_setr_epi8(0, 0, -1, -1, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0);  // UDP csum, BTH[4]
-    const __m128i h[3] = {
-        _mm_set_epi64x(static_cast<long long>(w0), static_cast<long long>(0xFFFFFFFF00000000ull)),
-        _mm_or_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ip + 8)), m1),
-        _mm_or_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ip + 24)), m2)};
+    // The usual case, no IP options: the 48 masked bytes made in registers
+    // and fed to the folding as its first three blocks.
+    __m128i h[3];
+    masked_head(ip, h);
     return ~crc_stream(h, 3, ip + 40, hdr_len - 40);
   }
 #endif
@@ -335,6 +425,27 @@ uint32_t icrc_headers(const uint8_t* ip, std::size_t hdr_len) noexcept {
   m[ihl + kUdpHdrLen + 4] = 0xFF;  // FECN, BECN, reserved
   uint32_t crc = crc32_update(0, buf, 8 + masked);
   return crc32_update(crc, ip + masked, hdr_len - masked);
+}
+
+void roce_icrc_burst(const uint8_t* const* ip, const std::size_t* len, uint32_t* out, std::size_t n) noexcept {
+  std::size_t i = 0;
+#if defined(TANDEM_CRC_CLMUL)
+  if (kZmmClmul) {
+    auto fits = [&](std::size_t j) {
+      return len[j] >= kIpv4HdrLen + kUdpHdrLen + kBthLen && len[j] < kClmulBelow && (ip[j][0] & 0x0F) == 5;
+    };
+    while (i + 4 <= n) {
+      if (fits(i) && fits(i + 1) && fits(i + 2) && fits(i + 3)) {
+        icrc4_512(ip + i, len + i, out + i);
+        i += 4;
+      } else {
+        out[i] = roce_icrc(ip[i], len[i]);
+        ++i;
+      }
+    }
+  }
+#endif
+  for (; i < n; ++i) out[i] = roce_icrc(ip[i], len[i]);
 }
 
 }  // namespace tandem::common

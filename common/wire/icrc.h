@@ -29,6 +29,11 @@ inline uint32_t roce_icrc(const uint8_t* ip, std::size_t len) noexcept {
   return icrc_headers(ip, len);
 }
 
+// The ICRCs of n packets, out[i] = roce_icrc(ip[i], len[i]), computed four
+// at a time with their CRC chains interleaved where the CPU allows
+// (AVX-512 VPCLMULQDQ): a transmit burst's ICRCs.
+void roce_icrc_burst(const uint8_t* const* ip, const std::size_t* len, uint32_t* out, std::size_t n) noexcept;
+
 // Name of the CRC implementation in use: carry-less multiplication for
 // 16-255 bytes when the CPU has it ("pclmul ..." or "vpclmulqdq-512 ..."),
 // the library (isa-l or zlib) otherwise.

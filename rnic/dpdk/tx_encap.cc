@@ -84,10 +84,15 @@ uint32_t TxEncap::ext_in_flight() const noexcept {
 }
 
 void TxEncap::finish_pending() noexcept {
+  const uint8_t* ip[kMaxPending];
+  std::size_t len[kMaxPending];
+  uint32_t icrc[kMaxPending];
   for (uint16_t i = 0; i < pending_n_; ++i) {
-    const Pending& q = pending_[i];
-    common::store_le32(q.icrc, common::roce_icrc(q.ip, static_cast<std::size_t>(q.icrc - q.ip)));
+    ip[i] = pending_[i].ip;
+    len[i] = static_cast<std::size_t>(pending_[i].icrc - pending_[i].ip);
   }
+  common::roce_icrc_burst(ip, len, icrc, pending_n_);
+  for (uint16_t i = 0; i < pending_n_; ++i) common::store_le32(pending_[i].icrc, icrc[i]);
   pending_n_ = 0;
 }
 
