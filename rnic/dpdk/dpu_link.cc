@@ -87,7 +87,9 @@ uint32_t DpuLink::service(uint64_t now) noexcept {
                                common::BarCounter::kPunts, common::BarCounter::kPuntsDropped,
                                common::BarCounter::kDrops}) {
     std::size_t i = static_cast<std::size_t>(c);
-    if (counters_[i]) bar.counters[i].value.store(counters_[i], std::memory_order_relaxed);
+    // Stored only when changed: an unchanged store still pulls the line from the agent's core.
+    if (counters_[i] && bar.counters[i].value.load(std::memory_order_relaxed) != counters_[i])
+      bar.counters[i].value.store(counters_[i], std::memory_order_relaxed);
   }
   return moved;
 }

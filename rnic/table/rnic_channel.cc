@@ -292,14 +292,20 @@ void RnicChannel::tick(uint64_t now) noexcept {
 }
 
 void RnicChannel::publish(Bar& bar) const noexcept {
-  bar.state.value.store(static_cast<uint64_t>(state_), std::memory_order_relaxed);
-  bar.heartbeat.value.store(heartbeat_, std::memory_order_relaxed);
-  bar.rnic_instance.value.store(config_.rnic_instance, std::memory_order_relaxed);
-  bar.negotiated_version.value.store(version_, std::memory_order_relaxed);
-  bar_publish_table(bar, CommittedTable{table_.version(), table_.digest().value, table_.digest().count});
-  auto set = [&](BarCounter c, uint64_t v) {
-    bar.counters[static_cast<std::size_t>(c)].value.store(v, std::memory_order_relaxed);
+  // Called every loop iteration while the agent polls the same lines: a store
+  // of an unchanged value would still take each line away from the agent's
+  // core (and the agent's next read back), so only changes are stored. The
+  // comparison is against the BAR itself, so a BAR rewritten by anyone else
+  // is corrected on the next call.
+  auto put = [](BarLine& l, uint64_t v) {
+    if (l.value.load(std::memory_order_relaxed) != v) l.value.store(v, std::memory_order_relaxed);
   };
+  put(bar.state, static_cast<uint64_t>(state_));
+  bar.heartbeat.value.store(heartbeat_, std::memory_order_relaxed);
+  put(bar.rnic_instance, config_.rnic_instance);
+  put(bar.negotiated_version, version_);
+  bar_publish_table(bar, CommittedTable{table_.version(), table_.digest().value, table_.digest().count});
+  auto set = [&](BarCounter c, uint64_t v) { put(bar.counters[static_cast<std::size_t>(c)], v); };
   set(BarCounter::kCommits, stats_.commits);
   set(BarCounter::kAborts, stats_.aborts);
   set(BarCounter::kTableFull, stats_.table_full);
