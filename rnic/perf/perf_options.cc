@@ -21,6 +21,7 @@ constexpr TestEntry kTests[] = {
     {TestKind::kReadBw, "read_bw", "RDMA_Read BW Test"},
     {TestKind::kWriteLat, "write_lat", "RDMA_Write Latency Test"},
     {TestKind::kSendLat, "send_lat", "Send Latency Test"},
+    {TestKind::kReadLat, "read_lat", "RDMA_Read Latency Test"},
 };
 }  // namespace
 
@@ -76,12 +77,12 @@ std::optional<Options> parse_args(int argc, const char* const* argv, int* exit_c
       "tandem-rnic workers.\n\n"
       "  tandem-perf write_bw --device /run/tandem/rnic0.sock            # server\n"
       "  tandem-perf write_bw --device /run/tandem/rnic1.sock 127.0.0.1  # client\n\n"
-      "Tests: write_bw send_bw read_bw write_lat send_lat. The client's -s/-n/-D/-q/-t/--mtu/\n"
+      "Tests: write_bw send_bw read_bw write_lat send_lat read_lat. The client's -s/-n/-D/-q/-t/--mtu/\n"
       "--verify rule; the server takes them from the connection.\n"
       "Exit: 0 ok, 1 run failed (verify mismatch, error completion, peer gone), 2 bad input or\n"
       "no worker."};
   app.set_help_flag("-h,--help", "Show this help and exit");
-  app.add_option("test", test, "write_bw | send_bw | read_bw | write_lat | send_lat")->required();
+  app.add_option("test", test, "write_bw | send_bw | read_bw | write_lat | send_lat | read_lat")->required();
   app.add_option("server", positional, "Server address (client side only)")->expected(0, 1);
   app.add_option("-d,--device", o.device, "The tandem-rnic worker's host socket (Unix path)");
   app.add_option("-p,--port", o.port, "TCP port of the QP exchange (default 18515)");
@@ -113,7 +114,8 @@ std::optional<Options> parse_args(int argc, const char* const* argv, int* exit_c
   }
   auto kind = parse_test_name(test);
   if (!kind) {
-    std::fprintf(stderr, "tandem-perf: unknown test '%s' (write_bw, send_bw, read_bw, write_lat, send_lat)\n",
+    std::fprintf(stderr,
+                 "tandem-perf: unknown test '%s' (write_bw, send_bw, read_bw, write_lat, send_lat, read_lat)\n",
                  test.c_str());
     *exit_code = 2;
     return std::nullopt;

@@ -10,13 +10,13 @@
 
 namespace tandem::rnic::perf {
 
-enum class TestKind : uint8_t { kWriteBw, kSendBw, kReadBw, kWriteLat, kSendLat };
+enum class TestKind : uint8_t { kWriteBw, kSendBw, kReadBw, kWriteLat, kSendLat, kReadLat };
 
 std::string_view test_name(TestKind t) noexcept;       // "write_bw", ...
 std::string_view test_title(TestKind t) noexcept;      // "RDMA_Write BW Test", ...
 std::optional<TestKind> parse_test_name(std::string_view name) noexcept;
 constexpr bool is_latency(TestKind t) noexcept {
-  return t == TestKind::kWriteLat || t == TestKind::kSendLat;
+  return t == TestKind::kWriteLat || t == TestKind::kSendLat || t == TestKind::kReadLat;
 }
 
 inline constexpr uint16_t kDefaultPort = 18515;            // perftest's default

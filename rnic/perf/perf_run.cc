@@ -515,6 +515,50 @@ LatResult pingpong(Resources& r, const Plan& p, OobChannel& oob, const Options& 
   return res;
 }
 
+// read_lat: the client READs the server's message (one outstanding) and
+// times each to its completion, a whole round trip (perftest reports read
+// latency unhalved); the server only serves. With --verify the target is
+// cleared before each READ and checked after it against the server's
+// pattern (key kServerDirection, iteration 0).
+LatResult read_latency(Resources& r, const Plan& p, const Options& o, OobChannel& oob, const QpDest& peer) {
+  LatResult res;
+  uint8_t* target = r.target(0, p);
+  host::Qp* qp = r.qps[0];
+  Watchdog dog(oob, r.ctx, o.timeout_s, true);
+  const uint64_t limit = p.iterations ? p.iterations : ~uint64_t{0};
+  const uint64_t end = p.iterations ? ~uint64_t{0} : now_ns() + static_cast<uint64_t>(p.duration_s * kNs);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(target), static_cast<uint32_t>(p.size), r.mr->lkey};
+  ibv_send_wr w{};
+  w.sg_list = &sge;
+  w.num_sge = 1;
+  w.opcode = IBV_WR_RDMA_READ;
+  w.send_flags = IBV_SEND_SIGNALED;
+  w.wr.rdma.remote_addr = peer.va;
+  w.wr.rdma.rkey = peer.rkey;
+  ibv_wc wc{};
+  for (uint64_t i = 0; i < limit && now_ns() < end; ++i) {
+    if (p.verify) std::memset(target, 0, p.size);
+    w.wr_id = i;
+    ibv_send_wr* bad = nullptr;
+    const uint64_t t0 = now_ns();
+    if (host::post_send(qp, &w, &bad)) host_fail("post_send");
+    int got;
+    while ((got = host::poll_cq(r.cq, 1, &wc)) == 0) dog.idle(now_ns());
+    const uint64_t t1 = now_ns();
+    if (got < 0) host_fail("poll_cq");
+    check_wc(wc);
+    dog.progress(t1);
+    res.samples.push_back(t1 - t0);
+    if (p.verify)
+      if (auto m = check_message({target, p.size}, kServerDirection, 0, 0)) {
+        ++res.bad_messages;
+        if (!res.mismatch) res.mismatch = m;
+      }
+    res.iterations = i + 1;
+  }
+  return res;
+}
+
 // ------------------------------------------------------------------ the run
 
 void fill_report_verify(RunReport& rep, bool verify, const std::optional<Mismatch>& m, uint64_t bad) {
@@ -609,7 +653,8 @@ int run_client(const Options& o, Resources& r) {
   try {
     if (p.latency()) {
       uint64_t unused = 0;
-      LatResult lr = pingpong(r, p, oob, o, true, peer[0], &unused);
+      LatResult lr = p.test == TestKind::kReadLat ? read_latency(r, p, o, oob, peer[0])
+                                                  : pingpong(r, p, oob, o, true, peer[0], &unused);
       rep.have_latency = true;
       rep.latency = summarize_latency(lr.samples);
       rep.iterations = rep.messages = lr.iterations;
@@ -764,7 +809,7 @@ int run_server(Options o, Resources& r) {
   } else if (pm.test != static_cast<uint8_t>(o.test)) {
     auto asked = static_cast<TestKind>(pm.test);
     refuse = "test mismatch: server runs " + std::string(test_name(o.test)) + ", client asked for " +
-             (pm.test <= static_cast<uint8_t>(TestKind::kSendLat) ? std::string(test_name(asked)) : "?");
+             (pm.test <= static_cast<uint8_t>(TestKind::kReadLat) ? std::string(test_name(asked)) : "?");
   } else {
     o.size = pm.size;
     o.iterations = pm.iterations;
@@ -803,6 +848,7 @@ int run_server(Options o, Resources& r) {
     for (uint32_t q = 0; q < p.qps; ++q)
       for (uint32_t s = 0; s < p.slots; ++s) fill_pattern({r.slot(q, s, p), p.size}, q, s);
   }
+  if (p.test == TestKind::kReadLat) fill_pattern({r.target(0, p), p.size}, kServerDirection, 0);
   if (p.test == TestKind::kSendBw)
     for (uint32_t q = 0; q < p.qps; ++q)
       for (uint32_t s = 0; s < p.slots; ++s) post_recv_slot(r, p, q, s);
@@ -820,7 +866,17 @@ int run_server(Options o, Resources& r) {
   res.magic = kOobMagic;
   DoneMsg done{};
   try {
-    if (p.latency()) {
+    if (p.test == TestKind::kReadLat) {
+      // The client times its READs; this side only served them.
+      done = wait_done(oob, r.ctx);
+      if (done.failed) throw RunError("the client failed during the run");
+      rep.iterations = rep.messages = done.iterations[0];
+      std::optional<Mismatch> m;
+      if (done.verify == 2)
+        m = Mismatch{done.mm_qp, done.mm_iteration, done.mm_offset, static_cast<uint8_t>(done.mm_expected),
+                     static_cast<uint8_t>(done.mm_got)};
+      fill_report_verify(rep, p.verify, m, m ? 1 : 0);
+    } else if (p.latency()) {
       uint64_t client_count = 0;
       LatResult lr = pingpong(r, p, oob, o, false, peer[0], &client_count);
       rep.have_latency = true;

@@ -4,7 +4,7 @@ RNIC workers (memif clients, adaptive idle, per-packet spraying over 4 paths)
 carry tandem-perf's server (on worker A) and client (on worker B), which swap
 QP details over TCP on 127.0.0.1 and run every test with --verify --json:
 
-  * write_bw, send_bw, read_bw (2 QPs), write_lat, send_lat: exit 0 on both
+  * write_bw, send_bw, read_bw (2 QPs), write_lat, send_lat, read_lat: exit 0 on both
     sides, verify "ok" on both, the agreed message counts, numbers > 0;
   * write_bw with -D: both sides agree on the message count;
   * a client whose server was killed mid-run exits non-zero with an error.
@@ -87,7 +87,8 @@ def main():
     bw_flags = ["-s", "65536", "-n", "300", "-q", "2", "-t", "8", "--verify"]
     for test, flags, n in (("write_bw", bw_flags, 300), ("send_bw", bw_flags, 300), ("read_bw", bw_flags, 300),
                            ("write_lat", ["-s", "64", "-n", "500", "--verify"], 500),
-                           ("send_lat", ["-s", "4096", "-n", "300", "--verify"], 300)):
+                           ("send_lat", ["-s", "4096", "-n", "300", "--verify"], 300),
+                           ("read_lat", ["-s", "3000", "-n", "300", "--verify"], 300)):
         cc, cj, sc, sj = perf_pair(test, test, flags)
         ok = (cc == 0 and sc == 0 and cj.get("verify") == "ok" and sj.get("verify") == "ok"
               and cj.get("iterations") == n and sj.get("iterations") == n and cj.get("errors") == 0)

@@ -213,6 +213,24 @@ TEST_CASE("latency tests ping-pong and report perftest's latency columns (--veri
   }
 }
 
+TEST_CASE("read_lat times each READ's round trip and checks the data it read (--verify)") {
+  Lab lab;
+  Proc srv = lab.server("read_lat");
+  Proc cli = lab.client("read_lat", {"-s", "3000", "-n", "80", "--verify"});
+  REQUIRE(cli.wait() >= 0);
+  REQUIRE(srv.wait() >= 0);
+  json c = cli.report();
+  json s = srv.report();
+  check_ok(cli, c);
+  check_ok(srv, s);
+  CHECK(c["test"] == "read_lat");
+  CHECK(c["iterations"] == 80);
+  CHECK(s["iterations"] == 80);
+  CHECK(s["verify"] == "ok");  // the client's verdict, reported by the server too
+  CHECK(c["t_min_us"].get<double>() > 0);
+  CHECK(c["t_typical_us"].get<double>() <= c["t_max_us"].get<double>());
+}
+
 TEST_CASE("a small write_lat message goes inline and still verifies") {
   Lab lab;
   Proc srv = lab.server("write_lat");
