@@ -37,21 +37,23 @@ uint32_t crc32_library(uint32_t crc, const uint8_t* data, std::size_t len) noexc
 // Computation for Generic Polynomials Using PCLMULQDQ", bit-reflected), for
 // the short buffers of packets: a library kernel folds one 16-byte block
 // after the other, each fold waiting for the last (~6 cycles), so a
-// 150-byte frame's CRC is a chain of ~10 of them. Here, up to kDirect
+// 150-byte frame's CRC is a chain of ~10 of them. Here, for up to kDirect
 // blocks, every block is multiplied by the power of x that moves it to the
 // end at once and the products are XORed: the multiplications are
 // independent and the chain is one multiplication and the final reduction.
-// Longer buffers first fold four lanes 64 bytes at a time.
+// Only with AVX-512 VPCLMULQDQ (four blocks per multiplication): with
+// 128-bit PCLMUL alone this took ~80 more instructions per frame than
+// ISA-L's kernel (callgrind), so those CPUs keep the library.
 //
 // kFold[d] moves a 128-bit block d blocks (128*d bits) on: low half
 // x^(128d+32) mod P, high half x^(128d-32) mod P, both bit-reflected (33
 // bits), P the CRC-32 polynomial 0x104C11DB7. kFold[1] and kFold[4] are the
 // constants of Linux's crc32-pclmul and ISA-L.
 constexpr std::size_t kDirect = 16;
-// From this length on the library's kernel (ISA-L: 512-bit multiplications
-// on CPUs that have them, four blocks each) is faster than these 128-bit
-// ones.
+// From this length on the library's kernel (ISA-L folds four 512-bit lanes)
+// is faster; below it, streams are at most kDirect blocks.
 constexpr std::size_t kClmulBelow = 256;
+static_assert((8 + kClmulBelow) / 16 <= kDirect);
 alignas(16) constexpr uint64_t kFold[kDirect][2] = {
     {0, 0},
     {0x1751997d0, 0x0ccaa009e},
@@ -82,71 +84,11 @@ alignas(16) constexpr uint8_t kShift[48] = {
 
 #define TANDEM_CLMUL_TARGET __attribute__((target("pclmul,sse4.1")))
 
-// x moved d >= 1 blocks on.
-TANDEM_CLMUL_TARGET inline __m128i fold(__m128i x, std::size_t d) noexcept {
-  const __m128i k = _mm_load_si128(reinterpret_cast<const __m128i*>(kFold[d]));
-  return _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11));
-}
 TANDEM_CLMUL_TARGET inline __m128i load16(const uint8_t* p) noexcept {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
-// x moved on by the constant k, with the block at b added.
-TANDEM_CLMUL_TARGET inline __m128i step(__m128i x, __m128i k, const uint8_t* b) noexcept {
-  return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)),
-                       load16(b));
-}
-
-TANDEM_CLMUL_TARGET inline uint32_t crc_finish(__m128i acc, const uint8_t* p, std::size_t n) noexcept;
-
-// The CRC register (no pre/post inversion) after the stream made of the
-// `nh` blocks in h[] (nh <= 3) and then `n` bytes at p, the initial register
-// value already XORed into the stream's first four bytes (so the register
-// starts at zero). The stream must be at least 16 bytes; when it does not
-// end on a block, its last 16 bytes are loaded from p + n - 16, which may lie
-// before p (bytes the caller guarantees readable; only those from p on are
-// used).
-TANDEM_CLMUL_TARGET uint32_t crc_stream128(const __m128i* h, std::size_t nh, const uint8_t* p,
-                                           std::size_t n) noexcept {
-  const std::size_t q = nh + n / 16;  // whole blocks
-  const uint8_t* mem = p - 16 * nh;   // block j >= nh is at mem + 16 * j
-  __m128i acc;
-  if (q <= kDirect) {
-    // Every block straight to the last one's place.
-    acc = q > nh ? load16(mem + 16 * (q - 1)) : h[q - 1];
-    for (std::size_t j = 0; j < nh && j + 1 < q; ++j) acc = _mm_xor_si128(acc, fold(h[j], q - 1 - j));
-    for (std::size_t j = nh; j + 1 < q; ++j) acc = _mm_xor_si128(acc, fold(load16(mem + 16 * j), q - 1 - j));
-  } else {
-    // Four lanes, 64 bytes a step, then the lanes and the 0-3 blocks left
-    // each moved to the last block's place.
-    __m128i a0 = nh > 0 ? h[0] : load16(mem);
-    __m128i a1 = nh > 1 ? h[1] : load16(mem + 16);
-    __m128i a2 = nh > 2 ? h[2] : load16(mem + 32);
-    __m128i a3 = load16(mem + 48);
-    const __m128i k4 = _mm_load_si128(reinterpret_cast<const __m128i*>(kFold[4]));
-    std::size_t i = 4;
-    for (; q - i >= 4; i += 4) {
-      const uint8_t* b = mem + 16 * i;
-      a0 = step(a0, k4, b);
-      a1 = step(a1, k4, b + 16);
-      a2 = step(a2, k4, b + 32);
-      a3 = step(a3, k4, b + 48);
-    }
-    const std::size_t k = q - i;
-    acc = _mm_xor_si128(_mm_xor_si128(fold(a0, 3 + k), fold(a1, 2 + k)), fold(a2, 1 + k));
-    if (k == 0) {
-      acc = _mm_xor_si128(acc, a3);
-    } else {
-      acc = _mm_xor_si128(acc, fold(a3, k));
-      for (std::size_t m = 0; m + 1 < k; ++m) acc = _mm_xor_si128(acc, fold(load16(mem + 16 * (i + m)), k - 1 - m));
-      acc = _mm_xor_si128(acc, load16(mem + 16 * (q - 1)));
-    }
-  }
-
-  return crc_finish(acc, p, n);
-}
-
 // The CRC register from the accumulator of the stream's whole blocks (in the
-// last one's place) and its partial last block (see crc_stream128).
+// last one's place) and its partial last block (see crc_stream512).
 TANDEM_CLMUL_TARGET inline uint32_t crc_finish(__m128i acc, const uint8_t* p, std::size_t n) noexcept {
   const unsigned r = static_cast<unsigned>(n % 16);
   const __m128i k1 = _mm_load_si128(reinterpret_cast<const __m128i*>(kFold[1]));
@@ -197,13 +139,17 @@ struct FoldRev {
 };
 constexpr FoldRev kFoldRev;
 
-// crc_stream128 with 512-bit multiplications (AVX-512 VPCLMULQDQ): four
-// blocks, each with its own distance, per multiplication, a quarter of the
-// instructions. For streams of up to kDirect whole blocks.
+// The CRC register (no pre/post inversion) after the stream made of the
+// `nh` blocks in h[] (nh <= 3) and then `n` bytes at p, the initial register
+// value already XORed into the stream's first four bytes (so the register
+// starts at zero). The stream is 16 bytes to kDirect whole blocks (and a
+// partial one); when it does not end on a block, its last 16 bytes are
+// loaded from p + n - 16, which may lie before p (bytes the caller
+// guarantees readable; only those from p on are used). Four blocks, each
+// with its own distance, per 512-bit multiplication.
 TANDEM_ZMM_TARGET uint32_t crc_stream512(const __m128i* h, std::size_t nh, const uint8_t* p,
                                          std::size_t n) noexcept {
-  const std::size_t q = nh + n / 16;
-  if (q > kDirect) return crc_stream128(h, nh, p, n);
+  const std::size_t q = nh + n / 16;  // whole blocks, <= kDirect
   const uint8_t* mem = p - 16 * nh;
   __m512i acc = _mm512_setzero_si512();
   __m512i b = acc;
@@ -328,28 +274,19 @@ TANDEM_ZMM_TARGET void icrc4_512(const uint8_t* const* ip, const std::size_t* le
 #pragma GCC diagnostic pop
 #endif
 
-bool cpu_has_clmul() noexcept {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-}
 bool cpu_has_zmm_clmul() noexcept {
   __builtin_cpu_init();
-  return cpu_has_clmul() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
-         __builtin_cpu_supports("vpclmulqdq");
+  return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1") && __builtin_cpu_supports("avx2") &&
+         __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq");
 }
-const bool kClmul = cpu_has_clmul();
-// TANDEM_CRC_NO_AVX512=1 keeps to 128-bit PCLMUL (so tests reach that code
-// on CPUs that have AVX-512).
+// TANDEM_CRC_NO_AVX512=1 keeps to the library (so tests reach the paths
+// other CPUs take).
 const bool kZmmClmul = cpu_has_zmm_clmul() && std::getenv("TANDEM_CRC_NO_AVX512") == nullptr;
 
-uint32_t crc_stream(const __m128i* h, std::size_t nh, const uint8_t* p, std::size_t n) noexcept {
-  return kZmmClmul ? crc_stream512(h, nh, p, n) : crc_stream128(h, nh, p, n);
-}
-
-TANDEM_CLMUL_TARGET uint32_t crc32_clmul(uint32_t crc, const uint8_t* data, std::size_t len) noexcept {
+TANDEM_ZMM_TARGET uint32_t crc32_clmul(uint32_t crc, const uint8_t* data, std::size_t len) noexcept {
   const __m128i b0 = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data)),
                                    _mm_cvtsi32_si128(static_cast<int>(~crc)));
-  return ~crc_stream(&b0, 1, data + 16, len - 16);
+  return ~crc_stream512(&b0, 1, data + 16, len - 16);
 }
 #endif
 
@@ -357,7 +294,7 @@ TANDEM_CLMUL_TARGET uint32_t crc32_clmul(uint32_t crc, const uint8_t* data, std:
 
 uint32_t crc32_update(uint32_t crc, const uint8_t* data, std::size_t len) noexcept {
 #if defined(TANDEM_CRC_CLMUL)
-  if (len >= 16 && len < kClmulBelow && kClmul) return crc32_clmul(crc, data, len);
+  if (len >= 16 && len < kClmulBelow && kZmmClmul) return crc32_clmul(crc, data, len);
 #endif
   return crc32_library(crc, data, len);
 }
@@ -365,9 +302,9 @@ uint32_t crc32_update(uint32_t crc, const uint8_t* data, std::size_t len) noexce
 const char* crc32_backend() noexcept {
 #if defined(TANDEM_CRC_CLMUL)
 #if defined(TANDEM_HAVE_ISAL)
-  if (kClmul) return kZmmClmul ? "vpclmulqdq-512 16-255 B, else isa-l" : "pclmul 16-255 B, else isa-l";
+  if (kZmmClmul) return "vpclmulqdq-512 16-255 B, else isa-l";
 #else
-  if (kClmul) return kZmmClmul ? "vpclmulqdq-512 16-255 B, else zlib" : "pclmul 16-255 B, else zlib";
+  if (kZmmClmul) return "vpclmulqdq-512 16-255 B, else zlib";
 #endif
 #endif
 #if defined(TANDEM_HAVE_ISAL)
@@ -383,12 +320,12 @@ uint32_t icrc_headers(const uint8_t* ip, std::size_t hdr_len) noexcept {
   const std::size_t masked = ihl + kUdpHdrLen + kBthLen;
   if (ihl < kIpv4HdrLen || hdr_len < masked) return 0;
 #if defined(TANDEM_CRC_CLMUL)
-  if (ihl == kIpv4HdrLen && hdr_len < kClmulBelow && kClmul) {
+  if (ihl == kIpv4HdrLen && hdr_len < kClmulBelow && kZmmClmul) {
     // The usual case, no IP options: the 48 masked bytes made in registers
     // and fed to the folding as its first three blocks.
     __m128i h[3];
     masked_head(ip, h);
-    return ~crc_stream(h, 3, ip + 40, hdr_len - 40);
+    return ~crc_stream512(h, 3, ip + 40, hdr_len - 40);
   }
 #endif
 #if defined(__SSE2__)

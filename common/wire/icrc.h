@@ -34,8 +34,8 @@ inline uint32_t roce_icrc(const uint8_t* ip, std::size_t len) noexcept {
 // (AVX-512 VPCLMULQDQ): a transmit burst's ICRCs.
 void roce_icrc_burst(const uint8_t* const* ip, const std::size_t* len, uint32_t* out, std::size_t n) noexcept;
 
-// Name of the CRC implementation in use: carry-less multiplication for
-// 16-255 bytes when the CPU has it ("pclmul ..." or "vpclmulqdq-512 ..."),
+// Name of the CRC implementation in use: our carry-less multiplication
+// for 16-255 bytes on CPUs with AVX-512 VPCLMULQDQ ("vpclmulqdq-512 ..."),
 // the library (isa-l or zlib) otherwise.
 const char* crc32_backend() noexcept;
 
