@@ -50,11 +50,13 @@ uint32_t crc32_library(uint32_t crc, const uint8_t* data, std::size_t len) noexc
 // bits), P the CRC-32 polynomial 0x104C11DB7. kFold[1] and kFold[4] are the
 // constants of Linux's crc32-pclmul and ISA-L.
 constexpr std::size_t kDirect = 16;
-// From this length on the library's kernel (ISA-L folds four 512-bit lanes)
-// is faster; below it, streams are at most kDirect blocks.
-constexpr std::size_t kClmulBelow = 256;
-static_assert((8 + kClmulBelow) / 16 <= kDirect);
-alignas(16) constexpr uint64_t kFold[kDirect][2] = {
+// Streams of more than kDirect blocks first fold four 512-bit lanes (16
+// blocks) 256 bytes a step, as ISA-L does; what the lanes hold and the
+// blocks left are then each at most 2 * kDirect - 1 blocks from the end.
+// icrc4_512 (bursts) takes packets below kBurstBelow bytes.
+constexpr std::size_t kBurstBelow = 256;
+static_assert((8 + kBurstBelow) / 16 <= kDirect);
+alignas(16) constexpr uint64_t kFold[2 * kDirect][2] = {
     {0, 0},
     {0x1751997d0, 0x0ccaa009e},
     {0x0f1da05aa, 0x15a546366},
@@ -71,6 +73,22 @@ alignas(16) constexpr uint64_t kFold[kDirect][2] = {
     {0x1b35adb0e, 0x1e7146aac},
     {0x19159bb02, 0x125f17dfc},
     {0x1db06f64c, 0x1c47d2a9c},
+    {0x11542778a, 0x1322d1430},
+    {0x0a749e894, 0x16269a506},
+    {0x1f7228078, 0x1aaa44c18},
+    {0x032b0733c, 0x0ff6f2fc2},
+    {0x00e9bd5cc, 0x115b87256},
+    {0x1ad568056, 0x1c712203a},
+    {0x11e6a95a2, 0x12af2c15a},
+    {0x07eaed122, 0x09b9bdbd0},
+    {0x1f79525b0, 0x0d31343ea},
+    {0x150fc8004, 0x04470ac44},
+    {0x04b700aa8, 0x0eea395c4},
+    {0x13484efdc, 0x0f9d9c7ee},
+    {0x0ad0d2bb2, 0x0cd669a40},
+    {0x144c76d92, 0x1b631f204},
+    {0x119adc226, 0x145972f08},
+    {0x0398e2ff2, 0x1cf247394},
 };
 constexpr uint64_t kR5 = 0x163cd6124;     // x^64 mod P, reflected: 64 -> 32 bits
 constexpr uint64_t kPoly = 0x1db710641;   // P, reflected
@@ -126,18 +144,70 @@ TANDEM_CLMUL_TARGET inline uint32_t crc_finish(__m128i acc, const uint8_t* p, st
 #endif
 
 // kFold upside down and three rows of zeros after it: 64 bytes from row
-// 15 - d are the constants for d, d - 1, d - 2, d - 3 (zero below 1).
+// kRows - 1 - d are the constants for d, d - 1, d - 2, d - 3 (zero below 1).
 // (Rows are 16 bytes: loaded unaligned.)
+constexpr std::size_t kRows = 2 * kDirect;
 struct FoldRev {
-  alignas(64) uint64_t k[kDirect + 3][2] = {};
+  alignas(64) uint64_t k[kRows + 3][2] = {};
   constexpr FoldRev() {
-    for (std::size_t d = 0; d < kDirect; ++d) {
-      k[kDirect - 1 - d][0] = kFold[d][0];
-      k[kDirect - 1 - d][1] = kFold[d][1];
+    for (std::size_t d = 0; d < kRows; ++d) {
+      k[kRows - 1 - d][0] = kFold[d][0];
+      k[kRows - 1 - d][1] = kFold[d][1];
     }
   }
 };
 constexpr FoldRev kFoldRev;
+
+// A group of four blocks whose first lies d0 (< kRows) blocks before the
+// stream's last, each moved there.
+TANDEM_ZMM_TARGET inline __m512i fold4(__m512i b, std::size_t d0) noexcept {
+  const __m512i k = _mm512_loadu_si512(kFoldRev.k[kRows - 1 - d0]);
+  return _mm512_xor_si512(_mm512_clmulepi64_epi128(b, k, 0x00), _mm512_clmulepi64_epi128(b, k, 0x11));
+}
+
+// crc_stream512 for streams of more than kDirect whole blocks.
+TANDEM_ZMM_TARGET uint32_t crc_long512(const __m128i* h, std::size_t nh, const uint8_t* p,
+                                       std::size_t n) noexcept {
+  const std::size_t q = nh + n / 16;
+  const uint8_t* mem = p - 16 * nh;
+  __m512i a0 = _mm512_maskz_loadu_epi64(static_cast<__mmask8>(0xFF & ~((1u << (2 * nh)) - 1)), mem);
+  if (nh > 0) a0 = _mm512_inserti32x4(a0, h[0], 0);
+  if (nh > 1) a0 = _mm512_inserti32x4(a0, h[1], 1);
+  if (nh > 2) a0 = _mm512_inserti32x4(a0, h[2], 2);
+  __m512i a1 = _mm512_loadu_si512(mem + 64), a2 = _mm512_loadu_si512(mem + 128), a3 = _mm512_loadu_si512(mem + 192);
+  // Four lanes of four blocks, each moved on 16 blocks and the next 256
+  // bytes added.
+  const __m512i k16 = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kFold[16])));
+  std::size_t i = 16;
+  for (; q - i >= 16; i += 16) {
+    const uint8_t* b = mem + 16 * i;
+    a0 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a0, k16, 0x00), _mm512_clmulepi64_epi128(a0, k16, 0x11),
+                                   _mm512_loadu_si512(b), 0x96);
+    a1 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a1, k16, 0x00), _mm512_clmulepi64_epi128(a1, k16, 0x11),
+                                   _mm512_loadu_si512(b + 64), 0x96);
+    a2 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a2, k16, 0x00), _mm512_clmulepi64_epi128(a2, k16, 0x11),
+                                   _mm512_loadu_si512(b + 128), 0x96);
+    a3 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a3, k16, 0x00), _mm512_clmulepi64_epi128(a3, k16, 0x11),
+                                   _mm512_loadu_si512(b + 192), 0x96);
+  }
+  // The lanes stand for blocks i - 16 .. i - 1, the k < 16 blocks left are
+  // i .. q - 1: every one straight to the last one's place.
+  const std::size_t k = q - i;
+  __m512i acc = _mm512_ternarylogic_epi64(fold4(a0, k + 15), fold4(a1, k + 11), fold4(a2, k + 7), 0x96);
+  acc = _mm512_xor_si512(acc, fold4(a3, k + 3));
+  __m512i last = a3;
+  std::size_t last_lane = 3;
+  for (std::size_t g = 0; 4 * g < k; ++g) {
+    const std::size_t lanes = k - 4 * g < 4 ? k - 4 * g : 4;
+    last = _mm512_maskz_loadu_epi64(static_cast<__mmask8>((1u << (2 * lanes)) - 1), mem + 16 * (i + 4 * g));
+    last_lane = lanes - 1;
+    acc = _mm512_xor_si512(acc, fold4(last, k - 1 - 4 * g));
+  }
+  // The last block stays where it is (its constant row is zero).
+  acc = _mm512_xor_si512(acc, _mm512_maskz_mov_epi64(static_cast<__mmask8>(3u << (2 * last_lane)), last));
+  const __m256i a256 = _mm512_castsi512_si256(_mm512_xor_si512(acc, _mm512_shuffle_i64x2(acc, acc, 0x4E)));
+  return crc_finish(_mm_xor_si128(_mm256_castsi256_si128(a256), _mm256_extracti128_si256(a256, 1)), p, n);
+}
 
 // The CRC register (no pre/post inversion) after the stream made of the
 // `nh` blocks in h[] (nh <= 3) and then `n` bytes at p, the initial register
@@ -149,8 +219,9 @@ constexpr FoldRev kFoldRev;
 // with its own distance, per 512-bit multiplication.
 TANDEM_ZMM_TARGET uint32_t crc_stream512(const __m128i* h, std::size_t nh, const uint8_t* p,
                                          std::size_t n) noexcept {
-  const std::size_t q = nh + n / 16;  // whole blocks, <= kDirect
+  const std::size_t q = nh + n / 16;  // whole blocks
   const uint8_t* mem = p - 16 * nh;
+  if (q > kDirect) return crc_long512(h, nh, p, n);
   __m512i acc = _mm512_setzero_si512();
   __m512i b = acc;
   const std::size_t groups = (q + 3) / 4;
@@ -167,7 +238,7 @@ TANDEM_ZMM_TARGET uint32_t crc_stream512(const __m128i* h, std::size_t nh, const
     } else {
       b = _mm512_maskz_loadu_epi64(m, mem + 64 * g);
     }
-    const __m512i k = _mm512_loadu_si512(kFoldRev.k[kDirect - 1 - (q - 1 - 4 * g)]);
+    const __m512i k = _mm512_loadu_si512(kFoldRev.k[kRows - 1 - (q - 1 - 4 * g)]);
     acc = _mm512_ternarylogic_epi64(acc, _mm512_clmulepi64_epi128(b, k, 0x00),
                                     _mm512_clmulepi64_epi128(b, k, 0x11), 0x96);  // a ^ b ^ c
   }
@@ -194,7 +265,7 @@ inline void masked_head(const uint8_t* ip, __m128i h[3]) noexcept {
 }
 
 // Four option-less packets' ICRC registers at once, each 40 <= len <
-// kClmulBelow bytes from its IPv4 header: crc_stream512's steps, lane by
+// kBurstBelow bytes from its IPv4 header: crc_stream512's steps, lane by
 // lane within each step, so that four independent chains of
 // multiplications are in flight instead of one (a burst's ICRCs one after
 // the other overlap only as far as the CPU looks ahead).
@@ -218,7 +289,7 @@ TANDEM_ZMM_TARGET void icrc4_512(const uint8_t* const* ip, const std::size_t* le
     b = _mm512_inserti32x4(b, h[1], 1);
     b = _mm512_inserti32x4(b, h[2], 2);
     last[l] = b;
-    const __m512i k = _mm512_loadu_si512(kFoldRev.k[kDirect - 1 - (q[l] - 1)]);
+    const __m512i k = _mm512_loadu_si512(kFoldRev.k[kRows - 1 - (q[l] - 1)]);
     acc[l] = _mm512_xor_si512(_mm512_clmulepi64_epi128(b, k, 0x00), _mm512_clmulepi64_epi128(b, k, 0x11));
   }
   for (std::size_t g = 1; g < groups; ++g) {
@@ -227,7 +298,7 @@ TANDEM_ZMM_TARGET void icrc4_512(const uint8_t* const* ip, const std::size_t* le
       if (4 * g >= q[l]) continue;  // this lane has no more blocks
       const std::size_t lanes = std::min<std::size_t>(q[l] - 4 * g, 4);
       const __m512i b = _mm512_maskz_loadu_epi64(static_cast<__mmask8>((1u << (2 * lanes)) - 1), mem[l] + 64 * g);
-      const __m512i k = _mm512_loadu_si512(kFoldRev.k[kDirect - 1 - (q[l] - 1 - 4 * g)]);
+      const __m512i k = _mm512_loadu_si512(kFoldRev.k[kRows - 1 - (q[l] - 1 - 4 * g)]);
       acc[l] = _mm512_ternarylogic_epi64(acc[l], _mm512_clmulepi64_epi128(b, k, 0x00),
                                          _mm512_clmulepi64_epi128(b, k, 0x11), 0x96);
       last[l] = b;
@@ -294,7 +365,7 @@ TANDEM_ZMM_TARGET uint32_t crc32_clmul(uint32_t crc, const uint8_t* data, std::s
 
 uint32_t crc32_update(uint32_t crc, const uint8_t* data, std::size_t len) noexcept {
 #if defined(TANDEM_CRC_CLMUL)
-  if (len >= 16 && len < kClmulBelow && kZmmClmul) return crc32_clmul(crc, data, len);
+  if (len >= 16 && kZmmClmul) return crc32_clmul(crc, data, len);
 #endif
   return crc32_library(crc, data, len);
 }
@@ -302,9 +373,9 @@ uint32_t crc32_update(uint32_t crc, const uint8_t* data, std::size_t len) noexce
 const char* crc32_backend() noexcept {
 #if defined(TANDEM_CRC_CLMUL)
 #if defined(TANDEM_HAVE_ISAL)
-  if (kZmmClmul) return "vpclmulqdq-512 16-255 B, else isa-l";
+  if (kZmmClmul) return "vpclmulqdq-512 from 16 B, else isa-l";
 #else
-  if (kZmmClmul) return "vpclmulqdq-512 16-255 B, else zlib";
+  if (kZmmClmul) return "vpclmulqdq-512 from 16 B, else zlib";
 #endif
 #endif
 #if defined(TANDEM_HAVE_ISAL)
@@ -320,7 +391,7 @@ uint32_t icrc_headers(const uint8_t* ip, std::size_t hdr_len) noexcept {
   const std::size_t masked = ihl + kUdpHdrLen + kBthLen;
   if (ihl < kIpv4HdrLen || hdr_len < masked) return 0;
 #if defined(TANDEM_CRC_CLMUL)
-  if (ihl == kIpv4HdrLen && hdr_len < kClmulBelow && kZmmClmul) {
+  if (ihl == kIpv4HdrLen && kZmmClmul) {
     // The usual case, no IP options: the 48 masked bytes made in registers
     // and fed to the folding as its first three blocks.
     __m128i h[3];
@@ -369,7 +440,7 @@ void roce_icrc_burst(const uint8_t* const* ip, const std::size_t* len, uint32_t*
 #if defined(TANDEM_CRC_CLMUL)
   if (kZmmClmul) {
     auto fits = [&](std::size_t j) {
-      return len[j] >= kIpv4HdrLen + kUdpHdrLen + kBthLen && len[j] < kClmulBelow && (ip[j][0] & 0x0F) == 5;
+      return len[j] >= kIpv4HdrLen + kUdpHdrLen + kBthLen && len[j] < kBurstBelow && (ip[j][0] & 0x0F) == 5;
     };
     while (i + 4 <= n) {
       if (fits(i) && fits(i + 1) && fits(i + 2) && fits(i + 3)) {
