@@ -2,7 +2,7 @@
 // sender core produces IRN RDMA WRITE frames (built with build_frame, ICRC
 // and all); they are replayed, sprayed-style reordered (adjacent pairs
 // swapped), through: mbuf fill (what the PMD's DMA/memif copy does) ->
-// parse_roce with ICRC check -> ingress lookup in the level-2 table -> core
+// parse_roce with ICRC check -> ingress check against the QP's route -> core
 // on_packet (reorder window, placement into registered memory) -> core poll
 // -> ACK/SACK encapsulation -> tx_burst on net_null. Each pass replays the
 // same PSNs after resetting the receiving QP (RESET -> RTS).
@@ -27,6 +27,7 @@
 #include "common/wire/roce_packet.h"
 #include "rnic/core/frame.h"
 #include "rnic/core/transport.h"
+#include "rnic/dpdk/egress_route.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/table/level2_table.h"
 
@@ -168,8 +169,10 @@ int main(int argc, char** argv) {
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
   };
+  const std::vector<std::vector<uint16_t>> no_path_sets;
   auto run = [&](bool full) {
     uint64_t pkts = 0, accepted = 0, acks = 0;
+    rnic::dpdk::EgressRoute route;
     const double c0 = cpu_ns();
     const uint64_t t0 = clock.now_ns(), end = t0 + static_cast<uint64_t>(seconds * 1e9);
     while (clock.now_ns() < end) {
@@ -186,12 +189,18 @@ int main(int argc, char** argv) {
         const uint64_t now = clock.now_ns();
         const Level2Table::Snapshot snap = table.begin_read();
         for (std::size_t k = 0; k < n; ++k) {
+          // Worker::ingress: the source must be the underlay the QP's egress
+          // entry maps its remote to, resolved once per table version.
           const uint8_t* data = rte_pktmbuf_mtod(ms[k], const uint8_t*);
           common::RocePacket pkt;
           if (common::parse_roce(data, ms[k]->pkt_len, pkt) != common::DropReason::kNone) continue;
           if (!full) continue;
-          const Level2Entry* e = table.lookup(snap, common::ingress_key_vni(pkt.ip.src, 100));
-          if (e == nullptr || e->ingress.local_vnic_id != 1) continue;
+          if (!route.fresh(snap.version, 0xC0A80001)) {
+            const Level2Entry* e = table.lookup(snap, common::egress_key(1, 0xC0A80001));
+            if (e == nullptr) continue;
+            route.resolve(e->egress, common::MacAddr{}, no_path_sets, snap.version, 0xC0A80001);
+          }
+          if (pkt.ip.src != route.underlay) continue;
           if (rx.on_packet(pkt, data + pkt.payload_offset, pkt.payload_len, now) == common::DropReason::kNone)
             ++accepted;
         }
