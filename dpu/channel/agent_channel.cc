@@ -88,14 +88,14 @@ void AgentChannel::send_hello(uint64_t now) {
 }
 
 void AgentChannel::submit(ChangeSet cs) {
-  queue_.push_back(Queued{{cs.tag}, std::move(cs.ops)});
+  queue_.push_back(Queued{cs.tag, false, {}, std::move(cs.ops)});
 }
 
 void AgentChannel::requeue_inflight() {
-  if (next_) queue_.push_front(Queued{std::move(next_->tags), std::move(next_->ops)});
+  if (next_) queue_.push_front(Queued{0, true, std::move(next_->tags), std::move(next_->ops)});
   next_.reset();
   if (inflight_ && !inflight_->replay)
-    queue_.push_front(Queued{std::move(inflight_->tags), std::move(inflight_->ops)});
+    queue_.push_front(Queued{0, true, std::move(inflight_->tags), std::move(inflight_->ops)});
   inflight_.reset();
 }
 
@@ -144,7 +144,10 @@ void AgentChannel::maybe_start_txn(uint64_t now) {
          (ops.empty() || ops.size() + queue_.front().ops.size() <= config_.max_ops_per_txn)) {
     Queued& q = queue_.front();
     ops.insert(ops.end(), q.ops.begin(), q.ops.end());
-    tags.insert(tags.end(), q.tags.begin(), q.tags.end());
+    if (q.requeued)
+      tags.insert(tags.end(), q.tags.begin(), q.tags.end());
+    else
+      tags.push_back(q.tag);
     queue_.pop_front();
   }
   std::deque<RawMessage> msgs;
@@ -283,7 +286,7 @@ void AgentChannel::on_aborted(const AbortedMsg& m, uint64_t now) {
   // A txn pipelined behind it was based on its version: the RNIC refuses it
   // at BEGIN (its ABORTED then matches nothing and counts as stale); send its
   // change sets again first, on the version the RNIC still has.
-  if (next_) queue_.push_front(Queued{std::move(next_->tags), std::move(next_->ops)});
+  if (next_) queue_.push_front(Queued{0, true, std::move(next_->tags), std::move(next_->ops)});
   next_.reset();
   if (was_replay)
     degrade(now, "replay to RNIC " + rnic_ + " aborted: the table does not fit (reason " +

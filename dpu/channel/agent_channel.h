@@ -160,8 +160,12 @@ class AgentChannel {
   common::RnicChannelState bar_state_ = common::RnicChannelState::kDown;
   bool degraded_by_stall_ = false;  // DEGRADED because the BAR heartbeat stopped
   uint64_t txn_sent_at_ = 0;
+  // A submitted change set keeps its one tag inline (no vector per new
+  // flow); a txn put back at the queue's head keeps all of its tags.
   struct Queued {
-    std::vector<uint64_t> tags;
+    uint64_t tag = 0;               // !requeued: the change set's tag
+    bool requeued = false;
+    std::vector<uint64_t> tags;     // requeued: every tag the txn carried
     std::vector<Level2Op> ops;
   };
   std::optional<PendingTxn> inflight_;
