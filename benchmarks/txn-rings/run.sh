@@ -3,7 +3,8 @@
 # Called by scripts/bench.sh txn-rings [--json] [--part all|latency|bulk|newflow]
 # [--samples N --bulk-entries N --bulk-txn N --flows N --window N --cpus A,W|none --dir DIR]
 # [--no-pipeline (one txn in flight; tandem-dpu pipelines) --no-revalidate (skip tandem-dpu's
-# revalidation of committed punt resolutions)].
+# revalidation of committed punt resolutions) --no-baseline (newflow: skip the in-memory run, to
+# profile the two ring processes alone)].
 # Both processes busy-poll; not pinned by default (--cpus A,W pins them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
