@@ -12,16 +12,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "lib"))
-from tandem_harness import Lab, measure_opackets  # noqa: E402
-
-
-def testpmd_io(lab, testpmd, frame_bytes, seconds, warmup):
-    pre = f"rxbench-pmd-{os.getpid()}"
-    return measure_opackets(lab, [testpmd, "-l", "0,1", "--no-pci", "--no-huge", "-m", "256", f"--file-prefix={pre}",
-                                  f"--vdev=net_null0,size={frame_bytes},copy=1", "--log-level=error", "--",
-                                  "--forward-mode=io", "--port-topology=loop", "--nb-cores=1",
-                                  "--total-num-mbufs=8192", "--stats-period=100"],
-                            pre, warmup, seconds)
+from tandem_harness import Lab, measure_testpmd_io  # noqa: E402
 
 
 def main():
@@ -44,7 +35,8 @@ def main():
         lab = Lab()
         try:
             for p in (64, 1024):
-                pmd[p] = testpmd_io(lab, testpmd, res[p]["frame_bytes"], a.seconds, a.warmup)
+                pmd[p] = measure_testpmd_io(lab, testpmd, res[p]["frame_bytes"], a.seconds, a.warmup,
+                                            "rxbench-pmd", copy=True)
         finally:
             lab.cleanup()
     r64 = res[64]

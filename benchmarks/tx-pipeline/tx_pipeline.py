@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "lib"))
-from tandem_harness import Lab, measure_opackets  # noqa: E402
+from tandem_harness import Lab, measure_opackets, measure_testpmd_io  # noqa: E402
 
 
 def testpmd_txonly(lab, testpmd, seconds, warmup):
@@ -22,15 +22,6 @@ def testpmd_txonly(lab, testpmd, seconds, warmup):
     return measure_opackets(lab, [testpmd, "-l", "0,1", "--no-pci", "--no-huge", "-m", "256", f"--file-prefix={pre}",
                                   "--vdev=net_null0", "--log-level=error", "--", "--forward-mode=txonly",
                                   "--nb-cores=1", "--total-num-mbufs=8192", "--txpkts=64", "--stats-period=100"],
-                            pre, warmup, seconds)
-
-
-def testpmd_io(lab, testpmd, frame_bytes, seconds, warmup):
-    pre = f"txbench-io-{os.getpid()}"
-    return measure_opackets(lab, [testpmd, "-l", "0,1", "--no-pci", "--no-huge", "-m", "256", f"--file-prefix={pre}",
-                                  f"--vdev=net_null0,size={frame_bytes}", "--log-level=error", "--",
-                                  "--forward-mode=io", "--port-topology=loop", "--nb-cores=1",
-                                  "--total-num-mbufs=8192", "--stats-period=100"],
                             pre, warmup, seconds)
 
 
@@ -52,7 +43,7 @@ def main():
     frame = ours["64"]["frame_bytes"]
     lab = Lab()
     try:
-        io = testpmd_io(lab, testpmd, frame, a.seconds, a.warmup)
+        io = measure_testpmd_io(lab, testpmd, frame, a.seconds, a.warmup, "txbench-io")
         txonly = testpmd_txonly(lab, testpmd, a.seconds, a.warmup)
     finally:
         lab.cleanup()

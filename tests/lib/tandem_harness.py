@@ -298,6 +298,18 @@ def measure_opackets(lab, argv, prefix, warmup, seconds, log=subprocess.DEVNULL)
         remove_dpdk_files(prefix)
 
 
+def measure_testpmd_io(lab, testpmd, frame_bytes, seconds, warmup, tag, copy=False):
+    """dpdk-testpmd io forwarding on one net_null port looped to itself, one forwarding lcore,
+    frames of `frame_bytes` (copy=True: the PMD writes every received frame into its mbuf,
+    as a NIC's DMA does): the pipeline benches' baseline, in Mpps."""
+    pre = f"{tag}-{os.getpid()}"
+    null = f"--vdev=net_null0,size={frame_bytes}" + (",copy=1" if copy else "")
+    return measure_opackets(lab, [testpmd, "-l", "0,1", "--no-pci", "--no-huge", "-m", "256", f"--file-prefix={pre}",
+                                  null, "--log-level=error", "--", "--forward-mode=io", "--port-topology=loop",
+                                  "--nb-cores=1", "--total-num-mbufs=8192", "--stats-period=100"],
+                            pre, warmup, seconds)
+
+
 # ---- checks ------------------------------------------------------------------
 
 class Checks:
