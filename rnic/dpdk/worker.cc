@@ -144,6 +144,7 @@ class Worker {
   DropReason ingress(common::RocePacket& pkt, uint8_t* data, const Level2Table::Snapshot& snap,
                      QpCtx** out) noexcept;
   void translate_remote(const QpCtx& q, common::RocePacket& pkt, uint8_t* payload) noexcept;
+  EgressRoute* fresh_route(QpCtx& q, uint32_t peer, const Level2Table::Snapshot& snap) noexcept;
   uint32_t tx_drain() noexcept;
   bool tx_flush() noexcept;
   void tx_discard() noexcept;
@@ -277,20 +278,28 @@ DropReason Worker::ingress(common::RocePacket& pkt, uint8_t*, const Level2Table:
   if (q == nullptr) return DropReason::kUnknownQpn;
   if (!q->routed) return DropReason::kBadQpState;
   if (pkt.has_outer && (pkt.outer.vxlan.vni & 0xFFFFFF) != q->vni) return DropReason::kTenantMismatch;
-  EgressRoute& r = q->route;
-  if (!r.fresh(snap.version, q->remote_overlay)) {
-    const Level2Entry* e = table_.lookup(snap, common::egress_key(q->vnic, q->remote_overlay));
-    if (e == nullptr) {
-      // Withdrawn: the agent may re-resolve it (as a send would ask).
-      if (dpu_) dpu_->punt(common::egress_key(q->vnic, q->remote_overlay), nullptr, 0, 0, clock_.now_ns());
-      return DropReason::kTableMiss;
-    }
-    r.resolve(e->egress, st_.underlay_mac, st_.path_sets, snap.version, q->remote_overlay);
-    q->remote_underlay = r.underlay;
-  }
-  if (ip.src != r.underlay) return DropReason::kTenantMismatch;
+  const EgressRoute* r = fresh_route(*q, q->remote_overlay, snap);
+  if (r == nullptr) return DropReason::kTableMiss;  // withdrawn
+  if (ip.src != r->underlay) return DropReason::kTenantMismatch;
   *out = q;
   return DropReason::kNone;
+}
+
+// The QP's route to `peer` in this table version: resolved from its egress
+// entry only when the version moved. nullptr if the entry is gone; the miss
+// is punted so the agent may resolve it again.
+EgressRoute* Worker::fresh_route(QpCtx& q, uint32_t peer, const Level2Table::Snapshot& snap) noexcept {
+  EgressRoute& r = q.route;
+  if (r.fresh(snap.version, peer)) [[likely]]
+    return &r;
+  const Level2Entry* e = table_.lookup(snap, common::egress_key(q.vnic, peer));
+  if (e == nullptr) {
+    if (dpu_) dpu_->punt(common::egress_key(q.vnic, peer), nullptr, 0, 0, clock_.now_ns());
+    return nullptr;
+  }
+  r.resolve(e->egress, st_.underlay_mac, st_.path_sets, snap.version, peer);
+  q.remote_underlay = r.underlay;
+  return &r;
 }
 
 // Remote addresses in the packet are the remote application's (rkey, VA):
@@ -372,18 +381,13 @@ uint32_t Worker::tx_drain() noexcept {
       tx.pop();
       continue;
     }
-    EgressRoute& r = q->route;
-    if (!r.fresh(snap.version, d.peer)) {
-      const Level2Entry* e = table_.lookup(snap, common::egress_key(q->vnic, d.peer));
-      if (e == nullptr) {
-        k_.drop(Stage::kEgress, DropReason::kTableMiss);
-        if (dpu_) dpu_->punt(common::egress_key(q->vnic, d.peer), nullptr, 0, 0, clock_.now_ns());
-        tx.pop();
-        continue;
-      }
-      r.resolve(e->egress, st_.underlay_mac, st_.path_sets, snap.version, d.peer);
+    const EgressRoute* r = fresh_route(*q, d.peer, snap);
+    if (r == nullptr) {
+      k_.drop(Stage::kEgress, DropReason::kTableMiss);
+      tx.pop();
+      continue;
     }
-    rte_mbuf* m = encap_->build(d, r.tmpl, r.sport(d.udp_sport), true);
+    rte_mbuf* m = encap_->build(d, r->tmpl, r->sport(d.udp_sport), true);
     if (d.retransmit) ++k_.tx_retransmits;
     tx.pop();
     if (m == nullptr) {
