@@ -1,8 +1,9 @@
 // One QP's way out of the port, resolved from its level-2 egress entry once
 // per table version instead of by a hash lookup per packet: the frame
-// template TxEncap starts every frame from, and the path set that turns the
-// core's path choice into a UDP source port. A commit bumps the table
-// version, so the next packet after any change resolves again.
+// template TxEncap starts every frame from, the path set that turns the
+// core's path choice into a UDP source port, and the remote's underlay
+// address, which the receive side checks packets against. A commit bumps
+// the table version, so the next packet after any change resolves again.
 #pragma once
 
 #include <cstdint>
