@@ -202,6 +202,7 @@ void AgentChannel::on_hello_ack(const HelloAckMsg& m, uint64_t now) {
     return;
   }
   version_ = m.chosen_version;
+  shadow_.presize(m.table_capacity);
   bool same = m.committed_version == shadow_.version() && m.digest == shadow_.digest().value &&
               m.entry_count == shadow_.digest().count;
   if (has_digest_reconcile(version_) && same) {

@@ -1,6 +1,13 @@
 // Level-2 shadow bookkeeping.
 #include "dpu/txn/level2_shadow.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <type_traits>
+
 namespace tandem::dpu {
 
 using common::EntryKey;
@@ -19,7 +26,7 @@ const Level2Entry* EntryMap::find(const EntryKey& k) const noexcept {
 }
 
 std::pair<Level2Entry*, bool> EntryMap::find_or_insert(const EntryKey& k) {
-  if ((size_ + 1) * 4 > slots_.size() * 3) rehash(slots_.empty() ? 16 : slots_.size() * 2);
+  if ((size_ + 1) * 4 > n_slots_ * 3) rehash(n_slots_ == 0 ? 16 : n_slots_ * 2);
   for (std::size_t i = home(k);; i = (i + 1) & mask_) {
     value_type& s = slots_[i];
     if (s.first == k) return {&s.second, false};
@@ -51,31 +58,85 @@ bool EntryMap::erase(const EntryKey& k) noexcept {
     slots_[i] = slots_[j];
     i = j;
   }
-  slots_[i] = value_type();
+  std::memset(static_cast<void*>(&slots_[i]), 0, sizeof(value_type));
   --size_;
   return true;
 }
 
 void EntryMap::clear() noexcept {
-  for (value_type& s : slots_) s = value_type();
+  if (n_slots_ != 0) std::memset(static_cast<void*>(slots_), 0, n_slots_ * sizeof(value_type));
   size_ = 0;
 }
 
-void EntryMap::reserve(std::size_t n) {
+void EntryMap::reserve(std::size_t n, bool populate) {
   std::size_t want = 16;
   while (want * 3 < n * 4) want *= 2;
-  if (want > slots_.size()) rehash(want);
+  if (want > n_slots_) rehash(want, populate);
 }
 
-void EntryMap::rehash(std::size_t slots) {
-  decltype(slots_) old(slots, value_type());
-  old.swap(slots_);
+namespace {
+
+using Slot = EntryMap::value_type;
+static_assert(std::is_trivially_copyable_v<EntryKey> && std::is_trivially_copyable_v<Level2Entry> &&
+              std::is_trivially_destructible_v<Slot> && sizeof(Slot) == sizeof(EntryKey) + sizeof(Level2Entry));
+static_assert(static_cast<uint8_t>(EntryKind::kInvalid) == 0, "an all-zero slot must read as empty");
+
+Slot* alloc_zeroed(std::size_t n, bool populate) {
+  const std::size_t bytes = n * sizeof(Slot);
+  if (bytes < common::kHugePageBytes) {
+    void* p = ::operator new(bytes, std::align_val_t{alignof(Slot)});
+    std::memset(p, 0, bytes);
+    return static_cast<Slot*>(p);
+  }
+  void* p = common::map_huge(bytes);  // zero-filled by the kernel on first touch
+#ifdef MADV_POPULATE_WRITE
+  if (populate) ::madvise(p, bytes, MADV_POPULATE_WRITE);  // Linux >= 5.14; else faulted on use
+#else
+  (void)populate;
+#endif
+  return static_cast<Slot*>(p);
+}
+
+void free_slots(Slot* p, std::size_t n) noexcept {
+  if (!p) return;
+  const std::size_t bytes = n * sizeof(Slot);
+  if (bytes < common::kHugePageBytes)
+    ::operator delete(p, std::align_val_t{alignof(Slot)});
+  else
+    common::unmap_huge(p, bytes);
+}
+
+}  // namespace
+
+EntryMap::EntryMap(const EntryMap& o) : size_(o.size_), mask_(o.mask_), shift_(o.shift_) {
+  if (o.n_slots_ == 0) return;
+  slots_ = alloc_zeroed(o.n_slots_, false);
+  n_slots_ = o.n_slots_;
+  std::memcpy(static_cast<void*>(slots_), o.slots_, n_slots_ * sizeof(value_type));
+}
+
+EntryMap::~EntryMap() { free_slots(slots_, n_slots_); }
+
+void EntryMap::swap(EntryMap& o) noexcept {
+  std::swap(slots_, o.slots_);
+  std::swap(n_slots_, o.n_slots_);
+  std::swap(size_, o.size_);
+  std::swap(mask_, o.mask_);
+  std::swap(shift_, o.shift_);
+}
+
+void EntryMap::rehash(std::size_t slots, bool populate) {
+  Slot* old = slots_;
+  const std::size_t old_n = n_slots_;
+  slots_ = alloc_zeroed(slots, populate);
+  n_slots_ = slots;
   mask_ = slots - 1;
   shift_ = 64;
   for (std::size_t s = slots; s > 1; s >>= 1) --shift_;
   size_ = 0;
-  for (const value_type& s : old)
-    if (s.first.kind != EntryKind::kInvalid) *find_or_insert(s.first).first = s.second;
+  for (std::size_t i = 0; i < old_n; ++i)
+    if (old[i].first.kind != EntryKind::kInvalid) *find_or_insert(old[i].first).first = old[i].second;
+  free_slots(old, old_n);
 }
 
 // --- Level2Shadow --------------------------------------------------------------
@@ -243,6 +304,10 @@ std::vector<Level2Entry> Level2Shadow::snapshot() const {
   out.reserve(entries_.size());
   for (const auto& [k, e] : entries_) out.push_back(e);
   return out;
+}
+
+void Level2Shadow::presize(uint32_t capacity) {
+  entries_.reserve(std::min(capacity, kPresizeLimit), /*populate=*/true);
 }
 
 }  // namespace tandem::dpu

@@ -55,16 +55,27 @@ class EntryMap {
     const value_type* end_;
   };
 
+  EntryMap() noexcept = default;
+  EntryMap(const EntryMap& o);
+  EntryMap(EntryMap&& o) noexcept { swap(o); }
+  EntryMap& operator=(EntryMap o) noexcept {
+    swap(o);
+    return *this;
+  }
+  ~EntryMap();
+  void swap(EntryMap& o) noexcept;
+
   std::size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
-  const_iterator begin() const noexcept { return {slots_.data(), slots_.data() + slots_.size()}; }
-  const_iterator end() const noexcept { return {slots_.data() + slots_.size(), slots_.data() + slots_.size()}; }
+  std::size_t slot_count() const noexcept { return n_slots_; }
+  const_iterator begin() const noexcept { return {slots_, slots_ + n_slots_}; }
+  const_iterator end() const noexcept { return {slots_ + n_slots_, slots_ + n_slots_}; }
 
   const common::Level2Entry* find(const common::EntryKey& k) const noexcept;
   // Brings k's home slot into the cache ahead of a find/insert/erase (a slot
   // is 48 bytes, so it may span two lines). No effect on the map.
   void prefetch(const common::EntryKey& k) const noexcept {
-    if (slots_.empty()) return;
+    if (n_slots_ == 0) return;
     const char* p = reinterpret_cast<const char*>(&slots_[home(k)]);
     __builtin_prefetch(p);
     __builtin_prefetch(p + sizeof(value_type) - 1);
@@ -73,15 +84,22 @@ class EntryMap {
   std::pair<common::Level2Entry*, bool> find_or_insert(const common::EntryKey& k);
   bool erase(const common::EntryKey& k) noexcept;
   void clear() noexcept;
-  void reserve(std::size_t n);
+  // Room for n entries without growing. With populate, the pages are also
+  // faulted in now (zeroed by the kernel) rather than by the inserts that
+  // first touch them: see Level2Shadow::presize.
+  void reserve(std::size_t n, bool populate = false);
 
  private:
   std::size_t home(const common::EntryKey& k) const noexcept {
     return static_cast<std::size_t>((EntryKeyHash{}(k) * 0x9E3779B97F4A7C15ull) >> shift_);
   }
-  void rehash(std::size_t slots);
+  void rehash(std::size_t slots, bool populate = false);
 
-  std::vector<value_type, common::HugePageAllocator<value_type>> slots_;  // large: huge pages
+  // An empty slot is all-zero bytes (key kind kInvalid), so fresh zero-filled
+  // memory is an empty table as it comes from the kernel: growing needs no
+  // pass writing empty slots over pages the kernel has just zeroed.
+  value_type* slots_ = nullptr;  // n_slots_ slots; large blocks on huge pages
+  std::size_t n_slots_ = 0;
   std::size_t size_ = 0;
   std::size_t mask_ = 0;
   unsigned shift_ = 64;
@@ -112,6 +130,14 @@ class Level2Shadow {
   void reset(uint64_t version, const std::vector<common::Level2Entry>& entries);
   void set_version(uint64_t v) noexcept { version_ = v; }
   std::vector<common::Level2Entry> snapshot() const;
+  // Sizes the shadow for what the RNIC can hold (its HELLO_ACK table
+  // capacity, at most kPresizeLimit) and faults the memory in now: the shadow
+  // mirrors a fixed-capacity table, and growing it by doubling while new flows
+  // arrive cost a third of the agent's CPU per new flow (rehash copies plus
+  // the kernel zeroing fresh pages); the worker pays for its own table the
+  // same way, once, at start. Memory: about 64 bytes per entry of capacity.
+  void presize(uint32_t capacity);
+  static constexpr uint32_t kPresizeLimit = 1u << 24;
 
  private:
   common::TableDigest digest_after(const std::vector<Level2Op>& ops, const std::vector<Level2Op>* earlier,

@@ -285,6 +285,36 @@ TEST_CASE("the shadow's flat map agrees with a reference map through inserts, er
   CHECK(m.find(EntryKey{}) == nullptr);  // kind kInvalid is never stored
 }
 
+TEST_CASE("a presized shadow keeps its entries, never grows up to the capacity, and copies deeply") {
+  Level2Shadow sh;
+  std::vector<Level2Entry> start;
+  for (uint32_t i = 0; i < 100; ++i) start.push_back(make_egress_entry(egress_key(1, i), EgressAction{}));
+  sh.reset(7, start);
+  const auto digest = sh.digest();
+  sh.presize(100000);  // 2^17 slots of 48 bytes: a huge-page mapping, faulted in now
+  const std::size_t slots = sh.entries().slot_count();
+  CHECK(slots >= 100000 * 4 / 3);
+  CHECK(sh.digest() == digest);
+  CHECK(sh.version() == 7);
+  REQUIRE(sh.entries().size() == 100);
+  for (uint32_t i = 0; i < 100; ++i) REQUIRE(sh.find(egress_key(1, i)));
+  std::vector<Level2Op> ops;
+  for (uint32_t i = 100; i < 100000; ++i) ops.push_back({false, make_egress_entry(egress_key(1, i), EgressAction{})});
+  ops.push_back({true, make_egress_entry(egress_key(1, 5), EgressAction{})});
+  sh.apply(ops, 8);
+  CHECK(sh.entries().slot_count() == slots);  // no growth up to the capacity
+  CHECK(sh.entries().size() == 99999);
+  CHECK_FALSE(sh.find(egress_key(1, 5)));
+  Level2Shadow copy = sh;
+  sh.apply({{true, make_egress_entry(egress_key(1, 6), EgressAction{})}}, 9);
+  CHECK(copy.find(egress_key(1, 6)));  // the copy has its own slots
+  CHECK_FALSE(sh.find(egress_key(1, 6)));
+  CHECK(copy.entries().size() == 99999);
+  sh.presize(0);  // smaller than what it holds: no effect
+  CHECK(sh.entries().slot_count() == slots);
+  CHECK(sh.entries().size() == 99998);
+}
+
 TEST_CASE("a resolution that withdrew an ambiguous ingress key stands when it commits") {
   Level1State s = state();
   Level2Shadow installed;
