@@ -70,6 +70,11 @@ int main(int argc, char** argv) {
         c.dpu_agent_timeout_ns = std::stoull(r[0]) * 1'000'000;
         return true;
       }, "DPU mode: agent silence before HEADLESS (default 1000)");
+  app.add_option("--table-capacity", c.table_capacity,
+                 "Level-2 entries the table holds (default 65536 in DPU mode, twice --table's entries standalone);\n"
+                 "about 224 bytes of worker memory per entry (two versions may be staged), and the agent mirrors\n"
+                 "it in a shadow of about 64 bytes per entry. A PUT beyond it aborts the txn as table full.")
+      ->check(CLI::Range(64u, 1u << 24));
   app.add_option("--rxd", c.port.rx_desc, "RX ring size (default 512)");
   app.add_option("--txd", c.port.tx_desc, "TX ring size (default 512)");
   app.add_option("--link-wait-ms", c.port.link_wait_ms, "How long to wait for the link (default 2000)");

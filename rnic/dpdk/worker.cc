@@ -56,6 +56,17 @@ constexpr uint64_t kHostPollNs = 20'000;
 constexpr uint64_t kRouteWaitNs = 3'000'000'000;
 constexpr uint32_t kMaxHostQpSlots = 65536;
 
+// --table-capacity, or the default for the mode; throws if the YAML's entries do not fit.
+uint32_t table_capacity(const WorkerConfig& c, const StandaloneTable& st) {
+  if (c.table_capacity != 0) {
+    if (c.table_capacity < st.entries.size())
+      throw std::invalid_argument("--table-capacity " + std::to_string(c.table_capacity) + " is smaller than the " +
+                                  std::to_string(st.entries.size()) + " entries of " + c.table_file);
+    return c.table_capacity;
+  }
+  return static_cast<uint32_t>(std::max<std::size_t>(c.dpu_channel.empty() ? 64 : 65536, st.entries.size() * 2));
+}
+
 uint32_t mtu_bytes(ibv_mtu m) noexcept {
   return (m >= IBV_MTU_256 && m <= IBV_MTU_4096) ? (128u << m) : 1024u;
 }
@@ -105,8 +116,7 @@ class Worker {
   Worker(const WorkerConfig& c, StandaloneTable st)
       : c_(c),
         st_(std::move(st)),
-        table_(Level2TableConfig{static_cast<uint32_t>(
-            std::max<std::size_t>(c.dpu_channel.empty() ? 64 : 65536, st_.entries.size() * 2))}),
+        table_(Level2TableConfig{table_capacity(c, st_)}),
         core_(TransportConfig{c.max_qps, kQpnBase, 8, 4, 1024}),
         host_(host::ServerConfig{.socket_path = c.host_socket, .vnic_ips = vnic_ips(st_)}) {
     if (c.dpu_channel.empty())
@@ -946,6 +956,7 @@ void Worker::register_telemetry() {
                          [this](std::string_view, TelemetryDict& out) {
                            out.str("underlay_ip", format_ipv4(st_.underlay_ip));
                            out.u64("version", table_.version());
+                           out.u64("capacity", table_.capacity());
                            out.u64("entries", table_.size());
                            out.u64("vnics", st_.vnics.size());
                            return 0;
@@ -963,6 +974,7 @@ int run(const WorkerConfig& c) {
     throw std::invalid_argument("--mtu must be 256, 512, 1024, 2048 or 4096");
   // Parse the table before touching the EAL: a bad file is a clear error, not a half-started port.
   StandaloneTable table = load_standalone_table(c.table_file);
+  table_capacity(c, table);
   cd::eal_init("tandem-rnic", c.eal_args);
   auto worker = std::make_unique<Worker>(c, std::move(table));
   cd::install_stop_handlers();

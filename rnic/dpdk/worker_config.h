@@ -34,6 +34,9 @@ struct WorkerConfig {
   // (--table then only names the port's underlay identity and vNICs).
   std::string dpu_channel;
   uint64_t dpu_agent_timeout_ns = 1'000'000'000;  // agent silence before HEADLESS
+  // Level-2 entries the table holds; 0: 65536 in DPU mode, twice the YAML's
+  // entries (at least 64) standalone. The agent sizes its shadow to it.
+  uint32_t table_capacity = 0;
   std::vector<std::string> eal_args;
 };
 

@@ -12,7 +12,7 @@ check() { if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fail=1; fi; }
 
 out=$("$RNIC" --help 2>&1); rc=$?
 check "--help exits 0" "[ $rc -eq 0 ]"
-for f in --host-socket --table --mtu --mode --spray --cc --idle --stats-json --duration --tx-copy; do
+for f in --host-socket --table --mtu --mode --spray --cc --idle --stats-json --duration --tx-copy --table-capacity; do
   check "--help explains $f" "grep -q -- '$f' <<<\"\$out\""
 done
 
@@ -35,6 +35,9 @@ out=$("$RNIC" --host-socket "$D/s" --table "$D/good.yaml" --cc nosuch $EAL 2>&1)
 check "an unknown --cc policy exits 2" "[ $rc -eq 2 ]"
 out=$("$RNIC" --host-socket "$D/s" --table "$D/good.yaml" --mtu 1500 $EAL 2>&1); rc=$?
 check "an MTU that is not an IB MTU exits 2" "[ $rc -eq 2 ] && grep -q -- '--mtu' <<<\"\$out\""
+out=$("$RNIC" --host-socket "$D/s" --table "$D/good.yaml" --table-capacity 10 $EAL 2>&1); rc=$?
+check "a --table-capacity below 64 is refused naming the flag" "[ $rc -ne 0 ] && grep -q -- '--table-capacity' <<<\"\$out\""
+check "no EAL was started for it either" "[ ! -e /var/run/dpdk/$PREFIX ]"
 out=$("$RNIC" --table "$D/good.yaml" $EAL 2>&1); rc=$?
 check "--host-socket is required" "[ $rc -ne 0 ] && grep -q -- '--host-socket' <<<\"\$out\""
 exit $fail
