@@ -202,6 +202,7 @@ void AgentChannel::on_hello_ack(const HelloAckMsg& m, uint64_t now) {
     return;
   }
   version_ = m.chosen_version;
+  table_capacity_ = m.table_capacity;
   shadow_.presize(m.table_capacity);
   bool same = m.committed_version == shadow_.version() && m.digest == shadow_.digest().value &&
               m.entry_count == shadow_.digest().count;

@@ -119,6 +119,8 @@ class AgentChannel {
   // until the BAR shows a live one.
   bool waiting_for_rnic() const noexcept { return started_ && state_ == ChannelState::kDown; }
   uint16_t version() const noexcept { return version_; }
+  // Level-2 entries the RNIC said it can hold (HELLO_ACK); 0 before the first.
+  uint32_t table_capacity() const noexcept { return table_capacity_; }
   const Level2Shadow& shadow() const noexcept { return shadow_; }
   const std::string& rnic() const noexcept { return rnic_; }
   const std::string& last_error() const noexcept { return last_error_; }
@@ -146,6 +148,7 @@ class AgentChannel {
   Level2Shadow shadow_;
   ChannelState state_ = ChannelState::kDown;
   uint16_t version_ = 0;
+  uint32_t table_capacity_ = 0;
   uint32_t cmd_seq_ = 0;
   uint32_t next_txn_ = 1;
   uint64_t state_since_ = 0;

@@ -326,6 +326,7 @@ class Agent final : public AgentHooks {
             {"protocol_version", ch.version()},
             {"table_version", ch.shadow().version()},
             {"table_entries", ch.shadow().digest().count},
+            {"table_capacity", ch.table_capacity()},
             {"table_digest", ch.shadow().digest().value},
             {"queued_change_sets", ch.queued_change_sets()},
             {"txn_in_flight", ch.txn_in_flight()},

@@ -105,7 +105,7 @@ def worker(n, sock, gen=0):
     pre = f"{TAG}-{n}{gen}"
     return start([RNIC, "--name", n, "--host-socket", f"{D}/{n}.rnic", "--table", f"{D}/{n}.yaml",
                   "--dpu-channel", f"{CH}/tandem-{n}.chan", "--dpu-agent-timeout-ms", "3000",
-                  "--idle", "adaptive", "--mtu", "1024", "--", "--no-pci", f"--file-prefix={pre}", "-l", "1",
+                  "--table-capacity", "8192", "--idle", "adaptive", "--mtu", "1024", "--", "--no-pci", f"--file-prefix={pre}", "-l", "1",
                   "-m", "128", "--log-level=lib.eal:error", f"--vdev=net_memif0,role=client,socket={D}/{sock}"],
                  n, pre)
 
@@ -160,6 +160,8 @@ def main():
         raise RuntimeError("fabric did not start:\n" + log("fabric"))
     wa, wb = worker("A", "h0.sock"), worker("B", "h1.sock")
     check(wait_for(both_active, 30, "active"), "both workers reach ACTIVE with the agent (HELLO -> SYNC -> ACTIVE)")
+    caps = {n: channel(n).get("table_capacity") for n in ("A", "B")}
+    check(caps == {"A": 8192, "B": 8192}, f"the agent knows each worker's --table-capacity from HELLO ({caps})")
     # Two vNICs of tenant 100 on A (.1 and .4) talk to the same vNIC on B at
     # once: B's ingress key (A's underlay, VNI 100) cannot name both senders
     # (the agent withdraws it, or, when the two resolutions were in flight
