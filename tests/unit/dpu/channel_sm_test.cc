@@ -160,7 +160,7 @@ TEST_CASE("fresh agent and RNIC reach ACTIVE without a replay when both are empt
   RnicSide r;
   Link l(r);
   l.start();
-  CHECK(l.agent.version() == 2);
+  CHECK(l.agent.version() == kProtocolVersionCurrent);
   CHECK(l.agent.stats().replays == 0);
   CHECK(l.agent.stats().reconcile_skips == 1);
 }
@@ -201,7 +201,8 @@ TEST_CASE("an RNIC one protocol version behind is driven with full replays") {
 }
 
 TEST_CASE("no common protocol version leaves the channel DEGRADED with a reason") {
-  RnicSide r(1024, VersionRange{3, 3});
+  constexpr uint16_t kNewer = kProtocolVersionCurrent + 1;  // an RNIC that dropped everything we speak
+  RnicSide r(1024, VersionRange{kNewer, kNewer});
   Link l(r);
   l.agent.start(l.now);
   l.run(5);
