@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -210,6 +211,7 @@ class Worker {
   // commits, on this thread, so find_route's snapshot and this list are of
   // the same table version), or the YAML's with an agent older than v3.
   std::vector<Vnic> vnics_;
+  std::mutex vnics_mu_;  // the telemetry thread reads vnics_; the worker thread only locks to change it
   bool vnics_from_agent_ = false;
   uint64_t vnics_generation_ = 0;
   uint64_t vnics_version_ = 0;        // table version vnics_ was taken from (agent source)
@@ -610,7 +612,10 @@ void Worker::update_vnics(const RnicChannel& ch) {
     for (const QpCtx& q : ctx_)
       if (q.live && q.routed && q.vnic == v.id) ++qps_on_withdrawn_vnic_;
   }
-  vnics_ = std::move(next);
+  {
+    std::lock_guard<std::mutex> g(vnics_mu_);
+    vnics_.swap(next);
+  }
   vnics_from_agent_ = agent;
   vnics_generation_ = ch.vnics().generation();
   vnics_version_ = ch.vnics().version();
@@ -1020,6 +1025,7 @@ void Worker::register_telemetry() {
                            out.str("underlay_ip", format_ipv4(st_.underlay_ip));
                            out.u64("version", table_.version());
                            out.u64("entries", table_.size());
+                           std::lock_guard<std::mutex> g(vnics_mu_);
                            out.u64("vnics", vnics_.size());
                            out.str("vnic_source", vnics_from_agent_ ? "agent" : "yaml");
                            out.u64("vnics_withdrawn", vnics_withdrawn_);
