@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-qps", c.max_qps, "QPs this worker can run (default 16384; a created QP costs ~90 KiB of worker memory, mostly its 1024-PSN window; an unused slot a few hundred bytes)");
   app.add_option("--dpu-channel", c.dpu_channel,
                  "DPU mode: tandem-dpu's channel file for this port (e.g. /dev/shm/tandem-h0.chan); the agent\n"
-                 "programs the level-2 table and resolves misses, --table then only gives the underlay address\n"
-                 "and vNICs. Without the agent's heartbeat the worker goes HEADLESS and keeps forwarding.");
+                 "programs the level-2 table and the port's vNICs (protocol v3) and resolves misses; --table then\n"
+                 "only gives the underlay address (its vNICs serve only an older agent). Without the agent's heartbeat the worker goes HEADLESS and keeps forwarding.");
   app.add_option("--dpu-agent-timeout-ms", [&c](const CLI::results_t& r) {
         c.dpu_agent_timeout_ns = std::stoull(r[0]) * 1'000'000;
         return true;
