@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
         c.dpu_agent_timeout_ns = std::stoull(r[0]) * 1'000'000;
         return true;
       }, "DPU mode: agent silence before HEADLESS (default 1000)");
+  app.add_option("--dpu-max-protocol", c.dpu_max_protocol,
+                 "DPU mode: newest channel protocol version to offer (default: the current one, 3). Rollout\n"
+                 "drills: 2 behaves as the previous release (takes no vNIC entries, uses the YAML's vNICs)");
   app.add_option("--rxd", c.port.rx_desc, "RX ring size (default 512)");
   app.add_option("--txd", c.port.tx_desc, "TX ring size (default 512)");
   app.add_option("--link-wait-ms", c.port.link_wait_ms, "How long to wait for the link (default 2000)");

@@ -11,6 +11,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "common/channel/channel_region.h"
@@ -82,6 +84,7 @@ class Agent final : public AgentHooks {
     ch_cfg_.agent_instance = instance_;
     ch_cfg_.heartbeat_timeout_ns = c.heartbeat_timeout_ms * 1'000'000ull;
     ch_cfg_.pipeline = true;  // next txn sent while the previous one commits
+    if (c.max_protocol != 0) ch_cfg_.versions.current = c.max_protocol;  // checked by run()
     for (const auto& [name, r] : state_.rnics()) open_link(name);
     for (const std::string& n : c.rnics) open_link(n);
     socket_ = std::make_unique<ControlSocket>(c.control_socket, api_);
@@ -398,6 +401,10 @@ class Agent final : public AgentHooks {
 }  // namespace
 
 int run(const AgentConfig& c) {
+  if (c.max_protocol != 0 &&
+      (c.max_protocol < common::kProtocolVersionOldest || c.max_protocol > common::kProtocolVersionCurrent))
+    throw std::runtime_error("--max-protocol must be " + std::to_string(common::kProtocolVersionOldest) + ".." +
+                             std::to_string(common::kProtocolVersionCurrent));
   for (const std::string& w : cd::eal_arg_warnings(c.eal_args)) std::fprintf(stderr, "tandem-dpu: warning: %s\n", w.c_str());
   cd::eal_init("tandem-dpu", c.eal_args);
   cd::install_stop_handlers();

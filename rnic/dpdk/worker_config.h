@@ -34,6 +34,9 @@ struct WorkerConfig {
   // (--table then only names the port's underlay identity and vNICs).
   std::string dpu_channel;
   uint64_t dpu_agent_timeout_ns = 1'000'000'000;  // agent silence before HEADLESS
+  // Newest channel protocol version offered (0: current). A rollout drill: 2
+  // behaves as the previous release (takes no vNIC entries; YAML vNICs).
+  uint16_t dpu_max_protocol = 0;
   std::vector<std::string> eal_args;
 };
 
