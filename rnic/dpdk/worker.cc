@@ -622,8 +622,12 @@ void Worker::update_vnics(const RnicChannel& ch) {
   host_.set_vnic_ips(vnic_ips(vnics_));
   std::string list;
   for (const Vnic& v : vnics_) list += (list.empty() ? "" : ", ") + std::to_string(v.id) + "=" + format_ipv4(v.overlay_ip);
-  std::printf("%s: vNICs from the %s (table v%llu): %s\n", c_.name.c_str(), agent ? "agent" : "YAML",
-              static_cast<unsigned long long>(agent ? vnics_version_ : 0), list.empty() ? "none" : list.c_str());
+  if (agent)
+    std::printf("%s: vNICs from the agent (table v%llu): %s\n", c_.name.c_str(),
+                static_cast<unsigned long long>(vnics_version_), list.empty() ? "none" : list.c_str());
+  else
+    std::printf("%s: vNICs from %s (agent protocol v%u sends none): %s\n", c_.name.c_str(), c_.table_file.c_str(),
+                unsigned{ch.negotiated_version()}, list.empty() ? "none" : list.c_str());
   std::fflush(stdout);
 }
 
