@@ -69,8 +69,8 @@ def channel(rnic):
 
 def write_yaml(n):
     ip, mac = UNDERLAY[n]
-    lines = [f"underlay: {{ip: {ip}, mac: {mac}, gateway_mac: 02:00:00:00:00:fe}}", "vnics:"]
-    lines += [f"  - {{id: {v}, ip: {o}, mac: {m}, vni: {t}}}" for v, t, r, o, m in VNICS if r == n]
+    # DPU mode: only the underlay identity; the worker learns its vNICs from the agent.
+    lines = [f"underlay: {{ip: {ip}, mac: {mac}, gateway_mac: 02:00:00:00:00:fe}}"]
     with open(f"{D}/{n}.yaml", "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -145,6 +145,16 @@ def main():
     wait_for(lambda: all(channel(n).get("state") == "ACTIVE" for n in "AB")
              or any(p.poll() is not None for p in workers), "the workers did not reach ACTIVE", timeout=40)
     print(f"   both channels HELLO -> SYNC -> ACTIVE in {time.time() - t0:.1f} s")
+
+    def vnic_entries():
+        l2 = ctl("table", "dump", "--level", 2)[1].get("rnics", {})
+        return {n: sorted((e["vnic"], e["overlay_ip"]) for e in l2.get(n, {}).get("entries", [])
+                          if e.get("kind") == "vnic") for n in "AB"}
+    want = {n: sorted((v, o) for v, t, r, o, m in VNICS if r == n) for n in "AB"}
+    wait_for(lambda: vnic_entries() == want, "the workers did not get their vNIC entries", timeout=20)
+    for n, vs in vnic_entries().items():
+        print(f"   worker {n} learned its vNICs from the agent (level-2 vNIC entries, not its YAML): "
+              + ", ".join(f"{v}={o}" for v, o in vs))
     rc, rl = ctl("rnic", "list")
     for r in rl.get("rnics", []):
         c = r.get("channel", r)

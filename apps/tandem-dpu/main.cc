@@ -44,6 +44,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"busy", "adaptive"}));
   app.add_option("--heartbeat-timeout-ms", c.heartbeat_timeout_ms,
                  "An RNIC whose BAR heartbeat stalls this long is DEGRADED (default 1000)");
+  app.add_option("--max-protocol", c.max_protocol,
+                 "Newest channel protocol version to offer (default: the current one, 3). Rollout drills: 2 behaves\n"
+                 "as the previous release, which sends no vNIC entries (workers then use their YAML vNICs)");
   app.add_option("--duration", c.duration_s, "Stop after this many seconds (default: until SIGINT/SIGTERM)");
 
   try {

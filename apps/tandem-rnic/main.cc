@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-qps", c.max_qps, "QPs this worker can run (default 16384; a created QP costs ~90 KiB of worker memory, mostly its 1024-PSN window; an unused slot a few hundred bytes)");
   app.add_option("--dpu-channel", c.dpu_channel,
                  "DPU mode: tandem-dpu's channel file for this port (e.g. /dev/shm/tandem-h0.chan); the agent\n"
-                 "programs the level-2 table and resolves misses, --table then only gives the underlay address\n"
-                 "and vNICs. Without the agent's heartbeat the worker goes HEADLESS and keeps forwarding.");
+                 "programs the level-2 table and the port's vNICs (protocol v3) and resolves misses; --table then\n"
+                 "only gives the underlay address (its vNICs serve only an older agent). Without the agent's heartbeat the worker goes HEADLESS and keeps forwarding.");
   app.add_option("--dpu-agent-timeout-ms", [&c](const CLI::results_t& r) {
         c.dpu_agent_timeout_ns = std::stoull(r[0]) * 1'000'000;
         return true;
@@ -75,6 +75,9 @@ int main(int argc, char** argv) {
                  "about 224 bytes of worker memory per entry (two versions may be staged), and the agent mirrors\n"
                  "it in a shadow of about 64 bytes per entry. A PUT beyond it aborts the txn as table full.")
       ->check(CLI::Range(64u, 1u << 24));
+  app.add_option("--dpu-max-protocol", c.dpu_max_protocol,
+                 "DPU mode: newest channel protocol version to offer (default: the current one, 3). Rollout\n"
+                 "drills: 2 behaves as the previous release (takes no vNIC entries, uses the YAML's vNICs)");
   app.add_option("--rxd", c.port.rx_desc, "RX ring size (default 512)");
   app.add_option("--txd", c.port.tx_desc, "TX ring size (default 512)");
   app.add_option("--link-wait-ms", c.port.link_wait_ms, "How long to wait for the link (default 2000)");

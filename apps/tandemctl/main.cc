@@ -256,7 +256,16 @@ int main(int argc, char** argv) {
       for (const auto& [n, t] : reply["rnics"].items()) {
         std::printf("%s: version %s, %s entries, digest %s\n", n.c_str(), t["version"].dump().c_str(),
                     t["count"].dump().c_str(), t["digest"].dump().c_str());
-        print_table(t["entries"]);
+        // One table per kind (vNICs first): kinds have different columns.
+        for (const char* kind : {"vnic", "egress", "ingress_vni", "ingress_qpn", "invalid"}) {
+          json rows = json::array();
+          for (const json& e : t["entries"])
+            if (e.value("kind", "") == kind) rows.push_back(e);
+          if (rows.empty()) continue;
+          std::printf("  %s entries:\n", kind);
+          print_table(rows);
+        }
+        if (t["entries"].empty()) print_table(t["entries"]);
       }
     }
   } else if (reply.contains("imported")) {

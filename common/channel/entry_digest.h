@@ -35,6 +35,11 @@ inline uint64_t entry_hash(const Level2Entry& e) noexcept {
     h = digest_mix(h ^ ((uint64_t{a.underlay_src_ip} << 32) | a.underlay_dst_ip));
     h = digest_mix(h ^ (detail::mac_word(a.dst_mac) << 16 | a.path_set_id));
     h = digest_mix(h ^ ((uint64_t{a.vni} << 32) | (uint64_t{a.path_base_port} << 8) | a.path_count));
+  } else if (e.key.kind == EntryKind::kVnic) {
+    const VnicAction& a = e.vnic;
+    h = digest_mix(h ^ ((uint64_t{a.vnic_id} << 32) | a.overlay_ip));
+    h = digest_mix(h ^ a.vni);
+    h = digest_mix(h ^ detail::mac_word(a.overlay_mac));
   } else {
     const IngressAction& a = e.ingress;
     h = digest_mix(h ^ ((uint64_t{a.overlay_src_ip} << 32) | a.overlay_dst_ip));

@@ -26,9 +26,14 @@ namespace tandem::common {
 //   v2: adds digest reconcile: COMMIT/SYNC_END carry the agent's expected table
 //       digest (the RNIC aborts on mismatch) and SYNC may be skipped when the BAR's
 //       committed version and digest equal the agent's.
-inline constexpr uint16_t kProtocolVersionCurrent = 2;
+//   v3: adds vNIC entries (EntryKind::kVnic): the agent programs the port's vNICs
+//       into the table with the flows, so a worker learns them from the agent
+//       instead of its YAML. Never sent on a channel that negotiated v1 or v2
+//       (the RNIC refuses them there as kBadEntry).
+inline constexpr uint16_t kProtocolVersionCurrent = 3;
 inline constexpr uint16_t kProtocolVersionOldest = 1;
 inline constexpr uint16_t kProtocolVersionDigest = 2;  // first version with digest reconcile
+inline constexpr uint16_t kProtocolVersionVnic = 3;    // first version with vNIC entries
 
 inline constexpr std::size_t kMessageSize = 64;
 
@@ -40,6 +45,7 @@ enum class EntryKind : uint8_t {
   kEgress = 1,      // (local vNIC id, remote overlay IPv4) -> EgressAction
   kIngressVni = 2,  // (underlay src IPv4, VNI) -> IngressAction
   kIngressQpn = 3,  // (underlay src IPv4, local dst QPN) -> IngressAction
+  kVnic = 4,        // v3: (vNIC id) -> VnicAction: a vNIC this RNIC port serves
 };
 
 // 12 bytes. Two 32-bit words whose meaning depends on kind; build keys with the
@@ -47,8 +53,9 @@ enum class EntryKind : uint8_t {
 struct EntryKey {
   EntryKind kind = EntryKind::kInvalid;
   uint8_t reserved[3] = {0, 0, 0};
-  uint32_t word0 = 0;  // egress: local vNIC id; ingress: underlay source IPv4 (host order)
-  uint32_t word1 = 0;  // egress: remote overlay IPv4 (host order); ingress: VNI or dst QPN (24 bits)
+  uint32_t word0 = 0;  // egress, vNIC: local vNIC id; ingress: underlay source IPv4 (host order)
+  uint32_t word1 = 0;  // egress: remote overlay IPv4 (host order); ingress: VNI or dst QPN (24 bits);
+                       // vNIC: 0
 
   friend constexpr bool operator==(const EntryKey& a, const EntryKey& b) noexcept {
     return a.kind == b.kind && a.word0 == b.word0 && a.word1 == b.word1;
@@ -79,6 +86,13 @@ constexpr EntryKey ingress_key_qpn(uint32_t underlay_src_ip, uint32_t dst_qpn) n
   return k;
 }
 
+constexpr EntryKey vnic_key(uint32_t vnic_id) noexcept {
+  EntryKey k;
+  k.kind = EntryKind::kVnic;
+  k.word0 = vnic_id;
+  return k;
+}
+
 // 24 bytes: how to send a tenant packet to a remote overlay address.
 struct EgressAction {
   uint32_t underlay_src_ip = 0;  // this RNIC's underlay (physical) IPv4
@@ -103,19 +117,34 @@ struct IngressAction {
 };
 static_assert(sizeof(IngressAction) == 24);
 
+// 24 bytes (v3): one vNIC bound to this RNIC port, as the agent's level 1 has
+// it. The worker's vNICs in DPU mode are exactly the vNIC entries of its
+// committed table: QP routes, the addresses applications may bind to, counters.
+struct VnicAction {
+  uint32_t vnic_id = 0;         // agent-wide vNIC id, equal to key.word0 (egress keys name it)
+  uint32_t overlay_ip = 0;      // the vNIC's overlay IPv4 (host order): what its applications bind to
+  uint32_t vni = 0;             // owning tenant (24 bits)
+  MacAddr overlay_mac{};        // the vNIC's overlay MAC
+  uint16_t reserved = 0;        // zero
+  uint32_t reserved2 = 0;       // zero
+};
+static_assert(sizeof(VnicAction) == 24);
+static_assert(offsetof(VnicAction, overlay_mac) == 12);
+
 // 36 bytes (alignment 4): one level-2 table entry. Which action is valid follows key.kind.
 struct Level2Entry {
   EntryKey key;
   union {
     EgressAction egress;
     IngressAction ingress;
+    VnicAction vnic;
   };
 
   Level2Entry() noexcept : key(), egress() {}
 };
 static_assert(sizeof(Level2Entry) == 36);
 static_assert(std::is_trivially_copyable_v<Level2Entry>);
-static_assert(offsetof(Level2Entry, egress) == 12);
+static_assert(offsetof(Level2Entry, egress) == 12 && offsetof(Level2Entry, vnic) == 12);
 
 inline bool operator==(const EgressAction& a, const EgressAction& b) noexcept {
   return a.underlay_src_ip == b.underlay_src_ip && a.underlay_dst_ip == b.underlay_dst_ip &&
@@ -127,9 +156,17 @@ inline bool operator==(const IngressAction& a, const IngressAction& b) noexcept 
          a.vni == b.vni && a.local_vnic_id == b.local_vnic_id &&
          a.overlay_src_mac == b.overlay_src_mac;
 }
+inline bool operator==(const VnicAction& a, const VnicAction& b) noexcept {
+  return a.vnic_id == b.vnic_id && a.overlay_ip == b.overlay_ip && a.vni == b.vni &&
+         a.overlay_mac == b.overlay_mac;
+}
 inline bool operator==(const Level2Entry& a, const Level2Entry& b) noexcept {
   if (!(a.key == b.key)) return false;
-  return a.key.kind == EntryKind::kEgress ? a.egress == b.egress : a.ingress == b.ingress;
+  switch (a.key.kind) {
+    case EntryKind::kEgress: return a.egress == b.egress;
+    case EntryKind::kVnic: return a.vnic == b.vnic;
+    default: return a.ingress == b.ingress;
+  }
 }
 
 inline Level2Entry make_egress_entry(const EntryKey& key, const EgressAction& action) noexcept {
@@ -142,6 +179,13 @@ inline Level2Entry make_ingress_entry(const EntryKey& key, const IngressAction& 
   Level2Entry e;
   e.key = key;
   e.ingress = action;
+  return e;
+}
+// The key is vnic_key(action.vnic_id).
+inline Level2Entry make_vnic_entry(const VnicAction& action) noexcept {
+  Level2Entry e;
+  e.key = vnic_key(action.vnic_id);
+  e.vnic = action;
   return e;
 }
 

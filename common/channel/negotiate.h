@@ -35,5 +35,9 @@ constexpr std::optional<uint16_t> negotiate_version(VersionRange a, VersionRange
 constexpr bool has_digest_reconcile(uint16_t version) noexcept {
   return version >= kProtocolVersionDigest;
 }
+// Whether EntryKind::kVnic entries may travel on a channel at this version.
+constexpr bool has_vnic_entries(uint16_t version) noexcept {
+  return version >= kProtocolVersionVnic;
+}
 
 }  // namespace tandem::common

@@ -96,6 +96,10 @@ json level2_entry_json(const common::Level2Entry& e) {
            {"overlay_dst_ip", format_ipv4(e.ingress.overlay_dst_ip)}, {"vni", e.ingress.vni},
            {"vnic", e.ingress.local_vnic_id}, {"overlay_src_mac", format_mac(e.ingress.overlay_src_mac)}};
       break;
+    case common::EntryKind::kVnic:
+      j = {{"kind", "vnic"}, {"vnic", e.vnic.vnic_id}, {"overlay_ip", format_ipv4(e.vnic.overlay_ip)},
+           {"overlay_mac", format_mac(e.vnic.overlay_mac)}, {"vni", e.vnic.vni}};
+      break;
     default:
       j = {{"kind", "invalid"}};
   }

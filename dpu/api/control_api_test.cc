@@ -202,3 +202,14 @@ TEST_CASE("an import runs as a job in steps: reads are answered, changes wait, t
   CHECK(reloaded.mappings().size() == 20000);
   std::remove(csv.c_str());
 }
+
+TEST_CASE("a level-2 table dump shows vNIC entries readably") {
+  tandem::common::VnicAction a;
+  a.vnic_id = 5;
+  a.overlay_ip = 0xC0A80705;
+  a.vni = 100;
+  a.overlay_mac = {2, 0, 0, 0, 1, 5};
+  json j = tandem::dpu::level2_entry_json(tandem::common::make_vnic_entry(a));
+  CHECK(j == json{{"kind", "vnic"}, {"vnic", 5}, {"overlay_ip", "192.168.7.5"},
+                  {"overlay_mac", "02:00:00:00:01:05"}, {"vni", 100}});
+}

@@ -150,6 +150,8 @@ void AgentChannel::maybe_start_txn(uint64_t now) {
       tags.push_back(q.tag);
     queue_.pop_front();
   }
+  if (!has_vnic_entries(version_))  // an older RNIC cannot take them: it keeps its own vNICs
+    stats_.vnic_ops_withheld += std::erase_if(ops, [](const Level2Op& op) { return op.entry.key.kind == EntryKind::kVnic; });
   std::deque<RawMessage> msgs;
   if (behind) {
     next_ = TxnBuilder::build_after(shadow_, *inflight_, next_txn_++, std::move(ops), msgs);
@@ -204,6 +206,9 @@ void AgentChannel::on_hello_ack(const HelloAckMsg& m, uint64_t now) {
   version_ = m.chosen_version;
   table_capacity_ = m.table_capacity;
   shadow_.presize(m.table_capacity);
+  ++session_;
+  // The shadow is what the RNIC holds; one below v3 holds no vNIC entries.
+  if (!has_vnic_entries(version_)) shadow_.forget(EntryKind::kVnic);
   bool same = m.committed_version == shadow_.version() && m.digest == shadow_.digest().value &&
               m.entry_count == shadow_.digest().count;
   if (has_digest_reconcile(version_) && same) {

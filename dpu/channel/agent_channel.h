@@ -25,6 +25,14 @@
 // change sets are merged into one transaction (all-or-nothing together): if
 // the RNIC refuses it on its merits (TABLE_FULL, bad entry), the outcome lists
 // every merged tag and the caller decides what to resubmit.
+//
+// Protocol versions: with an RNIC that negotiated less than v3, vNIC entries
+// (EntryKind::kVnic) are left out of every transaction it is sent, and
+// HELLO_ACK drops them from the shadow before comparing digests (the shadow
+// stays exactly what that RNIC holds). Each successful HELLO starts a new
+// session(): the caller reconciles the vNIC entries of a v3 session against
+// level 1 (derive.h changes_for_vnics), which also fills in what an earlier
+// v2 session left out.
 #pragma once
 
 #include <cstdint>
@@ -97,6 +105,7 @@ struct AgentChannelStats {
   uint64_t resets = 0;
   uint64_t errors = 0;
   uint64_t stale_events = 0;
+  uint64_t vnic_ops_withheld = 0;  // vNIC PUT/DELs not sent: the RNIC negotiated < v3
 };
 
 class AgentChannel {
@@ -121,6 +130,8 @@ class AgentChannel {
   uint16_t version() const noexcept { return version_; }
   // Level-2 entries the RNIC said it can hold (HELLO_ACK); 0 before the first.
   uint32_t table_capacity() const noexcept { return table_capacity_; }
+  // +1 per HELLO_ACK that negotiated a version (0: none yet).
+  uint64_t session() const noexcept { return session_; }
   const Level2Shadow& shadow() const noexcept { return shadow_; }
   const std::string& rnic() const noexcept { return rnic_; }
   const std::string& last_error() const noexcept { return last_error_; }
@@ -149,6 +160,7 @@ class AgentChannel {
   ChannelState state_ = ChannelState::kDown;
   uint16_t version_ = 0;
   uint32_t table_capacity_ = 0;
+  uint64_t session_ = 0;
   uint32_t cmd_seq_ = 0;
   uint32_t next_txn_ = 1;
   uint64_t state_since_ = 0;

@@ -11,6 +11,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "common/channel/channel_region.h"
@@ -71,6 +73,7 @@ struct Link {
   PendingPunts pending;                   // resolutions submitted to this RNIC, by tag and missed key
   PuntStats punts;
   uint64_t save_errors = 0;
+  uint64_t vnic_session = 0;              // channel session whose vNIC entries were reconciled
 };
 
 class Agent final : public AgentHooks {
@@ -81,6 +84,7 @@ class Agent final : public AgentHooks {
     ch_cfg_.agent_instance = instance_;
     ch_cfg_.heartbeat_timeout_ns = c.heartbeat_timeout_ms * 1'000'000ull;
     ch_cfg_.pipeline = true;  // next txn sent while the previous one commits
+    if (c.max_protocol != 0) ch_cfg_.versions.current = c.max_protocol;  // checked by run()
     for (const auto& [name, r] : state_.rnics()) open_link(name);
     for (const std::string& n : c.rnics) open_link(n);
     socket_ = std::make_unique<ControlSocket>(c.control_socket, api_);
@@ -128,6 +132,16 @@ class Agent final : public AgentHooks {
   void changed(const Change& c, const std::optional<Vnic>& removed) override {
     if (auto* r = std::get_if<AddRnic>(&c)) {
       open_link(r->name);
+    } else if (auto* v = std::get_if<AddVnic>(&c)) {
+      // The vNIC's RNIC learns it from its table (v3; withheld from an older one).
+      auto it = links_.find(v->rnic);
+      const Vnic* added = state_.vnic(v->id);
+      if (it != links_.end() && added) {
+        ChangeSet cs;
+        cs.tag = next_tag_++;
+        cs.put(vnic_entry(*added));
+        it->second->ch->submit(std::move(cs));
+      }
     } else if (auto* m = std::get_if<AddMapping>(&c)) {
       if (m->replace)
         mappings_replaced({MappingKey{m->vni, m->overlay_ip}});  // new entries in place, no window without
@@ -210,6 +224,18 @@ class Agent final : public AgentHooks {
     unsigned n = rte_ring_dequeue_burst_elem(l.file->evt_ring(), ev, sizeof(common::RawMessage), kBurst, nullptr);
     for (unsigned i = 0; i < n; ++i) l.ch->on_event(ev[i], now);
     did |= n > 0;
+    if (l.ch->session() != l.vnic_session) {
+      // A new session (agent start, RNIC restart, re-HELLO): from v3 on, make
+      // the RNIC's vNIC entries level 1's (queued behind a replay, if any).
+      l.vnic_session = l.ch->session();
+      if (common::has_vnic_entries(l.ch->version())) {
+        ChangeSet cs = changes_for_vnics(state_, l.ch->shadow(), l.name);
+        if (!cs.ops.empty()) {
+          cs.tag = next_tag_++;
+          l.ch->submit(std::move(cs));
+        }
+      }
+    }
     l.ch->on_bar(sample_bar(common::channel_bar(l.file->base())), now);
     l.ch->tick(now);
     common::RawMessage m;
@@ -334,7 +360,8 @@ class Agent final : public AgentHooks {
             {"stats", {{"hellos", s.hellos}, {"replays", s.replays}, {"reconcile_skips", s.reconcile_skips},
                        {"txns_committed", s.txns_committed}, {"txns_aborted", s.txns_aborted},
                        {"table_full", s.table_full}, {"degraded", s.degraded}, {"resets", s.resets},
-                       {"errors", s.errors}, {"stale_events", s.stale_events}}},
+                       {"errors", s.errors}, {"stale_events", s.stale_events},
+                       {"vnic_ops_withheld", s.vnic_ops_withheld}}},
             {"punts", {{"received", l.punts.received}, {"resolved", l.punts.resolved},
                        {"refused", l.punts.refused}, {"denied", l.punts.denied},
                        {"duplicate", l.punts.duplicate}, {"slot_lost", l.punts.slot_lost}, {"revoked", l.punts.revoked}}},
@@ -375,6 +402,10 @@ class Agent final : public AgentHooks {
 }  // namespace
 
 int run(const AgentConfig& c) {
+  if (c.max_protocol != 0 &&
+      (c.max_protocol < common::kProtocolVersionOldest || c.max_protocol > common::kProtocolVersionCurrent))
+    throw std::runtime_error("--max-protocol must be " + std::to_string(common::kProtocolVersionOldest) + ".." +
+                             std::to_string(common::kProtocolVersionCurrent));
   for (const std::string& w : cd::eal_arg_warnings(c.eal_args)) std::fprintf(stderr, "tandem-dpu: warning: %s\n", w.c_str());
   cd::eal_init("tandem-dpu", c.eal_args);
   cd::install_stop_handlers();

@@ -19,6 +19,9 @@ struct AgentConfig {
   common::dpdk::IdleConfig idle;
   double duration_s = 0;            // 0: until SIGINT/SIGTERM
   uint64_t heartbeat_timeout_ms = 1000;
+  // Newest channel protocol version offered (0: current). A rollout drill: 2
+  // makes this agent behave as the previous release (no vNIC entries).
+  uint16_t max_protocol = 0;
   std::vector<std::string> eal_args;
 };
 

@@ -66,12 +66,15 @@ void warm_for_punts(const Level1State& state, const Level2Shadow* installed,
 }
 
 namespace {
+// A flow entry (egress or ingress) whose remote end is mapping m. vNIC
+// entries derive from no mapping.
 bool derived_from(const Level2Entry& e, const MappingKey& m) {
+  if (e.key.kind == EntryKind::kVnic) return false;
   if (e.key.kind == EntryKind::kEgress) return e.egress.vni == m.vni && e.key.word1 == m.overlay_ip;
   return e.ingress.vni == m.vni && e.ingress.overlay_src_ip == m.overlay_ip;
 }
 bool belongs_to(const Level2Entry& e, uint32_t vnic) {
-  if (e.key.kind == EntryKind::kEgress) return e.key.word0 == vnic;
+  if (e.key.kind == EntryKind::kEgress || e.key.kind == EntryKind::kVnic) return e.key.word0 == vnic;
   return e.ingress.local_vnic_id == vnic;
 }
 }  // namespace
@@ -103,6 +106,7 @@ ChangeSet changes_for_replaced_mappings(const Level1State& state, const Level2Sh
   };
   std::set<std::pair<uint32_t, uint32_t>> pairs;  // (local vNIC, remote overlay IP)
   for (const auto& [k, e] : installed.entries()) {
+    if (k.kind == EntryKind::kVnic) continue;  // a vNIC entry follows its vNIC, not mappings
     bool eg = k.kind == EntryKind::kEgress;
     uint32_t vni = eg ? e.egress.vni : e.ingress.vni;
     uint32_t ip = eg ? k.word1 : e.ingress.overlay_src_ip;
@@ -143,6 +147,31 @@ ChangeSet deletions_for_vnic(const Level2Shadow& installed, uint32_t vnic, uint3
   MappingKey own{vni, overlay_ip};
   for (const auto& [k, e] : installed.entries())
     if (belongs_to(e, vnic) || derived_from(e, own)) cs.del(k);
+  return cs;
+}
+
+common::Level2Entry vnic_entry(const Vnic& v) noexcept {
+  common::VnicAction a;
+  a.vnic_id = v.id;
+  a.overlay_ip = v.overlay_ip;
+  a.vni = v.vni;
+  a.overlay_mac = v.overlay_mac;
+  return common::make_vnic_entry(a);
+}
+
+ChangeSet changes_for_vnics(const Level1State& state, const Level2Shadow& installed, const std::string& rnic) {
+  ChangeSet cs;
+  for (const auto& [id, v] : state.vnics()) {
+    if (v.rnic != rnic) continue;
+    Level2Entry want = vnic_entry(v);
+    const Level2Entry* have = installed.find(want.key);
+    if (!have || !(*have == want)) cs.put(want);
+  }
+  for (const auto& [k, e] : installed.entries()) {
+    if (k.kind != EntryKind::kVnic) continue;
+    const Vnic* v = state.vnic(k.word0);
+    if (!v || v->rnic != rnic) cs.del(k);
+  }
   return cs;
 }
 

@@ -6,6 +6,11 @@
 // is in the entries themselves (egress: vNIC id, VNI, destination overlay IP;
 // ingress: local vNIC, VNI, source overlay IP), so a restarted agent needs no
 // extra index: it scans the shadows it reloads.
+//
+// vNIC entries (protocol v3): each vNIC of level 1 is also a level-2 entry on
+// its own RNIC, so the worker learns its vNICs from the agent. They are put
+// when the vNIC is added, deleted with everything else the vNIC withdraws,
+// and reconciled against level 1 whenever a channel (re)negotiates v3.
 #pragma once
 
 #include <cstdint>
@@ -76,7 +81,16 @@ ChangeSet deletions_for_mapping(const Level2Shadow& installed, const MappingKey&
 ChangeSet changes_for_replaced_mappings(const Level1State& state, const Level2Shadow& installed,
                                         const std::string& rnic, const std::vector<MappingKey>& keys);
 // DELs for every entry in `installed` that belongs to the vNIC (id) or is
-// derived from its own address (vni, overlay_ip): what removing it withdraws.
+// derived from its own address (vni, overlay_ip): what removing it withdraws,
+// its own vNIC entry included, in one change set (one transaction).
 ChangeSet deletions_for_vnic(const Level2Shadow& installed, uint32_t vnic, uint32_t vni, uint32_t overlay_ip);
+
+// The vNIC entry (v3) level 1 means for vNIC v, installed on v.rnic.
+common::Level2Entry vnic_entry(const Vnic& v) noexcept;
+// What makes the vNIC entries `installed` on `rnic` equal level 1's vNICs
+// bound to that RNIC: PUT those missing or different, DEL the others (vNICs
+// removed or unknown). Empty when they agree. For an agent that starts with a
+// shadow from an older agent, or a channel that moves to v3.
+ChangeSet changes_for_vnics(const Level1State& state, const Level2Shadow& installed, const std::string& rnic);
 
 }  // namespace tandem::dpu

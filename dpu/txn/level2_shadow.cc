@@ -299,6 +299,17 @@ void Level2Shadow::reset(uint64_t version, const std::vector<Level2Entry>& entri
   version_ = version;
 }
 
+std::size_t Level2Shadow::forget(EntryKind kind) {
+  std::vector<EntryKey> gone;
+  for (const auto& [k, e] : entries_)
+    if (k.kind == kind) gone.push_back(k);
+  for (const EntryKey& k : gone) {
+    digest_.remove(*entries_.find(k));
+    entries_.erase(k);
+  }
+  return gone.size();
+}
+
 std::vector<Level2Entry> Level2Shadow::snapshot() const {
   std::vector<Level2Entry> out;
   out.reserve(entries_.size());

@@ -129,6 +129,10 @@ class Level2Shadow {
   // Replaces everything (agent start from the store, or after a full replay).
   void reset(uint64_t version, const std::vector<common::Level2Entry>& entries);
   void set_version(uint64_t v) noexcept { version_ = v; }
+  // Drops every entry of `kind` (version kept); returns how many. For an RNIC
+  // that negotiated a protocol without that kind: it cannot hold them, and the
+  // shadow must stay what it holds.
+  std::size_t forget(common::EntryKind kind);
   std::vector<common::Level2Entry> snapshot() const;
   // Sizes the shadow for what the RNIC can hold (its HELLO_ACK table
   // capacity, at most kPresizeLimit) and faults the memory in now: the shadow

@@ -14,10 +14,12 @@
 
 namespace tandem::rnic::dpdk {
 
-DpuLink::DpuLink(std::string path, Level2Table& table, uint64_t rnic_instance, uint64_t agent_timeout_ns)
+DpuLink::DpuLink(std::string path, Level2Table& table, uint64_t rnic_instance, uint64_t agent_timeout_ns,
+                 uint16_t max_protocol)
     : path_(std::move(path)), table_(table) {
   cfg_.rnic_instance = rnic_instance;
   cfg_.agent_timeout_ns = agent_timeout_ns;
+  if (max_protocol != 0) cfg_.versions.current = max_protocol;
 }
 
 DpuLink::~DpuLink() {

@@ -21,7 +21,9 @@ namespace tandem::rnic::dpdk {
 class DpuLink {
  public:
   // The file may not exist yet (agent not started): service() keeps trying.
-  DpuLink(std::string path, Level2Table& table, uint64_t rnic_instance, uint64_t agent_timeout_ns);
+  // max_protocol: newest channel protocol version offered (0: current).
+  DpuLink(std::string path, Level2Table& table, uint64_t rnic_instance, uint64_t agent_timeout_ns,
+          uint16_t max_protocol = 0);
   ~DpuLink();
   DpuLink(const DpuLink&) = delete;
   DpuLink& operator=(const DpuLink&) = delete;

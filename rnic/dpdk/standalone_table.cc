@@ -45,7 +45,7 @@ YAML::Node need(const YAML::Node& n, const char* key, const std::string& where) 
 
 }  // namespace
 
-StandaloneTable load_standalone_table(const std::string& path) {
+StandaloneTable load_standalone_table(const std::string& path, bool vnics_optional) {
   StandaloneTable t;
   try {
     YAML::Node root = YAML::LoadFile(path);
@@ -54,9 +54,10 @@ StandaloneTable load_standalone_table(const std::string& path) {
     t.underlay_mac = parse_mac(need(u, "mac", "underlay").as<std::string>());
     t.gateway_mac = parse_mac(need(u, "gateway_mac", "underlay").as<std::string>());
 
-    YAML::Node vnics = need(root, "vnics", "top level");
-    if (!vnics.IsSequence() || vnics.size() == 0) throw std::invalid_argument("'vnics' must be a non-empty list");
-    for (std::size_t i = 0; i < vnics.size(); ++i) {
+    YAML::Node vnics = vnics_optional ? root["vnics"] : need(root, "vnics", "top level");
+    if (vnics && !vnics.IsNull() && !vnics.IsSequence()) throw std::invalid_argument("'vnics' must be a list");
+    if (!vnics_optional && vnics.size() == 0) throw std::invalid_argument("'vnics' must be a non-empty list");
+    for (std::size_t i = 0; vnics && vnics.IsSequence() && i < vnics.size(); ++i) {
       const std::string where = "vnics[" + std::to_string(i) + "]";
       Vnic v;
       v.id = need(vnics[i], "id", where).as<uint32_t>();

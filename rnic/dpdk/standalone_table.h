@@ -2,6 +2,11 @@
 // instead of being programmed by the DPU agent (lab and pktgen set-ups).
 // No DPDK here: the file is parsed into entries, then committed into a
 // Level2Table in one transaction, exactly as the agent would.
+//
+// DPU mode reads the same file for the port's underlay identity only: the
+// agent programs the table and, from protocol v3 on, the port's vNICs. A
+// `vnics:` list is then optional and used only while the agent is an older
+// one (v1/v2) that sends no vNIC entries.
 #pragma once
 
 #include <cstdint>
@@ -38,8 +43,9 @@ struct StandaloneTable {
 };
 
 // Parses the file; throws std::runtime_error("FILE: what is wrong") on any
-// missing key, bad address or inconsistent entry (start-up only).
-StandaloneTable load_standalone_table(const std::string& path);
+// missing key, bad address or inconsistent entry (start-up only). With
+// vnics_optional (DPU mode) the file may list no vNICs.
+StandaloneTable load_standalone_table(const std::string& path, bool vnics_optional = false);
 
 // PUTs every entry in one transaction and commits it. Throws if the table
 // refuses one (full, bad entry).

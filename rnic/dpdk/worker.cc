@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -118,12 +119,13 @@ class Worker {
         st_(std::move(st)),
         table_(Level2TableConfig{table_capacity(c, st_)}),
         core_(TransportConfig{c.max_qps, kQpnBase, 8, 4, 1024}),
-        host_(host::ServerConfig{.socket_path = c.host_socket, .vnic_ips = vnic_ips(st_)}) {
+        host_(host::ServerConfig{.socket_path = c.host_socket, .vnic_ips = vnic_ips(st_.vnics)}),
+        vnics_(st_.vnics) {
     if (c.dpu_channel.empty())
       commit_standalone_table(st_, table_);
     else  // DPU mode: the agent programs the table (its YAML entries are ignored)
       dpu_ = std::make_unique<DpuLink>(c.dpu_channel, table_, (rte_rdtsc() ^ (uint64_t(getpid()) << 32)) | 1,
-                                       c.dpu_agent_timeout_ns);
+                                       c.dpu_agent_timeout_ns, c.dpu_max_protocol);
     core_cq_ = core_.create_cq(1u << 16);
     const MemoryRegion mr = core_.reg_mr(kIdentityBase, reinterpret_cast<uint8_t*>(kIdentityBase), kIdentityLen,
                                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
@@ -183,17 +185,50 @@ class Worker {
   int apply_rtr(QpCtx& q, const host::QpInfo& info, const Level2Entry& e, uint32_t remote);
   int apply_rts(QpCtx& q, const host::QpInfo& info);
   uint32_t pending_routes(uint64_t now);
-  static std::vector<uint32_t> vnic_ips(const StandaloneTable& st) {
+  static std::vector<uint32_t> vnic_ips(const std::vector<Vnic>& vnics) {
     std::vector<uint32_t> ips;
-    for (const Vnic& v : st.vnics) ips.push_back(v.overlay_ip);
+    for (const Vnic& v : vnics) ips.push_back(v.overlay_ip);
     return ips;
   }
+  // DPU mode, after each channel service: follows the channel's committed vNIC
+  // entries (a v3 agent) or falls back to the YAML's (an older agent). Two
+  // compares when nothing changed.
+  void refresh_vnics() {
+    const RnicChannel* ch = dpu_->channel();
+    if (ch == nullptr) return;
+    const bool agent = ch->vnics_from_agent();
+    if (agent == vnics_from_agent_ && ch->vnics().generation() == vnics_generation_) [[likely]] {
+      if (!agent && !old_agent_warned_ && ch->negotiated_version() != 0 && st_.vnics.empty()) {
+        std::fprintf(stderr, "%s: warning: the agent speaks protocol v%u (< v%u) and sends no vNICs, and %s lists "
+                     "none: QPs of this port cannot be routed until a newer agent connects\n",
+                     c_.name.c_str(), unsigned{ch->negotiated_version()}, unsigned{common::kProtocolVersionVnic},
+                     c_.table_file.c_str());
+        old_agent_warned_ = true;
+      }
+      return;
+    }
+    update_vnics(*ch);
+  }
+  void update_vnics(const RnicChannel& ch);
 
   const WorkerConfig& c_;
   StandaloneTable st_;
   Level2Table table_;
   Transport core_;
   host::HostServer host_;
+  // The port's vNICs: the YAML's in standalone mode; in DPU mode the vNIC
+  // entries of the committed table (refresh_vnics() right after the channel
+  // commits, on this thread, so find_route's snapshot and this list are of
+  // the same table version), or the YAML's with an agent older than v3.
+  std::vector<Vnic> vnics_;
+  std::mutex vnics_mu_;  // the telemetry thread reads vnics_; the worker thread only locks to change it
+  bool vnics_from_agent_ = false;
+  uint64_t vnics_generation_ = 0;
+  uint64_t vnics_version_ = 0;        // table version vnics_ was taken from (agent source)
+  uint64_t vnics_withdrawn_ = 0;      // vNICs the agent removed
+  uint64_t qps_on_withdrawn_vnic_ = 0;  // live QPs routed over a vNIC when it was removed
+  bool yaml_vnics_warned_ = false;
+  bool old_agent_warned_ = false;
   std::unique_ptr<TxEncap> encap_;
   DmaRegistry dma_{c_.port_id};
   uint32_t core_cq_ = 0;
@@ -510,7 +545,7 @@ void Worker::on_qp_state(uint32_t host_qpn, ibv_qp_state state) {
 const Level2Entry* Worker::find_route(QpCtx& q, const host::QpInfo& info, uint32_t remote, uint64_t now,
                                       bool punt) {
   const Level2Table::Snapshot snap = table_.begin_read();
-  for (const Vnic& v : st_.vnics) {
+  for (const Vnic& v : vnics_) {
     if (info.vnic_ip != 0 && v.overlay_ip != info.vnic_ip) continue;
     if (const Level2Entry* e = table_.lookup(snap, common::egress_key(v.id, remote))) {
       q.vnic = v.id;
@@ -519,7 +554,7 @@ const Level2Entry* Worker::find_route(QpCtx& q, const host::QpInfo& info, uint32
     }
   }
   if (punt && dpu_ && dpu_->state() == RnicChannelState::kActive)
-    for (const Vnic& v : st_.vnics)
+    for (const Vnic& v : vnics_)
       if (info.vnic_ip == 0 || v.overlay_ip == info.vnic_ip)
         dpu_->punt(common::egress_key(v.id, remote), nullptr, 0, 0, now);
   return nullptr;
@@ -560,6 +595,50 @@ int Worker::apply_rts(QpCtx& q, const host::QpInfo& info) {
   a.rnr_retry = info.rnr_retry;
   return core_.modify_qp(q.core_qpn, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                                             IBV_QP_RNR_RETRY);
+}
+
+void Worker::update_vnics(const RnicChannel& ch) {
+  const bool agent = ch.vnics_from_agent();
+  std::vector<Vnic> next;
+  if (agent) {
+    for (const common::VnicAction& a : ch.vnics().committed())
+      next.push_back(Vnic{a.vnic_id, a.overlay_ip, a.overlay_mac, a.vni});
+    if (!st_.vnics.empty() && !yaml_vnics_warned_) {
+      std::fprintf(stderr, "%s: warning: the agent programs this port's vNICs (protocol v%u); the %zu vNICs in %s are ignored\n",
+                   c_.name.c_str(), unsigned{ch.negotiated_version()}, st_.vnics.size(), c_.table_file.c_str());
+      yaml_vnics_warned_ = true;
+    }
+  } else {
+    next = st_.vnics;  // an agent older than v3 sends none: the YAML's, as before
+  }
+  // A vNIC the agent removed: its egress entries went in the same commit, so
+  // QPs on it no longer resolve a route (their packets count as table_miss
+  // drops, their punts are refused); count them here.
+  for (const Vnic& v : vnics_) {
+    bool kept = false;
+    for (const Vnic& n : next) kept = kept || n.id == v.id;
+    if (kept) continue;
+    ++vnics_withdrawn_;
+    for (const QpCtx& q : ctx_)
+      if (q.live && q.routed && q.vnic == v.id) ++qps_on_withdrawn_vnic_;
+  }
+  {
+    std::lock_guard<std::mutex> g(vnics_mu_);
+    vnics_.swap(next);
+  }
+  vnics_from_agent_ = agent;
+  vnics_generation_ = ch.vnics().generation();
+  vnics_version_ = ch.vnics().version();
+  host_.set_vnic_ips(vnic_ips(vnics_));
+  std::string list;
+  for (const Vnic& v : vnics_) list += (list.empty() ? "" : ", ") + std::to_string(v.id) + "=" + format_ipv4(v.overlay_ip);
+  if (agent)
+    std::printf("%s: vNICs from the agent (table v%llu): %s\n", c_.name.c_str(),
+                static_cast<unsigned long long>(vnics_version_), list.empty() ? "none" : list.c_str());
+  else
+    std::printf("%s: vNICs from %s (agent protocol v%u sends none): %s\n", c_.name.c_str(), c_.table_file.c_str(),
+                unsigned{ch.negotiated_version()}, list.empty() ? "none" : list.c_str());
+  std::fflush(stdout);
 }
 
 // DPU mode: QPs whose RTR waits for the agent. Each iteration looks their
@@ -803,6 +882,7 @@ void Worker::loop() {
       dpu_->set(common::BarCounter::kRxPackets, k_.rx_packets);
       dpu_->set(common::BarCounter::kTxPackets, k_.tx_packets);
       work += dpu_->service(now);
+      refresh_vnics();
       if (!route_wait_.empty()) work += pending_routes(now);
     }
     idle.after_iteration(work > 0 || !backlog_.empty());
@@ -868,6 +948,8 @@ nlohmann::json Worker::counters_json() const {
 #undef TANDEM_HOST_COUNTER_JSON
   j["host"] = h;
   j["live_qps"] = live_qps();
+  j["vnics"] = {{"source", vnics_from_agent_ ? "agent" : "yaml"}, {"count", vnics_.size()},
+                {"withdrawn", vnics_withdrawn_}, {"qps_on_withdrawn_vnic", qps_on_withdrawn_vnic_}};
   return j;
 }
 
@@ -952,13 +1034,20 @@ void Worker::register_telemetry() {
                            }
                            return 0;
                          });
-  cd::telemetry_register("/tandem/rnic/table", "tandem-rnic level-2 table (standalone YAML)",
+  cd::telemetry_register("/tandem/rnic/table", "tandem-rnic level-2 table and the port's vNICs",
                          [this](std::string_view, TelemetryDict& out) {
                            out.str("underlay_ip", format_ipv4(st_.underlay_ip));
                            out.u64("version", table_.version());
                            out.u64("capacity", table_.capacity());
                            out.u64("entries", table_.size());
-                           out.u64("vnics", st_.vnics.size());
+                           std::lock_guard<std::mutex> g(vnics_mu_);
+                           out.u64("vnics", vnics_.size());
+                           out.str("vnic_source", vnics_from_agent_ ? "agent" : "yaml");
+                           out.u64("vnics_withdrawn", vnics_withdrawn_);
+                           out.u64("qps_on_withdrawn_vnic", qps_on_withdrawn_vnic_);
+                           out.dict("vnic_list", [&](TelemetryDict& d) {
+                             for (const Vnic& v : vnics_) d.str(std::to_string(v.id).c_str(), format_ipv4(v.overlay_ip));
+                           });
                            return 0;
                          });
 }
@@ -970,10 +1059,14 @@ int run(const WorkerConfig& c) {
   if (c.table_file.empty()) throw std::invalid_argument("--table is required (standalone mode)");
   if (!make_path_policy(c.spray.c_str())) throw std::invalid_argument("--spray: unknown path policy '" + c.spray + "'");
   if (!make_cc_policy(c.cc.c_str())) throw std::invalid_argument("--cc: unknown congestion-control policy '" + c.cc + "'");
+  if (c.dpu_max_protocol != 0 &&
+      (c.dpu_max_protocol < common::kProtocolVersionOldest || c.dpu_max_protocol > common::kProtocolVersionCurrent))
+    throw std::invalid_argument("--dpu-max-protocol must be " + std::to_string(common::kProtocolVersionOldest) + ".." +
+                                std::to_string(common::kProtocolVersionCurrent));
   if (c.mtu != 256 && c.mtu != 512 && c.mtu != 1024 && c.mtu != 2048 && c.mtu != 4096)
     throw std::invalid_argument("--mtu must be 256, 512, 1024, 2048 or 4096");
   // Parse the table before touching the EAL: a bad file is a clear error, not a half-started port.
-  StandaloneTable table = load_standalone_table(c.table_file);
+  StandaloneTable table = load_standalone_table(c.table_file, !c.dpu_channel.empty());
   table_capacity(c, table);
   cd::eal_init("tandem-rnic", c.eal_args);
   auto worker = std::make_unique<Worker>(c, std::move(table));

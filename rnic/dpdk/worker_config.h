@@ -37,6 +37,9 @@ struct WorkerConfig {
   // Level-2 entries the table holds; 0: 65536 in DPU mode, twice the YAML's
   // entries (at least 64) standalone. The agent sizes its shadow to it.
   uint32_t table_capacity = 0;
+  // Newest channel protocol version offered (0: current). A rollout drill: 2
+  // behaves as the previous release (takes no vNIC entries; YAML vNICs).
+  uint16_t dpu_max_protocol = 0;
   std::vector<std::string> eal_args;
 };
 

@@ -219,6 +219,9 @@ class HostServer {
   int wait_fd() const noexcept { return epoll_fd_; }
 
   const HostCounters& counters() const noexcept { return counters_; }
+  // The port's vNICs changed (DPU mode: the agent added or removed one): the
+  // next application that binds itself to a vNIC is checked against `ips`.
+  void set_vnic_ips(std::vector<uint32_t> ips) { config_.vnic_ips = std::move(ips); }
   HostMemory memory() const noexcept;
   std::size_t app_count() const noexcept;
   std::size_t list_apps(std::span<AppInfo> out) const noexcept;

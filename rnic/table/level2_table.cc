@@ -24,7 +24,11 @@ constexpr uint64_t slot_word(uint32_t tag, uint32_t idx) noexcept {
 bool entry_well_formed(const Level2Entry& e) noexcept {
   using common::EntryKind;
   if (e.key.kind != EntryKind::kEgress && e.key.kind != EntryKind::kIngressVni &&
-      e.key.kind != EntryKind::kIngressQpn)
+      e.key.kind != EntryKind::kIngressQpn && e.key.kind != EntryKind::kVnic)
+    return false;
+  // A vNIC entry names its vNIC twice (key and action); they must agree.
+  if (e.key.kind == EntryKind::kVnic &&
+      (e.key.word1 != 0 || e.vnic.vnic_id != e.key.word0 || e.vnic.reserved != 0 || e.vnic.reserved2 != 0))
     return false;
   return e.key.reserved[0] == 0 && e.key.reserved[1] == 0 && e.key.reserved[2] == 0;
 }

@@ -25,7 +25,10 @@ bool RnicChannel::pop_event(RawMessage& out) noexcept {
 }
 
 void RnicChannel::abort_open(AbortReason reason, uint32_t txn, uint32_t op_index) noexcept {
-  if (txn_open_) table_.abort();
+  if (txn_open_) {
+    table_.abort();
+    vnics_.abort();
+  }
   txn_open_ = false;
   doomed_ = true;
   txn_ = txn;
@@ -79,7 +82,10 @@ void RnicChannel::on_command(const RawMessage& raw, uint64_t now) noexcept {
     return;
   }
   if (t == MessageType::kReset) {
-    if (txn_open_) table_.abort();
+    if (txn_open_) {
+      table_.abort();
+      vnics_.abort();
+    }
     txn_open_ = false;
     doomed_ = false;
     state_ = RnicChannelState::kAwaitHello;
@@ -133,13 +139,19 @@ void RnicChannel::on_command(const RawMessage& raw, uint64_t now) noexcept {
     case MessageType::kPut: {
       auto m = as<PutMsg>(raw);
       bool mine = txn_open_ && m.txn == txn_;
-      on_op(m.txn, mine ? table_.put(m.entry) : TableStatus::kNoTxn, m.entry.key);
+      TableStatus st = TableStatus::kNoTxn;
+      if (mine) st = vnic_refused(m.entry.key) ? TableStatus::kBadEntry : table_.put(m.entry);
+      if (st == TableStatus::kOk && m.entry.key.kind == EntryKind::kVnic) vnics_.put(m.entry.vnic);
+      on_op(m.txn, st, m.entry.key);
       break;
     }
     case MessageType::kDel: {
       auto m = as<DelMsg>(raw);
       bool mine = txn_open_ && m.txn == txn_;
-      on_op(m.txn, mine ? table_.del(m.key) : TableStatus::kNoTxn, m.key);
+      TableStatus st = TableStatus::kNoTxn;
+      if (mine) st = vnic_refused(m.key) ? TableStatus::kBadEntry : table_.del(m.key);
+      if (st == TableStatus::kOk && m.key.kind == EntryKind::kVnic) vnics_.del(m.key.word0);
+      on_op(m.txn, st, m.key);
       break;
     }
     case MessageType::kCommit:
@@ -170,7 +182,10 @@ void RnicChannel::on_hello(const HelloMsg& m) noexcept {
   ack.current_version = config_.versions.current;
   ack.agent_instance = m.agent_instance;
   ack.table_capacity = table_.capacity();
-  if (txn_open_) table_.abort();  // a (re)starting agent never finishes the old txn
+  if (txn_open_) {  // a (re)starting agent never finishes the old txn
+    table_.abort();
+    vnics_.abort();
+  }
   txn_open_ = false;
   doomed_ = false;
   if (!v) {
@@ -180,6 +195,7 @@ void RnicChannel::on_hello(const HelloMsg& m) noexcept {
   } else {
     ack.chosen_version = *v;
     version_ = *v;
+    vnics_from_agent_ = has_vnic_entries(*v);
     agent_instance_ = m.agent_instance;
     state_ = RnicChannelState::kSync;
   }
@@ -205,6 +221,7 @@ void RnicChannel::on_begin(uint32_t txn, uint64_t base, bool from_empty) noexcep
     return;
   }
   table_.begin(from_empty);
+  vnics_.begin(from_empty);
   txn_open_ = true;
   txn_is_sync_ = from_empty;
   txn_ = txn;
@@ -253,6 +270,7 @@ void RnicChannel::on_commit(const CommitMsg& m, bool sync_end) noexcept {
     return;
   }
   table_.commit(m.version);
+  vnics_.commit(table_.version());
   txn_open_ = false;
   ++stats_.commits;
   if (state_ == RnicChannelState::kSync) state_ = RnicChannelState::kActive;
@@ -282,7 +300,10 @@ void RnicChannel::tick(uint64_t now) noexcept {
   if (state_ == RnicChannelState::kAwaitHello) return;
   if (now - last_agent_ns_ > config_.agent_timeout_ns) {
     // Agent gone: keep forwarding on what is committed, drop what is half-staged.
-    if (txn_open_) table_.abort();
+    if (txn_open_) {
+      table_.abort();
+      vnics_.abort();
+    }
     txn_open_ = false;
     doomed_ = false;
     state_ = RnicChannelState::kHeadless;

@@ -7,6 +7,12 @@
 // HEARTBEAT or commit) -> ACTIVE; no command from the agent for agent_timeout
 // -> HEADLESS: the committed table stays in use for forwarding, an open
 // transaction is discarded and new tenant state is refused until a new HELLO.
+//
+// vNICs (protocol v3): the vNIC entries the table commits are mirrored in a
+// VnicList (vnics()); vnics_from_agent() says whether the agent this RNIC
+// last negotiated with programs them (v3) or not (an older agent: the worker
+// keeps the vNICs of its own configuration). vNIC entries on a channel that
+// negotiated v1/v2 are refused as kBadEntry.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +23,7 @@
 #include "common/channel/negotiate.h"
 #include "rnic/table/level2_table.h"
 #include "rnic/table/reader_epochs.h"
+#include "rnic/table/vnic_list.h"
 
 namespace tandem::rnic {
 
@@ -42,6 +49,7 @@ struct RnicChannelStats {
   uint64_t sequence_gaps = 0;
   uint64_t errors = 0;
   uint64_t headless_entries = 0;
+  uint64_t vnic_entries_refused = 0;  // vNIC PUT/DEL on a channel below v3 (a misbehaving agent)
 };
 
 class RnicChannel {
@@ -65,6 +73,9 @@ class RnicChannel {
   uint16_t negotiated_version() const noexcept { return version_; }
   uint64_t heartbeat() const noexcept { return heartbeat_; }
   const RnicChannelStats& stats() const noexcept { return stats_; }
+  // The committed table's vNIC entries, and whether the agent sends them.
+  const VnicList& vnics() const noexcept { return vnics_; }
+  bool vnics_from_agent() const noexcept { return vnics_from_agent_; }
   // Writes state, heartbeat, negotiated version, committed table and counters.
   void publish(common::Bar& bar) const noexcept;
 
@@ -76,6 +87,12 @@ class RnicChannel {
   void on_begin(uint32_t txn, uint64_t base, bool from_empty) noexcept;
   void on_op(uint32_t txn, TableStatus st, const common::EntryKey& key) noexcept;
   void on_commit(const common::CommitMsg& m, bool sync_end) noexcept;
+  // vNIC entries exist from v3 on: an agent that negotiated less never sends them.
+  bool vnic_refused(const common::EntryKey& k) noexcept {
+    if (k.kind != common::EntryKind::kVnic || common::has_vnic_entries(version_)) return false;
+    ++stats_.vnic_entries_refused;
+    return true;
+  }
   bool accepts_state() const noexcept {
     return state_ == RnicChannelState::kSync || state_ == RnicChannelState::kActive;
   }
@@ -95,6 +112,9 @@ class RnicChannel {
   uint32_t txn_ = 0;
   uint32_t op_index_ = 0;
   bool doomed_ = false;       // txn_ was refused; its remaining commands are ignored
+  VnicList vnics_;
+  // The last agent that said HELLO negotiated v3+ (kept through HEADLESS).
+  bool vnics_from_agent_ = false;
   std::deque<RawMessage> out_;
   RnicChannelStats stats_;
 };

@@ -3,8 +3,13 @@
 
   * tandemctl configures tenants, RNICs and vNICs; refused requests exit 2 and
     change nothing; state survives an agent restart (SQLite);
-  * both workers go HELLO -> SYNC -> ACTIVE; QPs get their routes from the agent
-    (punted miss -> level-2 transaction) and WRITE/SEND/READ verify both ways;
+  * both workers go HELLO -> SYNC -> ACTIVE; their YAML lists no vNICs: they
+    learn them from the agent (vNIC entries, protocol v3); QPs get their routes
+    from the agent (punted miss -> level-2 transaction) and WRITE/SEND/READ
+    verify both ways;
+  * a vNIC added with tandemctl while the workers are ACTIVE becomes usable (a
+    QP on it verifies); `vnic del` takes it out of the worker's table and vNIC
+    list, and a QP streaming over it is counted, not crashed;
   * a vNIC of another tenant cannot be reached: the punt is denied by isolation
     (counted) and the QP fails;
   * kill -9 the agent under traffic: workers go HEADLESS and keep forwarding,
@@ -25,7 +30,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from tandem_harness import Checks, Lab, stop  # noqa: E402
+from tandem_harness import Checks, Lab, Telemetry, stop  # noqa: E402
 
 DPU, CTL, FABRIC, RNIC, APP = sys.argv[1:6]
 TAG = f"dpu{os.getpid()}"
@@ -91,19 +96,19 @@ def agent():
     return p
 
 
+# DPU mode: the YAML only gives the port's underlay identity; the vNICs come from the agent.
 YAML = {
-    "A": "underlay: {ip: 10.0.0.1, mac: 02:00:00:00:00:01, gateway_mac: 02:00:00:00:00:fe}\n"
-         "vnics:\n  - {id: 1, ip: 192.168.7.1, mac: 02:00:00:00:01:01, vni: 100}\n"
-         "  - {id: 4, ip: 192.168.7.4, mac: 02:00:00:00:01:04, vni: 100}\n",
-    "B": "underlay: {ip: 10.0.0.2, mac: 02:00:00:00:00:02, gateway_mac: 02:00:00:00:00:fe}\n"
-         "vnics:\n  - {id: 2, ip: 192.168.7.2, mac: 02:00:00:00:01:02, vni: 100}\n"
-         "  - {id: 3, ip: 192.168.9.3, mac: 02:00:00:00:01:03, vni: 300}\n",
+    "A": "underlay: {ip: 10.0.0.1, mac: 02:00:00:00:00:01, gateway_mac: 02:00:00:00:00:fe}\n",
+    "B": "underlay: {ip: 10.0.0.2, mac: 02:00:00:00:00:02, gateway_mac: 02:00:00:00:00:fe}\n",
 }
+PREFIX = {}  # worker name -> its current EAL file prefix (telemetry)
 
 
 def worker(n, sock, gen=0):
     pre = f"{TAG}-{n}{gen}"
+    PREFIX[n] = pre
     return start([RNIC, "--name", n, "--host-socket", f"{D}/{n}.rnic", "--table", f"{D}/{n}.yaml",
+                  "--stats-json", f"{D}/{n}{gen}.stats.json",
                   "--dpu-channel", f"{CH}/tandem-{n}.chan", "--dpu-agent-timeout-ms", "3000",
                   "--table-capacity", "8192", "--idle", "adaptive", "--mtu", "1024", "--", "--no-pci", f"--file-prefix={pre}", "-l", "1",
                   "-m", "128", "--log-level=lib.eal:error", f"--vdev=net_memif0,role=client,socket={D}/{sock}"],
@@ -116,6 +121,28 @@ def pair(a_name, b_name, seed, a_peer_ip="192.168.7.2", a_vnic=None):
               a_name)
     b = start([APP, "verify", f"{D}/B.rnic", D, b_name, a_name, str(seed + 1), a_vnic or "192.168.7.1"], b_name)
     return a, b
+
+
+def worker_vnics(n):
+    """The worker's own view: /tandem/rnic/table (vNIC source, list, withdrawal counters)."""
+    try:
+        t = Telemetry(PREFIX[n], ready="/tandem/rnic/table", timeout=5)
+    except (OSError, RuntimeError, ValueError):
+        return {}
+    try:
+        return t.cmd("/tandem/rnic/table") or {}
+    except (OSError, ValueError):
+        return {}
+    finally:
+        t.s.close()  # the EAL serves a handful of telemetry connections at once
+
+
+def l2_entries(n):
+    return ctl("table", "dump", "--level", 2)[1].get("rnics", {}).get(n, {}).get("entries", [])
+
+
+def l2_vnics(n):
+    return sorted(e["vnic"] for e in l2_entries(n) if e.get("kind") == "vnic")
 
 
 def both_active():
@@ -162,6 +189,14 @@ def main():
     check(wait_for(both_active, 30, "active"), "both workers reach ACTIVE with the agent (HELLO -> SYNC -> ACTIVE)")
     caps = {n: channel(n).get("table_capacity") for n in ("A", "B")}
     check(caps == {"A": 8192, "B": 8192}, f"the agent knows each worker's --table-capacity from HELLO ({caps})")
+    want = {"A": {"1": "192.168.7.1", "4": "192.168.7.4"}, "B": {"2": "192.168.7.2", "3": "192.168.9.3"}}
+    learned = wait_for(lambda: all(worker_vnics(n).get("vnic_list") == want[n] for n in "AB"), 20, "vnics")
+    tel = {n: worker_vnics(n) for n in "AB"}
+    check(learned and all(tel[n].get("vnic_source") == "agent" for n in "AB") and
+          l2_vnics("A") == [1, 4] and l2_vnics("B") == [2, 3] and
+          all(channel(n).get("protocol_version") == 3 for n in "AB"),
+          f"workers whose YAML lists no vNICs learn them from the agent (protocol v3 vNIC entries): "
+          f"A {tel['A'].get('vnic_list')}, B {tel['B'].get('vnic_list')}; table dump A {l2_vnics('A')}, B {l2_vnics('B')}")
     # Two vNICs of tenant 100 on A (.1 and .4) talk to the same vNIC on B at
     # once: B's ingress key (A's underlay, VNI 100) cannot name both senders
     # (the agent withdraws it, or, when the two resolutions were in flight
@@ -177,9 +212,45 @@ def main():
           f"two vNIC pairs of one tenant between the same two ports both verify (exit {ra2}, {rb2}; "
           f"B's ingress entries for (10.0.0.1, VNI 100): {len(shared)})")
     l2 = ctl("table", "dump", "--level", 2)[1].get("rnics", {})
-    na, nb = len(l2.get("A", {}).get("entries", [])), len(l2.get("B", {}).get("entries", []))
+    na, nb = (len([e for e in l2.get(n, {}).get("entries", []) if e.get("kind") != "vnic"]) for n in "AB")
     check(na >= 2 and nb >= 2 and wait_for(both_active, 10, "active"),
-          f"level-2 tables installed by transactions (A {na} entries, B {nb}, A's BAR {bar('A')})")
+          f"level-2 tables installed by transactions (A {na} flow entries, B {nb}, A's BAR {bar('A')})")
+
+    # 2b. A vNIC added while the workers are ACTIVE becomes usable; `vnic del`
+    # takes it away again, also from under a QP that streams over it.
+    rc5, _ = ctl("vnic", "add", 5, "--vni", 100, "--rnic", "A", "--ip", "192.168.7.5", "--mac", "02:00:00:00:01:05")
+    got5 = wait_for(lambda: worker_vnics("A").get("vnic_list", {}).get("5") == "192.168.7.5", 10, "vnic 5")
+    check(rc5 == 0 and got5 and 5 in l2_vnics("A"),
+          f"`vnic add 5` on the ACTIVE worker A: in A's table dump {l2_vnics('A')} and its vNIC list "
+          f"{worker_vnics('A').get('vnic_list')}")
+    a5, b5 = pair("app7", "app8", 20, a_vnic="192.168.7.5")
+    ra5, rb5 = a5.wait(90), b5.wait(90)
+    check(ra5 == 0 and rb5 == 0, f"a QP on the added vNIC 5 connects and verifies WRITE/SEND/READ (exit {ra5}, {rb5})")
+    sink5 = start([APP, "sink", f"{D}/B.rnic", D, "sink5", "strm5", "22", "192.168.7.5"], "sink5")
+    strm5 = start([APP, "stream", f"{D}/A.rnic", D, "strm5", "sink5", "23", "192.168.7.2", "192.168.7.5"], "strm5")
+    streaming5 = wait_for(lambda: os.path.exists(f"{D}/strm5.streaming") or strm5.poll() is not None, 30, "stream")
+    rcd, _ = ctl("vnic", "del", 5)
+    gone = wait_for(lambda: 5 not in l2_vnics("A") and "5" not in worker_vnics("A").get("vnic_list", {"5": 0}),
+                    10, "vnic 5 gone")
+    time.sleep(0.5)  # the stream keeps trying on the withdrawn vNIC meanwhile
+    left = [e for n in "AB" for e in l2_entries(n)
+            if e.get("vnic") == 5 or "192.168.7.5" in (e.get("dst_overlay_ip"), e.get("overlay_src_ip"))]
+    ta = worker_vnics("A")
+    check(streaming5 and rcd == 0 and gone and not left and wa.poll() is None and
+          ta.get("vnics_withdrawn", 0) >= 1 and ta.get("qps_on_withdrawn_vnic", 0) >= 1,
+          f"`vnic del 5`: gone from A's table dump and vNIC list {ta.get('vnic_list')}, no entry derived from it "
+          f"left ({len(left)}), its streaming QP counted (qps_on_withdrawn_vnic {ta.get('qps_on_withdrawn_vnic')}), "
+          f"worker A alive")
+    for p in (strm5, a5, b5):
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    open(f"{D}/sink5.stop", "w").close()
+    try:
+        sink5.wait(30)
+    except subprocess.TimeoutExpired:
+        sink5.kill()
+        sink5.wait()
 
     # 3. Isolation: tenant 100's vNIC cannot reach tenant 300's address; while
     # that QP waits for a route that never comes, worker A serves everyone else.
@@ -288,6 +359,14 @@ def main():
           f"after a replay, an agent restart reloads the same tables from SQLite ({before} -> {after})")
 
     check(stop(wa) == 0 and stop(wb) == 0 and stop(ag) == 0, "agent and workers stop cleanly on SIGINT")
+    try:
+        with open(f"{D}/A0.stats.json") as f:
+            sa = json.load(f)
+    except (OSError, ValueError):
+        sa = {}
+    check(sa.get("vnics", {}).get("source") == "agent" and sa.get("vnics", {}).get("count") == 2 and
+          "ignored" not in log("A"),
+          f"worker A's exit counters: vNICs {sa.get('vnics')}")
     stop(fab)
     if failed:
         for n in ("agent", "fabric", "A", "B"):

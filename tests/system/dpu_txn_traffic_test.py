@@ -85,13 +85,10 @@ DEPTH = 4
 # The group: (member, VNI, overlay IP on B, A's vNIC, its IP, B's vNIC, its VNI).
 MEMBERS = [(1, 100, "192.168.7.2", 1, "192.168.7.1", 2, 200),
            (2, 101, "192.168.8.2", 5, "192.168.8.1", 6, 201)]
+# DPU mode: the YAML gives the underlay identity; the vNICs come from the agent (`vnic add` below).
 YAML = {
-    "A": "underlay: {ip: 10.0.0.1, mac: 02:00:00:00:00:01, gateway_mac: 02:00:00:00:00:fe}\nvnics:\n" +
-         "".join(f"  - {{id: {va}, ip: {ia}, mac: 02:00:00:00:01:0{va}, vni: {vni}}}\n"
-                 for _, vni, _, va, ia, _, _ in MEMBERS),
-    "B": "underlay: {ip: 10.0.0.2, mac: 02:00:00:00:00:02, gateway_mac: 02:00:00:00:00:fe}\nvnics:\n" +
-         "".join(f"  - {{id: {vb}, ip: {ib}, mac: 02:00:00:00:01:0{vb}, vni: {vnib}}}\n"
-                 for _, _, ib, _, _, vb, vnib in MEMBERS),
+    "A": "underlay: {ip: 10.0.0.1, mac: 02:00:00:00:00:01, gateway_mac: 02:00:00:00:00:fe}\n",
+    "B": "underlay: {ip: 10.0.0.2, mac: 02:00:00:00:00:02, gateway_mac: 02:00:00:00:00:fe}\n",
 }
 
 
@@ -137,7 +134,12 @@ def channel(rnic):
 
 
 def active():
-    return all(channel(n).get("state") == "ACTIVE" and channel(n).get("bar", {}).get("state") == "active"
+    """Both channels ACTIVE and each worker's vNICs (from the agent) committed."""
+    if not all(channel(n).get("state") == "ACTIVE" and channel(n).get("bar", {}).get("state") == "active"
+               for n in ("A", "B")):
+        return False
+    l2 = ctl("table", "dump", "--level", 2)[1].get("rnics", {})
+    return all(len([e for e in l2.get(n, {}).get("entries", []) if e.get("kind") == "vnic"]) == len(MEMBERS)
                for n in ("A", "B"))
 
 

@@ -160,7 +160,7 @@ TEST_CASE("fresh agent and RNIC reach ACTIVE without a replay when both are empt
   RnicSide r;
   Link l(r);
   l.start();
-  CHECK(l.agent.version() == 2);
+  CHECK(l.agent.version() == kProtocolVersionCurrent);
   CHECK(l.agent.stats().replays == 0);
   CHECK(l.agent.stats().reconcile_skips == 1);
 }
@@ -201,7 +201,8 @@ TEST_CASE("an RNIC one protocol version behind is driven with full replays") {
 }
 
 TEST_CASE("no common protocol version leaves the channel DEGRADED with a reason") {
-  RnicSide r(1024, VersionRange{3, 3});
+  constexpr uint16_t kNewer = kProtocolVersionCurrent + 1;  // an RNIC that dropped everything we speak
+  RnicSide r(1024, VersionRange{kNewer, kNewer});
   Link l(r);
   l.agent.start(l.now);
   l.run(5);
@@ -675,4 +676,170 @@ TEST_CASE("a replaced mapping reaches the RNIC as one transaction: egress overwr
   l.require_in_sync();
   // Replacing with the same values installs nothing.
   CHECK(changes_for_replaced_mappings(st, l.agent.shadow(), "rnic0", keys).ops.empty());
+}
+
+// --- vNIC entries across protocol versions -----------------------------------
+
+namespace {
+Level2Entry vnic(uint32_t id, uint32_t ip) {
+  VnicAction a;
+  a.vnic_id = id;
+  a.overlay_ip = ip;
+  a.vni = 100;
+  a.overlay_mac = {2, 0, 0, 0, 1, static_cast<uint8_t>(id)};
+  return make_vnic_entry(a);
+}
+ChangeSet with_vnics(uint64_t tag) {
+  ChangeSet cs = puts(tag, 1, 2);
+  cs.put(vnic(1, 0xC0A80701));
+  cs.put(vnic(4, 0xC0A80704));
+  return cs;
+}
+}  // namespace
+
+TEST_CASE("a v3 RNIC learns its vNICs from committed transactions, and loses one deleted by the agent") {
+  RnicSide r;
+  Link l(r);
+  l.start();
+  CHECK(r.ch->vnics_from_agent());
+  l.agent.submit(with_vnics(1));
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  l.require_in_sync();
+  const auto& list = r.ch->vnics();
+  REQUIRE(list.committed().size() == 2);
+  CHECK(list.find(1)->overlay_ip == 0xC0A80701);
+  CHECK(list.version() == r.table->version());
+  uint64_t gen = list.generation();
+  ChangeSet del;
+  del.tag = 2;
+  del.del(vnic_key(4));
+  del.del(egress_key(1, 1));
+  l.agent.submit(del);
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  CHECK(list.find(4) == nullptr);
+  CHECK(list.find(1) != nullptr);
+  CHECK(list.generation() > gen);
+  l.require_in_sync();
+}
+
+TEST_CASE("a new agent withholds vNIC entries from an RNIC that negotiated v2, which keeps its own vNICs") {
+  RnicSide r(1024, VersionRange{1, 2});  // the previous release of the RNIC
+  Link l(r);
+  l.start();
+  CHECK(l.agent.version() == 2);
+  l.agent.submit(with_vnics(1));
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  for (const TxnOutcome& o : l.agent.take_outcomes()) CHECK(o.committed);
+  CHECK(l.agent.stats().vnic_ops_withheld == 2);
+  CHECK(l.agent.stats().txns_aborted == 0);
+  CHECK(r.lookup(vnic_key(1)) == nullptr);
+  CHECK(r.lookup(egress_key(1, 1)) != nullptr);  // the flows went through
+  CHECK(l.agent.shadow().find(vnic_key(1)) == nullptr);
+  CHECK_FALSE(r.ch->vnics_from_agent());
+  CHECK(r.ch->vnics().committed().empty());
+  l.require_in_sync();
+}
+
+TEST_CASE("an agent of the previous release meets a new RNIC at v2; the RNIC keeps its own vNICs") {
+  RnicSide r;
+  AgentChannelConfig old;
+  old.versions = VersionRange{1, 2};
+  Link l(r, old);
+  l.start();
+  CHECK(l.agent.version() == 2);
+  CHECK(r.ch->negotiated_version() == 2);
+  CHECK_FALSE(r.ch->vnics_from_agent());
+  l.agent.submit(puts(1, 1, 3));
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  l.require_in_sync();
+  CHECK(r.ch->vnics().committed().empty());
+}
+
+TEST_CASE("an RNIC at v2 refuses a vNIC entry sent anyway, as a bad entry, and keeps its table") {
+  RnicSide r(1024, VersionRange{1, 2});
+  RnicChannel& ch = *r.ch;
+  uint32_t seq = 0;
+  auto send = [&](auto m) {
+    m.hdr.seq = seq++;
+    ch.on_command(to_raw(m), 0);
+  };
+  HelloMsg h;
+  send(h);
+  REQUIRE(ch.negotiated_version() == 2);
+  BeginMsg b;
+  b.txn = 7;
+  send(b);
+  PutMsg p;
+  p.txn = 7;
+  p.entry = vnic(1, 0xC0A80701);
+  send(p);
+  RawMessage ev;
+  bool aborted = false;
+  while (ch.pop_event(ev))
+    if (ev.type() == MessageType::kAborted) aborted = as<AbortedMsg>(ev).reason == AbortReason::kBadEntry;
+  CHECK(aborted);
+  CHECK(ch.stats().vnic_entries_refused == 1);
+  CHECK(r.table->version() == 0);
+  CHECK(ch.vnics().committed().empty());
+}
+
+TEST_CASE("a shadow holding vNIC entries is replayed to a v2 RNIC without them, and reconciled when a v3 RNIC returns") {
+  // The store of a v3 agent: flows and vNIC entries.
+  Level2Shadow stored;
+  stored.apply(with_vnics(1).ops, 5);
+  RnicSide r(1024, VersionRange{1, 2});
+  Link l(r, {}, stored);
+  l.start();
+  CHECK(l.agent.stats().replays == 1);
+  CHECK(l.agent.shadow().find(vnic_key(1)) == nullptr);  // forgotten: that RNIC cannot hold it
+  CHECK(l.agent.shadow().entries().size() == 2);
+  l.require_in_sync();
+  uint64_t s2 = l.agent.session();
+  // The worker is upgraded: a v3 RNIC restarts on the same channel.
+  r.versions = kOurVersions;
+  r.restart();
+  REQUIRE(l.run_until([&] { return l.agent.session() > s2 && l.active_and_idle(); }));
+  CHECK(l.agent.version() == kProtocolVersionCurrent);
+  CHECK(r.ch->vnics_from_agent());
+  CHECK(r.ch->vnics().committed().empty());  // the replay carried what the shadow had
+  // What the agent loop does on a new v3 session: make the vNIC entries level 1's.
+  Level1State st;
+  REQUIRE(st.apply(AddTenant{100, "blue"}).ok());
+  REQUIRE(st.apply(AddRnic{"rnic0", 0x0A000001, {2, 0, 0, 0, 0, 1}, 0xC000, 4}).ok());
+  REQUIRE(st.apply(AddVnic{1, 100, "rnic0", 0xC0A80701, {2, 0, 0, 0, 1, 1}}).ok());
+  ChangeSet cs = changes_for_vnics(st, l.agent.shadow(), "rnic0");
+  REQUIRE(cs.ops.size() == 1);
+  cs.tag = 9;
+  l.agent.submit(std::move(cs));
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  REQUIRE(r.ch->vnics().find(1) != nullptr);
+  CHECK(r.ch->vnics().find(1)->overlay_ip == 0xC0A80701);
+  CHECK(changes_for_vnics(st, l.agent.shadow(), "rnic0").ops.empty());
+  l.require_in_sync();
+}
+
+TEST_CASE("a v3 RNIC whose agent goes away keeps the agent's vNICs while headless, and a restarted agent skips the replay") {
+  RnicSide r;
+  Level2Shadow kept;
+  uint64_t t = 0;
+  {
+    Link l(r);
+    l.start();
+    l.agent.submit(with_vnics(1));
+    REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+    kept = l.agent.shadow();  // what its store holds
+    t = l.now;
+  }
+  AgentChannelConfig cfg;
+  cfg.agent_instance = 2;
+  Link l2(r, cfg, kept);
+  l2.now = t;
+  REQUIRE(l2.run_until([&] { return r.ch->state() == RnicChannelState::kHeadless; }, 10000));
+  CHECK(r.ch->vnics_from_agent());
+  CHECK(r.ch->vnics().committed().size() == 2);
+  l2.start();
+  CHECK(l2.agent.stats().replays == 0);
+  CHECK(l2.agent.stats().reconcile_skips == 1);
+  CHECK(r.ch->vnics().committed().size() == 2);
+  l2.require_in_sync();
 }

@@ -92,6 +92,43 @@ TEST_CASE("digest changes when only an action field changes") {
   CHECK(entry_hash(e1) != entry_hash(e2));
 }
 
+TEST_CASE("vNIC entries are their own kind: key, equality and digest see every field") {
+  CHECK_FALSE(vnic_key(5) == egress_key(5, 0));
+  CHECK(vnic_key(5) == vnic_key(5));
+  VnicAction a;
+  a.vnic_id = 5;
+  a.overlay_ip = 0xC0A80705;
+  a.vni = 100;
+  a.overlay_mac = {2, 0, 0, 0, 1, 5};
+  const Level2Entry e = make_vnic_entry(a);
+  CHECK(e.key == vnic_key(5));
+  CHECK(e.vnic == a);
+  // An egress entry whose bytes happen to match is still another entry.
+  Level2Entry look_alike = e;
+  look_alike.key = egress_key(5, 0);
+  CHECK_FALSE(look_alike == e);
+  CHECK(entry_hash(look_alike) != entry_hash(e));
+  for (int field = 0; field < 3; ++field) {
+    VnicAction b = a;
+    if (field == 0) b.overlay_ip ^= 1;
+    if (field == 1) b.vni ^= 1;
+    if (field == 2) b.overlay_mac[5] ^= 1;
+    CHECK_FALSE(make_vnic_entry(b) == e);
+    CHECK(entry_hash(make_vnic_entry(b)) != entry_hash(e));
+  }
+}
+
+TEST_CASE("vNIC entries exist from protocol v3, so an agent and an RNIC one version apart meet at v2 without them") {
+  CHECK(kProtocolVersionCurrent == kProtocolVersionVnic);
+  CHECK(has_vnic_entries(kProtocolVersionVnic));
+  CHECK_FALSE(has_vnic_entries(kProtocolVersionVnic - 1));
+  // New agent (1..3) with an old RNIC (1..2), and an old agent with a new RNIC.
+  CHECK(negotiate_version(kOurVersions, {1, 2}) == 2);
+  CHECK(negotiate_version({1, 2}, kOurVersions) == 2);
+  CHECK_FALSE(has_vnic_entries(*negotiate_version(kOurVersions, {1, 2})));
+  CHECK(has_digest_reconcile(*negotiate_version(kOurVersions, {1, 2})));
+}
+
 TEST_CASE("default channel layout has page-aligned, non-overlapping areas") {
   ChannelGeometry g;
   REQUIRE(g.valid());

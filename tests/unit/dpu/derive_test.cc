@@ -4,6 +4,7 @@
 #include "dpu/txn/derive.h"
 #include "dpu/txn/pending_punts.h"
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <tuple>
@@ -445,4 +446,104 @@ TEST_CASE("skipping revalidation never skips an undo: random level-1 changes bet
   }
   CHECK(skipped > 20);
   CHECK(undone > 20);
+}
+
+// --- vNIC entries (protocol v3) ----------------------------------------------
+
+TEST_CASE("a vNIC's entry carries its id, overlay address, MAC and tenant") {
+  Level1State s = state();
+  Level2Entry e = vnic_entry(*s.vnic(1));
+  CHECK(e.key == vnic_key(1));
+  CHECK(e.vnic.vnic_id == 1);
+  CHECK(e.vnic.overlay_ip == ip("192.168.0.1"));
+  CHECK(e.vnic.overlay_mac == mac("02:aa:00:00:00:01"));
+  CHECK(e.vnic.vni == 100);
+}
+
+TEST_CASE("removing a vNIC withdraws its own entry in the same change set as its flows") {
+  Level1State s = state();
+  Level2Shadow installed;
+  ChangeSet setup;
+  setup.put(vnic_entry(*s.vnic(1)));
+  setup.put(vnic_entry(*s.vnic(2)));
+  installed.apply(setup.ops, 1);
+  auto flow = change_set_for_miss(s, egress_key(1, ip("192.168.1.9")), 1, nullptr, nullptr, &installed);
+  REQUIRE(flow);
+  installed.apply(flow->ops, 2);
+  ChangeSet cs = deletions_for_vnic(installed, 1, 100, ip("192.168.0.1"));
+  std::vector<EntryKey> dels;
+  for (const Level2Op& op : cs.ops) {
+    CHECK(op.del);
+    dels.push_back(op.entry.key);
+  }
+  CHECK(std::count(dels.begin(), dels.end(), vnic_key(1)) == 1);
+  CHECK(std::count(dels.begin(), dels.end(), egress_key(1, ip("192.168.1.9"))) == 1);
+  CHECK(std::count(dels.begin(), dels.end(), ingress_key_vni(ip("10.0.1.7"), 100)) == 1);
+  CHECK(std::count(dels.begin(), dels.end(), vnic_key(2)) == 0);  // the other vNIC stays
+  installed.apply(cs.ops, 3);
+  CHECK(installed.find(vnic_key(2)) != nullptr);
+  CHECK(installed.entries().size() == 1);
+}
+
+TEST_CASE("withdrawing or replacing a mapping never touches vNIC entries") {
+  Level1State s = state();
+  Level2Shadow installed;
+  ChangeSet setup;
+  setup.put(vnic_entry(*s.vnic(1)));
+  installed.apply(setup.ops, 1);
+  auto flow = change_set_for_miss(s, egress_key(1, ip("192.168.1.9")), 1, nullptr, nullptr, &installed);
+  REQUIRE(flow);
+  installed.apply(flow->ops, 2);
+  // vNIC 1's own address is a mapping too; its withdrawal is not the vNIC's.
+  for (const MappingKey& m : {MappingKey{100, ip("192.168.0.1")}, MappingKey{100, ip("192.168.1.9")}})
+    for (const Level2Op& op : deletions_for_mapping(installed, m).ops) CHECK_FALSE(op.entry.key.kind == EntryKind::kVnic);
+  REQUIRE(s.apply(AddMapping{100, ip("192.168.1.9"), ip("10.0.3.3"), mac("02:00:00:00:03:00"), "far3", true}).ok());
+  ChangeSet cs = changes_for_replaced_mappings(s, installed, "rnic0", {MappingKey{100, ip("192.168.1.9")}});
+  CHECK_FALSE(cs.ops.empty());
+  for (const Level2Op& op : cs.ops) CHECK_FALSE(op.entry.key.kind == EntryKind::kVnic);
+}
+
+TEST_CASE("reconciling vNIC entries puts the missing, fixes the stale and deletes the unknown") {
+  Level1State s = state();
+  REQUIRE(s.apply(AddRnic{"rnic1", ip("10.0.0.2"), mac("02:00:00:00:00:02"), 0xC000, 4}).ok());
+  REQUIRE(s.apply(AddVnic{3, 200, "rnic1", ip("172.16.0.3"), mac("02:aa:00:00:00:03")}).ok());
+  Level2Shadow installed;
+  CHECK(changes_for_vnics(s, installed, "rnic0").ops.size() == 2);  // vNICs 1 and 2, not rnic1's 3
+  Level2Entry stale = vnic_entry(*s.vnic(2));
+  stale.vnic.overlay_mac = mac("02:bb:00:00:00:02");
+  VnicAction gone;
+  gone.vnic_id = 9;
+  gone.overlay_ip = ip("192.168.0.9");
+  gone.vni = 100;
+  ChangeSet setup;
+  setup.put(vnic_entry(*s.vnic(1)));
+  setup.put(stale);
+  setup.put(make_vnic_entry(gone));
+  setup.put(vnic_entry(*s.vnic(3)));  // installed on the wrong RNIC
+  installed.apply(setup.ops, 1);
+  ChangeSet cs = changes_for_vnics(s, installed, "rnic0");
+  REQUIRE(cs.ops.size() == 3);
+  installed.apply(cs.ops, 2);
+  CHECK(*installed.find(vnic_key(1)) == vnic_entry(*s.vnic(1)));
+  CHECK(*installed.find(vnic_key(2)) == vnic_entry(*s.vnic(2)));
+  CHECK(installed.find(vnic_key(9)) == nullptr);
+  CHECK(installed.find(vnic_key(3)) == nullptr);
+  CHECK(changes_for_vnics(s, installed, "rnic0").ops.empty());  // in agreement: nothing to send
+}
+
+TEST_CASE("a shadow forgets the vNIC entries an older RNIC cannot hold, digest included") {
+  Level1State s = state();
+  Level2Shadow with, without;
+  auto flow = change_set_for_miss(s, egress_key(1, ip("192.168.1.9")), 1, nullptr, nullptr, &with);
+  REQUIRE(flow);
+  with.apply(flow->ops, 1);
+  without.apply(flow->ops, 1);
+  ChangeSet v;
+  v.put(vnic_entry(*s.vnic(1)));
+  v.put(vnic_entry(*s.vnic(2)));
+  with.apply(v.ops, 2);
+  CHECK(with.forget(EntryKind::kVnic) == 2);
+  CHECK(with.digest() == without.digest());
+  CHECK(with.version() == 2);
+  CHECK(with.find(egress_key(1, ip("192.168.1.9"))) != nullptr);
 }

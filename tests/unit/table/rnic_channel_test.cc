@@ -212,3 +212,81 @@ TEST_CASE("random and malformed commands never corrupt the committed table") {
   CHECK(r.table.size() <= r.table.capacity());
   CHECK(r.ch.stats().commits > 0);
 }
+
+namespace {
+Level2Entry vnic_entry(uint32_t id, uint32_t ip) {
+  VnicAction a;
+  a.vnic_id = id;
+  a.overlay_ip = ip;
+  a.vni = 100;
+  return make_vnic_entry(a);
+}
+}  // namespace
+
+TEST_CASE("vNIC entries become the RNIC's vNIC list only when their transaction commits") {
+  Rnic r;
+  r.hello();
+  REQUIRE(r.ch.vnics_from_agent());
+  BeginMsg b;
+  b.txn = 1;
+  r.send(b);
+  PutMsg p;
+  p.txn = 1;
+  p.entry = vnic_entry(1, 0xC0A80001);
+  r.send(p);
+  p.entry = vnic_entry(2, 0xC0A80002);
+  r.send(p);
+  CHECK(r.ch.vnics().committed().empty());  // staged: invisible
+  CommitMsg c;
+  c.txn = 1;
+  c.version = 1;
+  c.digest = r.table.staged_digest().value;
+  c.entry_count = 2;
+  r.send(c);
+  REQUIRE(r.events().at(0).type() == MessageType::kCommitted);
+  REQUIRE(r.ch.vnics().committed().size() == 2);
+  CHECK(r.ch.vnics().version() == 1);
+  // A txn that deletes one and is aborted changes nothing.
+  b.txn = 2;
+  b.base_version = 1;
+  r.send(b);
+  DelMsg d;
+  d.txn = 2;
+  d.key = vnic_key(1);
+  r.send(d);
+  AbortMsg a;
+  a.txn = 2;
+  r.send(a);
+  r.events();
+  CHECK(r.ch.vnics().committed().size() == 2);
+  // A full replay replaces the list with exactly what it sends.
+  SyncStartMsg ss;
+  ss.txn = 3;
+  r.send(ss);
+  p.txn = 3;
+  p.entry = vnic_entry(7, 0xC0A80007);
+  r.send(p);
+  CommitMsg se;
+  se.hdr.type = MessageType::kSyncEnd;
+  se.txn = 3;
+  se.version = 5;
+  se.digest = r.table.staged_digest().value;
+  se.entry_count = 1;
+  r.send(se);
+  REQUIRE(r.events().at(0).type() == MessageType::kCommitted);
+  REQUIRE(r.ch.vnics().committed().size() == 1);
+  CHECK(r.ch.vnics().find(7) != nullptr);
+  CHECK(r.ch.vnics().version() == 5);
+}
+
+TEST_CASE("a vNIC entry whose key and action name different vNICs is a bad entry") {
+  Level2Table t(Level2TableConfig{8});
+  REQUIRE(t.begin() == TableStatus::kOk);
+  Level2Entry e = vnic_entry(1, 0xC0A80001);
+  e.vnic.vnic_id = 2;
+  CHECK(t.put(e) == TableStatus::kBadEntry);
+  e = vnic_entry(1, 0xC0A80001);
+  e.key.word1 = 3;
+  CHECK(t.put(e) == TableStatus::kBadEntry);
+  CHECK(t.put(vnic_entry(1, 0xC0A80001)) == TableStatus::kOk);
+}
