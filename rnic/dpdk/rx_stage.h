@@ -110,12 +110,12 @@ class RxStage {
   uint16_t validate(rte_mbuf* const* m, uint16_t n, WorkerCounters& k) noexcept {
     static constexpr common::ParseOptions kHeadersOnly{.check_icrc = false, .check_ip_checksum = true};
     for (uint16_t i = 0; i < n && i < kPrefetchAhead; ++i) rte_prefetch0(rte_pktmbuf_mtod(m[i], void*));
+    k.rx_packets += n;
     uint16_t g = 0;
     for (uint16_t i = 0; i < n; ++i) {
       if (i + kPrefetchAhead < n) rte_prefetch0(rte_pktmbuf_mtod(m[i + kPrefetchAhead], void*));
       rte_mbuf* b = m[i];
       const uint32_t len = b->pkt_len;
-      ++k.rx_packets;
       k.rx_bytes += len;
       uint8_t* data = rte_pktmbuf_mtod(b, uint8_t*);
       if (b->nb_segs > 1) [[unlikely]] {
