@@ -35,6 +35,7 @@
 #include "rnic/dpdk/dma_registry.h"
 #include "rnic/dpdk/dpu_link.h"
 #include "rnic/dpdk/egress_route.h"
+#include "rnic/dpdk/rx_stage.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/dpdk/worker_counters.h"
 #include "rnic/host/host_server.h"
@@ -47,7 +48,6 @@ using common::DropReason;
 namespace {
 
 constexpr uint16_t kBurst = 32;
-constexpr uint16_t kPrefetchAhead = 3;
 constexpr uint32_t kQpnBase = 0x100;
 constexpr uint64_t kIdentityBase = 0x1000;  // the identity MR: worker address == MR address
 constexpr uint64_t kIdentityLen = (uint64_t{1} << 47) - kIdentityBase;
@@ -152,7 +152,6 @@ class Worker {
  private:
   uint32_t rx_burst(uint64_t now) noexcept;
   uint32_t rx_port(uint16_t port, uint64_t now) noexcept;
-  void rx_one(rte_mbuf* m, const Level2Table::Snapshot& snap, uint64_t now) noexcept;
   DropReason ingress(common::RocePacket& pkt, uint8_t* data, const Level2Table::Snapshot& snap,
                      QpCtx** out) noexcept;
   void translate_remote(const QpCtx& q, common::RocePacket& pkt, uint8_t* payload) noexcept;
@@ -239,7 +238,7 @@ class Worker {
   std::vector<uint32_t> route_wait_;    // host QPNs whose RTR waits for the agent
   rte_mbuf* tx_buf_[kBurst];
   uint16_t tx_n_ = 0;
-  std::vector<uint8_t> scratch_ = std::vector<uint8_t>(16384);
+  RxStage rx_;  // the receive passes over a burst (rx_stage.h)
   WorkerCounters k_;
   cd::TscClock clock_;
   uint64_t last_host_poll_ = 0;
@@ -260,74 +259,24 @@ uint32_t Worker::rx_port(uint16_t port, uint64_t now) noexcept {
   const uint16_t n = rte_eth_rx_burst(port, 0, pkts, kBurst);
   if (n == 0) return 0;
   const Level2Table::Snapshot snap = table_.begin_read();
-  for (uint16_t i = 0; i < n && i < kPrefetchAhead; ++i) rte_prefetch0(rte_pktmbuf_mtod(pkts[i], void*));
-  for (uint16_t i = 0; i < n; ++i) {
-    if (i + kPrefetchAhead < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[i + kPrefetchAhead], void*));
-    rx_one(pkts[i], snap, now);
-  }
+  rx_.run(pkts, n, core_, k_, now, [&](common::RocePacket& pkt, uint8_t* data) noexcept {
+    QpCtx* q = nullptr;
+    const DropReason r = ingress(pkt, data, snap, &q);
+    if (r != DropReason::kNone) return r;
+    translate_remote(*q, pkt, data + pkt.payload_offset);
+    pkt.bth.dqpn = q->core_qpn;
+    return DropReason::kNone;
+  });
   rte_pktmbuf_free_bulk(pkts, n);  // placement copied what it kept
   return n;
 }
 
-void Worker::rx_one(rte_mbuf* m, const Level2Table::Snapshot& snap, uint64_t now) noexcept {
-  ++k_.rx_packets;
-  k_.rx_bytes += m->pkt_len;
-  uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
-  const uint32_t len = m->pkt_len;
-  if (m->nb_segs > 1) {
-    // A frame larger than one mbuf (memif with a small bsize): parse a copy.
-    if (len > scratch_.size()) {
-      k_.drop(Stage::kParse, DropReason::kTruncated);
-      return;
-    }
-    data = static_cast<uint8_t*>(const_cast<void*>(rte_pktmbuf_read(m, 0, len, scratch_.data())));
-    ++k_.rx_linearized;
-  }
-  common::RocePacket pkt;
-  DropReason r = common::parse_roce(data, len, pkt);
-  if (r != DropReason::kNone) {
-    k_.drop(Stage::kParse, r);
-    return;
-  }
-  QpCtx* q = nullptr;
-  r = ingress(pkt, data, snap, &q);
-  if (r != DropReason::kNone) {
-    k_.drop(Stage::kIngress, r);
-    return;
-  }
-  translate_remote(*q, pkt, data + pkt.payload_offset);
-  pkt.bth.dqpn = q->core_qpn;
-  r = core_.on_packet(pkt, data + pkt.payload_offset, pkt.payload_len, now);
-  if (r != DropReason::kNone) {
-    k_.drop(Stage::kCore, r);
-    return;
-  }
-  ++k_.rx_accepted;
-}
-
-// The tenant owns the QP: the packet must come from the underlay address of
-// the QP's remote as the QP's egress entry (vNIC, remote overlay IP) maps it
-// in this packet's table version. That entry is the agent's (or the YAML's)
-// resolution of the pair, so a withdrawn or moved mapping refuses the next
-// packet, and two vNIC pairs of one tenant between the same two ports are told
-// apart by their QPs: the ingress entry (underlay source, VNI), which cannot
-// tell them apart, is only the gate for packets that carry a VNI on the wire.
+// The tenant check of rx_stage.h, against this worker's QPs and routes.
 DropReason Worker::ingress(common::RocePacket& pkt, uint8_t*, const Level2Table::Snapshot& snap,
                            QpCtx** out) noexcept {
-  const common::Ipv4Header& ip = pkt.has_outer ? pkt.outer.ip : pkt.ip;
-  if (ip.dst != st_.underlay_ip) return DropReason::kTableMiss;
-  // A VNI on the wire is checked before the QP is even looked up.
-  if (pkt.has_outer && table_.lookup(snap, common::ingress_key_vni(ip.src, pkt.outer.vxlan.vni)) == nullptr)
-    return DropReason::kTenantMismatch;
-  QpCtx* q = by_host(pkt.bth.dqpn);
-  if (q == nullptr) return DropReason::kUnknownQpn;
-  if (!q->routed) return DropReason::kBadQpState;
-  if (pkt.has_outer && (pkt.outer.vxlan.vni & 0xFFFFFF) != q->vni) return DropReason::kTenantMismatch;
-  const EgressRoute* r = fresh_route(*q, q->remote_overlay, snap);
-  if (r == nullptr) return DropReason::kTableMiss;  // withdrawn
-  if (ip.src != r->underlay) return DropReason::kTenantMismatch;
-  *out = q;
-  return DropReason::kNone;
+  return check_ingress(
+      pkt, st_.underlay_ip, table_, snap, [this](uint32_t host_qpn) { return by_host(host_qpn); },
+      [&](QpCtx& q) -> const EgressRoute* { return fresh_route(q, q.remote_overlay, snap); }, out);
 }
 
 // The QP's route to `peer` in this table version: resolved from its egress

@@ -2,9 +2,11 @@
 // interface, one loop. run() (worker_config.h) builds a Worker and loops.
 //
 // Per iteration:
-//   rx_burst(32) -> prefetch -> parse_roce on mbuf data (no copy) -> ingress
-//     check (the QP's tenant: underlay source, VNI and remote must match the
-//     table, else tenant_mismatch) -> RETH/XETH rkey+VA translated through
+//   rx_burst(32) -> in passes over the burst (rx_stage.h): parse_roce of
+//     every frame's headers on mbuf data (no copy, prefetching ahead) -> the
+//     burst's ICRCs four at a time -> per frame: ingress check (the QP's
+//     tenant: underlay source, VNI and remote must match the table, else
+//     tenant_mismatch) -> RETH/XETH rkey+VA translated through
 //     HostServer::translate_remote -> core.on_packet(now)
 //   HostServer poll (every few us) -> events (QP create/modify/destroy, app
 //     death) onto the core's verbs -> new WQEs -> core.post_send/post_recv
