@@ -69,15 +69,8 @@ inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noex
 
 }  // namespace
 
-int Transport::post_send(uint32_t qpn, const SendWr& wr) noexcept {
-  Qp* qp = find_qp(qpn);
-  if (qp == nullptr) return EINVAL;
-  const int r = qp->post_send(wr);
-  if (r == 0) activate(qp);
-  return r;
-}
-
-int Qp::post_send(const SendWr& wr) noexcept {
+// Inline into Transport::post_send (its only caller): a call per posted WR.
+[[gnu::always_inline]] inline int Qp::post_send(const SendWr& wr) noexcept {
   if (state == QpState::kError) {
     send_cq->push(Completion{wr.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(wr.opcode), 0, 0, qpn,
                              attr.dest_qp_num, 0});
@@ -124,6 +117,14 @@ int Qp::post_send(const SendWr& wr) noexcept {
   }
   ++sq_tail;
   return 0;
+}
+
+int Transport::post_send(uint32_t qpn, const SendWr& wr) noexcept {
+  Qp* qp = find_qp(qpn);
+  if (qp == nullptr) return EINVAL;
+  const int r = qp->post_send(wr);
+  if (r == 0) activate(qp);
+  return r;
 }
 
 // Inline: once per data packet, from tx_requests and send_psn (this file).
@@ -297,7 +298,8 @@ bool Qp::tx_requests(uint64_t now) noexcept {
   return true;
 }
 
-void Qp::ack_rec(uint32_t psn, uint64_t now, uint64_t& bytes, uint64_t& rtt) noexcept {
+// Inline: once per acknowledged PSN, from the ACK and SACK paths (this file).
+[[gnu::always_inline]] inline void Qp::ack_rec(uint32_t psn, uint64_t now, uint64_t& bytes, uint64_t& rtt) noexcept {
   PsnRec& r = rec(psn);
   if (r.flags & kRecAcked) return;
   r.flags |= kRecAcked;
