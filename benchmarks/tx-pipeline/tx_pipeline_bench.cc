@@ -33,17 +33,22 @@ using namespace tandem::rnic;
 
 int main(int argc, char** argv) {
   double seconds = 3;
-  uint32_t payload = 64, n_qps = 4;
+  uint32_t payload = 64, n_qps = 4, txq = 1024, cq_size = 1 << 16, depth = 256;
   bool copy = false, gbn = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
     else if (a == "--payload" && i + 1 < argc) payload = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--qps" && i + 1 < argc) n_qps = static_cast<uint32_t>(std::atoi(argv[++i]));
+    else if (a == "--txq" && i + 1 < argc) txq = static_cast<uint32_t>(std::atoi(argv[++i]));
+    else if (a == "--cq" && i + 1 < argc) cq_size = static_cast<uint32_t>(std::atoi(argv[++i]));
+    else if (a == "--outstanding" && i + 1 < argc) depth = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--tx-copy") copy = true;
     else if (a == "--gbn") gbn = true;
     else {
-      std::fprintf(stderr, "usage: tx_pipeline_bench [--seconds S] [--payload B] [--qps N] [--tx-copy] [--gbn]\n");
+      std::fprintf(stderr, "usage: tx_pipeline_bench [--seconds S] [--payload B] [--qps N] [--tx-copy] [--gbn]\n"
+                   "         [--txq N (core TX queue, 1024)] [--cq N (CQ entries, 65536)]\n"
+                   "         [--outstanding N (WRs posted per QP, 256)]\n");
       return 2;
     }
   }
@@ -69,10 +74,10 @@ int main(int argc, char** argv) {
   table.put(common::make_egress_entry(common::egress_key(1, 0xC0A80002), ea));
   table.commit();
 
-  Transport core(TransportConfig{64, 0x100, 8, 4, 1024});
+  Transport core(TransportConfig{64, 0x100, 8, 4, txq});
   std::vector<uint8_t> mem(1 << 20, 0x5A);
   const MemoryRegion mr = core.reg_mr(mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE);
-  const uint32_t cq = core.create_cq(1 << 16);
+  const uint32_t cq = core.create_cq(cq_size);
   std::vector<uint32_t> qpns;
   for (uint32_t i = 0; i < n_qps; ++i) {
     QpInitAttr init;
@@ -130,38 +135,43 @@ int main(int argc, char** argv) {
     wr.wr_id = iter;
     wr.sg_list[0].addr = reinterpret_cast<uint64_t>(mem.data()) + (iter % 1024) * 64;
     for (uint32_t i = 0; i < n_qps; ++i)
-      while (outstanding[i] < 256) {
+      while (outstanding[i] < depth) {
         if (core.post_send(qpns[i], wr) != 0) break;
         ++outstanding[i];
       }
-    core.poll(now);
-    const Level2Table::Snapshot snap = table.begin_read();
-    TxQueue& tx = core.tx();
-    while (!tx.empty()) {
-      const TxDesc& d = tx.front();
-      const uint32_t qi = d.local_qpn - 0x100;
-      rnic::dpdk::EgressRoute& r = routes[qi];
-      const Level2Entry* e = nullptr;
-      if (r.fresh(snap.version, d.peer) ||
-          ((e = table.lookup(snap, common::egress_key(1, d.peer))) != nullptr &&
-           (r.resolve(e->egress, src_mac, no_path_sets, snap.version, d.peer), true)))
-        if (rte_mbuf* m = encap->build(d, r.tmpl, r.sport(d.udp_sport), true)) {
-          burst[nb++] = m;
-          if (frame_bytes == 0) frame_bytes = rte_pktmbuf_pkt_len(m);
+    // As the worker's loop: poll and drain again while the core stopped
+    // for a full TX queue (--txq), at most 8 rounds.
+    for (int round = 0; round < 8; ++round) {
+      core.poll(now);
+      const Level2Table::Snapshot snap = table.begin_read();
+      TxQueue& tx = core.tx();
+      while (!tx.empty()) {
+        const TxDesc& d = tx.front();
+        const uint32_t qi = d.local_qpn - 0x100;
+        rnic::dpdk::EgressRoute& r = routes[qi];
+        const Level2Entry* e = nullptr;
+        if (r.fresh(snap.version, d.peer) ||
+            ((e = table.lookup(snap, common::egress_key(1, d.peer))) != nullptr &&
+             (r.resolve(e->egress, src_mac, no_path_sets, snap.version, d.peer), true)))
+          if (rte_mbuf* m = encap->build(d, r.tmpl_for(d.bth.dqpn), r.sport(d.udp_sport), true)) {
+            burst[nb++] = m;
+            if (frame_bytes == 0) frame_bytes = rte_pktmbuf_pkt_len(m);
+          }
+        last_psn[qi] = d.bth.psn;
+        ++since_ack[qi];
+        tx.pop();
+        if (nb == 32) {
+          encap->finish();
+          const uint16_t s = rte_eth_tx_burst(0, 0, burst, nb);
+          sent += s;
+          if (s < nb) {
+            not_sent += nb - s;
+            rte_pktmbuf_free_bulk(burst + s, nb - s);
+          }
+          nb = 0;
         }
-      last_psn[qi] = d.bth.psn;
-      ++since_ack[qi];
-      tx.pop();
-      if (nb == 32) {
-        encap->finish();
-        const uint16_t s = rte_eth_tx_burst(0, 0, burst, nb);
-        sent += s;
-        if (s < nb) {
-          not_sent += nb - s;
-          rte_pktmbuf_free_bulk(burst + s, nb - s);
-        }
-        nb = 0;
       }
+      if (!core.pending()) break;
     }
     // The peer's cumulative ACKs.
     for (uint32_t i = 0; i < n_qps; ++i) {

@@ -33,21 +33,20 @@ ibv_wc_opcode wc_opcode(ibv_wr_opcode op) noexcept {
   }
 }
 
-uint8_t request_opcode(ibv_wr_opcode op, bool first, bool last) noexcept {
-  const bool imm = op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
-  if (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM) {
-    if (first && last) return imm ? IBV_OPCODE_RC_SEND_ONLY_WITH_IMMEDIATE : IBV_OPCODE_RC_SEND_ONLY;
-    if (first) return IBV_OPCODE_RC_SEND_FIRST;
-    if (last) return imm ? IBV_OPCODE_RC_SEND_LAST_WITH_IMMEDIATE : IBV_OPCODE_RC_SEND_LAST;
-    return IBV_OPCODE_RC_SEND_MIDDLE;
-  }
-  if (first && last)
-    return imm ? IBV_OPCODE_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE : IBV_OPCODE_RC_RDMA_WRITE_ONLY;
-  if (first) return IBV_OPCODE_RC_RDMA_WRITE_FIRST;
-  if (last)
-    return imm ? IBV_OPCODE_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE : IBV_OPCODE_RC_RDMA_WRITE_LAST;
-  return IBV_OPCODE_RC_RDMA_WRITE_MIDDLE;
-}
+// A data packet's opcode by WR opcode (RDMA_WRITE, RDMA_WRITE_WITH_IMM,
+// SEND, SEND_WITH_IMM: ibv_wr_opcode 0-3) and its place in the message
+// (first | last << 1): one load instead of a branch per question.
+constexpr uint8_t kRequestOpcode[4][4] = {
+    {IBV_OPCODE_RC_RDMA_WRITE_MIDDLE, IBV_OPCODE_RC_RDMA_WRITE_FIRST, IBV_OPCODE_RC_RDMA_WRITE_LAST,
+     IBV_OPCODE_RC_RDMA_WRITE_ONLY},
+    {IBV_OPCODE_RC_RDMA_WRITE_MIDDLE, IBV_OPCODE_RC_RDMA_WRITE_FIRST,
+     IBV_OPCODE_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, IBV_OPCODE_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE},
+    {IBV_OPCODE_RC_SEND_MIDDLE, IBV_OPCODE_RC_SEND_FIRST, IBV_OPCODE_RC_SEND_LAST, IBV_OPCODE_RC_SEND_ONLY},
+    {IBV_OPCODE_RC_SEND_MIDDLE, IBV_OPCODE_RC_SEND_FIRST, IBV_OPCODE_RC_SEND_LAST_WITH_IMMEDIATE,
+     IBV_OPCODE_RC_SEND_ONLY_WITH_IMMEDIATE},
+};
+static_assert(IBV_WR_RDMA_WRITE == 0 && IBV_WR_RDMA_WRITE_WITH_IMM == 1 && IBV_WR_SEND == 2 &&
+              IBV_WR_SEND_WITH_IMM == 3);
 
 // Points the descriptor at `len` bytes of the WR's gather list from `off`.
 inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noexcept {
@@ -70,15 +69,8 @@ inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noex
 
 }  // namespace
 
-int Transport::post_send(uint32_t qpn, const SendWr& wr) noexcept {
-  Qp* qp = find_qp(qpn);
-  if (qp == nullptr) return EINVAL;
-  const int r = qp->post_send(wr);
-  if (r == 0) activate(qp);
-  return r;
-}
-
-int Qp::post_send(const SendWr& wr) noexcept {
+// Inline into Transport::post_send (its only caller): a call per posted WR.
+[[gnu::always_inline]] inline int Qp::post_send(const SendWr& wr) noexcept {
   if (state == QpState::kError) {
     send_cq->push(Completion{wr.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(wr.opcode), 0, 0, qpn,
                              attr.dest_qp_num, 0});
@@ -125,6 +117,36 @@ int Qp::post_send(const SendWr& wr) noexcept {
   }
   ++sq_tail;
   return 0;
+}
+
+int Transport::post_send(uint32_t qpn, const SendWr& wr) noexcept {
+  Qp* qp = find_qp(qpn);
+  if (qp == nullptr) return EINVAL;
+  const int r = qp->post_send(wr);
+  if (r == 0) activate(qp);
+  return r;
+}
+
+// Inline: once per data packet, from tx_requests and send_psn (this file).
+[[gnu::always_inline]] inline void Qp::fill_request(TxDesc* d, const SendWqe& w, uint32_t pkt_idx, uint64_t off,
+                                                    uint32_t len) noexcept {
+  const bool first = pkt_idx == 0, last = pkt_idx + 1 == w.npkts;
+  const uint32_t op = w.opcode;  // not a READ here (0-3)
+  const uint8_t opcode = kRequestOpcode[op & 3][uint32_t{first} | uint32_t{last} << 1];
+  d->bth.opcode = opcode;
+  d->bth.ack_req = last || (pkt_idx + 1) % attr.ack_every == 0;
+  d->bth.se = last && w.solicited && (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM);
+  const uint16_t f = common::opcode_info(opcode).flags;
+  if (f & common::kOpReth) d->reth = common::Reth{w.remote_addr, w.rkey, w.len};
+  if (f & common::kOpImm) d->imm = w.imm_data;
+  if (irn()) {
+    const bool write = op <= IBV_WR_RDMA_WRITE_WITH_IMM;
+    d->has_xeth = true;
+    d->xeth = Xeth{w.recv_idx, static_cast<uint32_t>(off), w.len, write ? w.rkey : 0,
+                   write ? w.remote_addr : 0};
+  }
+  d->payload_len = len;
+  gather(w, off, len, d);
 }
 
 // Queues the packet for `psn` (its record is filled): a retransmission or a
@@ -178,26 +200,6 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
   tx_commit(d, now);
   r.sport = d->udp_sport;
   return true;
-}
-
-void Qp::fill_request(TxDesc* d, const SendWqe& w, uint32_t pkt_idx, uint64_t off,
-                      uint32_t len) noexcept {
-  const bool first = pkt_idx == 0, last = pkt_idx + 1 == w.npkts;
-  const ibv_wr_opcode op = w.op();
-  d->bth.opcode = request_opcode(op, first, last);
-  d->bth.ack_req = last || (pkt_idx + 1) % attr.ack_every == 0;
-  d->bth.se = last && w.solicited && (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM);
-  if (common::opcode_has(d->bth.opcode, common::kOpReth))
-    d->reth = common::Reth{w.remote_addr, w.rkey, w.len};
-  if (common::opcode_has(d->bth.opcode, common::kOpImm)) d->imm = w.imm_data;
-  if (irn()) {
-    const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
-    d->has_xeth = true;
-    d->xeth = Xeth{w.recv_idx, static_cast<uint32_t>(off), w.len, write ? w.rkey : 0,
-                   write ? w.remote_addr : 0};
-  }
-  d->payload_len = len;
-  gather(w, off, len, d);
 }
 
 bool Qp::tx_requests(uint64_t now) noexcept {
@@ -296,7 +298,8 @@ bool Qp::tx_requests(uint64_t now) noexcept {
   return true;
 }
 
-void Qp::ack_rec(uint32_t psn, uint64_t now, uint64_t& bytes, uint64_t& rtt) noexcept {
+// Inline: once per acknowledged PSN, from the ACK and SACK paths (this file).
+[[gnu::always_inline]] inline void Qp::ack_rec(uint32_t psn, uint64_t now, uint64_t& bytes, uint64_t& rtt) noexcept {
   PsnRec& r = rec(psn);
   if (r.flags & kRecAcked) return;
   r.flags |= kRecAcked;

@@ -1,9 +1,11 @@
 // One QP's way out of the port, resolved from its level-2 egress entry once
 // per table version instead of by a hash lookup per packet: the frame
-// template TxEncap starts every frame from, the path set that turns the
-// core's path choice into a UDP source port, and the remote's underlay
-// address, which the receive side checks packets against. A commit bumps
-// the table version, so the next packet after any change resolves again.
+// template TxEncap starts every frame from (Ethernet/IPv4/UDP/BTH with the
+// QP's destination QPN), the path set that turns the core's path choice
+// into a UDP source port, and the remote's underlay address, which the
+// receive side checks packets against. A commit bumps the table version, so
+// the next packet after any change resolves again and rebuilds the template;
+// a new destination QPN (the QP was modified) re-points it (tmpl_for).
 #pragma once
 
 #include <cstdint>
@@ -42,7 +44,7 @@ struct EgressRoute {
     addrs.dst_mac = a.dst_mac;
     addrs.src_ip = a.underlay_src_ip;
     addrs.dst_ip = a.underlay_dst_ip;
-    tmpl = make_encap_template(addrs);
+    tmpl = make_encap_template(addrs, tmpl.dqpn);
     count = a.path_count ? a.path_count : 1;
     mask = count - 1;
     pow2 = (count & mask) == 0;
@@ -52,6 +54,13 @@ struct EgressRoute {
     underlay = a.underlay_dst_ip;
     version = table_version;
     peer = remote;
+  }
+
+  // The template for a frame to destination QP `dqpn` (its BTH holds it).
+  const EncapTemplate& tmpl_for(uint32_t dqpn) noexcept {
+    if (tmpl.dqpn != (dqpn & 0xFFFFFFu)) [[unlikely]]
+      set_template_dqpn(tmpl, dqpn);
+    return tmpl;
   }
 
   // The UDP source port for the core's path choice (an entropy port).

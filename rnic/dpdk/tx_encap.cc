@@ -22,16 +22,58 @@ constexpr uint32_t kUdp = kIp + common::kIpv4HdrLen;
 
 void no_free(void*, void*) noexcept {}
 
-// The frame's Ethernet/IPv4/UDP header: the template with the per-packet
-// fields and the IPv4 checksum finished from the template's partial sum.
-inline void write_l2l4(uint8_t* hdr, const EncapTemplate& t, uint32_t ip_len, uint16_t id,
-                       uint16_t sport) noexcept {
-  std::memcpy(hdr, t.hdr, kL2L4Len);
-  uint8_t* ip = hdr + kIp;
-  common::store_be16(ip + 2, static_cast<uint16_t>(ip_len));
-  common::store_be16(ip + 4, id);
-  common::store_be16(ip + common::kIpv4HdrLen, sport);
-  common::store_be16(ip + common::kIpv4HdrLen + 4, static_cast<uint16_t>(ip_len - common::kIpv4HdrLen));
+// Writes the frame's headers from the template: the 64 template bytes as one
+// block, then the BTH's per-packet words and the opcode's extension headers
+// (the bytes common::write_bth/_reth/_aeth/... and write_xeth produce).
+// Returns the transport header length (BTH to the end of the XETH).
+[[gnu::always_inline]] inline uint32_t write_headers(uint8_t* base, const EncapTemplate& t,
+                                                     const TxDesc& d, uint32_t pad) noexcept {
+  std::memcpy(base, t.hdr, kTemplateLen);
+  const common::Bth& b = d.bth;
+  uint8_t* bth = base + kL2L4Len;
+  const uint32_t b1 = (uint32_t{b.se} << 7) | (uint32_t{b.mig} << 6) | (pad << 4) | (b.tver & 0x0Fu);
+  common::store_be32(bth, uint32_t{b.opcode} << 24 | b1 << 16 | b.pkey);
+  if (b.dqpn != t.dqpn || b.fecn || b.becn) [[unlikely]]
+    common::store_be32(bth + 4, (uint32_t{b.fecn} << 31) | (uint32_t{b.becn} << 30) | (b.dqpn & 0xFFFFFFu));
+  common::store_be32(bth + 8, (uint32_t{b.ack_req} << 31) | (b.psn & 0xFFFFFFu));
+  uint8_t* p = bth + common::kBthLen;
+  const uint16_t f = common::opcode_info(b.opcode).flags;
+  if (f & common::kOpReth) {
+    common::store_be64(p, d.reth.va);
+    common::store_be32(p + 8, d.reth.rkey);
+    common::store_be32(p + 12, d.reth.len);
+    p += common::kRethLen;
+  }
+  if (f & (common::kOpAeth | common::kOpAtomicAck | common::kOpImm | common::kOpCnp)) [[unlikely]] {
+    if (f & common::kOpAeth) {
+      common::store_be32(p, uint32_t{d.aeth.syndrome} << 24 | (d.aeth.msn & 0xFFFFFFu));
+      p += common::kAethLen;
+    }
+    if (f & common::kOpAtomicAck) { common::store_be64(p, d.atomic_ack); p += common::kAtomicAckLen; }
+    if (f & common::kOpImm) { common::store_be32(p, d.imm); p += common::kImmLen; }
+    if (f & common::kOpCnp) { std::memset(p, 0, common::kCnpPadLen); p += common::kCnpPadLen; }
+  }
+  if (d.has_xeth) {
+    const Xeth& x = d.xeth;
+    common::store_be32(p, uint32_t{kXethMagic} << 24 | (x.recv_idx & 0xFFFFFF));
+    common::store_be32(p + 4, x.msg_offset);
+    common::store_be32(p + 8, x.msg_len);
+    common::store_be32(p + 12, x.rkey);
+    common::store_be64(p + 16, x.va);
+    p += kXethLen;
+  }
+  return static_cast<uint32_t>(p - bth);
+}
+
+// The per-packet Ethernet/IPv4/UDP fields, and the IPv4 checksum finished
+// from the template's partial sum.
+[[gnu::always_inline]] inline void patch_l2l4(uint8_t* base, const EncapTemplate& t, uint32_t ip_len, uint16_t id,
+                                              uint16_t sport) noexcept {
+  uint8_t* ip = base + kIp;
+  common::store_be32(ip + 2, ip_len << 16 | id);  // total length, id
+  // The whole UDP header: source port, RoCEv2 port, length, no checksum.
+  common::store_be64(base + kUdp, uint64_t{sport} << 48 | uint64_t{common::kRoceUdpPort} << 32 |
+                                      uint64_t{ip_len - common::kIpv4HdrLen} << 16);
   uint32_t sum = t.ip_sum + ip_len + id;
   sum = (sum & 0xFFFF) + (sum >> 16);
   sum = (sum & 0xFFFF) + (sum >> 16);
@@ -40,7 +82,7 @@ inline void write_l2l4(uint8_t* hdr, const EncapTemplate& t, uint32_t ip_len, ui
 
 }  // namespace
 
-EncapTemplate make_encap_template(const EncapAddrs& a) noexcept {
+EncapTemplate make_encap_template(const EncapAddrs& a, uint32_t dqpn) noexcept {
   EncapTemplate t;
   common::EthHeader eth;
   eth.dst = a.dst_mac;
@@ -57,7 +99,14 @@ EncapTemplate make_encap_template(const EncapAddrs& a) noexcept {
   common::write_udp(t.hdr + kUdp, udp);
   // Constant IPv4 words (length, id and checksum are zero here).
   for (uint32_t i = 0; i < common::kIpv4HdrLen; i += 2) t.ip_sum += common::load_be16(t.hdr + kIp + i);
+  // BTH: everything but the destination QP is per packet.
+  set_template_dqpn(t, dqpn);
   return t;
+}
+
+void set_template_dqpn(EncapTemplate& t, uint32_t dqpn) noexcept {
+  t.dqpn = dqpn & 0xFFFFFFu;
+  common::store_be32(t.hdr + kL2L4Len + 4, t.dqpn);
 }
 
 TxEncap::TxEncap(rte_mempool* hdr_pool, rte_mempool* ext_pool, bool copy) noexcept
@@ -68,6 +117,12 @@ TxEncap::TxEncap(rte_mempool* hdr_pool, rte_mempool* ext_pool, bool copy) noexce
       data_at_(static_cast<uint32_t>(sizeof(rte_mbuf)) + rte_pktmbuf_priv_size(hdr_pool) + data_off_),
       ext_pool_(ext_pool), copy_(copy || ext_pool == nullptr),
       iova_is_va_(rte_eal_iova_mode() == RTE_IOVA_VA) {
+  rte_mbuf proto{};
+  proto.data_off = data_off_;
+  rte_mbuf_refcnt_set(&proto, 1);
+  proto.nb_segs = 1;
+  proto.port = RTE_MBUF_PORT_INVALID;
+  std::memcpy(&rearm_, &proto.rearm_data, sizeof rearm_);
   shinfo_.free_cb = no_free;
   shinfo_.fcb_opaque = nullptr;
   rte_mbuf_ext_refcnt_set(&shinfo_, 1);
@@ -84,15 +139,10 @@ uint32_t TxEncap::ext_in_flight() const noexcept {
 }
 
 void TxEncap::finish_pending() noexcept {
-  const uint8_t* ip[kMaxPending];
-  std::size_t len[kMaxPending];
   uint32_t icrc[kMaxPending];
-  for (uint16_t i = 0; i < pending_n_; ++i) {
-    ip[i] = pending_[i].ip;
-    len[i] = static_cast<std::size_t>(pending_[i].icrc - pending_[i].ip);
-  }
-  common::roce_icrc_burst(ip, len, icrc, pending_n_);
-  for (uint16_t i = 0; i < pending_n_; ++i) common::store_le32(pending_[i].icrc, icrc[i]);
+  common::roce_icrc_burst(pending_ip_, pending_len_, icrc, pending_n_);
+  for (uint16_t i = 0; i < pending_n_; ++i)
+    common::store_le32(const_cast<uint8_t*>(pending_ip_[i]) + pending_len_[i], icrc[i]);
   pending_n_ = 0;
 }
 
@@ -103,42 +153,47 @@ rte_mbuf* TxEncap::build(const TxDesc& d, const EncapTemplate& t, uint16_t sport
     return nullptr;
   }
   const uint32_t wire_payload = d.wire_payload_len();
-  const uint8_t pad = common::roce_pad(wire_payload);
+  const uint32_t pad = common::roce_pad(wire_payload);
   const bool copy = copy_ || d.payload_len <= kCopyBelow;
 
-  // Transport headers first (their length decides the IP length).
+  // The frame is written once, as sent; the ICRC masks its variant fields
+  // in registers (common::icrc_headers), not in a copy. Transport headers
+  // first: their length decides the IP length.
   auto* base = rte_pktmbuf_mtod(h, uint8_t*);
-  const uint32_t room = rte_pktmbuf_tailroom(h);
-  const std::size_t th = write_transport_headers(d, base + kL2L4Len);
+  const uint32_t th = write_headers(base, t, d, pad);
   // th includes the XETH (if any); the data follows it.
-  const uint32_t ip_len = static_cast<uint32_t>(common::kIpv4HdrLen + common::kUdpHdrLen + th) + d.payload_len +
-                          pad + common::kIcrcLen;
-  const uint32_t hdr_len = kL2L4Len + static_cast<uint32_t>(th);
+  const uint32_t ip_len = common::kIpv4HdrLen + common::kUdpHdrLen + th + d.payload_len + pad + common::kIcrcLen;
+  const uint32_t hdr_len = kL2L4Len + th;
   const uint32_t frame_len = common::kEthHdrLen + ip_len;
-  if (copy && frame_len > room) {
+  if (copy && frame_len > rte_pktmbuf_tailroom(h)) [[unlikely]] {
     ++c_.too_big;
     rte_pktmbuf_free(h);
     return nullptr;
   }
-  // The frame is written once, as sent; the ICRC masks its variant fields
-  // in registers (common::icrc_headers), not in a copy.
-  write_l2l4(base, t, ip_len, ip_id_++, sport);
+  patch_l2l4(base, t, ip_len, ip_id_++, sport);
   uint8_t* ip = base + kIp;
 
   uint8_t* p = base + hdr_len;
   if (copy) {
-    for (uint32_t i = 0; i < d.num_segs; ++i) {
-      if (d.segs[i].len == 0) continue;
-      rte_memcpy(p, d.segs[i].data, d.segs[i].len);  // inlined for small copies, unlike memcpy
-      p += d.segs[i].len;
+    if (d.num_segs == 1) [[likely]] {
+      rte_memcpy(p, d.segs[0].data, d.segs[0].len);  // inlined for small copies, unlike memcpy
+      p += d.segs[0].len;
+    } else {
+      for (uint32_t i = 0; i < d.num_segs; ++i) {
+        if (d.segs[i].len == 0) continue;
+        rte_memcpy(p, d.segs[i].data, d.segs[i].len);
+        p += d.segs[i].len;
+      }
     }
     c_.copied_bytes += d.payload_len;
-    std::memset(p, 0, pad);
+    // Pad and the ICRC's place zeroed in one store (the ICRC overwrites it).
+    std::memset(p, 0, 4);
     p += pad;
     h->data_len = static_cast<uint16_t>(frame_len);
     h->pkt_len = frame_len;
     if (pending_n_ == kMaxPending) finish_pending();
-    pending_[pending_n_++] = Pending{ip, p};
+    pending_ip_[pending_n_] = ip;
+    pending_len_[pending_n_++] = static_cast<std::size_t>(p - ip);
     if (!defer) finish_pending();
     return h;
   }

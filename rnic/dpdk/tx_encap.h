@@ -5,17 +5,21 @@
 // and ICRC) or copied behind the headers, and the ICRC chained over header
 // and payload pieces without ever making them contiguous.
 //
-// Per packet it does only what differs between packets: the L2-L4 bytes that
-// a destination's frames share come from an EncapTemplate built once (per QP
-// and table version, see egress_route.h), the IPv4 checksum is finished from
-// the template's partial sum, header mbufs come from a bulk-allocated stash,
+// Per packet it does only what differs between packets: the Ethernet/IPv4/
+// UDP/BTH bytes that a QP's frames share come from an EncapTemplate built
+// once (per QP, table version and destination QPN, see egress_route.h) and
+// copied as one 64-byte block, then PSN, opcode, lengths, IPv4 id, UDP
+// source port (the path) are patched in and the IPv4 checksum finished from
+// the template's partial sum; header mbufs come from a bulk-allocated stash,
 // and the ICRC is one CRC pass over the frame as written (common::icrc_headers
 // masks the variant fields in registers), a burst's passes back to back.
 #pragma once
 
 #include <rte_mbuf.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "common/wire/drop_reason.h"
 #include "common/wire/headers.h"
@@ -29,6 +33,9 @@ inline constexpr uint32_t kCopyBelow = 128;
 
 // Ethernet + IPv4 (no options) + UDP.
 inline constexpr uint32_t kL2L4Len = common::kEthHdrLen + common::kIpv4HdrLen + common::kUdpHdrLen;
+// What a template holds: L2-L4 and the BTH (54 bytes), copied as 64.
+inline constexpr uint32_t kTemplateLen = 64;
+static_assert(kL2L4Len + common::kBthLen <= kTemplateLen);
 
 // Underlay addressing of one frame, from the egress table entry.
 struct EncapAddrs {
@@ -40,16 +47,22 @@ struct EncapAddrs {
   uint8_t tos = 0x02;  // ECT(0)
 };
 
-// What every frame toward one destination shares: the Ethernet/IPv4/UDP
-// bytes with the per-packet fields (IPv4 length, id, checksum; UDP source
-// port and length) left zero, and the ones'-complement sum of the IPv4
-// header's constant words.
-struct EncapTemplate {
-  uint8_t hdr[kL2L4Len] = {};
+// What every frame of one QP toward one destination shares: the Ethernet/
+// IPv4/UDP/BTH bytes with the per-packet fields (IPv4 length, id, checksum;
+// UDP source port and length; BTH opcode, flags, pad, PSN) left zero, the BTH
+// destination QP filled in, and the ones'-complement sum of the IPv4 header's
+// constant words. A frame whose descriptor names another destination QP (or
+// sets FECN/BECN) gets its BTH word written from the descriptor instead, so a
+// stale template costs speed, never wrong bytes.
+struct alignas(64) EncapTemplate {
+  uint8_t hdr[kTemplateLen] = {};
   uint32_t ip_sum = 0;
+  uint32_t dqpn = 0;  // the BTH destination QP in hdr
 };
 
-EncapTemplate make_encap_template(const EncapAddrs& a) noexcept;
+EncapTemplate make_encap_template(const EncapAddrs& a, uint32_t dqpn = 0) noexcept;
+// Points the template's BTH at another destination QP.
+void set_template_dqpn(EncapTemplate& t, uint32_t dqpn) noexcept;
 
 struct EncapCounters {
   uint64_t zero_copy_segs = 0;  // payload segments attached, not copied
@@ -79,7 +92,7 @@ class TxEncap {
   }
   // Same bytes, building the template on the spot (tools and tests).
   rte_mbuf* build(const TxDesc& d, const EncapAddrs& a) noexcept {
-    const EncapTemplate t = make_encap_template(a);
+    const EncapTemplate t = make_encap_template(a, d.bth.dqpn);
     return build(d, t, a.sport);
   }
 
@@ -94,11 +107,6 @@ class TxEncap {
 
  private:
   static constexpr uint16_t kStash = 32;
-  // A copied frame, complete but for its ICRC.
-  struct Pending {
-    uint8_t* ip;    // its IPv4 header
-    uint8_t* icrc;  // where the ICRC goes (the CRC covers ip up to it)
-  };
   static constexpr uint16_t kMaxPending = 32;
   void finish_pending() noexcept;
 
@@ -116,9 +124,8 @@ class TxEncap {
     rte_mbuf* m = stash_[--stash_n_];
     if (stash_n_) prefetch_mbuf(stash_[stash_n_ - 1]);
     if (pinned_ext_) return m;  // reset by rte_pktmbuf_alloc_bulk
-    m->data_off = data_off_;
-    m->nb_segs = 1;
-    m->port = RTE_MBUF_PORT_INVALID;
+    // data_off, refcnt (1: a free mbuf's already), nb_segs, port in one store.
+    std::memcpy(&m->rearm_data, &rearm_, sizeof rearm_);
     m->ol_flags = 0;
     m->packet_type = 0;
     m->pkt_len = 0;
@@ -146,6 +153,7 @@ class TxEncap {
   bool pinned_ext_;     // hdr_pool_'s mbufs carry pinned external buffers
   uint16_t data_off_;   // a fresh mbuf's headroom (rte_pktmbuf_reset_headroom)
   uint32_t data_at_;    // a fresh mbuf's data, from the mbuf's own address
+  uint64_t rearm_ = 0;  // a fresh mbuf's data_off, refcnt, nb_segs, port
   rte_mempool* ext_pool_;
   bool copy_;
   bool iova_is_va_;
@@ -153,7 +161,10 @@ class TxEncap {
   uint16_t stash_n_ = 0;
   uint16_t pending_n_ = 0;
   rte_mbuf* stash_[kStash];  // allocated header mbufs, used from the top (alloc_hdr resets them)
-  Pending pending_[kMaxPending];
+  // Copied frames complete but for their ICRC, as roce_icrc_burst takes
+  // them: the IPv4 header and the length the CRC covers (the ICRC follows).
+  const uint8_t* pending_ip_[kMaxPending];
+  std::size_t pending_len_[kMaxPending];
   // One shared-info for every attachment: its refcount counts segments in
   // flight (+1 held by us, so the no-op free callback never runs: the memory
   // belongs to the application and is kept mapped by HostServer's grace).

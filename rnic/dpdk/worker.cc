@@ -375,13 +375,13 @@ uint32_t Worker::tx_drain() noexcept {
       tx.pop();
       continue;
     }
-    const EgressRoute* r = fresh_route(*q, d.peer, snap);
+    EgressRoute* r = fresh_route(*q, d.peer, snap);
     if (r == nullptr) {
       k_.drop(Stage::kEgress, DropReason::kTableMiss);
       tx.pop();
       continue;
     }
-    rte_mbuf* m = encap_->build(d, r->tmpl, r->sport(d.udp_sport), true);
+    rte_mbuf* m = encap_->build(d, r->tmpl_for(d.bth.dqpn), r->sport(d.udp_sport), true);
     if (d.retransmit) ++k_.tx_retransmits;
     tx.pop();
     if (m == nullptr) {

@@ -1,7 +1,8 @@
 // Parts of the tandem-rnic worker under a real EAL (--no-huge --no-pci):
 // the TX encapsulation produces exactly the frame the core's build_frame
 // would (zero-copy chains and copies alike, ICRC chained over the pieces),
-// never frees application memory, and the standalone YAML table loads or
+// never frees application memory, a QP's frame template follows route and
+// destination QP changes mid-stream, and the standalone YAML table loads or
 // fails with the field at fault.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
@@ -19,6 +20,7 @@
 
 #include "common/dpdk/eal.h"
 #include "common/wire/byte_order.h"
+#include "common/wire/entropy.h"
 #include "common/wire/opcode.h"
 #include "common/wire/roce_packet.h"
 #include "rnic/core/frame.h"
@@ -77,9 +79,8 @@ EncapAddrs addrs() {
   return a;
 }
 
-std::vector<uint8_t> reference(const TxDesc& d) {
+std::vector<uint8_t> reference(const TxDesc& d, const EncapAddrs& a = addrs()) {
   FrameAddrs f;
-  const EncapAddrs a = addrs();
   f.src_mac = a.src_mac;
   f.dst_mac = a.dst_mac;
   f.src_ip = a.src_ip;
@@ -159,11 +160,22 @@ TEST_CASE("small payloads and ACKs are copied into one mbuf even in zero-copy mo
   common::RocePacket pkt;
   CHECK(common::parse_roce(bytes.data(), bytes.size(), pkt) == common::DropReason::kNone);
   rte_pktmbuf_free(m);
+
+  // An ECN echo (BECN) through the QP's own template: the BTH word that
+  // carries it is written from the descriptor, not taken from the template.
+  ack.bth.becn = true;
+  TxEncap echo(hdr_pool(), ext_pool(), false);
+  m = echo.build(ack, make_encap_template(addrs(), ack.bth.dqpn), ack.udp_sport);
+  REQUIRE(m != nullptr);
+  CHECK(flatten(m) == reference(ack));
+  rte_pktmbuf_free(m);
 }
 
 TEST_CASE("frames from a per-QP template equal build_frame for every length, opcode and path, copied or chained") {
   auto mem = app_memory(4096);
-  const EncapTemplate t = make_encap_template(addrs());
+  // The QP's template (its BTH already names the descriptor's destination
+  // QP), and one naming another QP (the BTH word is then written per frame).
+  for (const uint32_t tmpl_dqpn : {0x10001u, 0u})
   for (const bool copy : {true, false})
     for (const bool xeth : {false, true})
       for (uint32_t len = 0; len <= 300; len += (len < 40 ? 1 : 7)) {
@@ -171,9 +183,10 @@ TEST_CASE("frames from a per-QP template equal build_frame for every length, opc
         d.bth.psn = 0xFFFFF0 + len;
         d.udp_sport = static_cast<uint16_t>(0xC000 + len * 37);
         TxEncap enc(hdr_pool(), ext_pool(), copy);  // IPv4 id 0, as build_frame writes
+        const EncapTemplate t = make_encap_template(addrs(), tmpl_dqpn);
         rte_mbuf* m = enc.build(d, t, d.udp_sport);
         REQUIRE(m != nullptr);
-        INFO("copy " << copy << " xeth " << xeth << " len " << len);
+        INFO("template dqpn " << tmpl_dqpn << " copy " << copy << " xeth " << xeth << " len " << len);
         CHECK(flatten(m) == reference(d));
         rte_pktmbuf_free(m);
         enc.release();
@@ -264,6 +277,93 @@ TEST_CASE("an egress route maps the core's path onto the entry's ports and goes 
   CHECK(flatten(m) == reference(d));
   rte_pktmbuf_free(m);
   enc.release();
+}
+
+TEST_CASE("a route change mid-stream re-resolves the QP's template: frames after the commit carry the new addresses") {
+  // What the worker's transmit path does per descriptor: the QP's route,
+  // resolved again only when the table version moved, its template for the
+  // descriptor's destination QP, its port for the core's path choice, and a
+  // burst's ICRCs deferred to finish().
+  constexpr uint32_t kPeer = 0xC0A80002;
+  common::EgressAction first;
+  first.underlay_src_ip = 0x0A000001;
+  first.underlay_dst_ip = 0x0A000002;
+  first.dst_mac = {2, 0, 0, 0, 0, 0xfe};
+  first.path_base_port = common::kEntropyPortBase;
+  first.path_count = 4;
+  common::EgressAction moved = first;  // the remote moved behind another RNIC
+  moved.underlay_dst_ip = 0x0A000009;
+  moved.dst_mac = {2, 0, 0, 0, 0, 0x09};
+  moved.path_base_port = 50000;
+  moved.path_count = 2;
+  Level2Table table(Level2TableConfig{64});
+  const common::MacAddr src_mac = {2, 0, 0, 0, 0, 1};
+  const std::vector<std::vector<uint16_t>> no_sets;
+  auto mem = app_memory(512);
+  for (const bool copy : {true, false}) {
+    table.begin();
+    table.put(common::make_egress_entry(common::egress_key(1, kPeer), first));
+    table.commit();
+    EgressRoute r;
+    TxEncap enc(hdr_pool(), ext_pool(), copy), ref(hdr_pool(), ext_pool(), copy);
+    std::vector<rte_mbuf*> got, want;
+    uint32_t resolves = 0;
+    for (uint32_t i = 0; i < 100; ++i) {
+      if (i == 40) {  // the agent commits the new mapping between two bursts' packets
+        table.begin();
+        table.put(common::make_egress_entry(common::egress_key(1, kPeer), moved));
+        table.commit();
+      }
+      TxDesc d = write_desc(mem, {{i, 64 + i * 3}}, i % 3 == 0);
+      d.bth.psn = i;
+      d.peer = kPeer;
+      if (i >= 70) d.bth.dqpn = d.remote_qpn = 0x10777;  // the QP was modified to another remote QP
+      d.udp_sport = static_cast<uint16_t>(common::kEntropyPortBase + i);
+      const Level2Table::Snapshot snap = table.begin_read();
+      if (!r.fresh(snap.version, d.peer)) {
+        const Level2Entry* e = table.lookup(snap, common::egress_key(1, d.peer));
+        REQUIRE(e != nullptr);
+        r.resolve(e->egress, src_mac, no_sets, snap.version, d.peer);
+        ++resolves;
+      }
+      const uint16_t sport = r.sport(d.udp_sport);
+      got.push_back(enc.build(d, r.tmpl_for(d.bth.dqpn), sport, true));
+      REQUIRE(got.back() != nullptr);
+      if (i % 32 == 31) enc.finish();
+      // The reference: build_frame with the addressing in force for packet i.
+      const common::EgressAction& now = i < 40 ? first : moved;
+      EncapAddrs a = addrs();
+      a.dst_mac = now.dst_mac;
+      a.dst_ip = now.underlay_dst_ip;
+      TxDesc w = d;
+      w.udp_sport = static_cast<uint16_t>(now.path_base_port + i % now.path_count);
+      CHECK(sport == w.udp_sport);
+      a.sport = w.udp_sport;
+      want.push_back(ref.build(w, a));
+      REQUIRE(want.back() != nullptr);
+    }
+    enc.finish();
+    CHECK(resolves == 2);  // once at the start, once after the commit
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("copy " << copy << " frame " << i);
+      const auto bytes = flatten(got[i]);
+      const auto ref_bytes = flatten(want[i]);
+      std::size_t diff = 0;
+      while (diff < bytes.size() && diff < ref_bytes.size() && bytes[diff] == ref_bytes[diff]) ++diff;
+      INFO("first difference at byte " << diff << " of " << bytes.size());
+      CHECK(bytes == ref_bytes);
+      common::RocePacket pkt;
+      REQUIRE(common::parse_roce(bytes.data(), bytes.size(), pkt) == common::DropReason::kNone);
+      CHECK(pkt.ip.dst == (i < 40 ? 0x0A000002u : 0x0A000009u));
+      CHECK(pkt.eth.dst == (i < 40 ? first.dst_mac : moved.dst_mac));
+      CHECK(pkt.bth.dqpn == (i < 70 ? 0x10001u : 0x10777u));
+      CHECK(pkt.udp.sport == (i < 40 ? common::kEntropyPortBase + i % 4 : 50000 + i % 2));
+      rte_pktmbuf_free(got[i]);
+      rte_pktmbuf_free(want[i]);
+    }
+    enc.release();
+    ref.release();
+  }
 }
 
 TEST_CASE("the standalone YAML table loads vNICs, egress path sets and ingress entries") {
