@@ -101,14 +101,14 @@ def active(n):
 
 def main():
     vnics = 1  # one vNIC per port: a QP's vNIC is found by punting for each local vNIC (see report)
-    ya = "underlay: {ip: 10.0.0.1, mac: 02:00:00:00:00:01, gateway_mac: 02:00:00:00:00:fe}\nvnics:\n"
-    yb = "underlay: {ip: 10.0.0.2, mac: 02:00:00:00:00:02, gateway_mac: 02:00:00:00:00:fe}\nvnics:\n"
-    for i in range(vnics):
-        ya += f"  - {{id: {1 + i}, ip: 192.168.1.{1 + i}, mac: 02:00:00:00:01:{1 + i:02x}, vni: 100}}\n"
-        yb += f"  - {{id: {101 + i}, ip: 192.168.2.{1 + i}, mac: 02:00:00:00:02:{1 + i:02x}, vni: 100}}\n"
+    # DPU mode: the YAML names only the underlay; the agent pushes the vNICs.
+    ya = "underlay: {ip: 10.0.0.1, mac: 02:00:00:00:00:01, gateway_mac: 02:00:00:00:00:fe}\n"
+    yb = "underlay: {ip: 10.0.0.2, mac: 02:00:00:00:00:02, gateway_mac: 02:00:00:00:00:fe}\n"
     open(f"{D}/A.yaml", "w").write(ya)
     open(f"{D}/B.yaml", "w").write(yb)
-    sb = yb + "egress:\n" + "".join(
+    sb = yb + "vnics:\n" + "".join(
+        f"  - {{id: {101 + i}, ip: 192.168.2.{1 + i}, mac: 02:00:00:00:02:{1 + i:02x}, vni: 100}}\n"
+        for i in range(vnics)) + "egress:\n" + "".join(
         f"  - {{vnic: {101 + i}, remote_ip: 192.168.1.{1 + j}, underlay_ip: 10.0.0.1, paths: 4}}\n"
         for i in range(vnics) for j in range(vnics)) + "ingress:\n" + "".join(
         f"  - {{vnic: {101 + i}, underlay_src: 10.0.0.1, remote_ip: 192.168.1.1}}\n" for i in range(1))
