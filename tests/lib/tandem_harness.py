@@ -148,6 +148,43 @@ def wait_for(cond, what, timeout=30, poll=0.05):
         time.sleep(poll)
 
 
+def poll_until(pred, timeout, what=None, poll=0.1):
+    """True once pred() holds, False after `timeout` s (for a check that reports rather
+    than raises; `what` only names the wait at the call site)."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if pred():
+            return True
+        time.sleep(poll)
+    return False
+
+
+class Tandemctl:
+    """tandemctl --json against one agent's control socket; a call returns (exit code, reply)."""
+
+    def __init__(self, ctl, sock):
+        self.ctl, self.sock = ctl, sock
+
+    def __call__(self, *args):
+        r = subprocess.run([self.ctl, "--socket", self.sock, *map(str, args), "--json"], capture_output=True,
+                           text=True)
+        try:
+            return r.returncode, json.loads(r.stdout) if r.stdout.strip() else {}
+        except ValueError:
+            return r.returncode, {"raw": r.stdout + r.stderr}
+
+    def channel(self, rnic):
+        """The agent's channel to `rnic` (rnic show's "channel"), {} if unknown."""
+        rc, j = self("rnic", "show", rnic)
+        return j.get("rnic", {}).get("channel", {}) if rc == 0 else {}
+
+    def l2_entries(self, rnic):
+        return self("table", "dump", "--level", 2)[1].get("rnics", {}).get(rnic, {}).get("entries", [])
+
+    def l2_vnics(self, rnic):
+        return sorted(e["vnic"] for e in self.l2_entries(rnic) if e.get("kind") == "vnic")
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -269,6 +306,21 @@ class Telemetry:
         """Port `port`'s /ethdev/stats opackets, None before the port is up."""
         r = self.cmd(f"/ethdev/stats,{port}")
         return r["opackets"] if r else None
+
+
+def telemetry_query(prefix, command, timeout=5):
+    """One telemetry command of the process with EAL file prefix `prefix`; {} if it does not
+    answer. Closes the connection: the EAL serves only a handful at once."""
+    try:
+        t = Telemetry(prefix, ready=command, timeout=timeout)
+    except (OSError, RuntimeError, ValueError):
+        return {}
+    try:
+        return t.cmd(command) or {}
+    except (OSError, ValueError):
+        return {}
+    finally:
+        t.s.close()
 
 
 def opackets_rate(tel, p, warmup, seconds, what, port=0):

@@ -30,13 +30,15 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from tandem_harness import Checks, Lab, Telemetry, stop  # noqa: E402
+from tandem_harness import Checks, Lab, Tandemctl, poll_until, stop, telemetry_query  # noqa: E402
 
 DPU, CTL, FABRIC, RNIC, APP = sys.argv[1:6]
 TAG = f"dpu{os.getpid()}"
 lab = Lab(tmp_prefix="tandem-dpu-test-")
 D = lab.d
 CH = f"{D}/ch"
+ctl = Tandemctl(CTL, f"{D}/ctl.sock")
+channel, l2_entries, l2_vnics = ctl.channel, ctl.l2_entries, ctl.l2_vnics
 os.makedirs(CH)
 prefixes = lab.prefixes
 checks = Checks()
@@ -53,12 +55,6 @@ def log(name):
     return lab.text(name)
 
 
-def ctl(*args):
-    r = subprocess.run([CTL, "--socket", f"{D}/ctl.sock", *map(str, args), "--json"], capture_output=True, text=True)
-    try:
-        return r.returncode, json.loads(r.stdout) if r.stdout.strip() else {}
-    except ValueError:
-        return r.returncode, {"raw": r.stdout + r.stderr}
 
 
 def bar(rnic):
@@ -70,18 +66,13 @@ def bar(rnic):
     return BAR_STATES.get(u(0), "?"), u(8 + 1), u(1), u(2)
 
 
-def wait_for(pred, timeout, what):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
 
 
-def channel(rnic):
-    rc, j = ctl("rnic", "show", rnic)
-    return j.get("rnic", {}).get("channel", {}) if rc == 0 else {}
+
+
+def worker_vnics(n):
+    """The worker's own view: /tandem/rnic/table (vNIC source, list, withdrawal counters)."""
+    return telemetry_query(PREFIX[n], "/tandem/rnic/table")
 
 
 def agent():
@@ -89,7 +80,7 @@ def agent():
     p = start([DPU, "--db", f"{D}/dpu.sqlite", "--control-socket", f"{D}/ctl.sock", "--channel-dir", CH,
                "--idle", "adaptive", "--heartbeat-timeout-ms", "3000", "--", "--no-pci", "--no-huge", "-m", "64", f"--file-prefix={pre}", "-l", "0",
                "--log-level=lib.eal:error"], "agent", pre)
-    if not wait_for(lambda: ctl("tenant", "list")[0] == 0 or p.poll() is not None, 20, "agent"):
+    if not poll_until(lambda: ctl("tenant", "list")[0] == 0 or p.poll() is not None, 20, "agent"):
         raise RuntimeError("agent did not start:\n" + log("agent"))
     if p.poll() is not None:
         raise RuntimeError("agent exited:\n" + log("agent"))
@@ -123,26 +114,10 @@ def pair(a_name, b_name, seed, a_peer_ip="192.168.7.2", a_vnic=None):
     return a, b
 
 
-def worker_vnics(n):
-    """The worker's own view: /tandem/rnic/table (vNIC source, list, withdrawal counters)."""
-    try:
-        t = Telemetry(PREFIX[n], ready="/tandem/rnic/table", timeout=5)
-    except (OSError, RuntimeError, ValueError):
-        return {}
-    try:
-        return t.cmd("/tandem/rnic/table") or {}
-    except (OSError, ValueError):
-        return {}
-    finally:
-        t.s.close()  # the EAL serves a handful of telemetry connections at once
 
 
-def l2_entries(n):
-    return ctl("table", "dump", "--level", 2)[1].get("rnics", {}).get(n, {}).get("entries", [])
 
 
-def l2_vnics(n):
-    return sorted(e["vnic"] for e in l2_entries(n) if e.get("kind") == "vnic")
 
 
 def both_active():
@@ -183,14 +158,14 @@ def main():
                  "--link-wait-ms", "0", "--", "--no-pci", f"--file-prefix={fab_pre}", "-l", "0", "-m", "64",
                  "--log-level=lib.eal:error", f"--vdev=net_memif0,role=server,socket={D}/h0.sock",
                  f"--vdev=net_memif1,role=server,socket={D}/h1.sock"], "fabric", fab_pre)
-    if not wait_for(lambda: "tandem-fabric:" in log("fabric") or fab.poll() is not None, 20, "fabric"):
+    if not poll_until(lambda: "tandem-fabric:" in log("fabric") or fab.poll() is not None, 20, "fabric"):
         raise RuntimeError("fabric did not start:\n" + log("fabric"))
     wa, wb = worker("A", "h0.sock"), worker("B", "h1.sock")
-    check(wait_for(both_active, 30, "active"), "both workers reach ACTIVE with the agent (HELLO -> SYNC -> ACTIVE)")
+    check(poll_until(both_active, 30, "active"), "both workers reach ACTIVE with the agent (HELLO -> SYNC -> ACTIVE)")
     caps = {n: channel(n).get("table_capacity") for n in ("A", "B")}
     check(caps == {"A": 8192, "B": 8192}, f"the agent knows each worker's --table-capacity from HELLO ({caps})")
     want = {"A": {"1": "192.168.7.1", "4": "192.168.7.4"}, "B": {"2": "192.168.7.2", "3": "192.168.9.3"}}
-    learned = wait_for(lambda: all(worker_vnics(n).get("vnic_list") == want[n] for n in "AB"), 20, "vnics")
+    learned = poll_until(lambda: all(worker_vnics(n).get("vnic_list") == want[n] for n in "AB"), 20, "vnics")
     tel = {n: worker_vnics(n) for n in "AB"}
     check(learned and all(tel[n].get("vnic_source") == "agent" for n in "AB") and
           l2_vnics("A") == [1, 4] and l2_vnics("B") == [2, 3] and
@@ -213,13 +188,13 @@ def main():
           f"B's ingress entries for (10.0.0.1, VNI 100): {len(shared)})")
     l2 = ctl("table", "dump", "--level", 2)[1].get("rnics", {})
     na, nb = (len([e for e in l2.get(n, {}).get("entries", []) if e.get("kind") != "vnic"]) for n in "AB")
-    check(na >= 2 and nb >= 2 and wait_for(both_active, 10, "active"),
+    check(na >= 2 and nb >= 2 and poll_until(both_active, 10, "active"),
           f"level-2 tables installed by transactions (A {na} flow entries, B {nb}, A's BAR {bar('A')})")
 
     # 2b. A vNIC added while the workers are ACTIVE becomes usable; `vnic del`
     # takes it away again, also from under a QP that streams over it.
     rc5, _ = ctl("vnic", "add", 5, "--vni", 100, "--rnic", "A", "--ip", "192.168.7.5", "--mac", "02:00:00:00:01:05")
-    got5 = wait_for(lambda: worker_vnics("A").get("vnic_list", {}).get("5") == "192.168.7.5", 10, "vnic 5")
+    got5 = poll_until(lambda: worker_vnics("A").get("vnic_list", {}).get("5") == "192.168.7.5", 10, "vnic 5")
     check(rc5 == 0 and got5 and 5 in l2_vnics("A"),
           f"`vnic add 5` on the ACTIVE worker A: in A's table dump {l2_vnics('A')} and its vNIC list "
           f"{worker_vnics('A').get('vnic_list')}")
@@ -228,9 +203,9 @@ def main():
     check(ra5 == 0 and rb5 == 0, f"a QP on the added vNIC 5 connects and verifies WRITE/SEND/READ (exit {ra5}, {rb5})")
     sink5 = start([APP, "sink", f"{D}/B.rnic", D, "sink5", "strm5", "22", "192.168.7.5"], "sink5")
     strm5 = start([APP, "stream", f"{D}/A.rnic", D, "strm5", "sink5", "23", "192.168.7.2", "192.168.7.5"], "strm5")
-    streaming5 = wait_for(lambda: os.path.exists(f"{D}/strm5.streaming") or strm5.poll() is not None, 30, "stream")
+    streaming5 = poll_until(lambda: os.path.exists(f"{D}/strm5.streaming") or strm5.poll() is not None, 30, "stream")
     rcd, _ = ctl("vnic", "del", 5)
-    gone = wait_for(lambda: 5 not in l2_vnics("A") and "5" not in worker_vnics("A").get("vnic_list", {"5": 0}),
+    gone = poll_until(lambda: 5 not in l2_vnics("A") and "5" not in worker_vnics("A").get("vnic_list", {"5": 0}),
                     10, "vnic 5 gone")
     time.sleep(0.5)  # the stream keeps trying on the withdrawn vNIC meanwhile
     left = [e for n in "AB" for e in l2_entries(n)
@@ -256,11 +231,11 @@ def main():
     # that QP waits for a route that never comes, worker A serves everyone else.
     sink0 = start([APP, "sink", f"{D}/B.rnic", D, "sink0", "strm0", "14", "192.168.7.1"], "sink0")
     strm0 = start([APP, "stream", f"{D}/A.rnic", D, "strm0", "sink0", "15", "192.168.7.2"], "strm0")
-    wait_for(lambda: os.path.exists(f"{D}/strm0.streaming") or strm0.poll() is not None, 30, "stream")
+    poll_until(lambda: os.path.exists(f"{D}/strm0.streaming") or strm0.poll() is not None, 30, "stream")
     denied0 = channel("A").get("punts", {}).get("denied", 0)
     i1 = start([APP, "verify", f"{D}/A.rnic", D, "iso1", "iso2", "8", "192.168.9.3"], "iso1")
     i2 = start([APP, "verify", f"{D}/B.rnic", D, "iso2", "iso1", "9", "192.168.7.1"], "iso2")
-    wait_for(lambda: channel("A").get("punts", {}).get("denied", 0) > denied0 or i1.poll() is not None, 10, "punt")
+    poll_until(lambda: channel("A").get("punts", {}).get("denied", 0) > denied0 or i1.poll() is not None, 10, "punt")
     tx0 = bar("A")[1]
     time.sleep(1.0)
     tx1 = bar("A")[1]
@@ -284,19 +259,19 @@ def main():
     # 4. kill -9 the agent under traffic.
     sink = start([APP, "sink", f"{D}/B.rnic", D, "sink", "strm", "4", "192.168.7.1"], "sink")
     strm = start([APP, "stream", f"{D}/A.rnic", D, "strm", "sink", "5", "192.168.7.2"], "strm")
-    check(wait_for(lambda: os.path.exists(f"{D}/strm.streaming") or strm.poll() is not None, 30, "stream"),
+    check(poll_until(lambda: os.path.exists(f"{D}/strm.streaming") or strm.poll() is not None, 30, "stream"),
           "stream A -> B runs")
     ver_before = {n: channel(n).get("table_version") for n in ("A", "B")}
     ag.send_signal(signal.SIGKILL)
     ag.wait()
     tx0 = bar("A")[1]
-    headless = wait_for(lambda: bar("A")[0] == "headless" and bar("B")[0] == "headless", 20, "headless")
+    headless = poll_until(lambda: bar("A")[0] == "headless" and bar("B")[0] == "headless", 20, "headless")
     time.sleep(0.5)
     tx1 = bar("A")[1]
     check(headless and tx1 > tx0 and strm.poll() is None,
           f"agent killed: both workers HEADLESS and still forwarding (A tx {tx0} -> {tx1})")
     ag = agent()
-    check(wait_for(both_active, 30, "active"), "agent restarted: both channels reconcile to ACTIVE")
+    check(poll_until(both_active, 30, "active"), "agent restarted: both channels reconcile to ACTIVE")
     rc, tl = ctl("tenant", "list")
     rc2, vl = ctl("vnic", "list")
     check([t["vni"] for t in tl.get("tenants", [])] == [100, 300] and len(vl.get("vnics", [])) == 4,
@@ -319,7 +294,7 @@ def main():
     # 5. kill -9 worker B under traffic; A undisturbed.
     sink = start([APP, "sink", f"{D}/A.rnic", D, "sink2", "strm2", "10", "192.168.7.2"], "sink2")
     strm = start([APP, "stream", f"{D}/B.rnic", D, "strm2", "sink2", "11", "192.168.7.1"], "strm2")
-    wait_for(lambda: os.path.exists(f"{D}/strm2.streaming") or strm.poll() is not None, 30, "stream")
+    poll_until(lambda: os.path.exists(f"{D}/strm2.streaming") or strm.poll() is not None, 30, "stream")
     replays0 = channel("B").get("stats", {}).get("replays", 0)
     wb.send_signal(signal.SIGKILL)
     wb.wait()
@@ -353,7 +328,7 @@ def main():
     ag.send_signal(signal.SIGKILL)
     ag.wait()
     ag = agent()
-    ok = wait_for(both_active, 30, "active")
+    ok = poll_until(both_active, 30, "active")
     after = {n: (channel(n).get("table_version"), channel(n).get("table_entries")) for n in ("A", "B")}
     check(ok and after == before and after["B"][1] >= 2,
           f"after a replay, an agent restart reloads the same tables from SQLite ({before} -> {after})")

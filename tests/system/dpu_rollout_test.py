@@ -16,20 +16,19 @@ previous release):
 usage: dpu_rollout_test.py TANDEM_DPU TANDEMCTL TANDEM_FABRIC TANDEM_RNIC RNIC_HOST_APP
 Everything started is stopped by PID; hugepage files, runtime dirs, sockets and
 channel files are removed, also on failure."""
-import json
 import os
-import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from tandem_harness import Checks, Lab, Telemetry, stop  # noqa: E402
+from tandem_harness import Checks, Lab, Tandemctl, poll_until, stop, telemetry_query  # noqa: E402
 
 DPU, CTL, FABRIC, RNIC, APP = sys.argv[1:6]
 TAG = f"roll{os.getpid()}"
 lab = Lab(tmp_prefix="tandem-dpu-rollout-")
 D = lab.d
 CH = f"{D}/ch"
+ctl = Tandemctl(CTL, f"{D}/ctl.sock")
+channel, l2_entries, l2_vnics = ctl.channel, ctl.l2_entries, ctl.l2_vnics
 os.makedirs(CH)
 checks = Checks()
 check, failed = checks.check, checks.failed
@@ -52,44 +51,19 @@ def log(name):
     return lab.text(name)
 
 
-def wait_for(pred, timeout):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
 
 
-def ctl(*args):
-    r = subprocess.run([CTL, "--socket", f"{D}/ctl.sock", *map(str, args), "--json"], capture_output=True, text=True)
-    try:
-        return r.returncode, json.loads(r.stdout) if r.stdout.strip() else {}
-    except ValueError:
-        return r.returncode, {"raw": r.stdout + r.stderr}
 
 
-def channel(n):
-    rc, j = ctl("rnic", "show", n)
-    return j.get("rnic", {}).get("channel", {}) if rc == 0 else {}
 
 
-def l2_vnics(n):
-    l2 = ctl("table", "dump", "--level", 2)[1].get("rnics", {}).get(n, {}).get("entries", [])
-    return sorted(e["vnic"] for e in l2 if e.get("kind") == "vnic")
+
+
 
 
 def worker_vnics(n):
-    try:
-        t = Telemetry(PREFIX[n], ready="/tandem/rnic/table", timeout=5)
-    except (OSError, RuntimeError, ValueError):
-        return {}
-    try:
-        return t.cmd("/tandem/rnic/table") or {}
-    except (OSError, ValueError):
-        return {}
-    finally:
-        t.s.close()
+    """The worker's own view: /tandem/rnic/table (vNIC source, list, withdrawal counters)."""
+    return telemetry_query(PREFIX[n], "/tandem/rnic/table")
 
 
 def agent(max_protocol=None):
@@ -100,7 +74,7 @@ def agent(max_protocol=None):
               (["--max-protocol", str(max_protocol)] if max_protocol else []) +
               ["--", "--no-pci", "--no-huge", "-m", "64", f"--file-prefix={pre}", "-l", "0",
                "--log-level=lib.eal:error"], "agent", pre)
-    if not wait_for(lambda: ctl("tenant", "list")[0] == 0 or p.poll() is not None, 20) or p.poll() is not None:
+    if not poll_until(lambda: ctl("tenant", "list")[0] == 0 or p.poll() is not None, 20) or p.poll() is not None:
         raise RuntimeError("agent did not start:\n" + log("agent"))
     return p
 
@@ -149,13 +123,13 @@ def main():
                  "--link-wait-ms", "0", "--", "--no-pci", f"--file-prefix={fab_pre}", "-l", "0", "-m", "64",
                  "--log-level=lib.eal:error", f"--vdev=net_memif0,role=server,socket={D}/h0.sock",
                  f"--vdev=net_memif1,role=server,socket={D}/h1.sock"], "fabric", fab_pre)
-    if not wait_for(lambda: "tandem-fabric:" in log("fabric") or fab.poll() is not None, 20):
+    if not poll_until(lambda: "tandem-fabric:" in log("fabric") or fab.poll() is not None, 20):
         raise RuntimeError("fabric did not start:\n" + log("fabric"))
     wa, wb = worker("A", "h0.sock", max_protocol=2), worker("B", "h1.sock")
-    check(wait_for(both_active, 30), "both workers reach ACTIVE with the new agent")
+    check(poll_until(both_active, 30), "both workers reach ACTIVE with the new agent")
 
     # 1. New agent, A of the previous release, B new.
-    ok = wait_for(lambda: worker_vnics("B").get("vnic_source") == "agent" and l2_vnics("B") == [2], 20)
+    ok = poll_until(lambda: worker_vnics("B").get("vnic_source") == "agent" and l2_vnics("B") == [2], 20)
     ca, cb = channel("A"), channel("B")
     ta, tb = worker_vnics("A"), worker_vnics("B")
     check(ca.get("protocol_version") == 2 and ca.get("stats", {}).get("vnic_ops_withheld", 0) >= 1 and
@@ -172,7 +146,7 @@ def main():
     # 2. The agent of the previous release replaces it.
     stop(ag)
     ag = agent(max_protocol=2)
-    ok = wait_for(lambda: both_active() and channel("B").get("protocol_version") == 2 and
+    ok = poll_until(lambda: both_active() and channel("B").get("protocol_version") == 2 and
                   worker_vnics("B").get("vnic_source") == "yaml", 30)
     tb = worker_vnics("B")
     check(ok and l2_vnics("B") == [] and tb.get("vnic_list") == {"2": "192.168.7.2"},
@@ -184,7 +158,7 @@ def main():
     # 3. The new agent returns; its store (written by the old one) has no vNIC entries for B.
     stop(ag)
     ag = agent()
-    ok = wait_for(lambda: both_active() and worker_vnics("B").get("vnic_source") == "agent" and
+    ok = poll_until(lambda: both_active() and worker_vnics("B").get("vnic_source") == "agent" and
                   l2_vnics("B") == [2], 30)
     tb = worker_vnics("B")
     check(ok and channel("B").get("protocol_version") == 3 and tb.get("vnic_list") == {"2": "192.168.7.2"},

@@ -53,12 +53,11 @@ import json
 import os
 import socket
 import struct
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from tandem_harness import Checks, Lab, Telemetry, lab_fabric_argv, run_checked, stop  # noqa: E402
+from tandem_harness import Checks, Lab, Tandemctl, Telemetry, lab_fabric_argv, run_checked, stop  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("bins", nargs=5)
@@ -72,6 +71,7 @@ DPU, CTL, FABRIC, RNIC, APP = opt.bins
 TAG = f"txn{os.getpid()}"
 lab = Lab(tmp_prefix="tandem-dpu-txn-", keep=opt.keep)
 D = lab.d
+ctl = Tandemctl(CTL, f"{D}/ctl.sock")
 CH = f"{D}/ch"
 os.makedirs(CH)
 checks = Checks()
@@ -96,12 +96,6 @@ def gen_mac(member, g):
     return f"02:00:00:{member:02x}:{g >> 8 & 0xff:02x}:{g & 0xff:02x}"
 
 
-def ctl(*args):
-    r = subprocess.run([CTL, "--socket", f"{D}/ctl.sock", *map(str, args), "--json"], capture_output=True, text=True)
-    try:
-        return r.returncode, json.loads(r.stdout) if r.stdout.strip() else {}
-    except ValueError:
-        return r.returncode, {"raw": r.stdout + r.stderr}
 
 
 def api(req):
