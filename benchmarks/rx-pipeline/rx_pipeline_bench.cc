@@ -28,6 +28,7 @@
 #include "common/wire/entropy.h"
 #include "common/wire/icrc.h"
 #include "common/wire/roce_packet.h"
+#include "rnic/core/connect_rc.h"
 #include "rnic/core/frame.h"
 #include "rnic/core/transport.h"
 #include "rnic/dpdk/egress_route.h"
@@ -42,22 +43,12 @@ namespace {
 
 void connect(Transport& t, uint32_t qpn, uint32_t dest, uint32_t peer, bool reset) {
   QpAttr a;
-  if (reset) {
-    a.state = QpState::kReset;
-    t.modify_qp(qpn, a, IBV_QP_STATE);
-  }
-  a.state = QpState::kInit;
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  t.modify_qp(qpn, a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS);
-  a.state = QpState::kRtr;
   a.path_mtu = 1024;
   a.dest_qp_num = dest;
   a.peer = peer;
-  t.modify_qp(qpn, a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_AV);
-  a.state = QpState::kRts;
   a.timeout_ns = 1'000'000'000;
-  t.modify_qp(qpn, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT);
+  connect_rc(t, qpn, a, reset);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "common/dpdk/eal.h"
 #include "common/wire/icrc.h"
 #include "common/wire/roce_packet.h"
+#include "rnic/core/connect_rc.h"
 #include "rnic/core/frame.h"
 #include "rnic/core/transport.h"
 #include "rnic/dpdk/rx_stage.h"
@@ -45,18 +46,12 @@ rte_mempool* pool() {
 
 void connect(Transport& t, uint32_t qpn, uint32_t dest, uint32_t peer) {
   QpAttr a;
-  a.state = QpState::kInit;
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  t.modify_qp(qpn, a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS);
-  a.state = QpState::kRtr;
   a.path_mtu = 1024;
   a.dest_qp_num = dest;
   a.peer = peer;
-  t.modify_qp(qpn, a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_AV);
-  a.state = QpState::kRts;
   a.timeout_ns = 1'000'000'000;
-  t.modify_qp(qpn, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT);
+  REQUIRE(connect_rc(t, qpn, a) == 0);
 }
 
 // A receiving core with one QP, the table entries the tenant check reads,
