@@ -54,8 +54,93 @@ DropReason parse_l2_l4(const uint8_t* data, std::size_t len, std::size_t& off, s
 
 }  // namespace
 
-DropReason parse_roce(const uint8_t* data, std::size_t len, RocePacket& out,
-                      const ParseOptions& opts) noexcept {
+namespace detail {
+
+bool parse_roce_common_layout(const uint8_t* d, std::size_t len, RocePacket& out,
+                              const ParseOptions& opts, DropReason& verdict) noexcept {
+  constexpr std::size_t kIp = kEthHdrLen, kUdp = kIp + kIpv4HdrLen, kBthOff = kUdp + kUdpHdrLen,
+                        kExtOff = kBthOff + kBthLen;
+  if (len < kExtOff + kIcrcLen) return false;
+  // Everything the general parser checks, for this one layout, before any
+  // store to `out`: any miss leaves the whole decision to parse_roce_general.
+  const uint16_t ethertype = load_be16(d + 12);
+  const uint16_t total_len = load_be16(d + kIp + 2);
+  const uint16_t frag = load_be16(d + kIp + 6);
+  const uint16_t udp_len = load_be16(d + kUdp + 4);
+  const uint16_t dport = load_be16(d + kUdp + 2);
+  const uint8_t op = d[kBthOff];
+  const uint8_t bth1 = d[kBthOff + 1];
+  const std::size_t ext = transport_ext_len(op);
+  const uint8_t pad = (bth1 >> 4) & 0x3;
+  // total_len >= 20 + 8 + 12 + ext + 4 + pad; udp_len == total_len - 20
+  // (so the UDP datagram ends where the IP one does); the frame holds it all.
+  const bool layout = ethertype == kEtherTypeIpv4 && d[kIp] == 0x45 && (frag & 0x3FFF) == 0 &&
+                      d[kIp + 9] == kIpProtoUdp && dport == kRoceUdpPort && (bth1 & 0x0F) == 0 &&
+                      opcode_known(op) &&
+                      std::size_t{total_len} >= kIpv4HdrLen + kUdpHdrLen + kBthLen + ext + kIcrcLen + pad &&
+                      std::size_t{udp_len} + kIpv4HdrLen == total_len && len - kIp >= total_len;
+  if (!layout) return false;
+  if (opts.check_ip_checksum && !ipv4_checksum_ok(d + kIp, kIpv4HdrLen)) return false;
+  const uint16_t f = opcode_info(op).flags;
+  const std::size_t end = kIp + std::size_t{total_len};
+  const std::size_t payload_len = end - kExtOff - ext - kIcrcLen - pad;
+  if (payload_len != 0 && !(f & kOpPayload)) return false;
+
+  // Accepted up to the ICRC: every field once, as reset() + the general
+  // parser would leave it.
+  out.has_outer = false;
+  out.outer = {};
+  std::memcpy(out.eth.dst.data(), d, 6);
+  std::memcpy(out.eth.src.data(), d + 6, 6);
+  out.eth.has_vlan = false;
+  out.eth.vlan_tci = 0;
+  out.eth.ethertype = kEtherTypeIpv4;
+  read_ipv4_into(d + kIp, out.ip);
+  read_udp_into(d + kUdp, out.udp);
+  read_bth_into(d + kBthOff, out.bth);
+  const uint8_t* x = d + kExtOff;
+  if (f & kOpReth) {
+    read_reth_into(x, out.reth);
+    x += kRethLen;
+  } else {
+    out.reth = {};
+  }
+  if (f & kOpAtomicEth) {
+    read_atomic_eth_into(x, out.atomic);
+    x += kAtomicEthLen;
+  } else {
+    out.atomic = {};
+  }
+  if (f & kOpAeth) {
+    read_aeth_into(x, out.aeth);
+    x += kAethLen;
+  } else {
+    out.aeth = {};
+  }
+  if (f & kOpAtomicAck) {
+    out.atomic_ack = load_be64(x);
+    x += kAtomicAckLen;
+  } else {
+    out.atomic_ack = 0;
+  }
+  out.imm = (f & kOpImm) ? load_be32(x) : 0;
+  out.ip_offset = static_cast<uint32_t>(kIp);
+  out.payload_offset = static_cast<uint32_t>(kExtOff + ext);
+  out.payload_len = static_cast<uint32_t>(payload_len);
+  out.icrc = load_le32(d + end - kIcrcLen);
+  out.icrc_checked = false;
+  out.icrc_computed = 0;
+  verdict = DropReason::kNone;
+  if (opts.check_icrc) {
+    out.icrc_checked = true;
+    out.icrc_computed = roce_icrc(d + kIp, end - kIcrcLen - kIp);
+    if (out.icrc_computed != out.icrc) verdict = DropReason::kBadIcrc;
+  }
+  return true;
+}
+
+DropReason parse_roce_general(const uint8_t* data, std::size_t len, RocePacket& out,
+                              const ParseOptions& opts) noexcept {
   out.reset();
   std::size_t off = 0, end = 0;
   DropReason r = parse_l2_l4(data, len, off, end, out.eth, out.ip, out.udp, out.ip_offset, opts);
@@ -106,6 +191,15 @@ DropReason parse_roce(const uint8_t* data, std::size_t len, RocePacket& out,
     if (out.icrc_computed != out.icrc) return DropReason::kBadIcrc;
   }
   return DropReason::kNone;
+}
+
+}  // namespace detail
+
+DropReason parse_roce(const uint8_t* data, std::size_t len, RocePacket& out,
+                      const ParseOptions& opts) noexcept {
+  DropReason verdict;
+  if (detail::parse_roce_common_layout(data, len, out, opts, verdict)) [[likely]] return verdict;
+  return detail::parse_roce_general(data, len, out, opts);
 }
 
 std::size_t roce_ip_offset(const RocePacket& pkt) noexcept {

@@ -74,6 +74,16 @@ DropReason parse_roce(const uint8_t* data, std::size_t len, RocePacket& out,
                       const ParseOptions& opts = {}) noexcept;
 
 namespace detail {
+// parse_roce's two halves, apart for the tests that compare them. The fast
+// one takes only Eth (no VLAN) / IPv4 (IHL 5, unfragmented) / UDP 4791 / BTH
+// with a known opcode that passes every header check: it then fills `out`
+// exactly as the general parser would, sets `verdict` (kNone or kBadIcrc) and
+// returns true. Otherwise it returns false without touching `out`.
+bool parse_roce_common_layout(const uint8_t* data, std::size_t len, RocePacket& out,
+                              const ParseOptions& opts, DropReason& verdict) noexcept;
+DropReason parse_roce_general(const uint8_t* data, std::size_t len, RocePacket& out,
+                              const ParseOptions& opts = {}) noexcept;
+
 constexpr std::size_t ext_len_of(uint16_t f) noexcept {
   return ((f & kOpReth) ? kRethLen : 0) + ((f & kOpAtomicEth) ? kAtomicEthLen : 0) +
          ((f & kOpAeth) ? kAethLen : 0) + ((f & kOpAtomicAck) ? kAtomicAckLen : 0) +
