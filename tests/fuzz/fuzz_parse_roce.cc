@@ -1,5 +1,7 @@
 // libFuzzer target: parse_roce and tandem-wire's frame decoder on arbitrary
-// bytes. Both must stay inside the buffer (ASan), and agree with each other.
+// bytes. Both must stay inside the buffer (ASan), and agree with each other;
+// parse_roce's fast path for the common layout must give exactly what the
+// general parser gives (or decline and leave the packet untouched).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -7,6 +9,7 @@
 
 #include "common/wire/roce_packet.h"
 #include "common/wiretool/frame_decoder.h"
+#include "tests/lib/roce_packet_diff.h"
 
 using namespace tandem::common;
 
@@ -23,6 +26,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   lax.check_icrc = false;
   lax.check_ip_checksum = false;
   parse_roce(buf.data(), buf.size(), pkt, lax);
+
+  for (const ParseOptions& o : {ParseOptions{}, lax}) {
+    RocePacket general, fast;
+    const DropReason g = detail::parse_roce_general(buf.data(), buf.size(), general, o);
+    DropReason f = DropReason::kNone;
+    if (detail::parse_roce_common_layout(buf.data(), buf.size(), fast, o, f)) {
+      if (f != g || !diff(fast, general).empty()) std::abort();
+    } else if (!diff(fast, RocePacket{}).empty()) {
+      std::abort();  // declined, but wrote into the packet
+    }
+  }
 
   const Json j = decode_frame(buf, 1, DecodeOptions{true});
   if (j["ok"].get<bool>() != (r == DropReason::kNone)) std::abort();

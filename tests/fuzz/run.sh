@@ -27,7 +27,7 @@ PCAP=(common/pcap/pcap_reader.cc common/pcap/pcap_writer.cc)
 build() {
   local bin=$1; shift
   local kind=$1; shift
-  if [[ -x $bin ]] && [[ -z $(find common tests/fuzz -newer "$bin" \( -name '*.cc' -o -name '*.h' \) -print -quit) ]]; then
+  if [[ -x $bin ]] && [[ -z $(find common tests/fuzz tests/lib -newer "$bin" \( -name '*.cc' -o -name '*.h' \) -print -quit) ]]; then
     return 0
   fi
   echo "fuzz: building $(basename "$bin")"
