@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (parse_roce + frame decoder, pcap reader) with
+# Builds the libFuzzer targets (parse_roce + frame decoder, pcap reader, the RNIC's channel end) with
 # clang++-14 and ASan/UBSan, then runs each for FUZZ_SECONDS (default 20) from
 # a seed corpus made on the fly. Exits non-zero if a target crashes.
 # Output: build/fuzz/ (or $FUZZ_OUT); crash inputs are kept there.
@@ -41,11 +41,14 @@ build() {
 build "$OUT/seed_writer" plain tests/fuzz/seed_writer.cc "${WIRE[@]}" "${PCAP[@]}"
 build "$OUT/fuzz_parse_roce" fuzz tests/fuzz/fuzz_parse_roce.cc common/wiretool/frame_decoder.cc "${WIRE[@]}"
 build "$OUT/fuzz_pcap_reader" fuzz tests/fuzz/fuzz_pcap_reader.cc "${WIRE[@]}" "${PCAP[@]}"
+build "$OUT/fuzz_rnic_channel" fuzz tests/fuzz/fuzz_rnic_channel.cc rnic/table/level2_table.cc rnic/table/rnic_channel.cc
 
 WORK=$(mktemp -d /tmp/tandem-fuzz-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-mkdir -p "$WORK/frames" "$WORK/pcaps" "$WORK/new-frames" "$WORK/new-pcaps"
+mkdir -p "$WORK/frames" "$WORK/pcaps" "$WORK/new-frames" "$WORK/new-pcaps" "$WORK/cmds" "$WORK/new-cmds"
 "$OUT/seed_writer" "$WORK/frames" "$WORK/pcaps"
+# Channel seeds (fuzz_rnic_channel's record format): HEARTBEAT, BEGIN, PUT x2, COMMIT, DEL, COMMIT.
+python3 tests/fuzz/channel_seeds.py "$WORK/cmds"
 
 fail=0
 run_one() {
@@ -63,4 +66,5 @@ run_one() {
 }
 run_one fuzz_parse_roce "$WORK/new-frames" "$WORK/frames"
 run_one fuzz_pcap_reader "$WORK/new-pcaps" "$WORK/pcaps"
+run_one fuzz_rnic_channel "$WORK/new-cmds" "$WORK/cmds"
 exit $fail
