@@ -157,6 +157,22 @@ void check_ok(Proc& p, const json& j) {
   CHECK_FALSE(j.contains("error"));
 }
 
+struct Reports {
+  json c, s;  // client's and server's --json reports
+};
+
+// Server and client of one test run to the end; both must succeed (check_ok).
+Reports run_ok(Lab& lab, const std::string& test, std::vector<std::string> client_flags) {
+  Proc srv = lab.server(test);
+  Proc cli = lab.client(test, std::move(client_flags));
+  REQUIRE(cli.wait() >= 0);
+  REQUIRE(srv.wait() >= 0);
+  Reports r{cli.report(), srv.report()};
+  check_ok(cli, r.c);
+  check_ok(srv, r.s);
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("bandwidth tests move every byte correctly through the loopback worker (--verify)") {
@@ -165,14 +181,7 @@ TEST_CASE("bandwidth tests move every byte correctly through the loopback worker
       Lab lab;
       // An odd size (not a multiple of 8), two QPs, a window smaller than the run.
       std::vector<std::string> flags{"-s", "4099", "-n", "300", "-q", "2", "-t", "16", "--verify"};
-      Proc srv = lab.server(test);
-      Proc cli = lab.client(test, flags);
-      REQUIRE(cli.wait() >= 0);
-      REQUIRE(srv.wait() >= 0);
-      json c = cli.report();
-      json s = srv.report();
-      check_ok(cli, c);
-      check_ok(srv, s);
+      auto [c, s] = run_ok(lab, test, flags);
       for (const json* j : {&c, &s}) {
         CHECK((*j)["test"] == test);
         CHECK((*j)["size"] == 4099);
@@ -194,14 +203,7 @@ TEST_CASE("latency tests ping-pong and report perftest's latency columns (--veri
   for (std::string test : {"write_lat", "send_lat"}) {
     DYNAMIC_SECTION(test) {
       Lab lab;
-      Proc srv = lab.server(test);
-      Proc cli = lab.client(test, {"-s", "200", "-n", "100", "--verify"});
-      REQUIRE(cli.wait() >= 0);
-      REQUIRE(srv.wait() >= 0);
-      json c = cli.report();
-      json s = srv.report();
-      check_ok(cli, c);
-      check_ok(srv, s);
+      auto [c, s] = run_ok(lab, test, {"-s", "200", "-n", "100", "--verify"});
       CHECK(c["iterations"] == 100);
       CHECK(s["iterations"] == 100);
       CHECK(c["t_min_us"].get<double>() > 0);
@@ -215,14 +217,7 @@ TEST_CASE("latency tests ping-pong and report perftest's latency columns (--veri
 
 TEST_CASE("read_lat times each READ's round trip and checks the data it read (--verify)") {
   Lab lab;
-  Proc srv = lab.server("read_lat");
-  Proc cli = lab.client("read_lat", {"-s", "3000", "-n", "80", "--verify"});
-  REQUIRE(cli.wait() >= 0);
-  REQUIRE(srv.wait() >= 0);
-  json c = cli.report();
-  json s = srv.report();
-  check_ok(cli, c);
-  check_ok(srv, s);
+  auto [c, s] = run_ok(lab, "read_lat", {"-s", "3000", "-n", "80", "--verify"});
   CHECK(c["test"] == "read_lat");
   CHECK(c["iterations"] == 80);
   CHECK(s["iterations"] == 80);
@@ -233,24 +228,12 @@ TEST_CASE("read_lat times each READ's round trip and checks the data it read (--
 
 TEST_CASE("a small write_lat message goes inline and still verifies") {
   Lab lab;
-  Proc srv = lab.server("write_lat");
-  Proc cli = lab.client("write_lat", {"-s", "2", "-n", "50", "--verify"});
-  REQUIRE(cli.wait() >= 0);
-  REQUIRE(srv.wait() >= 0);
-  check_ok(cli, cli.report());
-  check_ok(srv, srv.report());
+  run_ok(lab, "write_lat", {"-s", "2", "-n", "50", "--verify"});
 }
 
 TEST_CASE("-D runs for a duration and both sides agree on the message count") {
   Lab lab;
-  Proc srv = lab.server("write_bw");
-  Proc cli = lab.client("write_bw", {"-s", "1024", "-D", "0.3", "--verify"});
-  REQUIRE(cli.wait() >= 0);
-  REQUIRE(srv.wait() >= 0);
-  json c = cli.report();
-  json s = srv.report();
-  check_ok(cli, c);
-  check_ok(srv, s);
+  auto [c, s] = run_ok(lab, "write_bw", {"-s", "1024", "-D", "0.3", "--verify"});
   CHECK(c["iterations"].get<uint64_t>() > 0);
   CHECK(c["iterations"] == s["iterations"]);
   CHECK(c["duration_s"] == 0.3);
