@@ -43,22 +43,26 @@ void warm_for_punts(const Level1State& state, const Level2Shadow* installed,
   MappingKey keys[kChunk];
   Mapping out[kChunk];
   bool hit[kChunk];
-  std::size_t n = 0;
-  // The ingress entry's key (the mapping's underlay IP, the tenant) is known
-  // once the mapping is: start its shadow slot too, which change_set_for_miss
-  // reads to see whether the key is ambiguous.
+  // Per punt its egress key and, once its mapping is known, its ingress key
+  // (the mapping's underlay IP, the tenant), which change_set_for_miss reads
+  // to see whether the key is ambiguous: both shadow slots are loaded in one
+  // loop per chunk.
+  common::EntryKey shadow_keys[2 * kChunk];
+  std::size_t n = 0, ns = 0;
   auto chunk = [&] {
     state.mappings().find_bulk(keys, n, out, hit);  // prefetches the chunk, then reads it
-    if (installed)
+    if (installed) {
       for (std::size_t i = 0; i < n; ++i)
-        if (hit[i]) installed->prefetch(common::ingress_key_vni(out[i].underlay_ip, keys[i].vni));
-    n = 0;
+        if (hit[i]) shadow_keys[ns++] = common::ingress_key_vni(out[i].underlay_ip, keys[i].vni);
+      installed->touch(shadow_keys, ns);
+    }
+    n = ns = 0;
   };
   for (const common::PuntMsg& p : punts) {
     if (p.missed.kind != EntryKind::kEgress) continue;
-    if (installed) installed->prefetch(p.missed);
     const Vnic* v = state.vnic(p.missed.word0);
     if (!v) continue;
+    shadow_keys[ns++] = p.missed;
     keys[n++] = MappingKey{v->vni, p.missed.word1};
     if (n == kChunk) chunk();
   }

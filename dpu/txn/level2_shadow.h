@@ -80,6 +80,16 @@ class EntryMap {
     __builtin_prefetch(p);
     __builtin_prefetch(p + sizeof(value_type) - 1);
   }
+  // Reads k's home slot (both lines it may span) and returns a byte of it,
+  // for a caller warming many slots at once: independent loads in a tight
+  // loop overlap their misses. Measured on the new-flow path, the finds after
+  // a software prefetch of the same slots still missed (a third of the
+  // agent's CPU per flow), after these loads they hit.
+  uint8_t touch(const common::EntryKey& k) const noexcept {
+    if (n_slots_ == 0) return 0;
+    const volatile uint8_t* p = reinterpret_cast<const volatile uint8_t*>(&slots_[home(k)]);
+    return static_cast<uint8_t>(p[0] ^ p[sizeof(value_type) - 1]);
+  }
   // The entry stored under k, inserted default-constructed (key set) if absent.
   std::pair<common::Level2Entry*, bool> find_or_insert(const common::EntryKey& k);
   bool erase(const common::EntryKey& k) noexcept;
@@ -114,6 +124,13 @@ class Level2Shadow {
   const Map& entries() const noexcept { return entries_; }
   const common::Level2Entry* find(const common::EntryKey& k) const noexcept { return entries_.find(k); }
   void prefetch(const common::EntryKey& k) const noexcept { entries_.prefetch(k); }
+  // Loads the slots of keys[0..n) now (EntryMap::touch), so the finds that
+  // follow hit the cache.
+  void touch(const common::EntryKey* keys, std::size_t n) const noexcept {
+    uint8_t sink = 0;
+    for (std::size_t i = 0; i < n; ++i) sink ^= entries_.touch(keys[i]);
+    asm volatile("" : : "r"(sink));
+  }
 
   // Digest and count the table would have after ops, without changing anything.
   common::TableDigest digest_after(const std::vector<Level2Op>& ops) const;
