@@ -199,7 +199,7 @@ struct AgentSide {
     }
     tandem::dpu::ResolveStatus why{};
     uint64_t tag = next_tag++;
-    auto cs = tandem::dpu::change_set_for_miss(*l1, p.missed, tag, &target, &why, &ch.shadow());
+    auto cs = tandem::dpu::change_set_for_miss(*l1, p.missed, tag, &target, &why, &ch.shadow(), &pending);
     if (!cs || target != "rnic0") {
       ++refused;
       return;

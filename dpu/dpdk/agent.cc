@@ -306,7 +306,8 @@ class Agent final : public AgentHooks {
     }
     ResolveStatus why = ResolveStatus::kOk;
     uint64_t tag = next_tag_++;
-    std::optional<ChangeSet> cs = change_set_for_miss(state_, p.missed, tag, &target_, &why, &l.ch->shadow());
+    std::optional<ChangeSet> cs =
+        change_set_for_miss(state_, p.missed, tag, &target_, &why, &l.ch->shadow(), &l.pending);
     if (!cs) {
       ++l.punts.refused;
       if (why == ResolveStatus::kDeniedByIsolation) ++l.punts.denied;
@@ -317,8 +318,11 @@ class Agent final : public AgentHooks {
     if (!to) {
       auto it = links_.find(target_);
       if (it != links_.end()) to = it->second.get();
+      // The ingress key was checked against the punting RNIC's tables: check
+      // it against the target's.
+      if (to) cs = change_set_for_miss(state_, p.missed, tag, &target_, &why, &to->ch->shadow(), &to->pending);
     }
-    if (!to) {
+    if (!to || !cs) {
       ++l.punts.refused;
       return;
     }

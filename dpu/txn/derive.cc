@@ -12,7 +12,7 @@ using common::Level2Entry;
 
 std::optional<ChangeSet> change_set_for_miss(const Level1State& state, const common::EntryKey& missed,
                                              uint64_t tag, std::string* rnic, ResolveStatus* why,
-                                             const Level2Shadow* installed) {
+                                             const Level2Shadow* installed, const PendingPunts* pending) {
   if (missed.kind != EntryKind::kEgress) {
     if (why) *why = ResolveStatus::kNoMapping;
     return std::nullopt;
@@ -29,7 +29,8 @@ std::optional<ChangeSet> change_set_for_miss(const Level1State& state, const com
   cs.tag = tag;
   cs.ops.reserve(2);  // one allocation per resolution, not two and a copy
   cs.put(r.egress);
-  const Level2Entry* have = installed ? installed->find(r.ingress.key) : nullptr;
+  const Level2Entry* have = pending ? pending->ingress_put(r.ingress.key) : nullptr;
+  if (!have && installed) have = installed->find(r.ingress.key);
   if (have && !(have->ingress == r.ingress.ingress))
     cs.del(r.ingress.key);  // ambiguous: two (sender, receiver) pairs share the key
   else

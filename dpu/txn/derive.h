@@ -22,6 +22,7 @@
 #include "dpu/model/level1_state.h"
 #include "dpu/txn/change_set.h"
 #include "dpu/txn/level2_shadow.h"
+#include "dpu/txn/pending_punts.h"
 
 namespace tandem::dpu {
 
@@ -35,10 +36,14 @@ namespace tandem::dpu {
 // it. If `installed` (that RNIC's shadow) already maps the key to another
 // (sender, receiver) pair, the ambiguous entry is deleted instead of
 // overwritten, so no packet is ever attributed to the wrong sender or handed
-// to the wrong vNIC; such peers need QPN-keyed ingress entries.
+// to the wrong vNIC; such peers need QPN-keyed ingress entries. `pending`
+// (that RNIC's resolutions not committed yet) is checked first: two misses
+// resolved before either commits would otherwise both see the key free and
+// the second would overwrite the first.
 std::optional<ChangeSet> change_set_for_miss(const Level1State& state, const common::EntryKey& missed,
                                              uint64_t tag, std::string* rnic, ResolveStatus* why,
-                                             const Level2Shadow* installed = nullptr);
+                                             const Level2Shadow* installed = nullptr,
+                                             const PendingPunts* pending = nullptr);
 
 // Starts the cache misses resolving these punts will take, all at once:
 // each egress miss's level-1 mapping slot (own tenant) and, with `installed`,

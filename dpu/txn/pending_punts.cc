@@ -1,4 +1,4 @@
-// Pending punt resolutions: slab + two flat indices.
+// Pending punt resolutions: slab + three flat indices.
 #include "dpu/txn/pending_punts.h"
 
 namespace tandem::dpu {
@@ -39,28 +39,38 @@ const PendingPunts::Entry* PendingPunts::find(uint64_t tag) const noexcept {
   return s == kEmpty ? nullptr : &slab_[s];
 }
 
-void PendingPunts::grow(Index& ix, bool by_tag) {
+const common::Level2Entry* PendingPunts::ingress_put(const EntryKey& k) const noexcept {
+  if (by_ingress_.size == 0) return nullptr;
+  for (std::size_t i = hash_key(k) & by_ingress_.mask;; i = (i + 1) & by_ingress_.mask) {
+    uint32_t s = by_ingress_.slots[i];
+    if (s == kEmpty) return nullptr;
+    if (slab_[s].puts[1].key == k) return &slab_[s].puts[1];
+  }
+}
+
+void PendingPunts::grow(Index& ix, By by) {
   std::size_t n = ix.slots.empty() ? 64 : ix.slots.size() * 2;
   std::vector<uint32_t> old(n, kEmpty);
   old.swap(ix.slots);
   ix.mask = n - 1;
   for (uint32_t s : old)
     if (s != kEmpty) {
-      std::size_t i = hash_of(s, by_tag) & ix.mask;
+      std::size_t i = hash_of(s, by) & ix.mask;
       while (ix.slots[i] != kEmpty) i = (i + 1) & ix.mask;
       ix.slots[i] = s;
     }
 }
 
-void PendingPunts::insert(Index& ix, bool by_tag, uint32_t idx) {
-  if ((size_ + 1) * 2 > ix.slots.size()) grow(ix, by_tag);
-  std::size_t i = hash_of(idx, by_tag) & ix.mask;
+void PendingPunts::insert(Index& ix, By by, uint32_t idx) {
+  if ((ix.size + 1) * 2 > ix.slots.size()) grow(ix, by);
+  std::size_t i = hash_of(idx, by) & ix.mask;
   while (ix.slots[i] != kEmpty) i = (i + 1) & ix.mask;
   ix.slots[i] = idx;
+  ++ix.size;
 }
 
-void PendingPunts::remove(Index& ix, bool by_tag, uint32_t idx) noexcept {
-  std::size_t i = hash_of(idx, by_tag) & ix.mask;
+void PendingPunts::remove(Index& ix, By by, uint32_t idx) noexcept {
+  std::size_t i = hash_of(idx, by) & ix.mask;
   while (ix.slots[i] != idx) i = (i + 1) & ix.mask;
   // Backward shift: pull later members of the probe run into the hole unless
   // their home lies cyclically in (hole, their slot].
@@ -68,13 +78,14 @@ void PendingPunts::remove(Index& ix, bool by_tag, uint32_t idx) noexcept {
     j = (j + 1) & ix.mask;
     uint32_t s = ix.slots[j];
     if (s == kEmpty) break;
-    std::size_t h = hash_of(s, by_tag) & ix.mask;
+    std::size_t h = hash_of(s, by) & ix.mask;
     bool stays = i <= j ? (i < h && h <= j) : (i < h || h <= j);
     if (stays) continue;
     ix.slots[i] = s;
     i = j;
   }
   ix.slots[i] = kEmpty;
+  --ix.size;
 }
 
 bool PendingPunts::add(const EntryKey& missed, const ChangeSet& cs, uint64_t level1_generation) {
@@ -98,9 +109,9 @@ bool PendingPunts::add(const EntryKey& missed, const ChangeSet& cs, uint64_t lev
   e.n_puts = 0;
   for (const Level2Op& op : cs.ops)
     if (!op.del) e.puts[e.n_puts++] = op.entry;
-  // Both indices are sized by size_: insert into each before counting it.
-  insert(by_key_, false, idx);
-  insert(by_tag_, true, idx);
+  insert(by_key_, By::kMissed, idx);
+  insert(by_tag_, By::kTag, idx);
+  if (ingress_of(e)) insert(by_ingress_, By::kIngress, idx);
   ++size_;
   return true;
 }
@@ -108,8 +119,9 @@ bool PendingPunts::add(const EntryKey& missed, const ChangeSet& cs, uint64_t lev
 bool PendingPunts::erase(uint64_t tag) noexcept {
   uint32_t idx = find_tag(tag);
   if (idx == kEmpty) return false;
-  remove(by_key_, false, idx);
-  remove(by_tag_, true, idx);
+  remove(by_key_, By::kMissed, idx);
+  remove(by_tag_, By::kTag, idx);
+  if (ingress_of(slab_[idx])) remove(by_ingress_, By::kIngress, idx);
   free_.push_back(idx);  // within the capacity add() reserved
   --size_;
   return true;
