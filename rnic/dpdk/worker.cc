@@ -22,6 +22,7 @@
 #include "common/dpdk/eal.h"
 #include "common/dpdk/stop_signal.h"
 #include "common/dpdk/telemetry.h"
+#include "common/dpdk/unmap_guard.h"
 #include "common/dpdk/tsc_clock.h"
 #include "common/wire/byte_order.h"
 #include "common/wire/entropy.h"
@@ -809,10 +810,13 @@ uint32_t Worker::completions() noexcept {
 void Worker::loop() {
   cd::IdleLoop idle(c_.idle);
   const uint64_t end_ns = c_.duration_s > 0 ? clock_.now_ns() + static_cast<uint64_t>(c_.duration_s * 1e9) : 0;
+  cd::unmap_guard_init();
   while (!cd::stop_requested()) {
     uint64_t now = clock_.now_ns();
     if (end_ns && now >= end_ns) break;
     ++k_.loop_iterations;
+    // The port's regions (memif) stay mapped until the idle sleep (unmap_guard.h).
+    cd::PortSection in_ports;
     uint32_t work = rx_burst(now);
     if (now - last_host_poll_ >= kHostPollNs || work == 0) {
       host_.poll(now);
@@ -834,6 +838,7 @@ void Worker::loop() {
       refresh_vnics();
       if (!route_wait_.empty()) work += pending_routes(now);
     }
+    in_ports.leave();
     idle.after_iteration(work > 0 || !backlog_.empty());
   }
 }
@@ -1042,6 +1047,9 @@ int run(const WorkerConfig& c) {
   }
   if (c.pdump) cd::pdump_init();
   worker->register_telemetry();
+  if (!cd::unmap_guard_active())
+    std::fprintf(stderr, "tandem-rnic: warning: munmap is not interposed (built without "
+                         "--export-dynamic-symbol=munmap?): a memif peer leaving may crash the worker\n");
   std::printf("tandem-rnic %s: port %u %s link %s, mode %s, spray %s, cc %s, mtu %u, tx %s, host socket %s\n",
               c.name.c_str(), c.port_id, cd::port_name(c.port_id).c_str(), up ? "up" : "down",
               c.mode == Reliability::kIrn ? "irn" : "gbn", c.spray.c_str(), c.cc.c_str(), c.mtu,

@@ -86,8 +86,7 @@ try:
             "a restarted host reconnects and its traffic flows again")
     # The fabric stops first, with both hosts still connected: its own close
     # is what this checks. (A host leaving while the fabric polls its port is
-    # exercised above by host A; DPDK 22.11's memif can crash the server in
-    # that case, rarely: MEMIF.md.)
+    # exercised above by host A, and hard by memif_unmap_guard_test.py.)
     rc = lab.stop(f, 10)
     lab.stop(a2, 10)
     lab.stop(b, 10)

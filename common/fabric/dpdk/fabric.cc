@@ -21,6 +21,7 @@
 #include "common/dpdk/port.h"
 #include "common/dpdk/stop_signal.h"
 #include "common/dpdk/telemetry.h"
+#include "common/dpdk/unmap_guard.h"
 #include "common/dpdk/tsc_clock.h"
 #include "common/fabric/ecmp.h"
 #include "common/fabric/ecn.h"
@@ -53,10 +54,8 @@ struct alignas(64) PortState {
 // kQuietStride-th iteration while other ports keep the loop busy (an idle
 // loop polls every port each time round: it sleeps between rounds, and a
 // quiet port must not add that sleep x kQuietStride to a packet's latency).
-// Besides saving cycles, this keeps the loop
-// out of memif's rx path when a peer goes away: DPDK 22.11's memif unmaps the
-// peer's regions from its interrupt thread with no handshake with a burst in
-// progress (MEMIF.md), and a peer stops sending before it disconnects.
+// This saves cycles; it also was the first mitigation of DPDK 22.11 memif's
+// unmap race, which PortSection (unmap_guard.h) now closes.
 constexpr uint32_t kQuietPolls = 256;
 constexpr uint32_t kQuietStride = 32;
 
@@ -208,28 +207,34 @@ struct Fabric {
     const uint64_t end = cfg.duration_s > 0 ? clock.now_ns() + static_cast<uint64_t>(cfg.duration_s * 1e9) : 0;
     uint64_t iteration = 0;
     bool busy = false;  // the last iteration moved packets
+    dpdk::unmap_guard_init();
     while (!dpdk::stop_requested()) {
       apply_control();
       bool work = false;
       uint64_t now = clock.now_ns();
       ++iteration;
-      for (auto& p : ports) {
-        if (busy && p.empty_polls >= kQuietPolls && iteration % kQuietStride != 0) continue;
-        const uint16_t n = rte_eth_rx_burst(p.id, 0, burst, kBurst);
-        if (n == 0) {
-          if (p.empty_polls < kQuietPolls) ++p.empty_polls;
-          continue;
+      {
+        // Every rx and tx burst of the round; a memif peer's regions stay
+        // mapped until the section ends (unmap_guard.h). Not the idle sleep.
+        dpdk::PortSection in_ports;
+        for (auto& p : ports) {
+          if (busy && p.empty_polls >= kQuietPolls && iteration % kQuietStride != 0) continue;
+          const uint16_t n = rte_eth_rx_burst(p.id, 0, burst, kBurst);
+          if (n == 0) {
+            if (p.empty_polls < kQuietPolls) ++p.empty_polls;
+            continue;
+          }
+          p.empty_polls = 0;
+          work = true;
+          for (int i = 0; i < kPrefetch && i < n; ++i) rte_prefetch0(rte_pktmbuf_mtod(burst[i], void*));
+          for (uint16_t i = 0; i < n; ++i) {
+            if (i + kPrefetch < n) rte_prefetch0(rte_pktmbuf_mtod(burst[i + kPrefetch], void*));
+            ingress(p, burst[i], now);
+          }
         }
-        p.empty_polls = 0;
-        work = true;
-        for (int i = 0; i < kPrefetch && i < n; ++i) rte_prefetch0(rte_pktmbuf_mtod(burst[i], void*));
-        for (uint16_t i = 0; i < n; ++i) {
-          if (i + kPrefetch < n) rte_prefetch0(rte_pktmbuf_mtod(burst[i + kPrefetch], void*));
-          ingress(p, burst[i], now);
-        }
+        now = clock.now_ns();
+        work |= release(now);
       }
-      now = clock.now_ns();
-      work |= release(now);
       busy = work;
       idle.after_iteration(work);
       if (end != 0 && now >= end) break;
@@ -264,6 +269,9 @@ struct Fabric {
       j["paths"].push_back(pj);
     }
     j["held_at_exit"] = held_at_exit;
+    const dpdk::UnmapGuardStats g = dpdk::unmap_guard_stats();
+    j["unmap_guard"] = {{"active", dpdk::unmap_guard_active()}, {"unmaps", g.unmaps}, {"waited", g.waited},
+                        {"wait_ns_max", g.wait_ns_max}, {"timeouts", g.timeouts}};
     return j;
   }
 
@@ -405,6 +413,9 @@ int run(const FabricConfig& c) {
   }
   if (c.pdump) dpdk::pdump_init();
   fabric->register_telemetry();
+  if (!dpdk::unmap_guard_active())
+    std::fprintf(stderr, "tandem-fabric: warning: munmap is not interposed (built without "
+                         "--export-dynamic-symbol=munmap?): a memif peer leaving may crash the fabric\n");
   std::printf("tandem-fabric: %u port(s), %u path(s), %zu route(s), %u mbufs, idle=%s\n", n_ports,
               fabric->n_paths, c.routes.size(), n_mbufs,
               c.idle.mode == dpdk::IdleMode::kBusy ? "busy" : "adaptive");
