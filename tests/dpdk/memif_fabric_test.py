@@ -12,7 +12,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from tandem_harness import Checks, Lab, Telemetry  # noqa: E402
+from tandem_harness import Checks, Lab, Telemetry, poll_until  # noqa: E402
 
 fabric = sys.argv[1]
 testpmd = shutil.which("dpdk-testpmd")
@@ -41,15 +41,6 @@ def ports(t):
     return {int(k): v for k, v in t.cmd("/tandem/fabric/ports").items()}
 
 
-def wait_until(pred, timeout=20.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 try:
     tmp = tempfile.mkdtemp(prefix="tandem-memif-")
     fab_log = open(f"{tmp}/fabric.log", "w")
@@ -64,7 +55,7 @@ try:
     a_log = open(f"{tmp}/hostA.log", "w")
     a = host(APFX, f"{tmp}/hostA.sock", "flowgen", a_log)
 
-    ok = wait_until(lambda: ports(t)[1]["tx_packets"] > 1000 and ports(t)[0]["tx_packets"] > 1000)
+    ok = poll_until(lambda: ports(t)[1]["tx_packets"] > 1000 and ports(t)[0]["tx_packets"] > 1000, 20)
     p = ports(t)
     c.check(ok, f"traffic crosses the fabric both ways: A->B {p[1]['tx_packets']}, B->A {p[0]['tx_packets']}")
     c.check(p[0]["drop_no_route"] == 0 and p[1]["drop_no_route"] == 0, "every packet had a route")
@@ -82,7 +73,7 @@ try:
     before = ports(t)[0]["rx_packets"]
     a2_log = open(f"{tmp}/hostA2.log", "w")
     a2 = host(APFX, f"{tmp}/hostA.sock", "flowgen", a2_log)
-    c.check(wait_until(lambda: ports(t)[0]["rx_packets"] > before + 1000),
+    c.check(poll_until(lambda: ports(t)[0]["rx_packets"] > before + 1000, 20),
             "a restarted host reconnects and its traffic flows again")
     # The fabric stops first, with both hosts still connected: its own close
     # is what this checks. (A host leaving while the fabric polls its port is

@@ -17,7 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from tandem_harness import Checks, Lab  # noqa: E402
+from tandem_harness import Checks, Lab, poll_until  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("server")
@@ -36,21 +36,12 @@ sock = lab.path("srv.sock")
 SPFX = f"tandem-unmap-srv-{TAG}"
 
 
-def wait_for(pred, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 try:
     argv = [args.server] + (["--no-guard"] if args.no_guard else []) + [
         "--no-pci", "--no-huge", "-m", "64", "-l", "0", f"--file-prefix={SPFX}", "--log-level=error",
         f"--vdev=net_memif0,role=server,socket={sock}"]
     srv = lab.start(argv, "server", SPFX, separate_stderr=True)
-    c.check(wait_for(lambda: "ready" in lab.text("server"), 15), "server up")
+    c.check(poll_until(lambda: "ready" in lab.text("server"), 15), "server up")
     survived = 0
     for i in range(args.cycles):
         cpfx = f"tandem-unmap-cli-{TAG}-{i}"
