@@ -9,7 +9,6 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from tandem_harness import Checks, Lab, Telemetry, poll_until  # noqa: E402
