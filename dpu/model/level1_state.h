@@ -107,6 +107,14 @@ class Level1State {
   const std::set<std::pair<uint32_t, uint32_t>>& peerings() const { return peerings_; }
   const MappingTable& mappings() const { return mappings_; }
   void reserve_mappings(std::size_t n) { mappings_.reserve(n); }
+  // Takes a table equal to mappings() (from mappings().grown()): same
+  // entries, so the generation stays. False, and nothing changed, if the
+  // sizes differ (level 1 changed while it was built).
+  bool adopt_grown_mappings(MappingTable& t) noexcept {
+    if (t.size() != mappings_.size() || t.slots() < mappings_.slots()) return false;
+    mappings_.swap(t);
+    return true;
+  }
 
  private:
   ModelResult check_one(const AddTenant&) const;

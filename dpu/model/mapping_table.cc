@@ -26,9 +26,21 @@ void MappingTable::rehash(std::size_t n_slots) {
     if (s.vni != kEmpty) upsert({s.vni, s.overlay_ip}, {s.underlay_ip, s.mac, s.rnic});
 }
 
+std::size_t MappingTable::grown_slots(std::size_t n) noexcept {
+  return std::bit_ceil(std::max<std::size_t>(16, n + n / 4 + 1));  // <= 80% load
+}
+
 void MappingTable::reserve(std::size_t n) {
-  std::size_t need = std::bit_ceil(std::max<std::size_t>(16, n + n / 4 + 1));  // <= 80% load
+  std::size_t need = grown_slots(n);
   if (need > slots_.size()) rehash(need);
+}
+
+MappingTable MappingTable::grown(std::size_t n) const {
+  MappingTable t;
+  t.rehash(std::max(grown_slots(n), slots_.size()));
+  for (const Slot& s : slots_)
+    if (s.vni != kEmpty) t.upsert({s.vni, s.overlay_ip}, {s.underlay_ip, s.mac, s.rnic});
+  return t;
 }
 
 void MappingTable::clear() {

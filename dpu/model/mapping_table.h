@@ -3,12 +3,14 @@
 // memory: a flat open-addressing array of 20-byte slots with linear probing and
 // backward-shift deletion (no tombstones), grown at 80% load, so it costs
 // 25-50 bytes per entry instead of the ~70+ of a node-based std::unordered_map.
-// Single-threaded (the agent's control thread owns it).
+// Single-threaded (the agent's control thread owns it); const members may
+// run on another thread while the owner only reads (grown()).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "common/channel/huge_page_allocator.h"
@@ -41,6 +43,18 @@ class MappingTable {
   std::size_t find_bulk(const MappingKey* keys, std::size_t n, Mapping* out, bool* hit) const noexcept;
   bool erase(const MappingKey& k) noexcept;
   void reserve(std::size_t n);  // avoid rehashes during a bulk import
+  // A copy with room for n entries (what reserve(n) would leave), built from
+  // this table without changing it: a bulk import builds it on another
+  // thread while the agent keeps reading this one (16M mappings take seconds
+  // to rehash), then takes it with swap().
+  MappingTable grown(std::size_t n) const;
+  // Slots reserve(n) would want (it grows when this exceeds slots()).
+  static std::size_t grown_slots(std::size_t n) noexcept;
+  void swap(MappingTable& o) noexcept {
+    slots_.swap(o.slots_);
+    std::swap(mask_, o.mask_);
+    std::swap(size_, o.size_);
+  }
   void clear();
 
   std::size_t size() const noexcept { return size_; }

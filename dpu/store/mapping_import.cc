@@ -2,6 +2,7 @@
 #include "dpu/store/mapping_import.h"
 
 #include <algorithm>
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -275,11 +276,27 @@ bool MappingImport::step(std::size_t budget) {
         store_.bulk_checkpoint();  // durable already: if it cannot run now, a later commit does it
         phase_ = Phase::kReserve;
         break;
-      case Phase::kReserve:
-        state_.reserve_mappings(state_.mappings().size() + rows_.size());
+      case Phase::kReserve: {
+        const std::size_t want = state_.mappings().size() + rows_.size();
+        // One step when nothing grows, or when the caller wants it all now.
+        if (budget == SIZE_MAX || state_.mappings().grown_slots(want) <= state_.mappings().slots()) {
+          state_.reserve_mappings(want);
+        } else if (!grown_.valid()) {
+          grown_from_ = state_.generation();
+          const MappingTable* from = &state_.mappings();
+          grown_ = std::async(std::launch::async, [from, want] { return from->grown(want); });
+          break;
+        } else if (grown_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+          break;
+        } else {
+          MappingTable t = grown_.get();
+          if (state_.generation() != grown_from_ || !state_.adopt_grown_mappings(t))
+            state_.reserve_mappings(want);  // level 1 changed meanwhile: grow in place
+        }
         pos_ = 0;
         phase_ = Phase::kApply;
         break;
+      }
       case Phase::kApply: {
         std::size_t end = upto(idx_.size(), budget);
         for (; pos_ < end; ++pos_) {

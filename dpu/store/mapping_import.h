@@ -15,6 +15,7 @@
 // apply steps; each is on disk already.
 #pragma once
 
+#include <future>
 #include <cstddef>
 #include <cstdint>
 #include <istream>
@@ -77,6 +78,12 @@ class MappingImport {
   std::size_t width_ = 0, lo_ = 0, mid_ = 0, hi_ = 0, i_ = 0, j_ = 0, k_ = 0;
   bool merging_ = false;
   bool txn_open_ = false;
+  // kReserve: level 1's mapping table with room for the import, built on
+  // another thread while the agent goes on (it only reads level 1 meanwhile:
+  // other changes wait for the import), taken when ready if level 1 is still
+  // at the generation it was built from.
+  std::future<MappingTable> grown_;
+  uint64_t grown_from_ = 0;
 };
 
 }  // namespace tandem::dpu

@@ -277,6 +277,38 @@ TEST_CASE("an import done in small steps gives the same state as one done at onc
   CHECK(dump(reloaded) == dump(sa));
 }
 
+TEST_CASE("an import grows level 1's table beside it, and in place if level 1 changed meanwhile") {
+  for (bool change_meanwhile : {false, true}) {
+    TempDb db;
+    Level1State live;
+    Store store(db.path());
+    for (const Change& c : sample_changes()) REQUIRE(accept_change(live, store, c).ok());
+    std::istringstream in(csv_rows(0, 20000, "10.1.0."));
+    MappingImport job(store, live, in, ImportFormat::kCsv, false);
+    bool saw_reserve = false;
+    while (!job.step(64)) {
+      if (std::string(job.phase_name()) != "reserve" || saw_reserve) continue;
+      saw_reserve = true;  // the grown table is being built from `live` now
+      CHECK(live.mappings().size() == 4);
+      if (change_meanwhile) REQUIRE(live.apply(AddTenant{300, "green"}).ok());  // as no control change could
+    }
+    CHECK(saw_reserve);
+    REQUIRE(job.result().result.ok());
+    CHECK(live.mappings().size() == 20004);
+    CHECK(live.mappings().slots() >= MappingTable::grown_slots(20004));
+    CHECK(live.mappings().find({100, ip("10.8.79.250")}).has_value());  // the last row
+    CHECK((live.tenant(300) != nullptr) == change_meanwhile);
+  }
+  // grown() copies without touching the original.
+  MappingTable t;
+  for (uint32_t i = 0; i < 1000; ++i) t.upsert({7, i}, Mapping{i, {}, 1});
+  const MappingTable g = t.grown(100000);
+  CHECK(t.slots() < g.slots());
+  CHECK(g.slots() == MappingTable::grown_slots(100000));
+  CHECK(g.size() == 1000);
+  for (uint32_t i = 0; i < 1000; ++i) CHECK(g.find({7, i}) == t.find({7, i}));
+}
+
 TEST_CASE("an import abandoned before its commit leaves disk and memory untouched") {
   TempDb db;
   Level1State live;
