@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# rx-pipeline: tandem-rnic receive path (mbuf -> parse/ICRC -> ingress check (the QP's route) -> reorder/place -> ACK encap -> tx_burst on net_null, one lcore) vs dpdk-testpmd io forwarding on net_null (and vs mbuf fill + parse only), Mpps.
+# rx-pipeline: tandem-rnic receive path (mbuf -> parse/ICRC -> ingress check (the QP's route) -> reorder/place -> ACK encap -> tx_burst on net_null, one lcore) vs dpdk-testpmd io forwarding on net_null copy=1, with the floor (mbuf fill + headers + burst ICRC + free), Mpps.
 # Called by scripts/bench.sh rx-pipeline [--json] [--seconds N].
 set -euo pipefail
 cd "$(dirname "$0")/../.."

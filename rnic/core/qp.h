@@ -294,8 +294,12 @@ struct Qp {
 
   // responder.cc
   int post_recv(const RecvWr& wr) noexcept;
+  // Requests (SEND, WRITE, READ) in[0..n) to this QP in RTR/RTS, in order:
+  // why[i] is each one's verdict (kNone: taken), counted in c.drops; returns
+  // how many were taken. The per-request body, on_request, is inline in it.
+  uint32_t on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, common::DropReason* why) noexcept;
   common::DropReason on_request(const common::RocePacket& pkt, const uint8_t* payload,
-                                uint32_t len, uint64_t now) noexcept;
+                                uint32_t len, uint64_t now, const MemoryRegion*& mr_cache) noexcept;
   bool tx_responses(uint64_t now) noexcept;  // false: TX queue full
   uint64_t responder_deadline() const noexcept;
   uint64_t sack_due() const noexcept;

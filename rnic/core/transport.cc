@@ -328,7 +328,8 @@ DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* pa
   }
   DropReason r;
   if (common::opcode_has(op, common::kOpSend | common::kOpWrite | common::kOpReadReq)) {
-    r = qp->on_request(pkt, payload, payload_len, now);
+    const RxPacketRef in{&pkt, payload, payload_len};
+    qp->on_requests(&in, 1, now, &r);
     if (qp->credit_mode && !qp->granting && qp->last_rx_ns != 0) {
       qp->granting = true;  // its sender is active: grant_credits looks after it
       granting_.push_back(qp);
@@ -343,6 +344,40 @@ DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* pa
   }
   if (r != DropReason::kNone) ++counters_.drops[static_cast<std::size_t>(r)];
   return r;
+}
+
+uint32_t Transport::on_packets(const RxPacketRef* in, uint32_t n, uint64_t now, DropReason* why) noexcept {
+  constexpr uint16_t kRequest = common::kOpSend | common::kOpWrite | common::kOpReadReq;
+  uint32_t taken = 0;
+  for (uint32_t i = 0; i < n;) {
+    const uint32_t qpn = in[i].pkt->bth.dqpn;
+    Qp* qp = find_qp(qpn);
+    // A run of requests to one QP that takes requests is on_packet on each
+    // with its lookup, activation and state check done once (a request does
+    // not change its QP's state); anything else goes through on_packet.
+    if (qp == nullptr || !common::opcode_has(in[i].pkt->bth.opcode, kRequest) ||
+        (qp->state != QpState::kRtr && qp->state != QpState::kRts)) {
+      why[i] = on_packet(*in[i].pkt, in[i].payload, in[i].payload_len, now);
+      taken += why[i] == DropReason::kNone;
+      ++i;
+      continue;
+    }
+    uint32_t j = i + 1;
+    while (j < n && in[j].pkt->bth.dqpn == qpn && common::opcode_has(in[j].pkt->bth.opcode, kRequest)) ++j;
+    counters_.rx_pkts += j - i;
+    activate(qp);
+    const uint32_t ok = qp->on_requests(in + i, j - i, now, why + i);
+    if (ok != j - i)
+      for (uint32_t k = i; k < j; ++k)
+        if (why[k] != DropReason::kNone) ++counters_.drops[static_cast<std::size_t>(why[k])];
+    if (qp->credit_mode && !qp->granting && qp->last_rx_ns != 0) {
+      qp->granting = true;  // its sender is active: grant_credits looks after it
+      granting_.push_back(qp);
+    }
+    taken += ok;
+    i = j;
+  }
+  return taken;
 }
 
 uint32_t Transport::poll(uint64_t now) noexcept {

@@ -26,6 +26,10 @@
 //         `pkt` from common::parse_roce, `payload` = frame + pkt.payload_offset,
 //         `payload_len` = pkt.payload_len. Returns kNone or the DropReason it
 //         counted. pkt.ip.tos carries ECN (CE = 3).
+//     t.on_packets(in, n, now, why)   a burst of parsed frames, in order:
+//         the same as on_packet on each (why[i] its verdict, returns how many
+//         were accepted), with one QP lookup and state check per run of
+//         requests to one QP.
 //     t.poll(now)   runs expired timers (retransmission, RNR wait, IRN reorder
 //         delay) and fills the TX queue with whatever may be sent now: ACKs,
 //         NAKs, SACKs, READ responses, retransmissions, new data (segmented
@@ -91,6 +95,13 @@ struct TransportCounters {
   }
 };
 
+// One received frame for Transport::on_packets: what on_packet takes.
+struct RxPacketRef {
+  const common::RocePacket* pkt;
+  const uint8_t* payload;
+  uint32_t payload_len;
+};
+
 struct Qp;  // internal (qp.h)
 struct Cq;
 
@@ -146,6 +157,7 @@ class Transport {
 
   common::DropReason on_packet(const common::RocePacket& pkt, const uint8_t* payload,
                                uint32_t payload_len, uint64_t now) noexcept;
+  uint32_t on_packets(const RxPacketRef* in, uint32_t n, uint64_t now, common::DropReason* why) noexcept;
   uint32_t poll(uint64_t now) noexcept;
   TxQueue& tx() noexcept { return tx_; }
   bool pending() const noexcept { return tx_blocked_; }

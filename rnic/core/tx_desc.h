@@ -75,7 +75,12 @@ class TxQueue {
   uint32_t pop_burst(TxDesc* out, uint32_t n) noexcept;
 
   // Core side: a slot to fill, or nullptr when full; commit() publishes it.
-  TxDesc* reserve() noexcept { return full() ? nullptr : &ring_[tail_ & mask_]; }
+  // An empty queue starts again at slot 0, so a receiver's one ACK per burst
+  // reuses a cached descriptor instead of a cold one further round the ring.
+  TxDesc* reserve() noexcept {
+    if (head_ == tail_) head_ = tail_ = 0;
+    return full() ? nullptr : &ring_[tail_ & mask_];
+  }
   void commit() noexcept { ++tail_; }
 
  private:

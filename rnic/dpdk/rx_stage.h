@@ -1,8 +1,9 @@
 // The receive path of tandem-rnic for one RX burst, in passes over the whole
 // burst (as l3fwd and VPP do): parse every frame's headers (prefetching
 // frames ahead), then check the burst's ICRCs together (roce_icrc_burst
-// interleaves four frames' CRC chains), then the ingress check and the hand-off
-// to the transport core frame by frame, in arrival order. Worker::rx_port and
+// interleaves four frames' CRC chains), then the ingress check frame by frame,
+// then the hand-off of what passed to the transport core as one burst
+// (Transport::on_packets), in arrival order. Worker::rx_port and
 // the rx-pipeline benchmark both run this code; they differ only in the
 // ingress callback (the worker's QP directory and remote-address translation).
 #pragma once
@@ -80,23 +81,27 @@ class RxStage {
     for (uint16_t at = 0; at < n; at += kMaxBurst) {
       const uint16_t b = static_cast<uint16_t>(n - at < kMaxBurst ? n - at : kMaxBurst);
       const uint16_t ok = validate(m + at, b, k);
-      // Pass 3: tenant check and the core, in arrival order.
+      // Pass 3: the tenant check, in arrival order (it depends on nothing
+      // the core changes).
+      uint16_t in = 0;
       for (uint16_t i = 0; i < ok; ++i) {
         const uint16_t j = good_[i];
         common::RocePacket& pkt = pkt_[j];
         uint8_t* data = data_[j];
-        common::DropReason r = ingress(pkt, data);
+        const common::DropReason r = ingress(pkt, data);
         if (r != common::DropReason::kNone) [[unlikely]] {
           k.drop(Stage::kIngress, r);
           continue;
         }
-        r = core.on_packet(pkt, data + pkt.payload_offset, pkt.payload_len, now);
-        if (r != common::DropReason::kNone) [[unlikely]] {
-          k.drop(Stage::kCore, r);
-          continue;
-        }
-        ++taken;
+        refs_[in++] = RxPacketRef{&pkt, data + pkt.payload_offset, pkt.payload_len};
       }
+      // Pass 4: the core, the burst at once (one QP lookup per run of
+      // requests to one QP), in arrival order.
+      const uint32_t took = core.on_packets(refs_, in, now, why_);
+      if (took != in) [[unlikely]]
+        for (uint16_t i = 0; i < in; ++i)
+          if (why_[i] != common::DropReason::kNone) k.drop(Stage::kCore, why_[i]);
+      taken += took;
     }
     k.rx_accepted += taken;
     return taken;
@@ -183,6 +188,8 @@ class RxStage {
   std::size_t icrc_len_[kMaxBurst];
   uint32_t icrc_[kMaxBurst];
   uint8_t good_[kMaxBurst];
+  RxPacketRef refs_[kMaxBurst];
+  common::DropReason why_[kMaxBurst];
   std::vector<uint8_t> scratch_;
 };
 

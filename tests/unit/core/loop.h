@@ -63,12 +63,12 @@ struct QpSetup {
   uint64_t credit_unsched_bytes = 64 << 10;
 };
 
-inline int bring_up(Host& h, uint32_t remote_qpn, uint32_t sq_psn, uint32_t rq_psn,
+inline int bring_up(Transport& t, uint32_t qpn, uint32_t remote_qpn, uint32_t sq_psn, uint32_t rq_psn,
                     const QpSetup& s, uint32_t peer) {
   QpAttr a;
   a.state = QpState::kInit;
   a.qp_access_flags = s.access;
-  if (int r = h.t.modify_qp(h.qpn, a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS)) return r;
+  if (int r = t.modify_qp(qpn, a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS)) return r;
   a.state = QpState::kRtr;
   a.path_mtu = s.mtu;
   a.dest_qp_num = remote_qpn;
@@ -76,18 +76,22 @@ inline int bring_up(Host& h, uint32_t remote_qpn, uint32_t sq_psn, uint32_t rq_p
   a.peer = peer;
   a.reorder_delay_ns = s.reorder_delay_ns;
   a.min_rnr_timer = 1;  // 10 us
-  if (int r = h.t.modify_qp(h.qpn, a,
-                            IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                IBV_QP_AV | IBV_QP_MIN_RNR_TIMER))
+  if (int r = t.modify_qp(qpn, a,
+                          IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_AV |
+                              IBV_QP_MIN_RNR_TIMER))
     return r;
   a.state = QpState::kRts;
   a.sq_psn = sq_psn;
   a.timeout_ns = s.timeout_ns;
   a.retry_cnt = s.retry_cnt;
   a.rnr_retry = s.rnr_retry;
-  return h.t.modify_qp(h.qpn, a,
-                       IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                           IBV_QP_RNR_RETRY);
+  return t.modify_qp(qpn, a,
+                     IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY);
+}
+
+inline int bring_up(Host& h, uint32_t remote_qpn, uint32_t sq_psn, uint32_t rq_psn,
+                    const QpSetup& s, uint32_t peer) {
+  return bring_up(h.t, h.qpn, remote_qpn, sq_psn, rq_psn, s, peer);
 }
 
 class Loop {
