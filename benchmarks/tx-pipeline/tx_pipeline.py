@@ -5,7 +5,14 @@ in process, one lcore) against two dpdk-testpmd runs on the same vdev type
 of our 64 B WRITE's frame length and frees what is sent, testpmd forwards
 them untouched) and txonly (64-byte frames from a template). testpmd's rate
 is its port's opackets delta over the window, read through /ethdev/stats
-telemetry after a warm-up."""
+telemetry after a warm-up.
+
+Two more rows from the same bench binary put the pipeline in context: the
+floor (--floor: the same 64 B WRITE frames made with only what any RoCEv2
+sender does per packet, no transport: header mbuf, header block copied, PSN/
+lengths/IPv4 id and checksum/UDP port patched, payload copied, ICRC, tx_burst)
+and TxEncap alone (--encap-only: our encapsulation from a kept descriptor).
+The floor bounds what the pipeline can reach with a software ICRC."""
 import argparse
 import json
 import os
@@ -37,7 +44,8 @@ def main():
         sys.exit(f"tx-pipeline: need {a.bench} (build it) and dpdk-testpmd")
     ours = {}
     for name, extra in (("64", ["--payload", "64"]), ("1024", ["--payload", "1024"]),
-                        ("1024-copy", ["--payload", "1024", "--tx-copy"])):
+                        ("1024-copy", ["--payload", "1024", "--tx-copy"]),
+                        ("floor", ["--payload", "64", "--floor"]), ("encap", ["--payload", "64", "--encap-only"])):
         r = subprocess.run([a.bench, "--seconds", str(a.seconds)] + extra, check=True, capture_output=True, text=True)
         ours[name] = json.loads(r.stdout.strip().splitlines()[-1])
     frame = ours["64"]["frame_bytes"]
@@ -58,7 +66,14 @@ def main():
            # CPU time of the bench's thread per packet: on the shared cores the
            # wall-clock rate also counts time the scheduler gave to others.
            "ours_ns_per_packet_cpu": ours["64"].get("ns_per_packet_cpu"),
-           "ours_mpps_per_cpu_second": ours["64"].get("mpps_per_cpu_second")}
+           "ours_mpps_per_cpu_second": ours["64"].get("mpps_per_cpu_second"),
+           # The floor: same frames, no transport (what a software-ICRC sender
+           # cannot go below); its ratio to io forwarding bounds ours.
+           "floor_mpps": round(ours["floor"]["mpps"], 3),
+           "floor_ns_per_packet_cpu": ours["floor"].get("ns_per_packet_cpu"),
+           "floor_ratio": round(ours["floor"]["mpps"] / io, 3) if io else None,
+           "encap_only_mpps": round(ours["encap"]["mpps"], 3),
+           "encap_only_ns_per_packet_cpu": ours["encap"].get("ns_per_packet_cpu")}
     if a.json:
         print(json.dumps(out))
         return
@@ -70,11 +85,15 @@ def main():
     print(f"{'dpdk-testpmd txonly, 64 B frames (second baseline)':<58} {txonly:>8.3f} {'':>6} {'1.00':>9} {'':>11}")
     for name, label in (("64", f"tandem-rnic TX pipeline, 64 B WRITEs ({frame} B frames, copied)"),
                         ("1024", "tandem-rnic TX pipeline, 1 KiB WRITEs, zero-copy"),
-                        ("1024-copy", "tandem-rnic TX pipeline, 1 KiB WRITEs, --tx-copy")):
+                        ("1024-copy", "tandem-rnic TX pipeline, 1 KiB WRITEs, --tx-copy"),
+                        ("encap", "TxEncap alone (--encap-only), 64 B, no transport"),
+                        ("floor", "floor (--floor): same frames, no transport, sw ICRC")):
         m = ours[name]["mpps"]
         ns = ours[name].get("ns_per_packet_cpu")
         print(f"{label:<58} {m:>8.3f} {ratio(m, io):>6} {ratio(m, txonly):>9} {ns if ns is not None else '':>11}")
     print("vs io: ratio to testpmd io forwarding (the JSON's baseline/ratio); vs txonly: to testpmd txonly")
+    print("floor: header copy + patch + payload copy + ICRC + tx_burst per packet, nothing else: "
+          "no sender of these frames with a software ICRC does less")
 
 
 if __name__ == "__main__":
