@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -53,6 +54,7 @@ constexpr uint32_t kQpnBase = 0x100;
 constexpr uint32_t kRemoteQpnBase = 0x10000;
 constexpr uint64_t kRemoteVa = 0x7f0000000000;
 constexpr uint32_t kRkey = 0x1234;
+constexpr uint32_t kMaxPostList = 256;
 
 // CPU time of this thread as well as wall time: on shared cores the
 // wall-clock rate also counts time the scheduler gave to others.
@@ -180,7 +182,7 @@ bool floor_frame_ok(rte_mbuf* m, TxDesc d, const FrameAddrs& fa, uint32_t psn, u
 
 int main(int argc, char** argv) {
   double seconds = 3;
-  uint32_t payload = 64, n_qps = 4, txq = 1024, cq_size = 1 << 16, depth = 256;
+  uint32_t payload = 64, n_qps = 4, txq = 1024, cq_size = 1 << 16, depth = 256, signal_every = 1, post_list = 1;
   bool copy = false, gbn = false, floor = false, encap_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -190,6 +192,8 @@ int main(int argc, char** argv) {
     else if (a == "--txq" && i + 1 < argc) txq = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--cq" && i + 1 < argc) cq_size = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--outstanding" && i + 1 < argc) depth = static_cast<uint32_t>(std::atoi(argv[++i]));
+    else if (a == "--signal-every" && i + 1 < argc) signal_every = static_cast<uint32_t>(std::atoi(argv[++i]));
+    else if (a == "--post-list" && i + 1 < argc) post_list = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--tx-copy") copy = true;
     else if (a == "--gbn") gbn = true;
     else if (a == "--floor") floor = true;
@@ -198,13 +202,17 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: tx_pipeline_bench [--seconds S] [--payload B] [--qps N] [--tx-copy] [--gbn]\n"
                    "         [--txq N (core TX queue, 1024)] [--cq N (CQ entries, 65536)]\n"
                    "         [--outstanding N (WRs posted per QP, 256)]\n"
+                   "         [--signal-every N (IBV_SEND_SIGNALED on one WR in N per QP, as perftest's --cq-mod; 1)]\n"
+                   "         [--post-list N (WRs per post_send call, as perftest's --post_list; 1)]\n"
                    "         [--floor (no transport: template, patch, copy, ICRC, tx_burst)]\n"
                    "         [--encap-only (TxEncap::build from a kept descriptor, no transport)]\n");
       return 2;
     }
   }
-  if (payload == 0 || payload > 1 << 20 || n_qps == 0 || n_qps > 64 || (floor && encap_only)) {
-    std::fprintf(stderr, "tx_pipeline_bench: bad arguments (payload 1..1 MiB, qps 1..64, one mode)\n");
+  if (payload == 0 || payload > 1 << 20 || n_qps == 0 || n_qps > 64 || (floor && encap_only) || depth == 0 ||
+      signal_every == 0 || signal_every > depth || post_list == 0 || post_list > kMaxPostList) {
+    std::fprintf(stderr, "tx_pipeline_bench: bad arguments (payload 1..1 MiB, qps 1..64, one mode, "
+                 "signal-every 1..outstanding, post-list 1..%u)\n", kMaxPostList);
     return 2;
   }
   if ((floor || encap_only) && payload > 1024) {
@@ -326,28 +334,44 @@ int main(int argc, char** argv) {
       core.modify_qp(q, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT);
       qpns.push_back(q);
     }
-    std::vector<uint32_t> outstanding(n_qps, 0), since_ack(n_qps, 0), last_psn(n_qps, 0);
+    // Per QP: WRs posted, and WRs known complete (a completion's wr_id is
+    // its WR's ordinal on the QP; it completes every WR before it, signalled
+    // or not, as verbs applications count with selective signalling).
+    std::vector<uint64_t> posted(n_qps, 0), done(n_qps, 0);
+    std::vector<uint32_t> since_ack(n_qps, 0), last_psn(n_qps, 0);
     Completion wc[64];
-    SendWr wr;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.remote_addr = kRemoteVa;
-    wr.rkey = kRkey;
-    wr.num_sge = 1;
-    wr.sg_list[0] = Sge{reinterpret_cast<uint64_t>(mem.data()), payload, mr.lkey};
+    std::vector<SendWr> list(post_list);
+    for (SendWr& wr : list) {
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.remote_addr = kRemoteVa;
+      wr.rkey = kRkey;
+      wr.num_sge = 1;
+      wr.sg_list[0] = Sge{reinterpret_cast<uint64_t>(mem.data()), payload, mr.lkey};
+    }
     cpu0 = thread_cpu_ns();
     t0 = clock.now_ns();
     const uint64_t end = t0 + static_cast<uint64_t>(seconds * 1e9);
     uint64_t now = t0;
     for (uint64_t iter = 0; now < end; ++iter) {
       now = clock.now_ns();
-      // The application's side: one WR reused (as a verbs program reuses its
-      // ibv_send_wr), only the id and buffer change.
-      wr.wr_id = iter;
-      wr.sg_list[0].addr = reinterpret_cast<uint64_t>(mem.data()) + (iter % 1024) * 64;
+      // The application's side: WRs reused (as a verbs program reuses its
+      // ibv_send_wr), only the id, buffer and flags change; --post-list of
+      // them per call (one: the single-WR post_send).
       for (uint32_t i = 0; i < n_qps; ++i)
-        while (outstanding[i] < depth) {
-          if (core.post_send(qpns[i], wr) != 0) break;
-          ++outstanding[i];
+        while (posted[i] - done[i] < depth) {
+          const uint32_t k = static_cast<uint32_t>(std::min<uint64_t>(post_list, depth - (posted[i] - done[i])));
+          for (uint32_t j = 0; j < k; ++j) {
+            const uint64_t seq = posted[i] + j;
+            SendWr& wr = list[j];
+            wr.wr_id = seq;
+            wr.send_flags = (seq + 1) % signal_every == 0 ? IBV_SEND_SIGNALED : 0;
+            wr.sg_list[0].addr = reinterpret_cast<uint64_t>(mem.data()) + (seq % 1024) * 64;
+          }
+          uint32_t ok = 0;
+          const int rc = k == 1 ? core.post_send(qpns[i], list[0]) : core.post_send(qpns[i], list.data(), k, &ok);
+          if (k == 1 && rc == 0) ok = 1;
+          posted[i] += ok;
+          if (rc != 0) break;
         }
       // As the worker's loop: poll and drain again while the core stopped
       // for a full TX queue (--txq), at most 8 rounds.
@@ -392,7 +416,7 @@ int main(int argc, char** argv) {
       }
       uint32_t n;
       while ((n = core.poll_cq(cq, wc, 64)) > 0)
-        for (uint32_t k = 0; k < n; ++k) --outstanding[wc[k].qp_num - kQpnBase];
+        for (uint32_t k = 0; k < n; ++k) done[wc[k].qp_num - kQpnBase] = wc[k].wr_id + 1;
     }
     encap->finish();
     flush(burst, nb, tally);
@@ -405,11 +429,12 @@ int main(int argc, char** argv) {
   const uint64_t sent = tally.sent;
   std::printf("{\"mode\": \"%s\", \"packets\": %lu, \"not_sent\": %lu, \"seconds\": %.3f, \"mpps\": %.4f, "
               "\"cpu_seconds\": %.3f, \"mpps_per_cpu_second\": %.4f, \"ns_per_packet_cpu\": %.1f, \"payload\": %u, "
-              "\"qps\": %u, \"frame_bytes\": %u, \"zero_copy_segs\": %lu, \"copied_bytes\": %lu}\n",
+              "\"qps\": %u, \"frame_bytes\": %u, \"zero_copy_segs\": %lu, \"copied_bytes\": %lu, "
+              "\"signal_every\": %u, \"post_list\": %u}\n",
               mode, static_cast<unsigned long>(sent), static_cast<unsigned long>(tally.not_sent), secs,
               sent / secs / 1e6, cpu_secs, sent / cpu_secs / 1e6,
               cpu_secs * 1e9 / static_cast<double>(sent ? sent : 1), payload, n_qps, tally.frame_bytes,
-              static_cast<unsigned long>(counters.zero_copy_segs), static_cast<unsigned long>(counters.copied_bytes));
+              static_cast<unsigned long>(counters.zero_copy_segs), static_cast<unsigned long>(counters.copied_bytes), signal_every, post_list);
   common::dpdk::port_close(0);
   common::dpdk::eal_cleanup();
   std::error_code ec;

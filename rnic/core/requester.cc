@@ -69,7 +69,7 @@ inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noex
 
 }  // namespace
 
-// Inline into Transport::post_send (its only caller): a call per posted WR.
+// Inline into Transport::post_send (its only callers): a call per posted WR.
 [[gnu::always_inline]] inline int Qp::post_send(const SendWr& wr) noexcept {
   if (state == QpState::kError) {
     send_cq->push(Completion{wr.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(wr.opcode), 0, 0, qpn,
@@ -124,6 +124,19 @@ int Transport::post_send(uint32_t qpn, const SendWr& wr) noexcept {
   if (qp == nullptr) return EINVAL;
   const int r = qp->post_send(wr);
   if (r == 0) activate(qp);
+  return r;
+}
+
+int Transport::post_send(uint32_t qpn, const SendWr* wrs, uint32_t n, uint32_t* bad) noexcept {
+  Qp* qp = find_qp(qpn);
+  uint32_t i = 0;
+  int r = qp == nullptr ? EINVAL : 0;
+  if (qp != nullptr) {
+    for (; i < n; ++i)
+      if ((r = qp->post_send(wrs[i])) != 0) break;
+    if (i) activate(qp);
+  }
+  if (bad != nullptr) *bad = i;
   return r;
 }
 
