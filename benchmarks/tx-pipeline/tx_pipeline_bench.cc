@@ -338,7 +338,7 @@ int main(int argc, char** argv) {
     // its WR's ordinal on the QP; it completes every WR before it, signalled
     // or not, as verbs applications count with selective signalling).
     std::vector<uint64_t> posted(n_qps, 0), done(n_qps, 0);
-    std::vector<uint32_t> since_ack(n_qps, 0), last_psn(n_qps, 0);
+    std::vector<uint32_t> since_ack(n_qps, 0), last_psn(n_qps, 0), unsignalled(n_qps, 0);
     Completion wc[64];
     std::vector<SendWr> list(post_list);
     for (SendWr& wr : list) {
@@ -357,22 +357,44 @@ int main(int argc, char** argv) {
       // The application's side: WRs reused (as a verbs program reuses its
       // ibv_send_wr), only the id, buffer and flags change; --post-list of
       // them per call (one: the single-WR post_send).
-      for (uint32_t i = 0; i < n_qps; ++i)
-        while (posted[i] - done[i] < depth) {
-          const uint32_t k = static_cast<uint32_t>(std::min<uint64_t>(post_list, depth - (posted[i] - done[i])));
-          for (uint32_t j = 0; j < k; ++j) {
-            const uint64_t seq = posted[i] + j;
-            SendWr& wr = list[j];
-            wr.wr_id = seq;
-            wr.send_flags = (seq + 1) % signal_every == 0 ? IBV_SEND_SIGNALED : 0;
-            wr.sg_list[0].addr = reinterpret_cast<uint64_t>(mem.data()) + (seq % 1024) * 64;
+      for (uint32_t i = 0; i < n_qps; ++i) {
+        const uint64_t limit = done[i] + depth;
+        uint64_t seq = posted[i];
+        uint32_t countdown = unsignalled[i];
+        auto fill = [&](SendWr& wr) {
+          wr.wr_id = seq;
+          wr.send_flags = ++countdown == signal_every ? IBV_SEND_SIGNALED : 0;  // a countdown, not a division
+          if (countdown == signal_every) countdown = 0;
+          wr.sg_list[0].addr = reinterpret_cast<uint64_t>(mem.data()) + (seq % 1024) * 64;
+        };
+        if (post_list == 1) {
+          SendWr& wr = list[0];
+          for (; seq < limit; ++seq) {
+            const uint32_t before = countdown;
+            fill(wr);
+            if (core.post_send(qpns[i], wr) != 0) {
+              countdown = before;
+              break;
+            }
           }
-          uint32_t ok = 0;
-          const int rc = k == 1 ? core.post_send(qpns[i], list[0]) : core.post_send(qpns[i], list.data(), k, &ok);
-          if (k == 1 && rc == 0) ok = 1;
-          posted[i] += ok;
-          if (rc != 0) break;
+        } else {
+          while (seq < limit) {
+            const uint32_t k = static_cast<uint32_t>(std::min<uint64_t>(post_list, limit - seq));
+            const uint32_t before = countdown;
+            for (uint32_t j = 0; j < k; ++j, ++seq) fill(list[j]);
+            seq -= k;
+            uint32_t ok = 0;
+            const int rc = core.post_send(qpns[i], list.data(), k, &ok);
+            seq += ok;
+            if (rc != 0) {
+              countdown = static_cast<uint32_t>((before + ok) % signal_every);
+              break;
+            }
+          }
         }
+        posted[i] = seq;
+        unsignalled[i] = countdown;
+      }
       // As the worker's loop: poll and drain again while the core stopped
       // for a full TX queue (--txq), at most 8 rounds.
       for (int round = 0; round < 8; ++round) {
