@@ -98,7 +98,7 @@ def main():
     print(f"{'transmitter (one lcore, net_null)':<58} {'Mpps':>8} {'vs io':>6} {'vs txonly':>9} {'CPU ns/pkt':>11}")
     print(f"{f'dpdk-testpmd io fwd, {frame} B frames (baseline, issue 5)':<58} {io:>8.3f} {'1.00':>6} {'':>9} {'':>11}")
     print(f"{'dpdk-testpmd txonly, 64 B frames (second baseline)':<58} {txonly:>8.3f} {'':>6} {'1.00':>9} {'':>11}")
-    for name, label in (("64", f"tandem-rnic TX pipeline, 64 B WRITEs ({frame} B frames), every WR signalled"),
+    for name, label in (("64", f"tandem-rnic TX, 64 B WRITEs ({frame} B), every WR signalled"),
                         ("cqmod", "  same, perftest-like: 1 WR in 100 signalled (--cq-mod 100)"),
                         ("cqmod-list", "  same, 1 in 100 signalled, 32 WRs per post (--post_list 32)"),
                         ("1024", "tandem-rnic TX pipeline, 1 KiB WRITEs, zero-copy"),
