@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tx-pipeline: tandem-rnic transmit path (WR -> segment -> translate -> spray -> encapsulate -> ICRC -> tx_burst on net_null, one lcore) vs dpdk-testpmd io forwarding (and txonly) on net_null, Mpps.
+# tx-pipeline: tandem-rnic transmit path (WR -> segment -> translate -> spray -> encapsulate -> ICRC -> tx_burst on net_null, one lcore) vs dpdk-testpmd io forwarding (and txonly) on net_null, Mpps; plus a no-transport floor row (same frames: template, patch, copy, ICRC, tx_burst).
 # Called by scripts/bench.sh tx-pipeline [--json] [--seconds N].
 set -euo pipefail
 cd "$(dirname "$0")/../.."

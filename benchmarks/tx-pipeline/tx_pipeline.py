@@ -5,7 +5,19 @@ in process, one lcore) against two dpdk-testpmd runs on the same vdev type
 of our 64 B WRITE's frame length and frees what is sent, testpmd forwards
 them untouched) and txonly (64-byte frames from a template). testpmd's rate
 is its port's opackets delta over the window, read through /ethdev/stats
-telemetry after a warm-up."""
+telemetry after a warm-up.
+
+Two more rows from the same bench binary put the pipeline in context: the
+floor (--floor: the same 64 B WRITE frames made with only what any RoCEv2
+sender does per packet, no transport: header mbuf, header block copied, PSN/
+lengths/IPv4 id and checksum/UDP port patched, payload copied, ICRC, tx_burst)
+and TxEncap alone (--encap-only: our encapsulation from a kept descriptor).
+The floor bounds what the pipeline can reach with a software ICRC.
+
+The headline (JSON ours/ratio) signals every WR and posts one per call, so
+every WR costs a completion; two labelled rows run it as perftest's write_bw
+does by default (one WR in 100 signalled, --cq-mod 100) and with lists of 32
+WRs per post_send call as well (perftest's --post_list 32)."""
 import argparse
 import json
 import os
@@ -37,7 +49,10 @@ def main():
         sys.exit(f"tx-pipeline: need {a.bench} (build it) and dpdk-testpmd")
     ours = {}
     for name, extra in (("64", ["--payload", "64"]), ("1024", ["--payload", "1024"]),
-                        ("1024-copy", ["--payload", "1024", "--tx-copy"])):
+                        ("1024-copy", ["--payload", "1024", "--tx-copy"]),
+                        ("cqmod", ["--payload", "64", "--signal-every", "100"]),
+                        ("cqmod-list", ["--payload", "64", "--signal-every", "100", "--post-list", "32"]),
+                        ("floor", ["--payload", "64", "--floor"]), ("encap", ["--payload", "64", "--encap-only"])):
         r = subprocess.run([a.bench, "--seconds", str(a.seconds)] + extra, check=True, capture_output=True, text=True)
         ours[name] = json.loads(r.stdout.strip().splitlines()[-1])
     frame = ours["64"]["frame_bytes"]
@@ -58,7 +73,22 @@ def main():
            # CPU time of the bench's thread per packet: on the shared cores the
            # wall-clock rate also counts time the scheduler gave to others.
            "ours_ns_per_packet_cpu": ours["64"].get("ns_per_packet_cpu"),
-           "ours_mpps_per_cpu_second": ours["64"].get("mpps_per_cpu_second")}
+           "ours_mpps_per_cpu_second": ours["64"].get("mpps_per_cpu_second"),
+           # As perftest's write_bw runs by default (--cq-mod 100: one WR in
+           # 100 signalled), and with 32 WRs per post_send call (--post_list 32).
+           "ours_signal_every_100_mpps": round(ours["cqmod"]["mpps"], 3),
+           "ours_signal_every_100_ns_per_packet_cpu": ours["cqmod"].get("ns_per_packet_cpu"),
+           "ours_signal_every_100_ratio": round(ours["cqmod"]["mpps"] / io, 3) if io else None,
+           "ours_signal_every_100_post_list_32_mpps": round(ours["cqmod-list"]["mpps"], 3),
+           "ours_signal_every_100_post_list_32_ns_per_packet_cpu": ours["cqmod-list"].get("ns_per_packet_cpu"),
+           "ours_signal_every_100_post_list_32_ratio": round(ours["cqmod-list"]["mpps"] / io, 3) if io else None,
+           # The floor: same frames, no transport (what a software-ICRC sender
+           # cannot go below); its ratio to io forwarding bounds ours.
+           "floor_mpps": round(ours["floor"]["mpps"], 3),
+           "floor_ns_per_packet_cpu": ours["floor"].get("ns_per_packet_cpu"),
+           "floor_ratio": round(ours["floor"]["mpps"] / io, 3) if io else None,
+           "encap_only_mpps": round(ours["encap"]["mpps"], 3),
+           "encap_only_ns_per_packet_cpu": ours["encap"].get("ns_per_packet_cpu")}
     if a.json:
         print(json.dumps(out))
         return
@@ -68,13 +98,20 @@ def main():
     print(f"{'transmitter (one lcore, net_null)':<58} {'Mpps':>8} {'vs io':>6} {'vs txonly':>9} {'CPU ns/pkt':>11}")
     print(f"{f'dpdk-testpmd io fwd, {frame} B frames (baseline, issue 5)':<58} {io:>8.3f} {'1.00':>6} {'':>9} {'':>11}")
     print(f"{'dpdk-testpmd txonly, 64 B frames (second baseline)':<58} {txonly:>8.3f} {'':>6} {'1.00':>9} {'':>11}")
-    for name, label in (("64", f"tandem-rnic TX pipeline, 64 B WRITEs ({frame} B frames, copied)"),
+    for name, label in (("64", f"tandem-rnic TX, 64 B WRITEs ({frame} B), every WR signalled"),
+                        ("cqmod", "  same, perftest-like: 1 WR in 100 signalled (--cq-mod 100)"),
+                        ("cqmod-list", "  same, 1 in 100 signalled, 32 WRs per post (--post_list 32)"),
                         ("1024", "tandem-rnic TX pipeline, 1 KiB WRITEs, zero-copy"),
-                        ("1024-copy", "tandem-rnic TX pipeline, 1 KiB WRITEs, --tx-copy")):
+                        ("1024-copy", "tandem-rnic TX pipeline, 1 KiB WRITEs, --tx-copy"),
+                        ("encap", "TxEncap alone (--encap-only), 64 B, no transport"),
+                        ("floor", "floor (--floor): same frames, no transport, sw ICRC")):
         m = ours[name]["mpps"]
         ns = ours[name].get("ns_per_packet_cpu")
         print(f"{label:<58} {m:>8.3f} {ratio(m, io):>6} {ratio(m, txonly):>9} {ns if ns is not None else '':>11}")
-    print("vs io: ratio to testpmd io forwarding (the JSON's baseline/ratio); vs txonly: to testpmd txonly")
+    print("vs io: ratio to testpmd io forwarding (the JSON's baseline/ratio: the every-WR-signalled row); "
+          "vs txonly: to testpmd txonly")
+    print("floor: header copy + patch + payload copy + ICRC + tx_burst per packet, nothing else: "
+          "no sender of these frames with a software ICRC does less")
 
 
 if __name__ == "__main__":

@@ -4,12 +4,25 @@
 // version, as the worker does) -> path set -> TxEncap (Ethernet/IPv4/UDP/
 // BTH/RETH/XETH, payload, chained ICRC) -> rte_eth_tx_burst on net_null. The peer's ACKs are synthesised every 32 packets per QP (as
 // parsed RocePackets) so the window keeps moving; completions are reaped.
-// Prints one JSON line: packets, seconds, mpps, CPU ns per packet, frame bytes.
+//
+// Two more modes put the pipeline's number in context, same frames, same
+// port:
+//   --floor       what any sender of these frames does per packet with no
+//                 transport: a header mbuf (alloc_bulk), the frame's headers
+//                 copied from a prebuilt block, PSN / IPv4 length, id and
+//                 checksum / UDP port and length patched, the payload copied,
+//                 the ICRCs of a burst, tx_burst. The pipeline cannot beat it.
+//   --encap-only  TxEncap::build from a descriptor the bench keeps (PSN and
+//                 payload address change), through the QP's egress route: the
+//                 I/O layer's share without the transport core.
+// Prints one JSON line: mode, packets, seconds, mpps, CPU ns per packet, frame bytes.
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
+#include <rte_memcpy.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,8 +34,11 @@
 #include "common/dpdk/eal.h"
 #include "common/dpdk/port.h"
 #include "common/dpdk/tsc_clock.h"
+#include "common/wire/byte_order.h"
 #include "common/wire/entropy.h"
+#include "common/wire/icrc.h"
 #include "common/wire/roce_packet.h"
+#include "rnic/core/frame.h"
 #include "rnic/core/transport.h"
 #include "rnic/dpdk/egress_route.h"
 #include "rnic/dpdk/tx_encap.h"
@@ -31,10 +47,143 @@
 using namespace tandem;
 using namespace tandem::rnic;
 
+namespace {
+
+constexpr uint16_t kBurst = 32;
+constexpr uint32_t kQpnBase = 0x100;
+constexpr uint32_t kRemoteQpnBase = 0x10000;
+constexpr uint64_t kRemoteVa = 0x7f0000000000;
+constexpr uint32_t kRkey = 0x1234;
+constexpr uint32_t kMaxPostList = 256;
+
+// CPU time of this thread as well as wall time: on shared cores the
+// wall-clock rate also counts time the scheduler gave to others.
+uint64_t thread_cpu_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+struct Tally {
+  uint64_t sent = 0;
+  uint64_t not_sent = 0;
+  uint32_t frame_bytes = 0;  // of the first frame (all are alike)
+};
+
+// Sends what is in the burst; what the port did not take is freed and counted.
+void flush(rte_mbuf** burst, uint16_t& nb, Tally& t) noexcept {
+  if (nb == 0) return;
+  const uint16_t s = rte_eth_tx_burst(0, 0, burst, nb);
+  t.sent += s;
+  if (s < nb) {
+    t.not_sent += nb - s;
+    rte_pktmbuf_free_bulk(burst + s, nb - s);
+  }
+  nb = 0;
+}
+
+// QP 0's descriptor for a one-packet IRN WRITE, as Qp::tx_requests fills it.
+TxDesc write_desc(const uint8_t* data, uint32_t len) noexcept {
+  TxDesc d;
+  d.bth.opcode = IBV_OPCODE_RC_RDMA_WRITE_ONLY;
+  d.bth.ack_req = true;
+  d.bth.dqpn = kRemoteQpnBase;
+  d.local_qpn = kQpnBase;
+  d.remote_qpn = kRemoteQpnBase;
+  d.peer = 0xC0A80002;
+  d.reth = common::Reth{kRemoteVa, kRkey, len};
+  d.has_xeth = true;
+  d.xeth = Xeth{0, 0, len, kRkey, kRemoteVa};
+  d.payload_len = len;
+  d.num_segs = 1;
+  d.segs[0] = TxSeg{data, len};
+  d.udp_sport = common::kEntropyPortBase;
+  return d;
+}
+
+// The floor: the frames the pipeline sends (same headers, RETH and XETH,
+// same length), made with only the per-packet work any RoCEv2 sender has.
+struct Floor {
+  static constexpr uint32_t kCopy = 96;  // header bytes copied (>= hdr_len, rounded)
+  alignas(64) uint8_t hdr[kCopy] = {};
+  uint32_t hdr_len = 0;
+  uint32_t ip_sum = 0;  // of the IPv4 words constant per packet
+  uint32_t pad = 0;
+};
+
+constexpr uint32_t kIp = common::kEthHdrLen;
+constexpr uint32_t kUdp = kIp + common::kIpv4HdrLen;
+constexpr uint32_t kBth = kUdp + common::kUdpHdrLen;
+
+Floor make_floor(const TxDesc& d, const FrameAddrs& fa) {
+  Floor f;
+  std::vector<uint8_t> frame(4096);
+  const std::size_t n = build_frame(d, fa, frame.data(), frame.size());
+  f.pad = common::roce_pad(d.wire_payload_len());
+  f.hdr_len = static_cast<uint32_t>(n - d.payload_len - f.pad - common::kIcrcLen);
+  if (n == 0 || f.hdr_len > Floor::kCopy) {
+    std::fprintf(stderr, "tx_pipeline_bench: floor: unexpected frame layout\n");
+    std::exit(2);
+  }
+  std::memcpy(f.hdr, frame.data(), f.hdr_len);
+  common::store_be32(f.hdr + kIp + 2, 0);   // length, id: per packet
+  common::store_be16(f.hdr + kIp + 10, 0);  // checksum: per packet
+  for (uint32_t i = 0; i < common::kIpv4HdrLen; i += 2) f.ip_sum += common::load_be16(f.hdr + kIp + i);
+  return f;
+}
+
+// One floor frame into `m`; returns the ICRC job (IPv4 header, bytes covered).
+[[gnu::always_inline]] inline uint32_t floor_frame(const Floor& f, rte_mbuf* m, const uint8_t* payload, uint32_t len,
+                                                   uint32_t psn, uint16_t id, uint16_t sport,
+                                                   const uint8_t*& ip_out) noexcept {
+  uint8_t* base = rte_pktmbuf_mtod(m, uint8_t*);
+  rte_memcpy(base, f.hdr, Floor::kCopy);
+  const uint32_t frame_len = f.hdr_len + len + f.pad + common::kIcrcLen;
+  const uint32_t ip_len = frame_len - common::kEthHdrLen;
+  uint8_t* ip = base + kIp;
+  common::store_be32(ip + 2, ip_len << 16 | id);
+  uint32_t sum = f.ip_sum + ip_len + id;
+  sum = (sum & 0xFFFF) + (sum >> 16);
+  sum = (sum & 0xFFFF) + (sum >> 16);
+  common::store_be16(ip + 10, static_cast<uint16_t>(~sum));
+  common::store_be64(base + kUdp, uint64_t{sport} << 48 | uint64_t{common::kRoceUdpPort} << 32 |
+                                      uint64_t{ip_len - common::kIpv4HdrLen} << 16);
+  common::store_be32(base + kBth + 8, 0x80000000u | (psn & 0xFFFFFFu));  // ack-req, PSN
+  uint8_t* p = base + f.hdr_len;
+  rte_memcpy(p, payload, len);
+  std::memset(p + len, 0, 4);  // pad and the ICRC's place
+  m->data_len = static_cast<uint16_t>(frame_len);
+  m->pkt_len = frame_len;
+  ip_out = ip;
+  return ip_len - common::kIcrcLen;
+}
+
+// The floor frame must be the pipeline's frame: the bytes build_frame makes
+// for the same descriptor, but for the IPv4 id (build_frame's is 0), the IPv4
+// checksum and the ICRC that cover it; and it must parse with both checked.
+bool floor_frame_ok(rte_mbuf* m, TxDesc d, const FrameAddrs& fa, uint32_t psn, uint16_t sport) {
+  const uint8_t* got = rte_pktmbuf_mtod(m, const uint8_t*);
+  const uint32_t len = rte_pktmbuf_data_len(m);
+  common::RocePacket pkt;
+  if (common::parse_roce(got, len, pkt) != common::DropReason::kNone) return false;
+  d.bth.psn = psn;
+  d.udp_sport = sport;
+  std::vector<uint8_t> want(4096);
+  want.resize(build_frame(d, fa, want.data(), want.size()));
+  if (want.size() != len) return false;
+  for (uint32_t i = 0; i + common::kIcrcLen < len; ++i) {
+    const bool variant = i == kIp + 4 || i == kIp + 5 || i == kIp + 10 || i == kIp + 11;
+    if (!variant && got[i] != want[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   double seconds = 3;
-  uint32_t payload = 64, n_qps = 4, txq = 1024, cq_size = 1 << 16, depth = 256;
-  bool copy = false, gbn = false;
+  uint32_t payload = 64, n_qps = 4, txq = 1024, cq_size = 1 << 16, depth = 256, signal_every = 1, post_list = 1;
+  bool copy = false, gbn = false, floor = false, encap_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
@@ -43,14 +192,32 @@ int main(int argc, char** argv) {
     else if (a == "--txq" && i + 1 < argc) txq = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--cq" && i + 1 < argc) cq_size = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--outstanding" && i + 1 < argc) depth = static_cast<uint32_t>(std::atoi(argv[++i]));
+    else if (a == "--signal-every" && i + 1 < argc) signal_every = static_cast<uint32_t>(std::atoi(argv[++i]));
+    else if (a == "--post-list" && i + 1 < argc) post_list = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--tx-copy") copy = true;
     else if (a == "--gbn") gbn = true;
+    else if (a == "--floor") floor = true;
+    else if (a == "--encap-only") encap_only = true;
     else {
       std::fprintf(stderr, "usage: tx_pipeline_bench [--seconds S] [--payload B] [--qps N] [--tx-copy] [--gbn]\n"
                    "         [--txq N (core TX queue, 1024)] [--cq N (CQ entries, 65536)]\n"
-                   "         [--outstanding N (WRs posted per QP, 256)]\n");
+                   "         [--outstanding N (WRs posted per QP, 256)]\n"
+                   "         [--signal-every N (IBV_SEND_SIGNALED on one WR in N per QP, as perftest's --cq-mod; 1)]\n"
+                   "         [--post-list N (WRs per post_send call, as perftest's --post_list; 1)]\n"
+                   "         [--floor (no transport: template, patch, copy, ICRC, tx_burst)]\n"
+                   "         [--encap-only (TxEncap::build from a kept descriptor, no transport)]\n");
       return 2;
     }
+  }
+  if (payload == 0 || payload > 1 << 20 || n_qps == 0 || n_qps > 64 || (floor && encap_only) || depth == 0 ||
+      signal_every == 0 || signal_every > depth || post_list == 0 || post_list > kMaxPostList) {
+    std::fprintf(stderr, "tx_pipeline_bench: bad arguments (payload 1..1 MiB, qps 1..64, one mode, "
+                 "signal-every 1..outstanding, post-list 1..%u)\n", kMaxPostList);
+    return 2;
+  }
+  if ((floor || encap_only) && payload > 1024) {
+    std::fprintf(stderr, "tx_pipeline_bench: --floor and --encap-only send one-packet WRITEs (payload <= 1024)\n");
+    return 2;
   }
   const std::string prefix = "tandem-txbench-" + std::to_string(getpid());
   common::dpdk::eal_init("tx_pipeline_bench", {"--no-huge", "--no-pci", "-l", "0", "-m", "256",
@@ -74,140 +241,222 @@ int main(int argc, char** argv) {
   table.put(common::make_egress_entry(common::egress_key(1, 0xC0A80002), ea));
   table.commit();
 
-  Transport core(TransportConfig{64, 0x100, 8, 4, txq});
   std::vector<uint8_t> mem(1 << 20, 0x5A);
-  const MemoryRegion mr = core.reg_mr(mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE);
-  const uint32_t cq = core.create_cq(cq_size);
-  std::vector<uint32_t> qpns;
-  for (uint32_t i = 0; i < n_qps; ++i) {
-    QpInitAttr init;
-    init.send_cq = cq;
-    init.recv_cq = cq;
-    init.sq_depth = 512;
-    init.mode = gbn ? Reliability::kGoBackN : Reliability::kIrn;
-    const uint32_t q = core.create_qp(init);
-    QpAttr a;
-    a.state = QpState::kInit;
-    core.modify_qp(q, a, IBV_QP_STATE);
-    a.state = QpState::kRtr;
-    a.path_mtu = 1024;
-    a.dest_qp_num = 0x10000 + i;
-    a.peer = 0xC0A80002;
-    a.path_seed = static_cast<uint16_t>(i * 7919);
-    core.modify_qp(q, a, IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_AV);
-    a.state = QpState::kRts;
-    a.timeout_ns = 1'000'000'000;  // no retransmission: ACKs are synthesised in time
-    core.modify_qp(q, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT);
-    qpns.push_back(q);
-  }
-  std::vector<uint32_t> outstanding(n_qps, 0), since_ack(n_qps, 0), last_psn(n_qps, 0);
-
   auto encap = std::make_unique<rnic::dpdk::TxEncap>(pool, ext, copy);
   common::dpdk::TscClock clock;
   const common::MacAddr src_mac = {2, 0, 0, 0, 0, 1};
   const std::vector<std::vector<uint16_t>> no_path_sets;
   std::vector<rnic::dpdk::EgressRoute> routes(n_qps);
-  rte_mbuf* burst[32];
+  rte_mbuf* burst[kBurst];
   uint16_t nb = 0;
-  uint64_t sent = 0, not_sent = 0;
-  uint32_t frame_bytes = 0;  // of the first frame (all are alike)
-  Completion wc[64];
-  SendWr wr;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.remote_addr = 0x7f0000000000;
-  wr.rkey = 0x1234;
-  wr.num_sge = 1;
-  wr.sg_list[0] = Sge{reinterpret_cast<uint64_t>(mem.data()), payload, mr.lkey};
-  // CPU time of this thread as well as wall time: on shared cores the
-  // wall-clock rate also counts time the scheduler gave to others.
-  auto cpu_ns = [] {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-  };
-  const uint64_t cpu0 = cpu_ns();
-  const uint64_t t0 = clock.now_ns(), end = t0 + static_cast<uint64_t>(seconds * 1e9);
-  uint64_t now = t0;
-  for (uint64_t iter = 0; now < end; ++iter) {
-    now = clock.now_ns();
-    // The application's side: one WR reused (as a verbs program reuses its
-    // ibv_send_wr), only the id and buffer change.
-    wr.wr_id = iter;
-    wr.sg_list[0].addr = reinterpret_cast<uint64_t>(mem.data()) + (iter % 1024) * 64;
-    for (uint32_t i = 0; i < n_qps; ++i)
-      while (outstanding[i] < depth) {
-        if (core.post_send(qpns[i], wr) != 0) break;
-        ++outstanding[i];
-      }
-    // As the worker's loop: poll and drain again while the core stopped
-    // for a full TX queue (--txq), at most 8 rounds.
-    for (int round = 0; round < 8; ++round) {
-      core.poll(now);
-      const Level2Table::Snapshot snap = table.begin_read();
-      TxQueue& tx = core.tx();
-      while (!tx.empty()) {
-        const TxDesc& d = tx.front();
-        const uint32_t qi = d.local_qpn - 0x100;
-        rnic::dpdk::EgressRoute& r = routes[qi];
-        const Level2Entry* e = nullptr;
-        if (r.fresh(snap.version, d.peer) ||
-            ((e = table.lookup(snap, common::egress_key(1, d.peer))) != nullptr &&
-             (r.resolve(e->egress, src_mac, no_path_sets, snap.version, d.peer), true)))
-          if (rte_mbuf* m = encap->build(d, r.tmpl_for(d.bth.dqpn), r.sport(d.udp_sport), true)) {
-            burst[nb++] = m;
-            if (frame_bytes == 0) frame_bytes = rte_pktmbuf_pkt_len(m);
-          }
-        last_psn[qi] = d.bth.psn;
-        ++since_ack[qi];
-        tx.pop();
-        if (nb == 32) {
-          encap->finish();
-          const uint16_t s = rte_eth_tx_burst(0, 0, burst, nb);
-          sent += s;
-          if (s < nb) {
-            not_sent += nb - s;
-            rte_pktmbuf_free_bulk(burst + s, nb - s);
-          }
-          nb = 0;
+  Tally tally;
+  const uint32_t slots = static_cast<uint32_t>(mem.size() / 64 - (payload + 63) / 64);  // payload addresses
+
+  const char* mode = floor ? "floor" : encap_only ? "encap-only" : "pipeline";
+  uint64_t cpu0 = 0, t0 = 0;
+  if (floor || encap_only) {
+    const TxDesc proto = write_desc(mem.data(), payload);
+    FrameAddrs fa;
+    fa.src_mac = src_mac;
+    fa.dst_mac = ea.dst_mac;
+    fa.src_ip = ea.underlay_src_ip;
+    fa.dst_ip = ea.underlay_dst_ip;
+    const Floor f = make_floor(proto, fa);
+    rnic::dpdk::EgressRoute& r = routes[0];
+    const Level2Table::Snapshot snap = table.begin_read();
+    r.resolve(table.lookup(snap, common::egress_key(1, proto.peer))->egress, src_mac, no_path_sets, snap.version,
+              proto.peer);
+    TxDesc d = proto;
+    const uint8_t* ips[kBurst];
+    std::size_t lens[kBurst];
+    uint32_t icrc[kBurst];
+    uint32_t psn = 0;
+    uint16_t ip_id = 0;
+    bool checked = false;
+    cpu0 = thread_cpu_ns();
+    t0 = clock.now_ns();
+    const uint64_t end = t0 + static_cast<uint64_t>(seconds * 1e9);
+    // The clock is read once a burst, as the pipeline's loop reads it once a round.
+    for (uint64_t iter = 0; clock.now_ns() < end;) {
+      if (floor) {
+        if (rte_pktmbuf_alloc_bulk(pool, burst, kBurst) != 0) continue;
+        for (uint16_t k = 0; k < kBurst; ++k, ++iter) {
+          const uint16_t sport = static_cast<uint16_t>(common::kEntropyPortBase + (psn & 3));
+          lens[k] = floor_frame(f, burst[k], mem.data() + (iter % slots) * 64, payload, psn, ip_id++, sport, ips[k]);
+          psn = (psn + 1) & 0xFFFFFF;
         }
+        common::roce_icrc_burst(ips, lens, icrc, kBurst);
+        for (uint16_t k = 0; k < kBurst; ++k) common::store_le32(const_cast<uint8_t*>(ips[k]) + lens[k], icrc[k]);
+        if (!checked) {
+          if (!floor_frame_ok(burst[0], proto, fa, 0, common::kEntropyPortBase)) {
+            std::fprintf(stderr, "tx_pipeline_bench: floor frame differs from build_frame's\n");
+            return 1;
+          }
+          checked = true;
+        }
+        nb = kBurst;
+      } else {
+        for (uint16_t k = 0; k < kBurst; ++k, ++iter) {
+          d.bth.psn = psn;
+          d.segs[0].data = mem.data() + (iter % slots) * 64;
+          d.udp_sport = static_cast<uint16_t>(common::kEntropyPortBase + (psn & 3));
+          psn = (psn + 1) & 0xFFFFFF;
+          if (rte_mbuf* m = encap->build(d, r.tmpl_for(d.bth.dqpn), r.sport(d.udp_sport), true)) burst[nb++] = m;
+        }
+        encap->finish();
       }
-      if (!core.pending()) break;
+      if (tally.frame_bytes == 0 && nb) tally.frame_bytes = rte_pktmbuf_pkt_len(burst[0]);
+      flush(burst, nb, tally);
     }
-    // The peer's cumulative ACKs.
+  } else {
+    Transport core(TransportConfig{64, kQpnBase, 8, 4, txq});
+    const MemoryRegion mr = core.reg_mr(mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE);
+    const uint32_t cq = core.create_cq(cq_size);
+    std::vector<uint32_t> qpns;
     for (uint32_t i = 0; i < n_qps; ++i) {
-      if (since_ack[i] < 32) continue;
-      common::RocePacket ack;
-      ack.ip.src = 0x0A000002;
-      ack.ip.dst = 0x0A000001;
-      ack.bth.opcode = IBV_OPCODE_RC_ACKNOWLEDGE;
-      ack.bth.dqpn = qpns[i];
-      ack.bth.psn = last_psn[i];
-      ack.aeth.syndrome = 0x1F;
-      core.on_packet(ack, nullptr, 0, now);
-      since_ack[i] = 0;
+      QpInitAttr init;
+      init.send_cq = cq;
+      init.recv_cq = cq;
+      init.sq_depth = 512;
+      init.mode = gbn ? Reliability::kGoBackN : Reliability::kIrn;
+      const uint32_t q = core.create_qp(init);
+      QpAttr a;
+      a.state = QpState::kInit;
+      core.modify_qp(q, a, IBV_QP_STATE);
+      a.state = QpState::kRtr;
+      a.path_mtu = 1024;
+      a.dest_qp_num = kRemoteQpnBase + i;
+      a.peer = 0xC0A80002;
+      a.path_seed = static_cast<uint16_t>(i * 7919);
+      core.modify_qp(q, a, IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_AV);
+      a.state = QpState::kRts;
+      a.timeout_ns = 1'000'000'000;  // no retransmission: ACKs are synthesised in time
+      core.modify_qp(q, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT);
+      qpns.push_back(q);
     }
-    uint32_t n;
-    while ((n = core.poll_cq(cq, wc, 64)) > 0)
-      for (uint32_t k = 0; k < n; ++k) --outstanding[wc[k].qp_num - 0x100];
-  }
-  if (nb) {
+    // Per QP: WRs posted, and WRs known complete (a completion's wr_id is
+    // its WR's ordinal on the QP; it completes every WR before it, signalled
+    // or not, as verbs applications count with selective signalling).
+    std::vector<uint64_t> posted(n_qps, 0), done(n_qps, 0);
+    std::vector<uint32_t> since_ack(n_qps, 0), last_psn(n_qps, 0), unsignalled(n_qps, 0);
+    Completion wc[64];
+    std::vector<SendWr> list(post_list);
+    for (SendWr& wr : list) {
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.remote_addr = kRemoteVa;
+      wr.rkey = kRkey;
+      wr.num_sge = 1;
+      wr.sg_list[0] = Sge{reinterpret_cast<uint64_t>(mem.data()), payload, mr.lkey};
+    }
+    cpu0 = thread_cpu_ns();
+    t0 = clock.now_ns();
+    const uint64_t end = t0 + static_cast<uint64_t>(seconds * 1e9);
+    uint64_t now = t0;
+    for (uint64_t iter = 0; now < end; ++iter) {
+      now = clock.now_ns();
+      // The application's side: WRs reused (as a verbs program reuses its
+      // ibv_send_wr), only the id, buffer and flags change; --post-list of
+      // them per call (one: the single-WR post_send).
+      for (uint32_t i = 0; i < n_qps; ++i) {
+        const uint64_t limit = done[i] + depth;
+        uint64_t seq = posted[i];
+        uint32_t countdown = unsignalled[i];
+        auto fill = [&](SendWr& wr) {
+          wr.wr_id = seq;
+          wr.send_flags = ++countdown == signal_every ? IBV_SEND_SIGNALED : 0;  // a countdown, not a division
+          if (countdown == signal_every) countdown = 0;
+          wr.sg_list[0].addr = reinterpret_cast<uint64_t>(mem.data()) + (seq % 1024) * 64;
+        };
+        if (post_list == 1) {
+          SendWr& wr = list[0];
+          for (; seq < limit; ++seq) {
+            const uint32_t before = countdown;
+            fill(wr);
+            if (core.post_send(qpns[i], wr) != 0) {
+              countdown = before;
+              break;
+            }
+          }
+        } else {
+          while (seq < limit) {
+            const uint32_t k = static_cast<uint32_t>(std::min<uint64_t>(post_list, limit - seq));
+            const uint32_t before = countdown;
+            for (uint32_t j = 0; j < k; ++j, ++seq) fill(list[j]);
+            seq -= k;
+            uint32_t ok = 0;
+            const int rc = core.post_send(qpns[i], list.data(), k, &ok);
+            seq += ok;
+            if (rc != 0) {
+              countdown = static_cast<uint32_t>((before + ok) % signal_every);
+              break;
+            }
+          }
+        }
+        posted[i] = seq;
+        unsignalled[i] = countdown;
+      }
+      // As the worker's loop: poll and drain again while the core stopped
+      // for a full TX queue (--txq), at most 8 rounds.
+      for (int round = 0; round < 8; ++round) {
+        core.poll(now);
+        const Level2Table::Snapshot snap = table.begin_read();
+        TxQueue& tx = core.tx();
+        while (!tx.empty()) {
+          const TxDesc& d = tx.front();
+          const uint32_t qi = d.local_qpn - kQpnBase;
+          rnic::dpdk::EgressRoute& r = routes[qi];
+          const Level2Entry* e = nullptr;
+          if (r.fresh(snap.version, d.peer) ||
+              ((e = table.lookup(snap, common::egress_key(1, d.peer))) != nullptr &&
+               (r.resolve(e->egress, src_mac, no_path_sets, snap.version, d.peer), true)))
+            if (rte_mbuf* m = encap->build(d, r.tmpl_for(d.bth.dqpn), r.sport(d.udp_sport), true)) {
+              burst[nb++] = m;
+              if (tally.frame_bytes == 0) tally.frame_bytes = rte_pktmbuf_pkt_len(m);
+            }
+          last_psn[qi] = d.bth.psn;
+          ++since_ack[qi];
+          tx.pop();
+          if (nb == kBurst) {
+            encap->finish();
+            flush(burst, nb, tally);
+          }
+        }
+        if (!core.pending()) break;
+      }
+      // The peer's cumulative ACKs.
+      for (uint32_t i = 0; i < n_qps; ++i) {
+        if (since_ack[i] < 32) continue;
+        common::RocePacket ack;
+        ack.ip.src = 0x0A000002;
+        ack.ip.dst = 0x0A000001;
+        ack.bth.opcode = IBV_OPCODE_RC_ACKNOWLEDGE;
+        ack.bth.dqpn = qpns[i];
+        ack.bth.psn = last_psn[i];
+        ack.aeth.syndrome = 0x1F;
+        core.on_packet(ack, nullptr, 0, now);
+        since_ack[i] = 0;
+      }
+      uint32_t n;
+      while ((n = core.poll_cq(cq, wc, 64)) > 0)
+        for (uint32_t k = 0; k < n; ++k) done[wc[k].qp_num - kQpnBase] = wc[k].wr_id + 1;
+    }
     encap->finish();
-    const uint16_t s = rte_eth_tx_burst(0, 0, burst, nb);
-    sent += s;
-    rte_pktmbuf_free_bulk(burst + s, nb - s);
+    flush(burst, nb, tally);
   }
   const double secs = static_cast<double>(clock.now_ns() - t0) / 1e9;
-  const double cpu_secs = static_cast<double>(cpu_ns() - cpu0) / 1e9;
+  const double cpu_secs = static_cast<double>(thread_cpu_ns() - cpu0) / 1e9;
   const rnic::dpdk::EncapCounters counters = encap->counters();
   encap->release();
   encap.reset();
-  std::printf("{\"packets\": %lu, \"not_sent\": %lu, \"seconds\": %.3f, \"mpps\": %.4f, \"cpu_seconds\": %.3f, "
-              "\"mpps_per_cpu_second\": %.4f, \"ns_per_packet_cpu\": %.1f, \"payload\": %u, "
-              "\"qps\": %u, \"frame_bytes\": %u, \"zero_copy_segs\": %lu, \"copied_bytes\": %lu}\n",
-              static_cast<unsigned long>(sent), static_cast<unsigned long>(not_sent), secs, sent / secs / 1e6,
-              cpu_secs, sent / cpu_secs / 1e6, cpu_secs * 1e9 / static_cast<double>(sent ? sent : 1),
-              payload, n_qps, frame_bytes, static_cast<unsigned long>(counters.zero_copy_segs),
-              static_cast<unsigned long>(counters.copied_bytes));
+  const uint64_t sent = tally.sent;
+  std::printf("{\"mode\": \"%s\", \"packets\": %lu, \"not_sent\": %lu, \"seconds\": %.3f, \"mpps\": %.4f, "
+              "\"cpu_seconds\": %.3f, \"mpps_per_cpu_second\": %.4f, \"ns_per_packet_cpu\": %.1f, \"payload\": %u, "
+              "\"qps\": %u, \"frame_bytes\": %u, \"zero_copy_segs\": %lu, \"copied_bytes\": %lu, "
+              "\"signal_every\": %u, \"post_list\": %u}\n",
+              mode, static_cast<unsigned long>(sent), static_cast<unsigned long>(tally.not_sent), secs,
+              sent / secs / 1e6, cpu_secs, sent / cpu_secs / 1e6,
+              cpu_secs * 1e9 / static_cast<double>(sent ? sent : 1), payload, n_qps, tally.frame_bytes,
+              static_cast<unsigned long>(counters.zero_copy_segs), static_cast<unsigned long>(counters.copied_bytes), signal_every, post_list);
   common::dpdk::port_close(0);
   common::dpdk::eal_cleanup();
   std::error_code ec;

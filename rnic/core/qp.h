@@ -276,6 +276,8 @@ struct Qp {
   void mark_lost_from(uint32_t psn) noexcept;
   void cum_ack(uint32_t psn, uint64_t now) noexcept;
   void advance_una(uint64_t now) noexcept;
+  // The same, when una has already moved on from `before` (cum_ack).
+  void advance_una(uint64_t now, uint32_t before) noexcept;
   void on_sack(uint64_t sack, uint64_t now) noexcept;
   common::DropReason on_read_response(const common::RocePacket& pkt, const uint8_t* payload,
                                       uint32_t len, uint64_t now) noexcept;

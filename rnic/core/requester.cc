@@ -69,21 +69,22 @@ inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noex
 
 }  // namespace
 
-// Inline into Transport::post_send (its only caller): a call per posted WR.
+// Inline into Transport::post_send (its only callers): a call per posted WR.
 [[gnu::always_inline]] inline int Qp::post_send(const SendWr& wr) noexcept {
-  if (state == QpState::kError) {
+  if (state != QpState::kRts && state != QpState::kRtr) [[unlikely]] {
+    if (state != QpState::kError) return EINVAL;
     send_cq->push(Completion{wr.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(wr.opcode), 0, 0, qpn,
                              attr.dest_qp_num, 0});
     return 0;
   }
-  if (state != QpState::kRtr && state != QpState::kRts) return EINVAL;
   if (sq_tail - sq_head >= init.sq_depth) return ENOMEM;
-  switch (wr.opcode) {
-    case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM: case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM: case IBV_WR_RDMA_READ: break;
-    default: return EINVAL;
-  }
-  if (wr.num_sge > kMaxSge) return EINVAL;
+  // The opcodes posted here, and those that consume a RECV at the responder,
+  // as bit sets: one test each instead of a switch and a chain of compares.
+  constexpr uint32_t kPostable = 1u << IBV_WR_RDMA_WRITE | 1u << IBV_WR_RDMA_WRITE_WITH_IMM | 1u << IBV_WR_SEND |
+                                 1u << IBV_WR_SEND_WITH_IMM | 1u << IBV_WR_RDMA_READ;
+  constexpr uint32_t kConsumesRecv = 1u << IBV_WR_SEND | 1u << IBV_WR_SEND_WITH_IMM | 1u << IBV_WR_RDMA_WRITE_WITH_IMM;
+  const uint32_t op = static_cast<uint32_t>(wr.opcode);
+  if (op >= 32 || !((kPostable >> op) & 1) || wr.num_sge > kMaxSge) return EINVAL;
   SendWqe& w = wqe(sq_tail);
   __builtin_prefetch(&wqe(sq_tail + 1), 1);  // the next post's slot, last written a ring ago
   uint64_t len = 0;
@@ -93,7 +94,7 @@ inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noex
     if (mr == nullptr || g.addr < mr->addr || g.addr - mr->addr > mr->len ||
         g.length > mr->len - (g.addr - mr->addr))
       return EINVAL;
-    if (wr.opcode == IBV_WR_RDMA_READ && !(mr->access & IBV_ACCESS_LOCAL_WRITE)) return EINVAL;
+    if (op == IBV_WR_RDMA_READ && !(mr->access & IBV_ACCESS_LOCAL_WRITE)) return EINVAL;
     w.sge[j] = WqeSge{mr->host_ptr + (g.addr - mr->addr), g.length};
     len += g.length;
   }
@@ -103,18 +104,17 @@ inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noex
   w.rkey = wr.rkey;
   w.imm_data = wr.imm_data;
   w.len = static_cast<uint32_t>(len);
-  w.opcode = static_cast<uint8_t>(wr.opcode);
+  w.npkts = w.len <= mtu() ? 1 : (w.len + mtu() - 1) / mtu();
+  w.pkts_sent = 0;
+  if ((kConsumesRecv >> op) & 1) {
+    w.recv_idx = next_recv_idx;
+    next_recv_idx = (next_recv_idx + 1) & 0xFFFFFF;
+  }
+  w.opcode = static_cast<uint8_t>(op);
   w.status = IBV_WC_SUCCESS;
   w.num_sge = static_cast<uint8_t>(wr.num_sge);
   w.signaled = (wr.send_flags & IBV_SEND_SIGNALED) != 0;
   w.solicited = (wr.send_flags & IBV_SEND_SOLICITED) != 0;
-  w.npkts = w.len <= mtu() ? 1 : (w.len + mtu() - 1) / mtu();
-  w.pkts_sent = 0;
-  if (wr.opcode == IBV_WR_SEND || wr.opcode == IBV_WR_SEND_WITH_IMM ||
-      wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
-    w.recv_idx = next_recv_idx;
-    next_recv_idx = (next_recv_idx + 1) & 0xFFFFFF;
-  }
   ++sq_tail;
   return 0;
 }
@@ -124,6 +124,19 @@ int Transport::post_send(uint32_t qpn, const SendWr& wr) noexcept {
   if (qp == nullptr) return EINVAL;
   const int r = qp->post_send(wr);
   if (r == 0) activate(qp);
+  return r;
+}
+
+int Transport::post_send(uint32_t qpn, const SendWr* wrs, uint32_t n, uint32_t* bad) noexcept {
+  Qp* qp = find_qp(qpn);
+  uint32_t i = 0;
+  int r = qp == nullptr ? EINVAL : 0;
+  if (qp != nullptr) {
+    for (; i < n; ++i)
+      if ((r = qp->post_send(wrs[i])) != 0) break;
+    if (i) activate(qp);
+  }
+  if (bad != nullptr) *bad = i;
   return r;
 }
 
@@ -236,12 +249,6 @@ bool Qp::tx_requests(uint64_t now) noexcept {
       const uint32_t idx = w.pkts_sent;
       const uint64_t off = uint64_t{idx} * mtu();
       const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(mtu(), w.len - off));
-      PsnRec& r = rec(psn);
-      r = PsnRec{};
-      r.wqe = sq_send;
-      r.pkt_idx = idx;
-      r.chunk_last = idx;
-      r.len = len;
       if (!cc_can_send(inflight_bytes, len, now)) {
         cc_blocked = true;
         return true;
@@ -259,8 +266,9 @@ bool Qp::tx_requests(uint64_t now) noexcept {
       nxt = psn_add(nxt, 1);
       d->bth.psn = psn;
       fill_request(d, w, idx, off, len);
-      r.sent_at = now;
-      r.sent_seq = tx_seq;
+      // The PSN's record in one go (it is not in flight until nxt passed it).
+      PsnRec& r = rec(psn);
+      r = PsnRec{now, tx_seq, sq_send, idx, len, idx, 0, 0};
       inflight_bytes += len;
       cc_on_sent(len, now);
       ++tx_seq;
@@ -339,16 +347,26 @@ void Qp::mark_lost_from(uint32_t psn) noexcept {
 
 void Qp::cum_ack(uint32_t psn, uint64_t now) noexcept {
   uint64_t bytes = 0, rtt = 0;
-  // READ PSNs are done only by their responses.
-  for (uint32_t p = una; psn_le(p, psn) && psn_lt(p, nxt); p = psn_add(p, 1)) {
-    if (!(rec(p).flags & kRecRead)) ack_rec(p, now, bytes, rtt);
+  // una .. psn, those sent: a count, not two PSN compares per record.
+  const int32_t n = std::min(psn_diff(psn, una) + 1, psn_diff(nxt, una));
+  const uint32_t before = una;
+  uint32_t acked = 0;  // records from una on now acknowledged, without a gap
+  for (int32_t i = 0; i < n; ++i) {
+    const uint32_t p = psn_add(before, static_cast<uint32_t>(i));
+    // READ PSNs are done only by their responses.
+    if (!(rec(p).flags & kRecRead)) {
+      ack_rec(p, now, bytes, rtt);
+      if (acked == static_cast<uint32_t>(i)) ++acked;
+    }
   }
   if (bytes || rtt) cc->on_ack(bytes, rtt, now);
-  advance_una(now);
+  una = psn_add(una, acked);  // advance_una goes on from there (SACKed records)
+  advance_una(now, before);
 }
 
-void Qp::advance_una(uint64_t now) noexcept {
-  const uint32_t before = una;
+void Qp::advance_una(uint64_t now) noexcept { advance_una(now, una); }
+
+void Qp::advance_una(uint64_t now, uint32_t before) noexcept {
   while (una != nxt && (rec(una).flags & kRecAcked)) una = psn_add(una, 1);
   if (una != before) {
     last_progress = now;
@@ -395,19 +413,23 @@ void Qp::on_sack(uint64_t sack, uint64_t now) noexcept {
 }
 
 void Qp::complete_sends() noexcept {
-  while (sq_head != sq_send) {
-    SendWqe& w = wqe(sq_head);
-    __builtin_prefetch(&wqe(sq_head + 2));
-    const uint32_t last = psn_add(w.first_psn, w.npkts - 1);
-    if (!psn_lt(last, una)) break;
+  // In locals: a completion's store into the CQ ring could alias the QP's
+  // fields, and the compiler would reload them for every WR.
+  uint32_t head = sq_head;
+  const uint32_t send = sq_send, done_below = una;
+  Cq* const cq = send_cq;
+  while (head != send) {
+    const SendWqe& w = wqe(head);
+    __builtin_prefetch(&wqe(head + 2));
+    if (!psn_lt(psn_add(w.first_psn, w.npkts - 1), done_below)) break;
     if (w.signaled || w.status != IBV_WC_SUCCESS) {
-      send_cq->push(Completion{w.wr_id, w.wc_status(), wc_opcode(w.op()),
-                               w.opcode == IBV_WR_RDMA_READ ? w.len : 0, 0, qpn, attr.dest_qp_num,
-                               0});
+      cq->push(Completion{w.wr_id, w.wc_status(), wc_opcode(w.op()), w.opcode == IBV_WR_RDMA_READ ? w.len : 0, 0,
+                          qpn, attr.dest_qp_num, 0});
     }
     if (w.opcode == IBV_WR_RDMA_READ) --reads_inflight;
-    ++sq_head;
+    ++head;
   }
+  sq_head = head;
 }
 
 void Qp::to_error(ibv_wc_status first_status) noexcept {

@@ -95,8 +95,13 @@ Cq* Transport::cq(uint32_t id) noexcept { return id < cqs_.size() ? cqs_[id].get
 uint32_t Transport::poll_cq(uint32_t id, Completion* out, uint32_t n) noexcept {
   Cq* q = cq(id);
   if (q == nullptr) return 0;
-  uint32_t k = 0;
-  while (k < n && q->head != q->tail) out[k++] = q->ring[q->head++ & q->mask];
+  // Indices in locals: the copies into `out` could alias the CQ's fields,
+  // and the compiler would reload them for every completion.
+  const uint32_t head = q->head, avail = q->tail - head, mask = q->mask;
+  const Completion* ring = q->ring.data();
+  const uint32_t k = std::min(n, avail);
+  for (uint32_t i = 0; i < k; ++i) out[i] = ring[(head + i) & mask];
+  q->head = head + k;
   return k;
 }
 

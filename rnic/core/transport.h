@@ -22,6 +22,7 @@
 // only moves forward and is the same for all calls):
 //   inputs
 //     t.post_send(qpn, wr) / t.post_recv(qpn, wr)       work requests
+//     t.post_send(qpn, wrs, n, &bad)                    a list of them in one call
 //     t.on_packet(pkt, payload, payload_len, now)       a parsed frame:
 //         `pkt` from common::parse_roce, `payload` = frame + pkt.payload_offset,
 //         `payload_len` = pkt.payload_len. Returns kNone or the DropReason it
@@ -153,6 +154,12 @@ class Transport {
   // bounds, missing local write access for RECV/READ buffers). (post_send is
   // defined with the requester, where the QP's half of it inlines.)
   int post_send(uint32_t qpn, const SendWr& wr) noexcept;
+  // Posts wrs[0..n) in order in one call, as ibv_post_send posts its linked
+  // list (the QP is found and activated once, not per WR). Stops at the
+  // first WR refused: returns 0 if all n were posted, else that WR's error
+  // (as above) with *bad = its index (*bad = n on success), as ibv_post_send
+  // returns bad_wr. The WRs before it are posted.
+  int post_send(uint32_t qpn, const SendWr* wrs, uint32_t n, uint32_t* bad = nullptr) noexcept;
   int post_recv(uint32_t qpn, const RecvWr& wr) noexcept;
 
   common::DropReason on_packet(const common::RocePacket& pkt, const uint8_t* payload,

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <utility>
 #include <cstdio>
@@ -239,6 +240,7 @@ class Worker {
   std::vector<uint32_t> route_wait_;    // host QPNs whose RTR waits for the agent
   rte_mbuf* tx_buf_[kBurst];
   uint16_t tx_n_ = 0;
+  std::array<SendWr, kBurst> post_list_{};  // pump_qp's WRs for the core (a member: not re-initialised per call)
   RxStage rx_;  // the receive passes over a burst (rx_stage.h)
   WorkerCounters k_;
   cd::TscClock clock_;
@@ -697,13 +699,14 @@ uint32_t Worker::pump_qp(QpCtx& q) noexcept {
     }
   }
   host::SendWork sw[kBurst];
+  SendWr* const wrs = post_list_.data();
   const std::size_t sn = host_.fetch_send(q.host_qpn, std::span(sw, std::min<std::size_t>(kBurst, q.send_free.size())));
   for (std::size_t i = 0; i < sn; ++i) {
     const uint32_t slot = q.send_free.back();
     q.send_free.pop_back();
     host::SendWork& w = q.send_slots[slot];
     w = sw[i];
-    SendWr wr;
+    SendWr& wr = wrs[i];
     wr.wr_id = slot;
     wr.opcode = w.opcode;
     wr.send_flags = IBV_SEND_SIGNALED | (w.send_flags & IBV_SEND_SOLICITED);
@@ -718,13 +721,20 @@ uint32_t Worker::pump_qp(QpCtx& q) noexcept {
       for (uint32_t s = 0; s < w.num_sge; ++s)
         wr.sg_list[s] = Sge{reinterpret_cast<uint64_t>(w.sge[s].addr), w.sge[s].length, ident_key_};
     }
-    if (core_.post_send(q.core_qpn, wr) != 0) {
-      ++k_.wqe_refused;
-      host_.complete_send(q.host_qpn, w, IBV_WC_LOC_QP_OP_ERR);
-      q.send_free.push_back(slot);
-    } else {
-      ++k_.wqe_send;
-    }
+  }
+  // The fetched WQEs as one list (one QP lookup for the burst, as
+  // ibv_post_send takes a list); a WR the core refuses fails alone, with
+  // LOC_QP_OP_ERR, and the rest of the list is posted after it.
+  for (uint32_t from = 0; from < sn;) {
+    uint32_t posted = 0;
+    const int rc = core_.post_send(q.core_qpn, wrs + from, static_cast<uint32_t>(sn) - from, &posted);
+    k_.wqe_send += posted;
+    if (rc == 0) break;
+    const uint32_t slot = static_cast<uint32_t>(wrs[from + posted].wr_id);
+    ++k_.wqe_refused;
+    host_.complete_send(q.host_qpn, q.send_slots[slot], IBV_WC_LOC_QP_OP_ERR);
+    q.send_free.push_back(slot);
+    from += posted + 1;
   }
   n = static_cast<uint32_t>(rn + sn);
   // Edge-triggered doorbells: keep the QP while WQEs are left to fetch.
