@@ -166,6 +166,10 @@ def main():
                   f"   {q.get('path_removals', 0):>6}/{q.get('path_returns', 0)}")
     print("   (timeouts: mostly the short tail timer, IRN's RTO_low, not the QP's 20 ms one; paths out/back:\n"
           "    times the sender's path health took one of its paths out, and a probe brought it back)")
+    print("   sender's removals per path 0/1/2/3 (of which by silence):")
+    for qpn, q in sorted(qps["B"].items()):
+        print(f"     B qp {qpn:>8}   {q.get('path_removals_per_path', '-')} "
+              f"({q.get('path_silent_removals_per_path', '-')})")
     print("\n   worker drops by stage and reason:")
     for n in ("A", "B"):
         st = load(f"{n}.json")

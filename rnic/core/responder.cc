@@ -117,6 +117,7 @@ DropReason Qp::on_request(const common::RocePacket& pkt, const uint8_t* payload,
       }
     } else {
       ack_pending = true;
+      path->on_duplicate(psn, now);  // the ACKs that told of it may have died on their path
     }
     return fail(DropReason::kDuplicate);
   }
