@@ -19,9 +19,9 @@
 // A pure responder gets no acknowledgements for its ACK paths. Its evidence
 // is the requester resending a request the responder had already
 // acknowledged (on_duplicate): if every ACK that carried the news went on one
-// path, long enough ago, that path lost it. Such a path is out for a hold
-// time that doubles while it keeps losing, then used again (there is no
-// acknowledgement to bring it back).
+// path, long enough ago, that path lost it; kLossesToRemove such losses in a
+// row on one path take it out for a hold time that doubles while it keeps
+// losing, then it is used again (no acknowledgement will bring it back).
 // Shared by the spraying policies; plain arrays, nothing allocated.
 #pragma once
 
@@ -67,6 +67,8 @@ class PathHealth {
   void reset(uint32_t n) noexcept {
     n_ = std::clamp<uint32_t>(n, 1, kMaxPaths);
     for (auto& p : p_) p = PerPath{};
+    blame_path_ = kMaxPaths;
+    blame_run_ = 0;
   }
   uint32_t size() const noexcept { return n_; }
   bool up(uint32_t i) const noexcept { return !p_[i].down; }
@@ -180,7 +182,14 @@ class PathHealth {
     if (culprit == n_ || now < p_[culprit].last_sent_at + kAckLossAgeNs) return;
     PerPath& p = p_[culprit];
     ++p.s.ack_losses;
-    if (p.down || up_count() <= 1) return;
+    // A duplicate may also follow a spurious retransmission whose ACK was
+    // still on its way (the responder does not know the RTT): such blames
+    // fall on whichever path carried the newest ACK, a broken path's fall
+    // on it every time. Out after kLossesToRemove in a row on one path.
+    blame_run_ = blame_path_ == culprit ? blame_run_ + 1 : 1;
+    blame_path_ = culprit;
+    if (blame_run_ < kLossesToRemove || p.down || up_count() <= 1) return;
+    blame_run_ = 0;
     // Losing again within a hold time of its return: still broken, hold longer.
     if (p.s.last_returned_ns != 0 && now < p.s.last_returned_ns + (kAckHoldNs << p.hold_shift))
       p.hold_shift = std::min(p.hold_shift + 1, kMaxHoldShift);
@@ -263,6 +272,8 @@ class PathHealth {
 
   std::array<PerPath, kMaxPaths> p_{};
   uint32_t n_ = 1;
+  uint32_t blame_path_ = kMaxPaths;  // responder: the path the last lost ACK went on
+  uint32_t blame_run_ = 0;           // ... and how many in a row
 };
 
 }  // namespace tandem::rnic

@@ -256,34 +256,60 @@ TEST_CASE("if every path is out, round robin goes on over all of them") {
 
 // A responder's ACK paths: its policy sees the ACKs it sends (choose with
 // the PSN an ACK acknowledges) and the requester's duplicates.
-TEST_CASE("a responder takes an ACK path out when only its ACKs told of a resent request, then uses it again") {
+TEST_CASE("a responder takes an ACK path out when only its ACKs told of resent requests, then uses it again") {
   auto p = make_rr(4);
   std::vector<uint16_t> ports;
-  // ACKs for PSNs 10..13 go out on paths 0..3 at 1 us.
   for (uint32_t i = 0; i < 4; ++i) ports.push_back(p.choose(10 + i, false, 1'000));
-  // The requester resends PSN 13 at 200 us: only path 3's ACK had said it
-  // arrived, long enough ago that a live ACK would have stopped it.
-  p.on_duplicate(13, 200'000);
-  CHECK_FALSE(p.health().up(3));
-  CHECK(p.path_stats(3).ack_losses == 1);
-  for (uint32_t i = 0; i < 30; ++i) CHECK(p.choose(14 + i, false, 300'000) != ports[3]);
+  // The newest ACK goes on path 3 (the ACKs' PSN only grows); the requester
+  // resends that PSN well after: only path 3 had said it arrived. Three in a
+  // row on path 3 take it out (one could be a retransmission that crossed
+  // a live ACK).
+  auto lose_on_3 = [&](uint32_t& psn, uint64_t t) {
+    while (p.choose(psn, false, t) != ports[3]) ++psn;
+    p.on_duplicate(psn, t + 200'000);
+    ++psn;
+  };
+  uint32_t psn = 20;
+  uint64_t t = 10'000;
+  for (int k = 0; k < 2; ++k, t += 300'000) lose_on_3(psn, t);
+  CHECK(p.health().up(3));
+  CHECK(p.path_stats(3).ack_losses == 2);
+  lose_on_3(psn, t);
+  const uint64_t out_at = t + 200'000;
+  REQUIRE_FALSE(p.health().up(3));
+  CHECK(p.path_stats(3).ack_losses == 3);
+  for (uint32_t i = 0; i < 30; ++i) CHECK(p.choose(psn + i, false, out_at + 1'000) != ports[3]);
   // No acknowledgement ever comes back for an ACK: after its hold the path
   // is used again.
-  const uint64_t back = 200'000 + PathHealth::kAckHoldNs;
+  const uint64_t back = out_at + PathHealth::kAckHoldNs;
   std::set<uint16_t> used;
-  for (uint32_t i = 0; i < 4; ++i) used.insert(p.choose(50 + i, false, back));
+  for (uint32_t i = 0; i < 4; ++i) used.insert(p.choose(psn + 40 + i, false, back));
   CHECK(used.count(ports[3]) == 1);
   CHECK(p.health().up(3));
   // Losing again soon after its return: held twice as long.
-  uint32_t psn = 100;
-  while (p.choose(psn, false, back + 10'000) != ports[3]) ++psn;  // path 3 carries the newest ACK
-  p.on_duplicate(psn, back + 100'000);
+  psn += 50;
+  t = back + 1'000;
+  for (int k = 0; k < 3; ++k, t += 1'000) lose_on_3(psn, t);
+  const uint64_t out2 = t - 1'000 + 200'000;
   REQUIRE_FALSE(p.health().up(3));
   for (uint32_t i = 0; i < 8; ++i)
-    CHECK(p.choose(200 + i, false, back + 100'000 + PathHealth::kAckHoldNs + 1'000) != ports[3]);
-  p.choose(300, false, back + 100'000 + 2 * PathHealth::kAckHoldNs);
+    CHECK(p.choose(psn + 100 + i, false, out2 + PathHealth::kAckHoldNs + 1'000) != ports[3]);
+  p.choose(psn + 200, false, out2 + 2 * PathHealth::kAckHoldNs);
   CHECK(p.health().up(3));
   CHECK(p.path_stats(3).removals == 2);
+}
+
+TEST_CASE("lost ACKs blamed on different paths take no ACK path out") {
+  auto p = make_rr(4);
+  uint32_t psn = 10;
+  uint64_t t = 1'000;
+  // Each duplicate lands on whichever path carried the newest ACK, in turn.
+  for (int k = 0; k < 12; ++k, t += 300'000) {
+    p.choose(psn, false, t);
+    p.on_duplicate(psn, t + 200'000);
+    ++psn;
+  }
+  CHECK(p.health().up_count() == 4);
 }
 
 TEST_CASE("a duplicate blames no ACK path when several told of it or the ACK may still be on its way") {
