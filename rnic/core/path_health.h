@@ -103,8 +103,8 @@ class PathHealth {
       if (!p.down) {
         // Only a path that has answered before can go silent (a QP that
         // never gets feedback, e.g. a responder's ACK path, keeps all), and
-        // only while a packet sent after its oldest outstanding one has
-        // been acknowledged on another path.
+        // only while most other paths answer packets sent after its oldest
+        // outstanding one and few of them are in trouble too.
         if (silent(i, now) && most_answer_since(i, p.outstanding_since) && alone_troubled(i, now)) {
           ++p.s.silent_removals;
           take_out(i, now);
