@@ -124,7 +124,12 @@ class PathHealth {
     ++p.s.pkts;
     p.last_psn = psn;
     p.last_sent_at = now ? now : 1;
-    if (p.outstanding_since == 0) p.outstanding_since = now ? now : 1;
+    if (p.outstanding_since == 0) {
+      // The path's RTT changes only with its own acks, which restart this:
+      // the deadline is computed once here, not per packet in tick().
+      p.outstanding_since = now ? now : 1;
+      p.silent_after = p.outstanding_since + silence_ns(i);
+    }
     if (p.down && p.s.acks > 0) p.next_probe = now + probe_interval_ns(i);
   }
   // A packet sent on path i `rtt_ns` ago was acknowledged (rtt_ns 0: its
@@ -203,6 +208,7 @@ class PathHealth {
   struct PerPath {
     PathStats s;
     uint64_t outstanding_since = 0;  // 0: nothing sent since the last ack
+    uint64_t silent_after = 0;       // outstanding_since + its silence time
     uint64_t next_probe = 0;
     uint64_t removed_at = 0;
     uint64_t srtt = 0;        // this path's smoothed RTT (EWMA 1/8) and
@@ -218,7 +224,7 @@ class PathHealth {
   };
   bool silent(uint32_t i, uint64_t now) const noexcept {
     const PerPath& p = p_[i];
-    return p.s.acks > 0 && p.outstanding_since != 0 && now > p.outstanding_since + silence_ns(i);
+    return p.s.acks > 0 && p.outstanding_since != 0 && now > p.silent_after;
   }
   // Most other live paths have had a packet acknowledged that was sent
   // after `t`: the peer answers, and not only on one fast path (a healed,
