@@ -166,6 +166,20 @@ def main():
                   f"   {q.get('path_removals', 0):>6}/{q.get('path_returns', 0)}")
     print("   (timeouts: mostly the short tail timer, IRN's RTO_low, not the QP's 20 ms one; paths out/back:\n"
           "    times the sender's path health took one of its paths out, and a probe brought it back)")
+    # A QP's 16 core source ports map onto the table's 4 (one per fabric path)
+    # as the worker's egress route does: (port - 0xC000) mod 4.
+    print("   path health removals by fabric path 0/1/2/3 (of which by silence); receivers: their ACK paths")
+    for n in ("A", "B"):
+        for qpn, q in sorted(qps[n].items()):
+            try:
+                fab = [(int(p) - 0xC000) % len(PATHS) for p in q["path_ports"].split("/")]
+                rem = [int(x) for x in q["path_removals_per_path"].split("/")]
+                sil = [int(x) for x in q["path_silent_removals_per_path"].split("/")]
+            except (KeyError, ValueError):
+                continue
+            by = [sum(r for f, r in zip(fab, rem) if f == k) for k in range(len(PATHS))]
+            bs = [sum(r for f, r in zip(fab, sil) if f == k) for k in range(len(PATHS))]
+            print(f"     {n} qp {qpn:>8}   " + "/".join(map(str, by)) + "  (" + "/".join(map(str, bs)) + ")")
     print("\n   worker drops by stage and reason:")
     for n in ("A", "B"):
         st = load(f"{n}.json")

@@ -25,7 +25,7 @@ double PathAdaptive::weight(uint32_t i) const noexcept {
   return std::max(w, 1.0 / 64);  // every live path keeps a trickle: its RTT stays known
 }
 
-uint16_t PathAdaptive::choose(uint32_t, bool retransmit, uint64_t now) noexcept {
+uint16_t PathAdaptive::choose(uint32_t psn, bool retransmit, uint64_t now) noexcept {
   if (now > now_) now_ = now;
   const uint32_t n = set_.size();
   uint32_t pick = set_.health().tick(now, !retransmit);
@@ -41,7 +41,7 @@ uint16_t PathAdaptive::choose(uint32_t, bool retransmit, uint64_t now) noexcept 
     }
     current_[pick] -= total;
   }
-  set_.health().on_sent(pick, now);
+  set_.health().on_sent(pick, now, psn);
   return set_.port(pick);
 }
 
@@ -54,12 +54,17 @@ void PathAdaptive::on_ack(uint16_t sport, uint64_t rtt_ns, uint64_t now) noexcep
   set_.health().on_ack(i, rtt_ns, now_);
 }
 
-void PathAdaptive::on_loss(uint16_t sport, uint64_t now) noexcept {
+void PathAdaptive::on_loss(uint16_t sport, uint64_t sent_at, uint64_t now) noexcept {
   if (now > now_) now_ = now;
   const uint32_t i = set_.index_of(sport);
   if (i >= kMaxPaths) return;
-  bad_[i] += 1.0;
-  set_.health().on_loss(i, now_);
+  bad_[i] += 1.0;  // late or lost, the path is worse than the others: weigh it less
+  set_.health().on_loss(i, sent_at, now_);
+}
+
+void PathAdaptive::on_duplicate(uint32_t psn, uint64_t now) noexcept {
+  if (now > now_) now_ = now;
+  set_.health().on_duplicate(psn, now_);
 }
 
 void PathAdaptive::on_ecn(uint16_t sport, uint64_t now) noexcept {

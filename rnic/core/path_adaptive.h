@@ -18,10 +18,12 @@ class PathAdaptive final : public PathPolicy {
   void reset(const PathPolicyParams& p) noexcept override;
   uint16_t choose(uint32_t psn, bool retransmit, uint64_t now) noexcept override;
   void on_ack(uint16_t sport, uint64_t rtt_ns, uint64_t now) noexcept override;
-  void on_loss(uint16_t sport, uint64_t now) noexcept override;
+  void on_loss(uint16_t sport, uint64_t sent_at, uint64_t now) noexcept override;
   void on_ecn(uint16_t sport, uint64_t now) noexcept override;
+  void on_duplicate(uint32_t psn, uint64_t now) noexcept override;
   uint32_t path_count() const noexcept override { return set_.size(); }
   PathStats path_stats(uint32_t i) const noexcept override { return set_.health().stats(i); }
+  uint16_t path_port(uint32_t i) const noexcept override { return set_.port(i); }
 
   const PathHealth& health() const noexcept { return set_.health(); }
   double weight(uint32_t i) const noexcept;

@@ -1,16 +1,35 @@
 // Path health (after Harp): per path of a QP's path set, whether it is usable.
-// A path that loses kLossesToRemove packets in a row while most other paths
-// are not losing (losses everywhere mean congestion at the destination or
-// reordering, not a broken path), or that has packets outstanding and no
-// acknowledgement for `silence` (a few smoothed RTTs, at least
-// kMinSilenceNs), is taken out; while out, one packet is sent on it every
-// probe interval, and the first acknowledgement brings it back.
+// A path is taken out when it loses kLossesToRemove packets in a row while
+// most other paths are not losing (losses everywhere mean congestion at the
+// destination, not a broken path), or when it has packets outstanding and no
+// acknowledgement for its silence time (a few of its own smoothed RTTs, at
+// least kMinSilenceNs) although packets sent later on other paths have been
+// acknowledged. While out, one packet is sent on it every probe interval, and
+// the acknowledgement of a packet sent after it went out brings it back.
+//
+// Both rules judge a path only against evidence from that path: with
+// spraying, a packet on a slow path is routinely overtaken, and a sender
+// cannot tell late from lost by order alone. A path is FIFO, so a loss counts
+// against it only once a packet sent later on the same path was acknowledged
+// (the requester's own loss rule, RACK over all paths, may retransmit sooner);
+// and silence is measured against the path's own RTT, and only while the
+// peer is answering on other paths (a stalled receiver or host silences every
+// path at once, which says nothing about any one of them).
+//
+// A pure responder gets no acknowledgements for its ACK paths. Its evidence
+// is the requester resending a request the responder had already
+// acknowledged (on_duplicate): if every ACK that carried the news went on one
+// path, long enough ago, that path lost it; kLossesToRemove such losses in a
+// row on one path take it out for a hold time that doubles while it keeps
+// losing, then it is used again (no acknowledgement will bring it back).
 // Shared by the spraying policies; plain arrays, nothing allocated.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+
+#include "common/wire/psn.h"
 
 namespace tandem::rnic {
 
@@ -19,9 +38,12 @@ inline constexpr uint32_t kMaxPaths = 64;
 struct PathStats {
   uint64_t pkts = 0;      // packets sent on the path
   uint64_t acks = 0;      // acknowledged packets that had used it
-  uint64_t losses = 0;
+  uint64_t losses = 0;    // losses reported (a path may be only late)
+  uint64_t confirmed_losses = 0;  // of them, with a later packet on the path acknowledged
+  uint64_t ack_losses = 0;  // responder: ACKs it sent on the path that were lost (on_duplicate)
   uint64_t ecn = 0;
   uint64_t removals = 0;  // times the path was taken out
+  uint64_t silent_removals = 0;  // of which by the silence rule (the rest: losses)
   uint64_t returns = 0;   // times a probe brought it back
   uint64_t first_removed_ns = 0;  // when it was first taken out (0: never)
   uint64_t last_returned_ns = 0;
@@ -32,11 +54,21 @@ class PathHealth {
   static constexpr uint32_t kLossesToRemove = 3;
   static constexpr uint64_t kMinSilenceNs = 100'000;
   static constexpr uint32_t kSilenceRtts = 4;
+  // Responder: an ACK counts as lost when the requester resends what it
+  // acknowledged this long after it was sent (a live ACK arrives within an
+  // RTT; the requester's tail timer waits at least 100 us).
+  static constexpr uint64_t kAckLossAgeNs = 50'000;
+  // Responder: how long an ACK path found losing stays out (doubling while
+  // it keeps losing, up to ~1 s): failures last milliseconds to seconds, and
+  // a wrong verdict only narrows the ACKs' spread for a while.
+  static constexpr uint64_t kAckHoldNs = 1'000'000;
+  static constexpr uint32_t kMaxHoldShift = 10;
 
   void reset(uint32_t n) noexcept {
     n_ = std::clamp<uint32_t>(n, 1, kMaxPaths);
     for (auto& p : p_) p = PerPath{};
-    srtt_ = 0;
+    blame_path_ = kMaxPaths;
+    blame_run_ = 0;
   }
   uint32_t size() const noexcept { return n_; }
   bool up(uint32_t i) const noexcept { return !p_[i].down; }
@@ -46,11 +78,18 @@ class PathHealth {
     return k;
   }
   const PathStats& stats(uint32_t i) const noexcept { return p_[i].s; }
-  uint64_t srtt_ns() const noexcept { return srtt_; }
-  uint64_t silence_ns() const noexcept {
-    return std::max<uint64_t>(kMinSilenceNs, kSilenceRtts * srtt_);
+  uint64_t srtt_ns(uint32_t i) const noexcept { return p_[i].srtt; }
+  // How long path i may stay silent: its own RTT (a path without samples
+  // gets the slowest path's), a few times over, and past its jitter.
+  uint64_t silence_ns(uint32_t i) const noexcept {
+    uint64_t srtt = p_[i].srtt, var = p_[i].rttvar;
+    if (srtt == 0) {
+      for (uint32_t k = 0; k < n_; ++k)
+        if (p_[k].srtt > srtt) { srtt = p_[k].srtt; var = p_[k].rttvar; }
+    }
+    return std::max({kMinSilenceNs, kSilenceRtts * srtt, srtt + 4 * var});
   }
-  uint64_t probe_interval_ns() const noexcept { return silence_ns(); }
+  uint64_t probe_interval_ns(uint32_t i) const noexcept { return silence_ns(i); }
 
   // Checks silences; returns a path that is out and due for a probe
   // (n_ if none). The caller sends the next packet there and calls on_sent.
@@ -63,49 +102,154 @@ class PathHealth {
       PerPath& p = p_[i];
       if (!p.down) {
         // Only a path that has answered before can go silent (a QP that
-        // never gets feedback, e.g. a responder's ACK path, keeps all).
-        if (p.s.acks > 0 && p.outstanding_since != 0 && now > p.outstanding_since + silence_ns())
-          take_out(p, now);
+        // never gets feedback, e.g. a responder's ACK path, keeps all), and
+        // only while most other paths answer packets sent after its oldest
+        // outstanding one and few of them are in trouble too.
+        if (silent(i, now) && most_answer_since(i, p.outstanding_since) && alone_troubled(i, now)) {
+          ++p.s.silent_removals;
+          take_out(i, now);
+        }
+      } else if (p.s.acks == 0 && p.s.ack_losses > 0) {
+        // An ACK path: nothing will ever acknowledge a probe; back after its hold.
+        if (now >= p.next_probe) bring_back(p, now);
       } else if (may_probe && probe == n_ && now >= p.next_probe) {
         probe = i;
       }
     }
     return probe;
   }
-  void on_sent(uint32_t i, uint64_t now) noexcept {
+  // `psn`: the packet's PSN (a responder's ACK: the PSN it acknowledges).
+  void on_sent(uint32_t i, uint64_t now, uint32_t psn = 0) noexcept {
     PerPath& p = p_[i];
     ++p.s.pkts;
-    if (p.outstanding_since == 0) p.outstanding_since = now ? now : 1;
-    if (p.down) p.next_probe = now + probe_interval_ns();
+    p.last_psn = psn;
+    p.last_sent_at = now ? now : 1;
+    if (p.outstanding_since == 0) {
+      // The path's RTT changes only with its own acks, which restart this:
+      // the deadline is computed once here, not per packet in tick().
+      p.outstanding_since = now ? now : 1;
+      p.silent_after = p.outstanding_since + silence_ns(i);
+    }
+    if (p.down && p.s.acks > 0) p.next_probe = now + probe_interval_ns(i);
   }
+  // A packet sent on path i `rtt_ns` ago was acknowledged (rtt_ns 0: its
+  // send time is not known).
   void on_ack(uint32_t i, uint64_t rtt_ns, uint64_t now) noexcept {
     PerPath& p = p_[i];
     ++p.s.acks;
-    p.consecutive_losses = 0;
+    const uint64_t sent = rtt_ns && rtt_ns < now ? now - rtt_ns : 0;
+    // An ack of a packet sent before the last counted loss does not break
+    // the run of losses (acks and loss reports do not come in send order).
+    if (sent == 0 || sent > p.last_loss_sent) p.consecutive_losses = 0;
+    p.acked_sent = std::max(p.acked_sent, sent);
     // Something on the path answered: restart its silence clock.
     p.outstanding_since = 0;
-    if (rtt_ns) srtt_ = srtt_ ? (7 * srtt_ + rtt_ns) / 8 : rtt_ns;
-    if (p.down) {
-      p.down = false;
-      ++p.s.returns;
-      p.s.last_returned_ns = now;
+    if (rtt_ns) {
+      if (p.srtt == 0) {
+        p.srtt = rtt_ns;
+        p.rttvar = rtt_ns / 2;
+      } else {
+        const uint64_t dev = rtt_ns > p.srtt ? rtt_ns - p.srtt : p.srtt - rtt_ns;
+        p.rttvar = (3 * p.rttvar + dev) / 4;
+        p.srtt = (7 * p.srtt + rtt_ns) / 8;
+      }
     }
+    // Only a packet sent after the path went out proves it works again: a
+    // late acknowledgement of an older one (held back behind a gap) does not.
+    if (p.down && (sent == 0 || sent >= p.removed_at)) bring_back(p, now);
   }
-  void on_loss(uint32_t i, uint64_t now) noexcept {
+  // The packet sent on path i at `sent_at` (0: not known) was declared lost.
+  void on_loss(uint32_t i, uint64_t sent_at, uint64_t now) noexcept {
     PerPath& p = p_[i];
     ++p.s.losses;
-    if (!p.down && ++p.consecutive_losses >= kLossesToRemove && alone_losing(i)) take_out(p, now);
+    p.last_loss_at = now ? now : 1;
+    // Evidence against the path only if a packet sent on it later arrived:
+    // otherwise it may merely be late, overtaken by faster paths.
+    if (sent_at == 0 || sent_at >= p.acked_sent) return;
+    ++p.s.confirmed_losses;
+    p.last_loss_sent = std::max(p.last_loss_sent, sent_at);
+    if (!p.down && ++p.consecutive_losses >= kLossesToRemove && alone_losing(i)) take_out(i, now);
   }
   void on_ecn(uint32_t i) noexcept { ++p_[i].s.ecn; }
+
+  // Responder: the requester resent `psn`, which it had already been told
+  // had arrived. If the ACKs that told it all went on one path (the latest
+  // on each path carries the most; ACK PSNs only grow), and that long ago,
+  // that path lost them.
+  void on_duplicate(uint32_t psn, uint64_t now) noexcept {
+    uint32_t culprit = n_;
+    for (uint32_t i = 0; i < n_; ++i) {
+      const PerPath& p = p_[i];
+      if (p.last_sent_at == 0 || common::psn_lt(p.last_psn, psn)) continue;  // never told it
+      if (culprit != n_) return;  // told on two paths: not the ACK paths' fault
+      culprit = i;
+    }
+    if (culprit == n_ || now < p_[culprit].last_sent_at + kAckLossAgeNs) return;
+    PerPath& p = p_[culprit];
+    ++p.s.ack_losses;
+    // A duplicate may also follow a spurious retransmission whose ACK was
+    // still on its way (the responder does not know the RTT): such blames
+    // fall on whichever path carried the newest ACK, a broken path's fall
+    // on it every time. Out after kLossesToRemove in a row on one path.
+    blame_run_ = blame_path_ == culprit ? blame_run_ + 1 : 1;
+    blame_path_ = culprit;
+    if (blame_run_ < kLossesToRemove || p.down || up_count() <= 1) return;
+    blame_run_ = 0;
+    // Losing again within a hold time of its return: still broken, hold longer.
+    if (p.s.last_returned_ns != 0 && now < p.s.last_returned_ns + (kAckHoldNs << p.hold_shift))
+      p.hold_shift = std::min(p.hold_shift + 1, kMaxHoldShift);
+    else
+      p.hold_shift = 0;
+    take_out(culprit, now);
+    p.next_probe = now + (kAckHoldNs << p.hold_shift);
+  }
 
  private:
   struct PerPath {
     PathStats s;
     uint64_t outstanding_since = 0;  // 0: nothing sent since the last ack
+    uint64_t silent_after = 0;       // outstanding_since + its silence time
     uint64_t next_probe = 0;
+    uint64_t removed_at = 0;
+    uint64_t srtt = 0;        // this path's smoothed RTT (EWMA 1/8) and
+    uint64_t rttvar = 0;      // mean deviation (1/4), as TCP's RTO
+    uint64_t acked_sent = 0;  // send time of the latest-sent acknowledged packet
+    uint64_t last_loss_sent = 0;  // send time of the latest-sent counted loss
+    uint64_t last_sent_at = 0;
+    uint64_t last_loss_at = 0;  // when a loss was last reported (confirmed or not)
+    uint32_t last_psn = 0;
     uint32_t consecutive_losses = 0;
+    uint32_t hold_shift = 0;
     bool down = false;
   };
+  bool silent(uint32_t i, uint64_t now) const noexcept {
+    const PerPath& p = p_[i];
+    return p.s.acks > 0 && p.outstanding_since != 0 && now > p.silent_after;
+  }
+  // Most other live paths have had a packet acknowledged that was sent
+  // after `t`: the peer answers, and not only on one fast path (a healed,
+  // empty path overtakes queued ones; a stalled receiver answers none).
+  bool most_answer_since(uint32_t i, uint64_t t) const noexcept {
+    uint32_t others = 0, answer = 0;
+    for (uint32_t k = 0; k < n_; ++k) {
+      if (k == i || p_[k].down) continue;
+      ++others;
+      answer += p_[k].acked_sent > t;
+    }
+    return 2 * answer > others;
+  }
+  // Fewer than half of the other live paths are silent too or have lately
+  // been reported losing (late or lost): packets overtaken on most paths
+  // mean reordering, e.g. a healed, empty path overtaking queued ones.
+  bool alone_troubled(uint32_t i, uint64_t now) const noexcept {
+    uint32_t others = 0, troubled = 0;
+    for (uint32_t k = 0; k < n_; ++k) {
+      if (k == i || p_[k].down) continue;
+      ++others;
+      troubled += silent(k, now) || (p_[k].last_loss_at != 0 && now < p_[k].last_loss_at + silence_ns(k));
+    }
+    return 2 * troubled < others || others == 0;
+  }
   // Fewer than half of the other live paths are losing right now.
   bool alone_losing(uint32_t i) const noexcept {
     uint32_t others = 0, losing = 0;
@@ -116,18 +260,26 @@ class PathHealth {
     }
     return 2 * losing < others || others == 0;
   }
-  void take_out(PerPath& p, uint64_t now) noexcept {
+  void take_out(uint32_t i, uint64_t now) noexcept {
+    PerPath& p = p_[i];
     p.down = true;
     ++p.s.removals;
     if (p.s.first_removed_ns == 0) p.s.first_removed_ns = now ? now : 1;
+    p.removed_at = now;
     p.consecutive_losses = 0;
     p.outstanding_since = 0;
-    p.next_probe = now + probe_interval_ns();
+    p.next_probe = now + probe_interval_ns(i);
+  }
+  static void bring_back(PerPath& p, uint64_t now) noexcept {
+    p.down = false;
+    ++p.s.returns;
+    p.s.last_returned_ns = now ? now : 1;
   }
 
   std::array<PerPath, kMaxPaths> p_{};
   uint32_t n_ = 1;
-  uint64_t srtt_ = 0;
+  uint32_t blame_path_ = kMaxPaths;  // responder: the path the last lost ACK went on
+  uint32_t blame_run_ = 0;           // ... and how many in a row
 };
 
 }  // namespace tandem::rnic

@@ -31,13 +31,21 @@ class PathPolicy {
   virtual void on_ack(uint16_t sport, uint64_t rtt_ns, uint64_t now) noexcept {
     (void)sport; (void)rtt_ns; (void)now;
   }
-  virtual void on_loss(uint16_t sport, uint64_t now) noexcept { (void)sport; (void)now; }
+  // The packet sent on `sport` at `sent_at` (0: not known) was declared lost.
+  virtual void on_loss(uint16_t sport, uint64_t sent_at, uint64_t now) noexcept {
+    (void)sport; (void)sent_at; (void)now;
+  }
   virtual void on_ecn(uint16_t sport, uint64_t now) noexcept { (void)sport; (void)now; }
+  // Responder: the requester resent request `psn`, which had arrived and
+  // been acknowledged (evidence about the paths the ACKs took).
+  virtual void on_duplicate(uint32_t psn, uint64_t now) noexcept { (void)psn; (void)now; }
 
   // Counters for telemetry: how many paths the set has and, per path,
   // packets, acks, losses, removals and returns (path_health.h).
   virtual uint32_t path_count() const noexcept { return 1; }
   virtual PathStats path_stats(uint32_t i) const noexcept { (void)i; return {}; }
+  // The source port of path i (0: the policy has no path set).
+  virtual uint16_t path_port(uint32_t i) const noexcept { (void)i; return 0; }
 };
 
 }  // namespace tandem::rnic

@@ -8,7 +8,7 @@ void PathRoundRobin::reset(const PathPolicyParams& p) noexcept {
   now_ = 0;
 }
 
-uint16_t PathRoundRobin::choose(uint32_t, bool retransmit, uint64_t now) noexcept {
+uint16_t PathRoundRobin::choose(uint32_t psn, bool retransmit, uint64_t now) noexcept {
   if (now > now_) now_ = now;
   PathHealth& h = set_.health();
   const uint32_t n = h.size();
@@ -20,7 +20,7 @@ uint16_t PathRoundRobin::choose(uint32_t, bool retransmit, uint64_t now) noexcep
       while (!h.up(pick)) pick = (pick + 1) % n;
     next_ = pick + 1;
   }
-  h.on_sent(pick, now);
+  h.on_sent(pick, now, psn);
   return set_.port(pick);
 }
 
@@ -30,10 +30,15 @@ void PathRoundRobin::on_ack(uint16_t sport, uint64_t rtt_ns, uint64_t now) noexc
   if (i < kMaxPaths) set_.health().on_ack(i, rtt_ns, now_);
 }
 
-void PathRoundRobin::on_loss(uint16_t sport, uint64_t now) noexcept {
+void PathRoundRobin::on_loss(uint16_t sport, uint64_t sent_at, uint64_t now) noexcept {
   if (now > now_) now_ = now;
   const uint32_t i = set_.index_of(sport);
-  if (i < kMaxPaths) set_.health().on_loss(i, now_);
+  if (i < kMaxPaths) set_.health().on_loss(i, sent_at, now_);
+}
+
+void PathRoundRobin::on_duplicate(uint32_t psn, uint64_t now) noexcept {
+  if (now > now_) now_ = now;
+  set_.health().on_duplicate(psn, now_);
 }
 
 void PathRoundRobin::on_ecn(uint16_t sport, uint64_t now) noexcept {

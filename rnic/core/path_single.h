@@ -14,7 +14,7 @@ class PathSingle final : public PathPolicy {
     return port_;
   }
   void on_ack(uint16_t, uint64_t, uint64_t) noexcept override { ++s_.acks; }
-  void on_loss(uint16_t, uint64_t) noexcept override { ++s_.losses; }
+  void on_loss(uint16_t, uint64_t, uint64_t) noexcept override { ++s_.losses; }
   void on_ecn(uint16_t, uint64_t) noexcept override { ++s_.ecn; }
   PathStats path_stats(uint32_t) const noexcept override { return s_; }
 

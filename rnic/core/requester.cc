@@ -332,7 +332,7 @@ void Qp::mark_lost(uint32_t psn) noexcept {
   ++lost;
   inflight_bytes -= r.len;
   if (psn_lt(psn, rtx_cursor) || lost == 1) rtx_cursor = psn;
-  path->on_loss(r.sport, 0);
+  path->on_loss(r.sport, r.sent_at, 0);
 }
 
 void Qp::mark_lost_from(uint32_t psn) noexcept {

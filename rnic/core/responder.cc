@@ -145,6 +145,7 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
       }
     } else {
       ack_pending = true;
+      path->on_duplicate(psn, now);  // the ACKs that told of it may have died on their path
     }
     return fail(DropReason::kDuplicate);
   }

@@ -986,10 +986,19 @@ void Worker::register_telemetry() {
                                }
                                if (const PathPolicy* pp = core_.path_policy(q.core_qpn)) {
                                  uint64_t removals = 0, returns = 0;
+                                 std::string per_path, silent, pkts, ports;  // "a/b/c/d", path by path
                                  for (uint32_t i = 0; i < pp->path_count(); ++i) {
                                    removals += pp->path_stats(i).removals;
                                    returns += pp->path_stats(i).returns;
+                                   per_path += (i ? "/" : "") + std::to_string(pp->path_stats(i).removals);
+                                   silent += (i ? "/" : "") + std::to_string(pp->path_stats(i).silent_removals);
+                                   pkts += (i ? "/" : "") + std::to_string(pp->path_stats(i).pkts);
+                                   ports += (i ? "/" : "") + std::to_string(pp->path_port(i));
                                  }
+                                 d.str("path_ports", ports);  // the core's; the egress route maps them
+                                 d.str("path_pkts_per_path", pkts);
+                                 d.str("path_removals_per_path", per_path);
+                                 d.str("path_silent_removals_per_path", silent);
                                  d.u64("paths", pp->path_count());
                                  d.u64("path_removals", removals);
                                  d.u64("path_returns", returns);

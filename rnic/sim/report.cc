@@ -42,10 +42,18 @@ nlohmann::ordered_json results_json(const Scenario& s, uint64_t seed, const std:
     o["core_reorder_depth_max"] = r.core_reorder_depth_max;
     if (!r.path_frames.empty()) o["path_frames"] = r.path_frames;
     o["path_removals"] = r.path_removals;
+    if (!r.path_removals_per_path.empty()) {
+      o["path_removals_per_path"] = r.path_removals_per_path;
+      o["path_silent_removals_per_path"] = r.path_silent_removals_per_path;
+      o["path_lost_fwd"] = r.path_lost_fwd;
+      o["path_lost_rev"] = r.path_lost_rev;
+    }
     o["path_returns"] = r.path_returns;
     o["path_losses"] = r.path_losses;
     o["first_path_removal_us"] = r.first_path_removal_us;
     o["last_path_return_us"] = r.last_path_return_us;
+    o["ack_losses"] = r.ack_losses;
+    o["ack_path_removals"] = r.ack_path_removals;
     o["credits_granted"] = r.credits_granted;
     o["credit_kicks"] = r.credit_kicks;
     o["credits_received"] = r.credits_received;

@@ -50,6 +50,8 @@ struct RunResult {
   uint64_t path_losses = 0;     // losses the path policies were told about
   double first_path_removal_us = 0;  // earliest removal (0: none)
   double last_path_return_us = 0;    // latest return of a removed path (0: none)
+  uint64_t ack_losses = 0;        // receivers: ACKs their path policies found lost (duplicates)
+  uint64_t ack_path_removals = 0; // receivers: ACK paths taken out for it
   uint64_t credits_granted = 0;  // receivers: packets of credit granted
   uint64_t credit_kicks = 0;     // receivers: credit kicks to silent senders
   uint64_t credits_received = 0; // senders: credit that arrived on ACKs
@@ -57,6 +59,14 @@ struct RunResult {
   uint64_t credit_stalls = 0;    // senders: times a packet waited for credit
   uint64_t rate_cuts = 0;        // dcqcn: CNPs that cut a rate
   double min_rate_gbps = 0;      // dcqcn: lowest rate any QP reached
+  // Parallel topology, per path (by the route a QP's source port takes):
+  // removals by the senders' path health (all, and by its silence rule), and
+  // frames the path lost (down, random loss, tail drop) forward (requests)
+  // and reverse (the responders' ACKs, CNPs, READ responses).
+  std::vector<uint64_t> path_removals_per_path;
+  std::vector<uint64_t> path_silent_removals_per_path;
+  std::vector<uint64_t> path_lost_fwd;
+  std::vector<uint64_t> path_lost_rev;
   // Per sender QP (the first 64): packets per path of its path set.
   std::vector<std::vector<uint64_t>> qp_path_pkts;
 };

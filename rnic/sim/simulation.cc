@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "rnic/sim/host_options.h"
+#include "rnic/sim/path_discovery.h"
 #include "rnic/sim/topology.h"
 #include "rnic/sim/workload.h"
 
@@ -216,6 +217,12 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
       r.cnps += q->cnp_rx;
       r.core_reorder_depth_max = std::max(r.core_reorder_depth_max, q->reorder_depth_max);
     }
+    if (const PathPolicy* rp = hosts_[c.dst]->transport().path_policy(c.dst_qpn)) {
+      for (uint32_t i = 0; i < rp->path_count(); ++i) {
+        r.ack_losses += rp->path_stats(i).ack_losses;
+        r.ack_path_removals += rp->path_stats(i).removals;
+      }
+    }
     const Transport& st = hosts_[c.src]->transport();
     if (const PathPolicy* pp = st.path_policy(c.src_qpn)) {
       std::vector<uint64_t> per_path;
@@ -254,10 +261,34 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
   r.ecn_marks = fs.ecn_marks;
   r.max_queue_bytes = fs.max_queue_bytes;
   if (scenario_.topology.kind == TopologySpec::Kind::kParallel) {
-    for (std::size_t i = 0; i < scenario_.topology.paths.size(); ++i) {
+    const std::size_t n = scenario_.topology.paths.size();
+    std::vector<int> links;
+    for (std::size_t i = 0; i < n; ++i) {
       const int link = fabric_.find_link("path" + std::to_string(i));
+      links.push_back(link);
       // The first port of a link is the forward (s0 -> s1) direction.
-      r.path_frames.push_back(fabric_.ports()[fabric_.links()[link].ports[0]].stats.tx_frames);
+      const PortStats& fwd = fabric_.ports()[fabric_.links()[link].ports[0]].stats;
+      const PortStats& rev = fabric_.ports()[fabric_.links()[link].ports[1]].stats;
+      r.path_frames.push_back(fwd.tx_frames);
+      r.path_lost_fwd.push_back(fwd.drops_down + fwd.drops_loss + fwd.drops_queue);
+      r.path_lost_rev.push_back(rev.drops_down + rev.drops_loss + rev.drops_queue);
+    }
+    // Which path a sender QP's i-th source port takes, by tracing its route.
+    r.path_removals_per_path.assign(n, 0);
+    r.path_silent_removals_per_path.assign(n, 0);
+    for (const Conn& c : conns_) {
+      const PathPolicy* pp = hosts_[c.src]->transport().path_policy(c.src_qpn);
+      if (pp == nullptr) continue;
+      for (uint32_t i = 0; i < pp->path_count(); ++i) {
+        const PathStats ps = pp->path_stats(i);
+        if (ps.removals == 0) continue;
+        for (uint32_t port : trace_route(fabric_, c.src, c.dst, pp->path_port(i))) {
+          const auto k = std::find(links.begin(), links.end(), static_cast<int>(fabric_.ports()[port].link));
+          if (k == links.end()) continue;
+          r.path_removals_per_path[k - links.begin()] += ps.removals;
+          r.path_silent_removals_per_path[k - links.begin()] += ps.silent_removals;
+        }
+      }
     }
   }
   return r;

@@ -49,8 +49,8 @@ TEST_CASE("adaptive shifts load away from a lossy path and keeps a trickle on it
   Fixture f(2);
   f.p.on_ack(f.ports[0], 10'000, 1'000);
   f.p.on_ack(f.ports[1], 10'000, 1'000);
-  f.p.on_loss(f.ports[1], 2'000);
-  f.p.on_loss(f.ports[1], 2'000);
+  f.p.on_loss(f.ports[1], 500, 2'000);
+  f.p.on_loss(f.ports[1], 500, 2'000);
   CHECK(f.p.health().up(1));  // two losses: not out, only lighter
   CHECK(f.p.weight(1) == Approx(1.0 / 3));
   auto m = f.shares(400, 3'000);
@@ -60,7 +60,8 @@ TEST_CASE("adaptive shifts load away from a lossy path and keeps a trickle on it
 
 TEST_CASE("adaptive skips a path health took out") {
   Fixture f(3);
-  for (int k = 0; k < 3; ++k) f.p.on_loss(f.ports[2], 5'000);
+  for (uint16_t port : f.ports) f.p.on_ack(port, 1'000, 4'000);  // sent at 3 us
+  for (int k = 0; k < 3; ++k) f.p.on_loss(f.ports[2], 1'000, 5'000);
   REQUIRE_FALSE(f.p.health().up(2));
   auto m = f.shares(60, 6'000);
   CHECK(m.count(f.ports[2]) == 0);

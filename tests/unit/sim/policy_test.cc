@@ -69,6 +69,25 @@ TEST_CASE("path health takes a silently failed path out and the transfer complet
   CHECK(r.path_removals >= 1);
   CHECK(r.first_path_removal_us > 500);
   CHECK(r.first_path_removal_us < 500 + 1000);  // within a millisecond of the failure
+  // Only the failed path: the live ones' packets, overtaken or queued, are
+  // late, not lost (path_health.h judges a path by evidence from it).
+  REQUIRE(r.path_removals_per_path.size() == 4);
+  CHECK(r.path_removals_per_path[1] >= 1);
+  CHECK(r.path_removals_per_path[0] + r.path_removals_per_path[2] + r.path_removals_per_path[3] == 0);
+}
+
+TEST_CASE("small messages over a failing path: only the failed path is taken out, and responders stop ACKing on it") {
+  Scenario s = resolve_scenario("path-failure-rpc");
+  RunResult r = run_policy(s, "rr-health");
+  CHECK(r.data_ok);
+  REQUIRE(r.path_removals_per_path.size() == 4);
+  CHECK(r.path_removals_per_path[1] >= 1);
+  CHECK(r.path_removals_per_path[0] + r.path_removals_per_path[2] + r.path_removals_per_path[3] == 0);
+  // The requester resent messages whose only ACK died on path 1: the
+  // responder's ACK path choice learnt it (ACKs lost there: 37 without).
+  CHECK(r.ack_losses >= 3);
+  CHECK(r.ack_path_removals >= 1);
+  CHECK(r.path_lost_rev[1] < 30);
 }
 
 TEST_CASE("credit jitter: every variant delivers every byte") {
