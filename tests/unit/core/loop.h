@@ -94,27 +94,31 @@ inline int bring_up(Host& h, uint32_t remote_qpn, uint32_t sq_psn, uint32_t rq_p
   return bring_up(h.t, h.qpn, remote_qpn, sq_psn, rq_psn, s, peer);
 }
 
+// The QP a Loop gives each side: `s`'s mode, depths and policies, both
+// queues on `cq`.
+inline QpInitAttr qp_init(const QpSetup& s, uint32_t cq) {
+  QpInitAttr init;
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.mode = s.mode;
+  init.window_pkts = s.window;
+  init.sq_depth = s.sq_depth;
+  init.rq_depth = s.rq_depth;
+  init.policy.cc_window_bytes = s.cc_window;
+  init.policy.cc = s.cc;
+  init.policy.path = s.path;
+  init.policy.num_paths = s.num_paths;
+  init.policy.credit_unsched_bytes = s.credit_unsched_bytes;
+  return init;
+}
+
 class Loop {
  public:
   Loop(std::size_t mem_bytes, const QpSetup& s = {}, const NetConfig& net = {},
        uint64_t seed = 1)
       : a(mem_bytes), b(mem_bytes), setup(s), net(net), rng(seed) {
-    QpInitAttr init;
-    init.send_cq = a.cq;
-    init.recv_cq = a.cq;
-    init.mode = s.mode;
-    init.window_pkts = s.window;
-    init.sq_depth = s.sq_depth;
-    init.rq_depth = s.rq_depth;
-    init.policy.cc_window_bytes = s.cc_window;
-    init.policy.cc = s.cc;
-    init.policy.path = s.path;
-    init.policy.num_paths = s.num_paths;
-    init.policy.credit_unsched_bytes = s.credit_unsched_bytes;
-    a.qpn = a.t.create_qp(init);
-    init.send_cq = b.cq;
-    init.recv_cq = b.cq;
-    b.qpn = b.t.create_qp(init);
+    a.qpn = a.t.create_qp(qp_init(s, a.cq));
+    b.qpn = b.t.create_qp(qp_init(s, b.cq));
     ok = a.qpn && b.qpn && bring_up(a, b.qpn, s.sq_psn_a, s.sq_psn_b, s, 2) == 0 &&
          bring_up(b, a.qpn, s.sq_psn_b, s.sq_psn_a, s, 1) == 0;
   }

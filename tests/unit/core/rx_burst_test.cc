@@ -36,14 +36,7 @@ void make_rx(Rx& r, const Host& like, const QpSetup& s, uint32_t remote_qpn) {
   const MemoryRegion mr = r.t.reg_mr(like.mr.addr, r.mem.data(), r.mem.size(),
                                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
   REQUIRE(mr.rkey == like.mr.rkey);
-  QpInitAttr init;
-  init.send_cq = r.cq;
-  init.recv_cq = r.cq;
-  init.mode = s.mode;
-  init.window_pkts = s.window;
-  init.sq_depth = s.sq_depth;
-  init.rq_depth = s.rq_depth;
-  r.qpn = r.t.create_qp(init);
+  r.qpn = r.t.create_qp(qp_init(s, r.cq));
   REQUIRE(r.qpn == like.qpn);
   REQUIRE(bring_up(r.t, r.qpn, remote_qpn, s.sq_psn_b, s.sq_psn_a, s, 1) == 0);
 }

@@ -25,6 +25,18 @@ uint32_t index_of(const std::vector<uint16_t>& ports, uint16_t port) {
   return 999;
 }
 
+// Four paths, every one answered at 20 us, then three losses on path `out`
+// at 50 us (each sent at 1 us, before the answered packets): path `out` is
+// taken out. Returns the paths' ports.
+std::vector<uint16_t> remove_one(PathRoundRobin& p, uint32_t out) {
+  std::vector<uint16_t> ports;
+  for (uint32_t i = 0; i < 4; ++i) ports.push_back(p.choose(i, false, 1000));
+  for (uint16_t port : ports) p.on_ack(port, 10'000, 20'000);
+  for (int k = 0; k < 3; ++k) p.on_loss(ports[out], 1'000, 50'000);
+  REQUIRE_FALSE(p.health().up(out));
+  return ports;
+}
+
 }  // namespace
 
 TEST_CASE("round_robin cycles through num_paths distinct source ports in order") {
@@ -105,11 +117,7 @@ TEST_CASE("an acknowledgement of a packet sent after the losses resets the loss 
 
 TEST_CASE("a removed path is probed after the probe interval and returns on its ack") {
   auto p = make_rr(4);
-  std::vector<uint16_t> ports;
-  for (uint32_t i = 0; i < 4; ++i) ports.push_back(p.choose(i, false, 1000));
-  for (uint16_t port : ports) p.on_ack(port, 10'000, 20'000);
-  for (int k = 0; k < 3; ++k) p.on_loss(ports[1], 1'000, 50'000);
-  REQUIRE_FALSE(p.health().up(1));
+  const std::vector<uint16_t> ports = remove_one(p, 1);
   const uint64_t probe_at = 50'000 + p.health().probe_interval_ns(1);
   // Just before the interval: no probe; at it: exactly one packet on path 1.
   for (uint32_t i = 0; i < 8; ++i) CHECK(p.choose(i, false, probe_at - 1) != ports[1]);
@@ -126,11 +134,7 @@ TEST_CASE("a removed path is probed after the probe interval and returns on its 
 
 TEST_CASE("a late acknowledgement of a packet sent before the removal does not bring a path back") {
   auto p = make_rr(4);
-  std::vector<uint16_t> ports;
-  for (uint32_t i = 0; i < 4; ++i) ports.push_back(p.choose(i, false, 1000));
-  for (uint16_t port : ports) p.on_ack(port, 10'000, 20'000);
-  for (int k = 0; k < 3; ++k) p.on_loss(ports[1], 1'000, 50'000);
-  REQUIRE_FALSE(p.health().up(1));
+  const std::vector<uint16_t> ports = remove_one(p, 1);
   // Held back behind a gap, the cumulative ACK of a packet path 1 carried
   // at 15 us arrives now: it says nothing about path 1 since 50 us.
   p.on_ack(ports[1], 45'000, 60'000);
@@ -140,11 +144,7 @@ TEST_CASE("a late acknowledgement of a packet sent before the removal does not b
 
 TEST_CASE("a retransmission is never the probe of a removed path: new data probes") {
   auto p = make_rr(4);
-  std::vector<uint16_t> ports;
-  for (uint32_t i = 0; i < 4; ++i) ports.push_back(p.choose(i, false, 1000));
-  for (uint16_t port : ports) p.on_ack(port, 10'000, 20'000);
-  for (int k = 0; k < 3; ++k) p.on_loss(ports[2], 1'000, 50'000);
-  REQUIRE_FALSE(p.health().up(2));
+  const std::vector<uint16_t> ports = remove_one(p, 2);
   const uint64_t probe_at = 50'000 + p.health().probe_interval_ns(2);
   // Due for a probe, but the packets are retransmissions (an RTO's, say):
   // sent on live paths, or the dead path loses them again.
