@@ -97,8 +97,8 @@ inline int bring_up(Host& h, uint32_t remote_qpn, uint32_t sq_psn, uint32_t rq_p
 class Loop {
  public:
   Loop(std::size_t mem_bytes, const QpSetup& s = {}, const NetConfig& net = {},
-       uint64_t seed = 1)
-      : a(mem_bytes), b(mem_bytes), setup(s), net(net), rng(seed) {
+       uint64_t seed = 1, const TransportConfig& cfg = {})
+      : a(mem_bytes, cfg), b(mem_bytes, cfg), setup(s), net(net), rng(seed) {
     QpInitAttr init;
     init.send_cq = a.cq;
     init.recv_cq = a.cq;
@@ -129,6 +129,9 @@ class Loop {
   bool block_a_to_b = false;  // drop everything A sends
   // Optional hook to look at (and veto) every frame: return false to drop.
   std::function<bool(bool from_a, const common::RocePacket&)> filter;
+  // Optional hook giving a frame's delay instead of net.delay_ns + jitter
+  // (e.g. a slow or queued path for some of them).
+  std::function<uint64_t(bool from_a, const common::RocePacket&)> delay;
 
   int send(Host& h, const SendWr& wr) { return h.t.post_send(h.qpn, wr); }
   int recv(Host& h, const RecvWr& wr) { return h.t.post_recv(h.qpn, wr); }
@@ -201,8 +204,14 @@ class Loop {
       }
       if ((from_a && block_a_to_b) || u(rng) < net.loss) { ++dropped; continue; }
       const uint64_t jit = net.jitter_ns ? rng() % net.jitter_ns : 0;
-      if (u(rng) < net.duplicate) wire_.emplace(now + net.delay_ns + jit / 2, Frame{from_a, f});
-      wire_.emplace(now + net.delay_ns + jit, Frame{from_a, std::move(f)});
+      uint64_t dly = net.delay_ns + jit, dup_dly = net.delay_ns + jit / 2;
+      if (delay) {
+        common::RocePacket p;
+        common::parse_roce(f.data(), f.size(), p);
+        dly = dup_dly = delay(from_a, p);
+      }
+      if (u(rng) < net.duplicate) wire_.emplace(now + dup_dly, Frame{from_a, f});
+      wire_.emplace(now + dly, Frame{from_a, std::move(f)});
     }
   }
 
