@@ -86,11 +86,14 @@ struct PsnRec {
   uint32_t chunk_last = 0; // READ: last packet index of this read request
   uint16_t sport = 0;
   uint8_t flags = 0;
+  uint32_t prev_sent = 0;  // low 32 bits of the send time of the copy before the latest (RACK)
 };
+static_assert(sizeof(PsnRec) == 40, "prev_sent fills the record's padding");
 inline constexpr uint8_t kRecAcked = 1;   // acknowledged / READ response received
 inline constexpr uint8_t kRecLost = 2;    // must be retransmitted
 inline constexpr uint8_t kRecRetx = 4;    // retransmitted at least once (no RTT sample)
 inline constexpr uint8_t kRecRead = 8;    // PSN of a READ (done only by its response)
+inline constexpr uint8_t kRecRack = 16;   // declared lost by a SACK (RACK), not by a timeout
 
 // Responder record per PSN of the reorder window.
 struct RxSlot {
@@ -154,6 +157,21 @@ struct Qp {
   uint32_t reads_inflight = 0;
   uint64_t last_progress = 0;
   uint64_t srtt_ns = 0;  // smoothed RTT of first transmissions (EWMA 1/8)
+  uint64_t min_rtt_ns = 0;  // smallest RTT of a first transmission (0: none yet)
+  // RACK (requester.cc): a SACK declares a packet lost once a packet sent
+  // after it was delivered and it has been out rack_rtt_ns + reo_wnd_ns
+  // (rack_rtt_ns: the RTT of the latest-sent delivered packet). The window
+  // starts at 0 and grows when a loss so declared turns out spurious: with
+  // spraying, a packet on a slower or queued path is overtaken, not lost.
+  uint64_t rack_seq = 0;       // sent_seq + 1 of the latest-sent delivered packet (0: none)
+  uint64_t rack_rtt_ns = 0;    // its RTT
+  uint32_t rack_high = 0;      // PSN past the highest a SACK reported
+  uint64_t rack_timer = kNever;  // when a packet waiting out the window is due
+  uint64_t reo_wnd_ns = 0;
+  uint64_t reo_grow_after = 0; // the window grows at most once per RTT
+  uint64_t reo_event_after = 0;  // loss events count at most once per RTT
+  uint32_t reo_episodes = 0;   // loss events since a spurious one (decay)
+  uint64_t rack_spurious = 0;  // losses found spurious (telemetry, tests)
   uint32_t backoff = 0;
   uint32_t retries = 0;
   uint64_t rnr_until = 0;
@@ -274,6 +292,15 @@ struct Qp {
   void ack_rec(uint32_t psn, uint64_t now, uint64_t& bytes, uint64_t& rtt) noexcept;
   void mark_lost(uint32_t psn) noexcept;
   void mark_lost_from(uint32_t psn) noexcept;
+  // RACK: the window's bounds, its growth on a spurious loss, its decay, and
+  // the timer that declares packets lost once they have waited it out.
+  uint64_t reo_wnd_max() const noexcept;
+  // `late_ns`: the late packet's RTT, as far as it is known (0: not).
+  void on_spurious_loss(uint64_t late_ns, uint64_t now) noexcept;
+  void rack_losses_declared(uint64_t now) noexcept;
+  static constexpr uint64_t kReoWndMinStepNs = 1'000;
+  static constexpr uint32_t kReoDecayEpisodes = 16;  // RACK's: halve after 16 without a spurious one
+  void rack_on_timer(uint64_t now) noexcept;
   void cum_ack(uint32_t psn, uint64_t now) noexcept;
   void advance_una(uint64_t now) noexcept;
   // The same, when una has already moved on from `before` (cum_ack).

@@ -200,6 +200,7 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
     }
   } else {
     fill_request(d, w, r.pkt_idx, off, r.len);
+    r.prev_sent = static_cast<uint32_t>(r.sent_at);
     r.sent_at = now;
     r.sent_seq = tx_seq;
     if (retx) r.flags |= kRecRetx;
@@ -311,9 +312,12 @@ bool Qp::tx_requests(uint64_t now) noexcept {
   PsnRec& r = rec(psn);
   if (r.flags & kRecAcked) return;
   r.flags |= kRecAcked;
+  uint64_t late = 0;  // a spurious loss: how long the copy that arrived took
   if (r.flags & kRecLost) {
     r.flags &= ~kRecLost;
     --lost;
+    // Declared lost, not yet resent: the latest copy arrived.
+    if (r.flags & kRecRack) late = std::max<uint64_t>(1, now - r.sent_at);
   } else {
     inflight_bytes -= r.len;
   }
@@ -321,14 +325,27 @@ bool Qp::tx_requests(uint64_t now) noexcept {
   if (!(r.flags & kRecRetx) && now >= r.sent_at) {
     rtt = now - r.sent_at;
     srtt_ns = srtt_ns ? (7 * srtt_ns + rtt) / 8 : rtt;
+    if (rtt < min_rtt_ns || min_rtt_ns == 0) min_rtt_ns = rtt;
     path_on_ack(r.sport, rtt, now);
+  } else if ((r.flags & kRecRack) && now - r.sent_at < min_rtt_ns / 4) {
+    // Answered within a quarter of the shortest RTT seen since it was
+    // resent: the answer is to an earlier copy, which was late, not lost
+    // (TCP's Eifel test, by the clock; a quarter because with cumulative
+    // ACKs and queues the shortest sample overstates a path's RTT).
+    late = std::max<uint32_t>(1, static_cast<uint32_t>(now) - r.prev_sent);
+  }
+  if (late) [[unlikely]] {
+    on_spurious_loss(late, now);
+  } else if (r.sent_seq >= rack_seq) {
+    rack_seq = r.sent_seq + 1;
+    rack_rtt_ns = now - r.sent_at;
   }
 }
 
 void Qp::mark_lost(uint32_t psn) noexcept {
   PsnRec& r = rec(psn);
   if (r.flags & (kRecAcked | kRecLost)) return;
-  r.flags |= kRecLost;
+  r.flags = static_cast<uint8_t>((r.flags & ~kRecRack) | kRecLost);  // RACK's callers set kRecRack
   ++lost;
   inflight_bytes -= r.len;
   if (psn_lt(psn, rtx_cursor) || lost == 1) rtx_cursor = psn;
@@ -396,6 +413,10 @@ void Qp::on_sack(uint64_t sack, uint64_t now) noexcept {
     ack_rec(p, now, bytes, rtt);
   }
   uint32_t lost_now = 0;
+  // RACK: a packet has had its time once it has been out the RTT of the
+  // latest-sent delivered packet plus the reorder window (with no window,
+  // as soon as a packet sent after it is reported).
+  const uint64_t wait = rack_rtt_ns + reo_wnd_ns;
   for (int i = 0; i < top; ++i) {
     if ((bm >> i) & 1) continue;
     const uint32_t p = psn_add(base, i);
@@ -404,12 +425,73 @@ void Qp::on_sack(uint64_t sack, uint64_t now) noexcept {
     // Lost only if something sent after it has arrived (RACK-like), so a
     // retransmission still in flight is not sent again.
     if (!any || (r.flags & (kRecAcked | kRecLost | kRecRead)) || r.sent_seq >= latest) continue;
+    if (reo_wnd_ns != 0 && r.sent_at + wait > now) {  // maybe only late: look again when its time is up
+      rack_timer = std::min(rack_timer, r.sent_at + wait);
+      continue;
+    }
     mark_lost(p);
+    r.flags |= kRecRack;
     ++lost_now;
   }
+  if (top >= 0) {
+    const uint32_t past = psn_add(base, static_cast<uint32_t>(top) + 1);
+    if (psn_lt(rack_high, past)) rack_high = past;
+  }
   if (bytes || rtt) cc->on_ack(bytes, rtt, now);
-  if (lost_now) cc->on_loss(lost_now, now);
+  if (lost_now) {
+    cc->on_loss(lost_now, now);
+    rack_losses_declared(now);
+  }
   advance_una(now);
+}
+
+// The window's ceiling: RACK's (the smoothed RTT), and never more than a
+// quarter of the QP's timeout, so that a real loss is still repaired well
+// before the timeout would.
+uint64_t Qp::reo_wnd_max() const noexcept { return std::min(srtt_ns, attr.timeout_ns / 4); }
+
+void Qp::on_spurious_loss(uint64_t late_ns, uint64_t now) noexcept {
+  ++rack_spurious;
+  reo_episodes = 0;
+  if (!t->rack_adaptive()) return;
+  // As late as this one was, and a quarter more for the ones behind it...
+  uint64_t w = late_ns > rack_rtt_ns ? (late_ns - rack_rtt_ns) * 5 / 4 : 0;
+  // ...and at least a step more once per round trip (RACK's growth).
+  if (now >= reo_grow_after) {
+    reo_grow_after = now + srtt_ns;
+    w = std::max(w, reo_wnd_ns + std::max<uint64_t>(min_rtt_ns / 8, kReoWndMinStepNs));
+  }
+  reo_wnd_ns = std::max(reo_wnd_ns, std::min(reo_wnd_max(), w));
+}
+
+void Qp::rack_losses_declared(uint64_t now) noexcept {
+  // Counted at most once per round trip, as RACK counts recoveries.
+  if (reo_wnd_ns == 0 || now < reo_event_after) return;
+  reo_event_after = now + srtt_ns;
+  if (++reo_episodes < kReoDecayEpisodes) return;
+  reo_episodes = 0;
+  reo_wnd_ns /= 2;  // real losses all along: wait less for the next one
+}
+
+void Qp::rack_on_timer(uint64_t now) noexcept {
+  rack_timer = kNever;
+  const uint64_t wait = rack_rtt_ns + reo_wnd_ns;
+  uint32_t n = 0;
+  for (uint32_t p = una; psn_lt(p, rack_high) && psn_lt(p, nxt); p = psn_add(p, 1)) {
+    PsnRec& r = rec(p);
+    if ((r.flags & (kRecAcked | kRecLost | kRecRead)) || r.sent_seq + 1 >= rack_seq) continue;
+    if (r.sent_at + wait > now) {
+      rack_timer = std::min(rack_timer, r.sent_at + wait);
+      continue;
+    }
+    mark_lost(p);
+    r.flags |= kRecRack;
+    ++n;
+  }
+  if (n) {
+    cc->on_loss(n, now);
+    rack_losses_declared(now);
+  }
 }
 
 void Qp::complete_sends() noexcept {
@@ -455,6 +537,7 @@ void Qp::to_error(ibv_wc_status first_status) noexcept {
   reads_inflight = 0;
   rnr_wait = false;
   read_hole_since = kNever;
+  rack_timer = kNever;
   ack_pending = nak_pending = false;
   hole_since = kNever;
   reads_head = reads_tail;
@@ -600,6 +683,7 @@ DropReason Qp::on_response(const common::RocePacket& pkt, const uint8_t* payload
 }
 
 void Qp::on_timers_requester(uint64_t now) noexcept {
+  if (now >= rack_timer) rack_on_timer(now);
   if (una != nxt && now >= last_progress + rto()) {
     ++c.timeouts;
     if (++retries > attr.retry_cnt) {
@@ -663,7 +747,7 @@ void Qp::on_timers_requester(uint64_t now) noexcept {
 
 uint64_t Qp::requester_deadline() const noexcept {
   uint64_t d = kNever;
-  if (una != nxt) d = last_progress + rto();
+  if (una != nxt) d = std::min(last_progress + rto(), rack_timer);
   if (rnr_wait) d = std::min(d, rnr_until);
   if (read_hole_since != kNever) d = std::min(d, read_hole_since + attr.reorder_delay_ns);
   if (cc_blocked) {

@@ -180,6 +180,16 @@ const PathPolicy* Transport::path_policy(uint32_t qpn) const noexcept {
   return qp ? qp->path.get() : nullptr;
 }
 
+uint64_t Transport::reorder_window(uint32_t qpn) const noexcept {
+  const Qp* qp = find_qp(qpn);
+  return qp ? qp->reo_wnd_ns : 0;
+}
+
+uint64_t Transport::spurious_losses(uint32_t qpn) const noexcept {
+  const Qp* qp = find_qp(qpn);
+  return qp ? qp->rack_spurious : 0;
+}
+
 const CcPolicy* Transport::cc_policy(uint32_t qpn) const noexcept {
   const Qp* qp = find_qp(qpn);
   return qp ? qp->cc.get() : nullptr;
@@ -195,6 +205,13 @@ void Qp::reset_state() noexcept {
   reads_inflight = 0;
   last_progress = 0;
   srtt_ns = 0;
+  min_rtt_ns = 0;
+  rack_seq = rack_rtt_ns = 0;
+  rack_high = 0;
+  rack_timer = kNever;
+  reo_wnd_ns = reo_grow_after = reo_event_after = 0;
+  reo_episodes = 0;
+  rack_spurious = 0;
   backoff = retries = 0;
   rnr_until = 0;
   rnr_retries = 0;
@@ -273,7 +290,7 @@ int Transport::modify_qp(uint32_t qpn, const QpAttr& a, int mask) noexcept {
   }
   if (mask & IBV_QP_SQ_PSN) {
     qp->attr.sq_psn = a.sq_psn & common::kPsnMask;
-    qp->una = qp->nxt = qp->rtx_cursor = qp->read_high = qp->attr.sq_psn;
+    qp->una = qp->nxt = qp->rtx_cursor = qp->read_high = qp->rack_high = qp->attr.sq_psn;
     qp->credit_limit = common::psn_add(qp->attr.sq_psn, qp->cc->unscheduled_pkts());
   }
   if (to == QpState::kRtr && from == QpState::kInit) {

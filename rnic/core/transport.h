@@ -84,6 +84,10 @@ struct TransportConfig {
   uint32_t max_cqs = 64;
   uint32_t tx_queue_capacity = 256; // power of two
   CreditConfig credit;              // how this port grants credit (cc "credit" QPs)
+  // IRN requesters: widen the RACK reorder window when a packet a SACK
+  // declared lost turns out to have arrived (false: the window stays 0, a
+  // packet is lost as soon as one sent after it is reported).
+  bool rack_adaptive = true;
 };
 
 // Every received packet and every drop, per reason: those no QP took
@@ -135,6 +139,10 @@ class Transport {
   const QpCounters* qp_counters(uint32_t qpn) const noexcept;
   // The QP's policies, for their counters (nullptr if no such QP).
   const PathPolicy* path_policy(uint32_t qpn) const noexcept;
+  // The requester's RACK reorder window (ns), and how many of the losses it
+  // declared turned out spurious (the original was acknowledged).
+  uint64_t reorder_window(uint32_t qpn) const noexcept;
+  uint64_t spurious_losses(uint32_t qpn) const noexcept;
   const CcPolicy* cc_policy(uint32_t qpn) const noexcept;
   const TransportCounters& counters() const noexcept { return counters_; }
   // QPs poll() visits: those with something to send or a timer running
@@ -181,6 +189,7 @@ class Transport {
   }
   Cq* cq(uint32_t id) noexcept;
   TxQueue& txq() noexcept { return tx_; }
+  bool rack_adaptive() const noexcept { return cfg_.rack_adaptive; }
 
  private:
   // Puts a QP on the active list (a no-op if it is there already): every

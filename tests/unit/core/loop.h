@@ -115,8 +115,8 @@ inline QpInitAttr qp_init(const QpSetup& s, uint32_t cq) {
 class Loop {
  public:
   Loop(std::size_t mem_bytes, const QpSetup& s = {}, const NetConfig& net = {},
-       uint64_t seed = 1)
-      : a(mem_bytes), b(mem_bytes), setup(s), net(net), rng(seed) {
+       uint64_t seed = 1, const TransportConfig& cfg = {})
+      : a(mem_bytes, cfg), b(mem_bytes, cfg), setup(s), net(net), rng(seed) {
     a.qpn = a.t.create_qp(qp_init(s, a.cq));
     b.qpn = b.t.create_qp(qp_init(s, b.cq));
     ok = a.qpn && b.qpn && bring_up(a, b.qpn, s.sq_psn_a, s.sq_psn_b, s, 2) == 0 &&
@@ -133,6 +133,9 @@ class Loop {
   bool block_a_to_b = false;  // drop everything A sends
   // Optional hook to look at (and veto) every frame: return false to drop.
   std::function<bool(bool from_a, const common::RocePacket&)> filter;
+  // Optional hook giving a frame's delay instead of net.delay_ns + jitter
+  // (e.g. a slow or queued path for some of them).
+  std::function<uint64_t(bool from_a, const common::RocePacket&)> delay;
 
   int send(Host& h, const SendWr& wr) { return h.t.post_send(h.qpn, wr); }
   int recv(Host& h, const RecvWr& wr) { return h.t.post_recv(h.qpn, wr); }
@@ -205,8 +208,14 @@ class Loop {
       }
       if ((from_a && block_a_to_b) || u(rng) < net.loss) { ++dropped; continue; }
       const uint64_t jit = net.jitter_ns ? rng() % net.jitter_ns : 0;
-      if (u(rng) < net.duplicate) wire_.emplace(now + net.delay_ns + jit / 2, Frame{from_a, f});
-      wire_.emplace(now + net.delay_ns + jit, Frame{from_a, std::move(f)});
+      uint64_t dly = net.delay_ns + jit, dup_dly = net.delay_ns + jit / 2;
+      if (delay) {
+        common::RocePacket p;
+        common::parse_roce(f.data(), f.size(), p);
+        dly = dup_dly = delay(from_a, p);
+      }
+      if (u(rng) < net.duplicate) wire_.emplace(now + dup_dly, Frame{from_a, f});
+      wire_.emplace(now + dly, Frame{from_a, std::move(f)});
     }
   }
 
