@@ -279,7 +279,7 @@ bool MappingImport::step(std::size_t budget) {
       case Phase::kReserve: {
         const std::size_t want = state_.mappings().size() + rows_.size();
         // One step when nothing grows, or when the caller wants it all now.
-        if (budget == SIZE_MAX || state_.mappings().grown_slots(want) <= state_.mappings().slots()) {
+        if (budget == SIZE_MAX || MappingTable::grown_slots(want) <= state_.mappings().slots()) {
           state_.reserve_mappings(want);
         } else if (!grown_.valid()) {
           grown_from_ = state_.generation();

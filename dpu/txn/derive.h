@@ -45,9 +45,11 @@ std::optional<ChangeSet> change_set_for_miss(const Level1State& state, const com
                                              const Level2Shadow* installed = nullptr,
                                              const PendingPunts* pending = nullptr);
 
-// Starts the cache misses resolving these punts will take, all at once:
-// each egress miss's level-1 mapping slot (own tenant) and, with `installed`,
-// its egress shadow slot. On large tables each is a cache and TLB miss that
+// Takes the cache misses resolving these punts will take, all at once, a
+// chunk of 32 at a time: each egress miss's level-1 mapping slot (own tenant)
+// and, with `installed`, its egress and ingress shadow slots (loaded, not
+// prefetched: prefetched, they still missed in change_set_for_miss and the
+// txn's digest). On large tables each is a cache and TLB miss that
 // change_set_for_miss would otherwise wait for one punt after another.
 // Reads only; changes nothing.
 void warm_for_punts(const Level1State& state, const Level2Shadow* installed,
