@@ -94,6 +94,16 @@ inline int bring_up(Host& h, uint32_t remote_qpn, uint32_t sq_psn, uint32_t rq_p
   return bring_up(h.t, h.qpn, remote_qpn, sq_psn, rq_psn, s, peer);
 }
 
+// Moves h's QP to ERR (verbs: its outstanding work flushes) and collects the
+// completions that produces.
+inline int move_to_error(Host& h) {
+  QpAttr a;
+  a.state = QpState::kError;
+  const int r = h.t.modify_qp(h.qpn, a, IBV_QP_STATE);
+  h.drain_cq();
+  return r;
+}
+
 // The QP a Loop gives each side: `s`'s mode, depths and policies, both
 // queues on `cq`.
 inline QpInitAttr qp_init(const QpSetup& s, uint32_t cq) {

@@ -149,10 +149,7 @@ TEST_CASE("unsignalled WRs still report errors: a flush completes every WR not d
   }
   REQUIRE(l.a.t.post_send(l.a.qpn, wrs.data(), 4) == 0);
   l.a.t.poll(l.now);
-  QpAttr a;
-  a.state = QpState::kError;
-  REQUIRE(l.a.t.modify_qp(l.a.qpn, a, IBV_QP_STATE) == 0);
-  l.a.drain_cq();
+  REQUIRE(move_to_error(l.a) == 0);
   REQUIRE(l.a.done.size() == 4);
   for (uint32_t i = 0; i < 4; ++i) {
     CHECK(l.a.done[i].wr_id == i);

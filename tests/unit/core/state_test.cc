@@ -87,10 +87,7 @@ TEST_CASE("moving to ERROR flushes every outstanding work request") {
     REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, 10 + i, l.a, 0, 5000, &l.b, 0)) == 0);
   REQUIRE(l.recv(l.a, make_recv(20, l.a, 0, 100)) == 0);
   l.a.t.poll(l.now);
-  QpAttr a;
-  a.state = QpState::kError;
-  REQUIRE(l.a.t.modify_qp(l.a.qpn, a, IBV_QP_STATE) == 0);
-  l.a.drain_cq();
+  REQUIRE(move_to_error(l.a) == 0);
   REQUIRE(l.a.done.size() == 4);
   for (const auto& c : l.a.done) CHECK(c.status == IBV_WC_WR_FLUSH_ERR);
   CHECK(l.a.done[0].wr_id == 10);
