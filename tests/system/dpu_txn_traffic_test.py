@@ -57,7 +57,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from tandem_harness import Checks, Lab, Tandemctl, Telemetry, lab_fabric_argv, run_checked, stop  # noqa: E402
+from tandem_harness import Checks, Lab, Tandemctl, Telemetry, lab_fabric_argv, poll_until, run_checked, stop  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("bins", nargs=5)
@@ -137,21 +137,12 @@ def active():
                for n in ("A", "B"))
 
 
-def poll(cond, timeout, interval=0.05):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if cond():
-            return True
-        time.sleep(interval)
-    return False
-
-
 def start_agent():
     pre = f"{TAG}-dpu"
     p = lab.start([DPU, "--db", f"{D}/dpu.sqlite", "--control-socket", f"{D}/ctl.sock", "--channel-dir", CH,
                    "--idle", "adaptive", "--heartbeat-timeout-ms", "3000", "--", "--no-pci", "--no-huge", "-m", "64", f"--file-prefix={pre}",
                    "-l", "0", "--log-level=lib.eal:error"], "agent", pre)
-    if not poll(lambda: ctl("tenant", "list")[0] == 0 or p.poll() is not None, 20) or p.poll() is not None:
+    if not poll_until(lambda: ctl("tenant", "list")[0] == 0 or p.poll() is not None, 20) or p.poll() is not None:
         raise RuntimeError("agent did not start")
     return p
 
@@ -225,7 +216,7 @@ def race_probe(tel_a, a_qpn, streams):
         api({"cmd": "mapping.import", "path": f"{D}/g.csv"})
         time.sleep(random.uniform(0, 0.010))
         api({"cmd": "mapping.del", "vni": vni, "overlay_ip": ip})
-        poll(lambda: not channel("A").get("txn_in_flight") and channel("A").get("queued_change_sets") == 0, 3, 0.002)
+        poll_until(lambda: not channel("A").get("txn_in_flight") and channel("A").get("queued_change_sets") == 0, 3, poll=0.002)
         time.sleep(0.005)
         left = [e for e in api({"cmd": "table.dump", "level": 2, "rnic": "A"})["rnics"]["A"]["entries"]
                 if e.get("kind") == "egress" and e.get("dst_overlay_ip") == ip]
@@ -235,7 +226,7 @@ def race_probe(tel_a, a_qpn, streams):
         write_csv(f"{D}/g.csv", [(1, g)])
         api({"cmd": "mapping.import", "path": f"{D}/g.csv"})
         sent = qp_new_data(tel_a, a_qpn)
-        poll(lambda: qp_new_data(tel_a, a_qpn).get(1, 0) > sent.get(1, 0) + DEPTH, 3, 0.001)
+        poll_until(lambda: qp_new_data(tel_a, a_qpn).get(1, 0) > sent.get(1, 0) + DEPTH, 3, poll=0.001)
     alive = [t.poll() is None for _, t in streams]
     check(not stale, f"{i + 1} probes (streams alive {alive}): after `mapping del` and an idle agent, A holds no entry for the deleted "
           f"mapping ({len(stale)} stale: generation, MAC {stale[:5]})")
@@ -267,11 +258,11 @@ def main():
 
     fab_pre = f"{TAG}-fab"
     fab = lab.start(lab_fabric_argv(FABRIC, fab_pre, D), "fabric", fab_pre)
-    if not poll(lambda: "tandem-fabric:" in lab.text("fabric") or fab.poll() is not None, 20):
+    if not poll_until(lambda: "tandem-fabric:" in lab.text("fabric") or fab.poll() is not None, 20):
         raise RuntimeError("fabric did not start")
     wa, pre_a = start_worker("A", "h0.sock")
     wb, pre_b = start_worker("B", "h1.sock")
-    if not poll(active, 30):
+    if not poll_until(active, 30):
         raise RuntimeError("workers did not reach ACTIVE with the agent: " +
                            json.dumps({n: {k: channel(n).get(k) for k in ("state", "last_error", "bar")} for n in "AB"}))
     tel_a = Telemetry(pre_a, ready="/tandem/rnic/stats")
@@ -279,7 +270,7 @@ def main():
     # Every frame worker A sends, in send order (its rte_pdump TX callback).
     cap = lab.start(["nice", "-n", "19", "dpdk-dumpcap", f"--file-prefix={pre_a}", "-i", "0", "-s", "64", "-P", "-q",
                      "-w", f"{D}/a.pcap", "-f", "src host 10.0.0.1"], "dumpcap")
-    if not poll(lambda: "File:" in lab.text("dumpcap") or cap.poll() is not None, 20) or cap.poll() is not None:
+    if not poll_until(lambda: "File:" in lab.text("dumpcap") or cap.poll() is not None, 20) or cap.poll() is not None:
         raise RuntimeError("dpdk-dumpcap did not start:\n" + lab.text("dumpcap"))
     time.sleep(1.0)  # it names its file before the primary has enabled the callbacks
 
@@ -288,7 +279,7 @@ def main():
         s = lab.start([APP, "sink", f"{D}/B.rnic", D, f"sink{member}", f"strm{member}", ia] + TRAFFIC, f"sink{member}")
         t = lab.start([APP, "stream", f"{D}/A.rnic", D, f"strm{member}", f"sink{member}", ib] + TRAFFIC, f"strm{member}")
         streams.append((s, t))
-    ok = poll(lambda: all(os.path.exists(f"{D}/strm{m}.streaming") or t.poll() is not None
+    ok = poll_until(lambda: all(os.path.exists(f"{D}/strm{m}.streaming") or t.poll() is not None
                           for (m, *_), (s, t) in zip(MEMBERS, streams)), 30)
     check(ok and all(t.poll() is None for _, t in streams), "two streams A -> B run, one per group member")
     qpn = {}
@@ -350,10 +341,10 @@ def main():
             # misses and gets the entry at generation g installed; then the
             # member's QP must make progress (ACKs accepted) before the next round.
             t1 = time.time()
-            ok = poll(lambda: all(gen_mac(m, g) in egress_macs() for m in group), 3, 0.001)
+            ok = poll_until(lambda: all(gen_mac(m, g) in egress_macs() for m in group), 3, poll=0.001)
             sent = qp_new_data(tel_a, a_qpn)
-            ok = ok and poll(lambda: all(qp_new_data(tel_a, a_qpn).get(m, 0) > sent.get(m, 0) + DEPTH
-                                         for m in group), 3, 0.001)
+            ok = ok and poll_until(lambda: all(qp_new_data(tel_a, a_qpn).get(m, 0) > sent.get(m, 0) + DEPTH
+                                         for m in group), 3, poll=0.001)
             paced += ok
             if not ok:
                 c = channel("A")
@@ -368,7 +359,7 @@ def main():
     elapsed = time.time() - t0
     final = g
     rounds_total = (g - 1) * len(members)
-    l2_ok = poll(lambda: all(gen_mac(m, final) in egress_macs() for m, *_ in MEMBERS), 20)
+    l2_ok = poll_until(lambda: all(gen_mac(m, final) in egress_macs() for m, *_ in MEMBERS), 20)
     cha = channel("A")
     l2_txns = cha.get("stats", {}).get("txns_committed", 0) - l2_before
     # Pacing is how the test keeps the flows alive, not the property under test: a
