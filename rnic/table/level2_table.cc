@@ -318,7 +318,7 @@ TableStatus Level2Table::commit(uint64_t new_version) noexcept {
   // Staged inserts carry add_version = next_version_ and removals
   // remove_version = next_version_, so any version >= next_version_ shows
   // exactly the staged table; a smaller one would expose nothing new.
-  if (new_version < next_version_) return TableStatus::kBadVersion;
+  if (new_version < next_version_ || new_version > kMaxVersion) return TableStatus::kBadVersion;
   // The single switch: readers that load the new version see every staged
   // insert (published before) and every staged removal.
   version_.store(new_version, std::memory_order_seq_cst);

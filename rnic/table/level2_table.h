@@ -76,6 +76,9 @@ class Level2Table {
  public:
   static constexpr unsigned kSlotsPerBucket = 8;
   static constexpr uint64_t kNever = ~uint64_t{0};
+  // Versions are [add, remove) with kNever as "not removed", so no committed
+  // version may reach kNever: at it every entry would be invisible.
+  static constexpr uint64_t kMaxVersion = kNever - 1;
 
   struct Snapshot {
     uint64_t epoch = 0;    // table epoch when the snapshot was taken (for reclaim)
@@ -119,6 +122,7 @@ class Level2Table {
   TableStatus del(const EntryKey& key) noexcept;       // absent key is not an error
   // Publishes the staged table as new_version (0 = committed + 1; a full
   // replay may jump ahead), visible to the next begin_read() at once.
+  // kBadVersion (txn stays open) for a version below committed + 1 or above kMaxVersion.
   TableStatus commit(uint64_t new_version = 0) noexcept;
   TableStatus abort() noexcept;
   // min_active_epoch: the smallest Snapshot::epoch held by a reader inside a

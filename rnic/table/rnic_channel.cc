@@ -258,7 +258,7 @@ void RnicChannel::on_commit(const CommitMsg& m, bool sync_end) noexcept {
   }
   // BEGIN promised base + 1; a replay may jump to any newer version.
   bool version_ok = sync_end ? m.version > table_.version() : m.version == table_.version() + 1;
-  if (!version_ok) {
+  if (!version_ok || m.version > Level2Table::kMaxVersion) {
     abort_open(AbortReason::kVersionMismatch, m.txn, op_index_);
     doomed_ = false;
     return;
@@ -269,7 +269,11 @@ void RnicChannel::on_commit(const CommitMsg& m, bool sync_end) noexcept {
     doomed_ = false;
     return;
   }
-  table_.commit(m.version);
+  if (table_.commit(m.version) != TableStatus::kOk) {  // unreachable after the checks above
+    abort_open(AbortReason::kVersionMismatch, m.txn, op_index_);
+    doomed_ = false;
+    return;
+  }
   vnics_.commit(table_.version());
   txn_open_ = false;
   ++stats_.commits;

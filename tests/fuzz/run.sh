@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (parse_roce + frame decoder, pcap reader, the RNIC's channel end) with
 # clang++-14 and ASan/UBSan, then runs each for FUZZ_SECONDS (default 20) from
-# a seed corpus made on the fly. Exits non-zero if a target crashes.
+# a seed corpus made on the fly, after replaying tests/fuzz/regressions/. Exits non-zero if a
+# target crashes.
 # Output: build/fuzz/ (or $FUZZ_OUT); crash inputs are kept there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,7 +28,7 @@ PCAP=(common/pcap/pcap_reader.cc common/pcap/pcap_writer.cc)
 build() {
   local bin=$1; shift
   local kind=$1; shift
-  if [[ -x $bin ]] && [[ -z $(find common tests/fuzz tests/lib -newer "$bin" \( -name '*.cc' -o -name '*.h' \) -print -quit) ]]; then
+  if [[ -x $bin ]] && [[ -z $(find common rnic/table tests/fuzz tests/lib -newer "$bin" \( -name '*.cc' -o -name '*.h' \) -print -quit) ]]; then
     return 0
   fi
   echo "fuzz: building $(basename "$bin")"
@@ -51,6 +52,21 @@ mkdir -p "$WORK/frames" "$WORK/pcaps" "$WORK/new-frames" "$WORK/new-pcaps" "$WOR
 python3 tests/fuzz/channel_seeds.py "$WORK/cmds"
 
 fail=0
+# Inputs that once crashed a target (tests/fuzz/regressions/<target>/) are replayed first, each
+# on its own: they must pass before any fuzzing counts.
+replay() {
+  local name=$1 dir=tests/fuzz/regressions/$1
+  [[ -d $dir ]] || return 0
+  local f
+  for f in "$dir"/*; do
+    if ! "$OUT/$name" "$f" >"$OUT/$name.replay.log" 2>&1; then
+      echo "fuzz: $name regression $(basename "$f") FAILED (log: $OUT/$name.replay.log)"
+      grep -E "ERROR|SUMMARY" "$OUT/$name.replay.log" | head -5
+      fail=1
+    fi
+  done
+  echo "fuzz: $name: $(ls "$dir" | wc -l) regression input(s) replayed"
+}
 run_one() {
   local name=$1 corpus=$2 seeds=$3
   echo "fuzz: running $name for ${SECONDS_EACH}s"
@@ -64,6 +80,7 @@ run_one() {
     echo "fuzz: $name ok: $(grep -E '^stat::number_of_executed_units' "$OUT/$name.log" | awk '{print $2}') inputs, $(grep -E '^#[0-9]+.*cov:' "$OUT/$name.log" | tail -1 | grep -oE 'cov: [0-9]+')"
   fi
 }
+for t in fuzz_parse_roce fuzz_pcap_reader fuzz_rnic_channel; do replay "$t"; done
 run_one fuzz_parse_roce "$WORK/new-frames" "$WORK/frames"
 run_one fuzz_pcap_reader "$WORK/new-pcaps" "$WORK/pcaps"
 run_one fuzz_rnic_channel "$WORK/new-cmds" "$WORK/cmds"

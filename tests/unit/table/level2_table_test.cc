@@ -133,6 +133,20 @@ TEST_CASE("transaction state errors are statuses, not crashes") {
   CHECK(t.stats().dels_absent == 1);
 }
 
+TEST_CASE("no commit reaches version kNever, where no entry would be visible") {
+  Level2Table t({8});
+  REQUIRE(t.begin() == TableStatus::kOk);
+  REQUIRE(t.put(egress(1, 1, 7)) == TableStatus::kOk);
+  CHECK(t.commit(Level2Table::kNever) == TableStatus::kBadVersion);
+  CHECK(t.txn_open());  // refused, not applied: the caller aborts
+  REQUIRE(t.commit(Level2Table::kMaxVersion) == TableStatus::kOk);
+  CHECK(dst_of(t.lookup(t.begin_read(), egress_key(1, 1))) == 7);
+  REQUIRE(t.begin() == TableStatus::kOk);
+  CHECK(t.commit() == TableStatus::kBadVersion);  // committed + 1 would be kNever
+  REQUIRE(t.abort() == TableStatus::kOk);
+  CHECK(t.size() == 1);
+}
+
 TEST_CASE("a reader holding the old version keeps seeing it after commits") {
   Level2Table t({64});
   commit_all(t, {egress(1, 1, 11), egress(1, 2, 12)});

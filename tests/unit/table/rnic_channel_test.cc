@@ -290,3 +290,48 @@ TEST_CASE("a vNIC entry whose key and action name different vNICs is a bad entry
   CHECK(t.put(e) == TableStatus::kBadEntry);
   CHECK(t.put(vnic_entry(1, 0xC0A80001)) == TableStatus::kOk);
 }
+
+// Regression (fuzz finding 6cfec604): a SYNC_END to version 2^64-1 committed, and at that version
+// every entry's remove_version (kNever, "not removed") is not above it, so the table counted two
+// entries that no lookup found. It is now refused and the committed table stays readable.
+TEST_CASE("a commit to the last 64-bit version is refused and the table stays readable") {
+  Rnic r;
+  r.hello();
+  BeginMsg b;
+  b.txn = 1;
+  r.send(b);
+  PutMsg p;
+  p.txn = 1;
+  p.entry = entry(1, 1);
+  r.send(p);
+  CommitMsg c;
+  c.txn = 1;
+  c.version = 1;
+  c.digest = r.table.staged_digest().value;
+  c.entry_count = 1;
+  r.send(c);
+  REQUIRE(r.events().at(0).type() == MessageType::kCommitted);
+
+  SyncStartMsg ss;
+  ss.txn = 2;
+  r.send(ss);
+  p.txn = 2;
+  p.entry = entry(2, 2);
+  r.send(p);
+  CommitMsg se;
+  se.hdr.type = MessageType::kSyncEnd;
+  se.txn = 2;
+  se.version = ~uint64_t{0};
+  se.digest = r.table.staged_digest().value;
+  se.entry_count = 1;
+  r.send(se);
+  auto ev = r.events();
+  REQUIRE(ev.size() == 1);
+  REQUIRE(ev[0].type() == MessageType::kAborted);
+  CHECK(as<AbortedMsg>(ev[0]).reason == AbortReason::kVersionMismatch);
+  CHECK(r.table.version() == 1);
+  const auto snap = r.table.begin_read();
+  CHECK(r.table.lookup(snap, egress_key(1, 1)) != nullptr);
+  CHECK(r.table.lookup(snap, egress_key(1, 2)) == nullptr);
+  CHECK(r.table.size() == 1);
+}
