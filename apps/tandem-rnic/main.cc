@@ -56,7 +56,9 @@ int main(int argc, char** argv) {
         return true;
       }, "Retransmission timeout when the application sets none, and the floor of the one it sets (4.096 us << ibv_qp_attr.timeout); default 1000");
   app.add_flag("--tx-copy", c.tx_copy,
-               "Copy payloads into mbufs instead of attaching registered memory as external buffers");
+               "Copy payloads into mbufs instead of attaching registered memory as external buffers "
+               "(always on for ports that cannot read application memory: net_virtio_user, net_virtio, "
+               "hardware in IOVA-as-PA mode; the start-up line says which and why)");
   app.add_option("--idle", idle, "busy (poll) or adaptive (pause, then 50 us sleeps when idle)")
       ->check(CLI::IsMember({"busy", "adaptive"}));
   app.add_option("--duration", c.duration_s, "Stop after this many seconds (default: until SIGINT/SIGTERM)");

@@ -1,6 +1,7 @@
 #include "rnic/dpdk/worker.h"
 
 #include <arpa/inet.h>
+#include <rte_eal.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 #include <rte_prefetch.h>
@@ -39,6 +40,7 @@
 #include "rnic/dpdk/egress_route.h"
 #include "rnic/dpdk/rx_stage.h"
 #include "rnic/dpdk/tx_encap.h"
+#include "rnic/dpdk/tx_payload_mode.h"
 #include "rnic/dpdk/worker_counters.h"
 #include "rnic/host/host_server.h"
 
@@ -137,9 +139,10 @@ class Worker {
     host_index_.assign(kMaxHostQpSlots, UINT32_MAX);
   }
 
-  void setup_port(rte_mempool* hdr_pool, rte_mempool* ext_pool, uint16_t n_ports) {
+  void setup_port(rte_mempool* hdr_pool, rte_mempool* ext_pool, uint16_t n_ports, TxPayloadMode mode) {
     n_ports_ = n_ports;
-    encap_ = std::make_unique<TxEncap>(hdr_pool, ext_pool, c_.tx_copy);
+    tx_mode_ = std::move(mode);
+    encap_ = std::make_unique<TxEncap>(hdr_pool, ext_pool, !tx_mode_.zero_copy);
   }
 
   void loop();
@@ -147,6 +150,9 @@ class Worker {
   void print_counters() const;
   nlohmann::json counters_json() const;
   void register_telemetry();
+  std::string tx_mode_line() const {
+    return std::string(tx_mode_.zero_copy ? "zero-copy" : "copy") + " (" + tx_mode_.why + ")";
+  }
   std::size_t live_qps() const noexcept {
     return static_cast<std::size_t>(std::count_if(ctx_.begin(), ctx_.end(), [](const QpCtx& q) { return q.live; }));
   }
@@ -231,6 +237,7 @@ class Worker {
   bool yaml_vnics_warned_ = false;
   bool old_agent_warned_ = false;
   std::unique_ptr<TxEncap> encap_;
+  TxPayloadMode tx_mode_;
   DmaRegistry dma_{c_.port_id};
   uint32_t core_cq_ = 0;
   uint32_t ident_key_ = 0;
@@ -895,7 +902,8 @@ nlohmann::json Worker::counters_json() const {
   }
   j["drops"] = drops;
   const EncapCounters& e = encap_->counters();
-  j["tx_encap"] = {{"zero_copy", encap_->zero_copy()}, {"zero_copy_segs", e.zero_copy_segs},
+  j["tx_encap"] = {{"zero_copy", encap_->zero_copy()}, {"mode_reason", tx_mode_.why},
+                   {"zero_copy_segs", e.zero_copy_segs},
                    {"copied_bytes", e.copied_bytes}, {"alloc_fail", e.alloc_fail}, {"too_big", e.too_big}};
   const DmaCounters& dm = dma_.counters();
   j["mr_dma"] = {{"mapped", dm.mapped}, {"not_needed", dm.not_needed}, {"no_iova", dm.no_iova}, {"failed", dm.failed},
@@ -1056,7 +1064,9 @@ int run(const WorkerConfig& c) {
   // Port 0 carries the traffic; further ports only receive (e.g. a net_pcap
   // rx_pcap replay of crafted frames in tests).
   const uint16_t n_ports = rte_eth_dev_count_avail();
-  worker->setup_port(pool, ext, n_ports);
+  rte_eth_dev_info info{};
+  const std::string driver = rte_eth_dev_info_get(c.port_id, &info) == 0 && info.driver_name ? info.driver_name : "?";
+  worker->setup_port(pool, ext, n_ports, choose_tx_payload_mode(driver, c.tx_copy, rte_eal_iova_mode() == RTE_IOVA_VA));
   const bool up = cd::port_setup(c.port_id, pool, c.port);
   for (uint16_t p = 1; p < n_ports; ++p) {
     cd::PortSetup ps = c.port;
@@ -1072,7 +1082,7 @@ int run(const WorkerConfig& c) {
   std::printf("tandem-rnic %s: port %u %s link %s, mode %s, spray %s, cc %s, mtu %u, tx %s, host socket %s\n",
               c.name.c_str(), c.port_id, cd::port_name(c.port_id).c_str(), up ? "up" : "down",
               c.mode == Reliability::kIrn ? "irn" : "gbn", c.spray.c_str(), c.cc.c_str(), c.mtu,
-              c.tx_copy ? "copy" : "zero-copy (memif/pcap PMDs copy anyway)", c.host_socket.c_str());
+              worker->tx_mode_line().c_str(), c.host_socket.c_str());
   std::fflush(stdout);
 
   worker->loop();

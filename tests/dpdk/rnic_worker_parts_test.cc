@@ -28,6 +28,7 @@
 #include "rnic/dpdk/egress_route.h"
 #include "rnic/dpdk/standalone_table.h"
 #include "rnic/dpdk/tx_encap.h"
+#include "rnic/dpdk/tx_payload_mode.h"
 
 using namespace tandem;
 using namespace tandem::rnic;
@@ -460,4 +461,20 @@ int main(int argc, char** argv) {
   std::error_code ec;
   std::filesystem::remove_all("/var/run/dpdk/" + prefix, ec);
   return rc;
+}
+
+// Finding "virtio ports: zero-copy transmit delivers nothing": the vhost-user backend of a
+// virtio-user port cannot map application memory, so such ports copy, and say why.
+TEST_CASE("transmit payloads are copied on ports that cannot read application memory") {
+  using tandem::rnic::dpdk::choose_tx_payload_mode;
+  CHECK(choose_tx_payload_mode("net_memif", false, false).zero_copy);
+  CHECK(choose_tx_payload_mode("net_pcap", false, false).zero_copy);
+  CHECK(choose_tx_payload_mode("mlx5_pci", false, false).zero_copy);
+  CHECK(choose_tx_payload_mode("net_ice", false, true).zero_copy);  // DMA-mapped in IOVA-as-VA mode
+  const auto vu = choose_tx_payload_mode("net_virtio_user", false, true);
+  CHECK_FALSE(vu.zero_copy);
+  CHECK(vu.why.find("vhost-user") != std::string::npos);
+  CHECK_FALSE(choose_tx_payload_mode("net_virtio", false, true).zero_copy);
+  CHECK_FALSE(choose_tx_payload_mode("net_ice", false, false).zero_copy);  // no IOVA for app memory
+  CHECK_FALSE(choose_tx_payload_mode("net_memif", true, false).zero_copy);  // --tx-copy
 }

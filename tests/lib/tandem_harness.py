@@ -84,13 +84,16 @@ def write_lab_tables(d, paths=lambda me, peer: 4):
 
 # ---- the two-host lab's processes (sockets and tables in one directory d) ---
 
-def lab_fabric_argv(fabric, prefix, d, flags=(), lcore="0"):
-    """tandem-fabric as memif server for both lab hosts (d/h0.sock: 10.0.0.1, d/h1.sock: 10.0.0.2), 4 paths."""
+def lab_fabric_argv(fabric, prefix, d, flags=(), lcore="0", transport="memif"):
+    """tandem-fabric as memif server for both lab hosts (d/h0.sock: 10.0.0.1, d/h1.sock: 10.0.0.2), 4 paths;
+    transport="vhost": vhost-user backends on the same sockets instead (for virtio-user workers)."""
+    if transport == "vhost":
+        ports = [f"--vdev=net_vhost{i},iface={d}/h{i}.sock" for i in (0, 1)]
+    else:
+        ports = [f"--vdev=net_memif{i},role=server,socket={d}/h{i}.sock" for i in (0, 1)]
     return [fabric, "--route", "10.0.0.1=0", "--route", "10.0.0.2=1", "--paths", "4"] + list(flags) + [
         "--idle", "adaptive", "--link-wait-ms", "0", "--", "--no-pci", f"--file-prefix={prefix}",
-        "-l", str(lcore), "-m", "64", "--log-level=lib.eal:error",
-        f"--vdev=net_memif0,role=server,socket={d}/h0.sock",
-        f"--vdev=net_memif1,role=server,socket={d}/h1.sock"]
+        "-l", str(lcore), "-m", "64", "--log-level=lib.eal:error"] + ports
 
 
 def lab_memif_vdev(d, sock, role="client", extra=""):
@@ -99,12 +102,48 @@ def lab_memif_vdev(d, sock, role="client", extra=""):
     return f"--vdev=net_memif0,role={role},socket={d}/{sock}" + (f",{extra}" if extra else "")
 
 
-def lab_worker_argv(rnic, name, prefix, d, sock, flags=(), eal=(), lcore="1", memif=""):
-    """tandem-rnic `name` (table d/<name>.yaml, host socket d/<name>.rnic) as memif client on d/<sock>."""
+def lab_worker_argv(rnic, name, prefix, d, sock, flags=(), eal=(), lcore="1", memif="", transport="memif"):
+    """tandem-rnic `name` (table d/<name>.yaml, host socket d/<name>.rnic) as memif client on d/<sock>;
+    transport="virtio": the virtio-user PMD a VM or container uses, against the fabric's vhost-user port
+    (one hugepage file, so the backend can map DPDK's memory)."""
+    if transport == "virtio":
+        port = ["--single-file-segments", f"--vdev=net_virtio_user0,path={d}/{sock}"]
+    else:
+        port = [lab_memif_vdev(d, sock, extra=memif)]
     return [rnic, "--name", name, "--host-socket", f"{d}/{name}.rnic", "--table", f"{d}/{name}.yaml",
             "--idle", "adaptive"] + list(flags) + [
-        "--", "--no-pci", f"--file-prefix={prefix}", "-l", str(lcore), "-m", "128", "--log-level=lib.eal:error",
-        lab_memif_vdev(d, sock, extra=memif)] + list(eal)
+        "--", "--no-pci", f"--file-prefix={prefix}", "-l", str(lcore), "-m", "128",
+        "--log-level=lib.eal:error"] + port + list(eal)
+
+
+def lab_perf_pair(lab, perf, d, name, test, flags, timeout=120):
+    """tandem-perf `test` --json: server on worker A (d/A.rnic, overlay 192.168.7.1), client with `flags`
+    on worker B (192.168.7.2), TCP on loopback. Returns (client exit, client JSON, server exit, server JSON);
+    a side that does not exit within timeout is killed (exit None)."""
+    port = free_port()
+    common = [test, "-p", str(port), "--json", "--timeout", "30"]
+    srv = lab.start([perf] + common + ["--device", f"{d}/A.rnic", "--gid", "192.168.7.1"],
+                    f"{name}-server", separate_stderr=True)
+    cli = lab.start([perf] + common + flags + ["--device", f"{d}/B.rnic", "--gid", "192.168.7.2", "127.0.0.1"],
+                    f"{name}-client", separate_stderr=True)
+    results = []
+    for p, side in ((cli, "client"), (srv, "server")):
+        try:
+            code = p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            code = None
+        try:
+            j = json.loads(lab.text(f"{name}-{side}"))
+        except ValueError:
+            j = {}
+        results.append((code, j))
+    (cc, cj), (sc, sj) = results
+    if cc != 0 or sc != 0:
+        print(f"--- {name} client stderr ---\n{lab.text(name + '-client', 'err')}"
+              f"--- {name} server stderr ---\n{lab.text(name + '-server', 'err')}")
+    return cc, cj, sc, sj
 
 
 def wait_fabric_started(lab, p, name="fabric", timeout=20):

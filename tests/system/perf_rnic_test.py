@@ -20,7 +20,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from tandem_harness import (Checks, Lab, free_port, lab_fabric_argv, lab_worker_argv,  # noqa: E402
+from tandem_harness import (Checks, Lab, free_port, lab_fabric_argv, lab_perf_pair, lab_worker_argv,  # noqa: E402
                             run_checked, wait_fabric_started, write_lab_tables)
 
 FABRIC, RNIC, PERF = sys.argv[1:4]
@@ -33,31 +33,7 @@ start, stop, log = lab.start, lab.stop, lab.text
 
 
 def perf_pair(name, test, flags, timeout=120):
-    """Server on worker A (overlay 192.168.7.1), client on worker B (192.168.7.2)."""
-    port = free_port()
-    common = [test, "-p", str(port), "--json", "--timeout", "30"]
-    srv = start([PERF] + common + ["--device", f"{D}/A.rnic", "--gid", "192.168.7.1"],
-                f"{name}-server", separate_stderr=True)
-    cli = start([PERF] + common + flags + ["--device", f"{D}/B.rnic", "--gid", "192.168.7.2", "127.0.0.1"],
-                f"{name}-client", separate_stderr=True)
-    results = []
-    for p, side in ((cli, "client"), (srv, "server")):
-        try:
-            code = p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-            code = None
-        try:
-            j = json.loads(log(f"{name}-{side}"))
-        except ValueError:
-            j = {}
-        results.append((code, j))
-    (cc, cj), (sc, sj) = results
-    if cc != 0 or sc != 0:
-        print(f"--- {name} client stderr ---\n{log(name + '-client', 'err')}"
-              f"--- {name} server stderr ---\n{log(name + '-server', 'err')}")
-    return cc, cj, sc, sj
+    return lab_perf_pair(lab, PERF, D, name, test, flags, timeout)
 
 
 def main():
