@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <array>
 #include <bit>
 #include <utility>
@@ -43,6 +44,8 @@
 #include "rnic/dpdk/tx_payload_mode.h"
 #include "rnic/dpdk/worker_counters.h"
 #include "rnic/host/host_server.h"
+#include "rnic/port/snapshot_exchange.h"
+#include "rnic/port/worker_snapshot.h"
 
 namespace tandem::rnic::dpdk {
 
@@ -60,6 +63,9 @@ constexpr uint64_t kHostPollNs = 20'000;
 // DPU mode: how long a QP's RTR waits for the agent to install its route.
 constexpr uint64_t kRouteWaitNs = 3'000'000'000;
 constexpr uint32_t kMaxHostQpSlots = 65536;
+// Rows of the counter snapshot: every named counter plus every drop reason of 4 stages and the core.
+constexpr std::size_t kQpsPerReply = 40;
+constexpr std::size_t kMaxCounterRows = 128 + 5 * common::kDropReasonCount;
 
 // --table-capacity, or the default for the mode; throws if the YAML's entries do not fit.
 uint32_t table_capacity(const WorkerConfig& c, const StandaloneTable& st) {
@@ -137,6 +143,8 @@ class Worker {
     ident_key_ = mr.lkey;
     ctx_.resize(c.max_qps);
     host_index_.assign(kMaxHostQpSlots, UINT32_MAX);
+    qps_x_->buffer().rows.resize(c.max_qps);
+    stats_x_->buffer().rows.resize(kMaxCounterRows);
   }
 
   void setup_port(rte_mempool* hdr_pool, rte_mempool* ext_pool, uint16_t n_ports, TxPayloadMode mode) {
@@ -149,6 +157,22 @@ class Worker {
   void shutdown();
   void print_counters() const;
   nlohmann::json counters_json() const;
+  // Every counter of the worker, once: f(group, name, value, help). Feeds the
+  // telemetry snapshot, --stats-json and the exit print alike.
+  template <class F>
+  void visit_counters(F&& f) const;
+  void fill_counter_rows(port::CounterRows& out) const noexcept;
+  void fill_qp_rows(port::QpRows& out) const noexcept;
+  void publish_snapshots() noexcept {
+    if (stats_x_->wanted()) [[unlikely]] {
+      fill_counter_rows(stats_x_->buffer());
+      stats_x_->publish();
+    }
+    if (qps_x_->wanted()) [[unlikely]] {
+      fill_qp_rows(qps_x_->buffer());
+      qps_x_->publish();
+    }
+  }
   void register_telemetry();
   std::string tx_mode_line() const {
     return std::string(tx_mode_.zero_copy ? "zero-copy" : "copy") + " (" + tx_mode_.why + ")";
@@ -250,6 +274,11 @@ class Worker {
   std::array<SendWr, kBurst> post_list_{};  // pump_qp's WRs for the core (a member: not re-initialised per call)
   RxStage rx_;  // the receive passes over a burst (rx_stage.h)
   WorkerCounters k_;
+  // What telemetry reads: filled by this thread on request (snapshot_exchange.h);
+  // shared with the callbacks so a late one never reaches a destroyed worker.
+  std::shared_ptr<port::SnapshotExchange<port::CounterRows>> stats_x_ =
+      std::make_shared<port::SnapshotExchange<port::CounterRows>>();
+  std::shared_ptr<port::SnapshotExchange<port::QpRows>> qps_x_ = std::make_shared<port::SnapshotExchange<port::QpRows>>();
   cd::TscClock clock_;
   uint64_t last_host_poll_ = 0;
   uint16_t n_ports_ = 1;
@@ -856,6 +885,7 @@ void Worker::loop() {
       if (!route_wait_.empty()) work += pending_routes(now);
     }
     in_ports.leave();
+    publish_snapshots();
     idle.after_iteration(work > 0 || !backlog_.empty());
   }
 }
@@ -885,142 +915,239 @@ void Worker::shutdown() {
 
 // ----------------------------------------------------------------- counters
 
+// Static names for the drop rows: group "drops.<stage>" and "core".
+const char* const* drop_names() {
+  static const auto names = [] {
+    static std::array<std::string, common::kDropReasonCount> core;
+    static std::array<const char*, common::kDropReasonCount> out{};
+    for (std::size_t r = 1; r < common::kDropReasonCount; ++r) {
+      core[r] = "drop_" + std::string(common::drop_reason_name(static_cast<DropReason>(r)));
+      out[r] = core[r].c_str();
+    }
+    return out.data();
+  }();
+  return names;
+}
+constexpr const char* kDropGroups[] = {"drops.parse", "drops.ingress", "drops.core", "drops.egress"};
+static_assert(std::size(kDropGroups) == static_cast<std::size_t>(Stage::kCount));
+
+template <class F>
+void Worker::visit_counters(F&& f) const {
+#define TANDEM_RNIC_COUNTER_VISIT(name, doc) f("worker", #name, k_.name, doc);
+  TANDEM_FOREACH_RNIC_COUNTER(TANDEM_RNIC_COUNTER_VISIT)
+#undef TANDEM_RNIC_COUNTER_VISIT
+  for (std::size_t st = 0; st < static_cast<std::size_t>(Stage::kCount); ++st)
+    for (std::size_t r = 1; r < common::kDropReasonCount; ++r)
+      if (k_.drops[st][r])
+        f(kDropGroups[st], common::drop_reason_name(static_cast<DropReason>(r)).data(), k_.drops[st][r],
+          "packets dropped at this stage for this reason");
+  const EncapCounters& e = encap_->counters();
+  f("tx_encap", "zero_copy", encap_->zero_copy() ? 1 : 0, "1: payloads leave from registered memory");
+  f("tx_encap", "zero_copy_segs", e.zero_copy_segs, "payload segments attached, not copied");
+  f("tx_encap", "copied_bytes", e.copied_bytes, "payload bytes copied into mbufs");
+  f("tx_encap", "alloc_fail", e.alloc_fail, "frames not built for want of an mbuf");
+  f("tx_encap", "too_big", e.too_big, "copy mode: frames larger than an mbuf");
+  f("tx_encap", "ext_in_flight", encap_->ext_in_flight(), "attached payloads the port still holds");
+  const DmaCounters& dm = dma_.counters();
+  f("mr_dma", "mapped", dm.mapped, "MR mappings DMA-mapped for the device");
+  f("mr_dma", "not_needed", dm.not_needed, "MR mappings the device needs no DMA map for");
+  f("mr_dma", "no_iova", dm.no_iova, "MR mappings without an IOVA (IOVA-as-PA mode)");
+  f("mr_dma", "failed", dm.failed, "MR mappings the EAL or device refused");
+  f("mr_dma", "unmapped", dm.unmapped, "MR mappings released");
+  f("mr_dma", "live", dm.live, "MR mappings held now");
+  const TransportCounters& tc = core_.counters();
+  f("core", "rx_pkts", tc.rx_pkts, "frames the transport core was given");
+  for (std::size_t r = 1; r < common::kDropReasonCount; ++r)
+    if (tc.drops[r]) f("core", drop_names()[r], tc.drops[r], "frames the core dropped for this reason");
+  const host::HostCounters& hc = host_.counters();
+#define TANDEM_HOST_COUNTER_VISIT(name, doc) f("host", #name, hc.name, doc);
+  TANDEM_FOREACH_HOST_COUNTER(TANDEM_HOST_COUNTER_VISIT)
+#undef TANDEM_HOST_COUNTER_VISIT
+  f("table", "version", table_.version(), "committed level-2 table version");
+  f("table", "entries", table_.size(), "committed level-2 table entries");
+  f("vnics", "count", vnics_.size(), "vNICs of the port");
+  f("vnics", "withdrawn", vnics_withdrawn_, "vNICs the agent removed");
+  f("vnics", "qps_on_withdrawn_vnic", qps_on_withdrawn_vnic_, "live QPs routed over a vNIC when it was removed");
+  f("", "live_qps", live_qps(), "QPs live now");
+}
+
+void Worker::fill_counter_rows(port::CounterRows& out) const noexcept {
+  out.clear();
+  visit_counters([&](const char* g, const char* n, uint64_t v, const char* h) { out.add(g, n, v, h); });
+}
+
+void Worker::fill_qp_rows(port::QpRows& out) const noexcept {
+  out.n = 0;
+  for (const QpCtx& q : ctx_) {
+    if (!q.live || out.n == out.rows.size()) continue;
+    port::QpRow& r = out.rows[out.n++];
+    r = port::QpRow{};
+    r.host_qpn = q.host_qpn;
+    r.core_qpn = q.core_qpn;
+    r.app_id = q.app_id;
+    r.state = q.state;
+    r.vnic = q.vnic;
+    r.vni = q.vni;
+    r.remote_overlay = q.remote_overlay;
+    r.remote_underlay = q.remote_underlay;
+    r.mtu = q.mtu;
+    if (const QpCounters* qc = core_.qp_counters(q.core_qpn)) {
+      r.has_counters = true;
+      r.tx_pkts = qc->tx_pkts;
+      r.rx_pkts = qc->rx_pkts;
+      r.retx_pkts = qc->retx_pkts;
+      r.sacks_rx = qc->sacks_rx;
+      r.timeouts = qc->timeouts;
+      r.reorder_depth_max = qc->reorder_depth_max;
+    }
+    if (const PathPolicy* pp = core_.path_policy(q.core_qpn)) {
+      r.paths = pp->path_count();
+      for (uint32_t i = 0; i < r.paths; ++i) {
+        const auto& ps = pp->path_stats(i);
+        r.path_removals += ps.removals;
+        r.path_returns += ps.returns;
+        if (i >= port::kRowPaths) continue;
+        r.pkts[i] = ps.pkts;
+        r.removals[i] = ps.removals;
+        r.silent_removals[i] = ps.silent_removals;
+        r.ports[i] = pp->path_port(i);
+      }
+    }
+  }
+}
+
 nlohmann::json Worker::counters_json() const {
   nlohmann::json j;
   j["name"] = c_.name;
-  nlohmann::json w;
-#define TANDEM_RNIC_COUNTER_JSON(name, doc) w[#name] = k_.name;
-  TANDEM_FOREACH_RNIC_COUNTER(TANDEM_RNIC_COUNTER_JSON)
-#undef TANDEM_RNIC_COUNTER_JSON
-  j["worker"] = w;
-  nlohmann::json drops = nlohmann::json::object();
-  for (std::size_t s = 0; s < static_cast<std::size_t>(Stage::kCount); ++s) {
-    nlohmann::json d = nlohmann::json::object();
-    for (std::size_t r = 1; r < common::kDropReasonCount; ++r)
-      if (k_.drops[s][r]) d[std::string(common::drop_reason_name(static_cast<DropReason>(r)))] = k_.drops[s][r];
-    drops[kStageNames[s]] = d;
-  }
-  j["drops"] = drops;
-  const EncapCounters& e = encap_->counters();
-  j["tx_encap"] = {{"zero_copy", encap_->zero_copy()}, {"mode_reason", tx_mode_.why},
-                   {"zero_copy_segs", e.zero_copy_segs},
-                   {"copied_bytes", e.copied_bytes}, {"alloc_fail", e.alloc_fail}, {"too_big", e.too_big}};
-  const DmaCounters& dm = dma_.counters();
-  j["mr_dma"] = {{"mapped", dm.mapped}, {"not_needed", dm.not_needed}, {"no_iova", dm.no_iova}, {"failed", dm.failed},
-                 {"unmapped", dm.unmapped}, {"live", dm.live}};
-  const TransportCounters& tc = core_.counters();
-  nlohmann::json core{{"rx_pkts", tc.rx_pkts}};
-  for (std::size_t r = 1; r < common::kDropReasonCount; ++r)
-    if (tc.drops[r]) core[std::string("drop_") + std::string(common::drop_reason_name(static_cast<DropReason>(r)))] = tc.drops[r];
-  j["core"] = core;
-  nlohmann::json h;
-  const host::HostCounters& hc = host_.counters();
-#define TANDEM_HOST_COUNTER_JSON(name, doc) h[#name] = hc.name;
-  TANDEM_FOREACH_HOST_COUNTER(TANDEM_HOST_COUNTER_JSON)
-#undef TANDEM_HOST_COUNTER_JSON
-  j["host"] = h;
-  j["live_qps"] = live_qps();
-  j["vnics"] = {{"source", vnics_from_agent_ ? "agent" : "yaml"}, {"count", vnics_.size()},
-                {"withdrawn", vnics_withdrawn_}, {"qps_on_withdrawn_vnic", qps_on_withdrawn_vnic_}};
+  j["drops"] = nlohmann::json::object();
+  for (const char* s : kStageNames) j["drops"][s] = nlohmann::json::object();
+  visit_counters([&](const char* g, const char* n, uint64_t v, const char*) {
+    if (*g == 0) {
+      j[n] = v;
+    } else if (std::strncmp(g, "drops.", 6) == 0) {
+      j["drops"][g + 6][n] = v;
+    } else {
+      j[g][n] = v;
+    }
+  });
+  j["tx_encap"]["zero_copy"] = encap_->zero_copy();
+  j["tx_encap"]["mode_reason"] = tx_mode_.why;
+  j["vnics"]["source"] = vnics_from_agent_ ? "agent" : "yaml";
   return j;
 }
 
 void Worker::print_counters() const {
   std::printf("%s counters:\n", c_.name.c_str());
-#define TANDEM_RNIC_COUNTER_PRINT(name, doc) \
-  if (k_.name) std::printf("  %-18s %14lu  %s\n", #name, static_cast<unsigned long>(k_.name), doc);
-  TANDEM_FOREACH_RNIC_COUNTER(TANDEM_RNIC_COUNTER_PRINT)
-#undef TANDEM_RNIC_COUNTER_PRINT
-  for (std::size_t s = 0; s < static_cast<std::size_t>(Stage::kCount); ++s)
-    for (std::size_t r = 1; r < common::kDropReasonCount; ++r)
-      if (k_.drops[s][r])
-        std::printf("  drop %-8s %-20s %10lu\n", kStageNames[s],
-                    std::string(common::drop_reason_name(static_cast<DropReason>(r))).c_str(),
-                    static_cast<unsigned long>(k_.drops[s][r]));
+  visit_counters([](const char* g, const char* n, uint64_t v, const char* h) {
+    if (v) std::printf("  %-13s %-24s %14lu  %s\n", *g ? g : "-", n, static_cast<unsigned long>(v), h);
+  });
   std::fflush(stdout);
+}
+
+// Waits (on the telemetry thread) for the lcore to answer a snapshot request:
+// it looks once per loop iteration, so only a stalled or stopped lcore misses this.
+template <class T, class F>
+int read_snapshot(port::SnapshotExchange<T>& x, F&& use) {
+  typename port::SnapshotExchange<T>::Reader r(x);
+  for (int i = 0; i < 2000 && !r.ready(); ++i) usleep(100);
+  if (!r.ready()) return -EBUSY;
+  use(r.data());
+  return 0;
+}
+
+// The flat telemetry name of a row: "worker" rows as they are, drops as
+// drop_<stage>_<reason>, others <group>_<name> (tx_encap as tx_).
+std::string flat_name(const port::CounterRow& row) {
+  const std::string_view g = row.group;
+  if (g.empty() || g == "worker") return row.name;
+  if (g.starts_with("drops.")) return "drop_" + std::string(g.substr(6)) + "_" + row.name;
+  if (g == "tx_encap") return std::string("tx_") + row.name;
+  return std::string(g) + "_" + row.name;
 }
 
 void Worker::register_telemetry() {
   using cd::TelemetryDict;
   cd::telemetry_register("/tandem/rnic/stats", "tandem-rnic worker counters (per stage drops by reason)",
-                         [this](std::string_view, TelemetryDict& out) {
-                           out.str("name", c_.name);
-#define TANDEM_RNIC_COUNTER_TEL(name, doc) out.u64(#name, k_.name);
-                           TANDEM_FOREACH_RNIC_COUNTER(TANDEM_RNIC_COUNTER_TEL)
-#undef TANDEM_RNIC_COUNTER_TEL
-                           for (std::size_t s = 0; s < static_cast<std::size_t>(Stage::kCount); ++s)
-                             for (std::size_t r = 1; r < common::kDropReasonCount; ++r)
-                               if (k_.drops[s][r])
-                                 out.u64((std::string("drop_") + kStageNames[s] + "_" +
-                                          std::string(common::drop_reason_name(static_cast<DropReason>(r))))
-                                             .c_str(),
-                                         k_.drops[s][r]);
-                           const EncapCounters& e = encap_->counters();
-                           out.u64("tx_zero_copy", encap_->zero_copy());
-                           out.u64("tx_zero_copy_segs", e.zero_copy_segs);
-                           out.u64("tx_copied_bytes", e.copied_bytes);
-                           out.u64("tx_ext_in_flight", encap_->ext_in_flight());
-                           out.u64("mr_dma_mapped", dma_.counters().mapped);
-                           out.u64("mr_dma_not_needed", dma_.counters().not_needed);
-                           out.u64("mr_dma_no_iova", dma_.counters().no_iova);
-                           out.u64("mr_dma_failed", dma_.counters().failed);
-                           out.u64("mr_dma_live", dma_.counters().live);
-                           out.u64("core_rx_pkts", core_.counters().rx_pkts);
-                           out.u64("live_qps", live_qps());
-                           return 0;
+                         [x = stats_x_, name = c_.name](std::string_view, TelemetryDict& out) {
+                           return read_snapshot(*x, [&](const port::CounterRows& rows) {
+                             out.str("name", name);
+                             for (std::size_t i = 0; i < rows.n; ++i)
+                               out.u64(flat_name(rows.rows[i]).c_str(), rows.rows[i].value);
+                           });
                          });
-  cd::telemetry_register("/tandem/rnic/qps", "tandem-rnic live QPs: binding and core counters",
-                         [this](std::string_view, TelemetryDict& out) {
-                           for (const QpCtx& q : ctx_) {
-                             if (!q.live) continue;
-                             char key[16];
-                             std::snprintf(key, sizeof key, "0x%x", q.host_qpn);
-                             out.dict(key, [&](TelemetryDict& d) {
-                               d.u64("core_qpn", q.core_qpn);
-                               d.u64("app", q.app_id);
-                               d.str("state", state_name(q.state));
-                               d.u64("vnic", q.vnic);
-                               d.u64("vni", q.vni);
-                               d.str("remote", format_ipv4(q.remote_overlay));
-                               d.str("remote_underlay", format_ipv4(q.remote_underlay));
-                               d.u64("mtu", q.mtu);
-                               if (const QpCounters* qc = core_.qp_counters(q.core_qpn)) {
-                                 d.u64("tx_pkts", qc->tx_pkts);
-                                 d.u64("rx_pkts", qc->rx_pkts);
-                                 d.u64("retx_pkts", qc->retx_pkts);
-                                 d.u64("sacks_rx", qc->sacks_rx);
-                                 d.u64("timeouts", qc->timeouts);
-                                 d.u64("reorder_depth_max", qc->reorder_depth_max);
-                               }
-                               if (const PathPolicy* pp = core_.path_policy(q.core_qpn)) {
-                                 uint64_t removals = 0, returns = 0;
+  cd::telemetry_register("/tandem/rnic/qps",
+                         "tandem-rnic live QPs: binding and core counters; ',N': from host QPN N on "
+                         "(a reply holds at most 40 QPs, in host-QPN order)",
+                         [x = qps_x_](std::string_view params, TelemetryDict& out) {
+                           uint32_t first = 0;
+                           if (!params.empty()) {
+                             const std::string p(params);
+                             char* end = nullptr;
+                             first = static_cast<uint32_t>(std::strtoul(p.c_str(), &end, 0));
+                             if (end == p.c_str() || *end != 0) return -EINVAL;
+                           }
+                           std::vector<port::QpRow> page;  // the telemetry thread's copy, sorted
+                           const int rc = read_snapshot(*x, [&](const port::QpRows& rows) {
+                             for (std::size_t k = 0; k < rows.n; ++k)
+                               if (rows.rows[k].host_qpn >= first) page.push_back(rows.rows[k]);
+                           });
+                           if (rc != 0) return rc;
+                           std::sort(page.begin(), page.end(),
+                                     [](const port::QpRow& a, const port::QpRow& b) { return a.host_qpn < b.host_qpn; });
+                           // A telemetry reply is 16 KiB: 40 QPs fit, more would be cut off silently.
+                           if (page.size() > kQpsPerReply) page.resize(kQpsPerReply);
+                           {
+                             for (const port::QpRow& q : page) {
+                               char key[16];
+                               std::snprintf(key, sizeof key, "0x%x", q.host_qpn);
+                               out.dict(key, [&](TelemetryDict& d) {
+                                 d.u64("core_qpn", q.core_qpn);
+                                 d.u64("app", q.app_id);
+                                 d.str("state", state_name(static_cast<ibv_qp_state>(q.state)));
+                                 d.u64("vnic", q.vnic);
+                                 d.u64("vni", q.vni);
+                                 d.str("remote", format_ipv4(q.remote_overlay));
+                                 d.str("remote_underlay", format_ipv4(q.remote_underlay));
+                                 d.u64("mtu", q.mtu);
+                                 if (q.has_counters) {
+                                   d.u64("tx_pkts", q.tx_pkts);
+                                   d.u64("rx_pkts", q.rx_pkts);
+                                   d.u64("retx_pkts", q.retx_pkts);
+                                   d.u64("sacks_rx", q.sacks_rx);
+                                   d.u64("timeouts", q.timeouts);
+                                   d.u64("reorder_depth_max", q.reorder_depth_max);
+                                 }
+                                 if (q.paths == 0) return;
                                  std::string per_path, silent, pkts, ports;  // "a/b/c/d", path by path
-                                 for (uint32_t i = 0; i < pp->path_count(); ++i) {
-                                   removals += pp->path_stats(i).removals;
-                                   returns += pp->path_stats(i).returns;
-                                   per_path += (i ? "/" : "") + std::to_string(pp->path_stats(i).removals);
-                                   silent += (i ? "/" : "") + std::to_string(pp->path_stats(i).silent_removals);
-                                   pkts += (i ? "/" : "") + std::to_string(pp->path_stats(i).pkts);
-                                   ports += (i ? "/" : "") + std::to_string(pp->path_port(i));
+                                 for (uint32_t i = 0; i < std::min(q.paths, port::kRowPaths); ++i) {
+                                   const char* sep = i ? "/" : "";
+                                   per_path += sep + std::to_string(q.removals[i]);
+                                   silent += sep + std::to_string(q.silent_removals[i]);
+                                   pkts += sep + std::to_string(q.pkts[i]);
+                                   ports += sep + std::to_string(q.ports[i]);
                                  }
                                  d.str("path_ports", ports);  // the core's; the egress route maps them
                                  d.str("path_pkts_per_path", pkts);
                                  d.str("path_removals_per_path", per_path);
                                  d.str("path_silent_removals_per_path", silent);
-                                 d.u64("paths", pp->path_count());
-                                 d.u64("path_removals", removals);
-                                 d.u64("path_returns", returns);
-                               }
-                             });
+                                 d.u64("paths", q.paths);
+                                 d.u64("path_removals", q.path_removals);
+                                 d.u64("path_returns", q.path_returns);
+                               });
+                             }
                            }
                            return 0;
                          });
   cd::telemetry_register("/tandem/rnic/table", "tandem-rnic level-2 table and the port's vNICs",
-                         [this](std::string_view, TelemetryDict& out) {
+                         [this, x = stats_x_](std::string_view, TelemetryDict& out) {
                            out.str("underlay_ip", format_ipv4(st_.underlay_ip));
-                           out.u64("version", table_.version());
                            out.u64("capacity", table_.capacity());
-                           out.u64("entries", table_.size());
+                           const int rc = read_snapshot(*x, [&](const port::CounterRows& rows) {
+                             for (std::size_t i = 0; i < rows.n; ++i)
+                               if (std::strcmp(rows.rows[i].group, "table") == 0) out.u64(rows.rows[i].name, rows.rows[i].value);
+                           });
+                           if (rc != 0) return rc;
+                           // The vNIC list under the lock the worker takes to change it.
                            std::lock_guard<std::mutex> g(vnics_mu_);
                            out.u64("vnics", vnics_.size());
                            out.str("vnic_source", vnics_from_agent_ ? "agent" : "yaml");

@@ -1,0 +1,49 @@
+// What the data lcore publishes for other threads (telemetry, tandemctl): the
+// worker's counters as rows and one row per live QP, in buffers sized once at
+// start so publishing allocates nothing. Filled through SnapshotExchange.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tandem::rnic::port {
+
+// One counter: group and name are static strings ("worker"/"rx_packets",
+// "drops.parse"/"bad_icrc", "tx_encap"/"copied_bytes", ...), so the same row
+// feeds JSON (nested by group), telemetry (flat) and the exit print.
+struct CounterRow {
+  const char* group = "";
+  const char* name = "";
+  const char* help = "";
+  uint64_t value = 0;
+};
+
+struct CounterRows {
+  std::vector<CounterRow> rows;  // capacity fixed at start
+  std::size_t n = 0;
+  void clear() noexcept { n = 0; }
+  void add(const char* group, const char* name, uint64_t v, const char* help = "") noexcept {
+    if (n < rows.size()) rows[n++] = CounterRow{group, name, help, v};
+  }
+};
+
+inline constexpr uint32_t kRowPaths = 16;  // per-path columns a QP row carries (more are summed only)
+
+struct QpRow {
+  uint32_t host_qpn = 0, core_qpn = 0, app_id = 0;
+  uint32_t state = 0;  // ibv_qp_state
+  uint32_t vnic = 0, vni = 0, remote_overlay = 0, remote_underlay = 0, mtu = 0;
+  bool has_counters = false;
+  uint64_t tx_pkts = 0, rx_pkts = 0, retx_pkts = 0, sacks_rx = 0, timeouts = 0, reorder_depth_max = 0;
+  uint32_t paths = 0;  // 0: no path policy
+  uint64_t path_removals = 0, path_returns = 0;
+  uint64_t pkts[kRowPaths] = {}, removals[kRowPaths] = {}, silent_removals[kRowPaths] = {};
+  uint16_t ports[kRowPaths] = {};
+};
+
+struct QpRows {
+  std::vector<QpRow> rows;  // capacity: the worker's max QPs
+  std::size_t n = 0;
+};
+
+}  // namespace tandem::rnic::port
