@@ -2,7 +2,7 @@
 # Builds docker/Dockerfile with podman (Debian 12's own container tool) where no
 # Docker engine or registry is reachable: the debian:12 base is made locally with
 # debootstrap from Debian's archive, then imported. This is how the image was
-# built and run on the development VMs (see README "Docker").
+# built and run on the development VMs (see docs/operations.md "Docker and podman").
 #   docker/podman-build.sh [TAG]        (default localhost/tandem:dev)
 # The build context is a clean clone of HEAD, so uncommitted files never leak in.
 set -euo pipefail
