@@ -864,7 +864,9 @@ void Worker::loop() {
     // The port's regions (memif) stay mapped until the idle sleep (unmap_guard.h).
     cd::PortSection in_ports;
     uint32_t work = rx_burst(now);
-    if (now - last_host_poll_ >= kHostPollNs || work == 0) {
+    // Control (epoll_wait, accept, recvmsg) at most every 20 us, also when the
+    // port is quiet: a busy-polling empty loop used to make one syscall per iteration.
+    if (now - last_host_poll_ >= kHostPollNs) {
       host_.poll(now);
       last_host_poll_ = now;
       work += host_events();
