@@ -33,6 +33,17 @@ struct Rnic {
     send(h);
     events();
   }
+  // BEGIN txn and PUT e in it; the caller commits (or not).
+  void begin_put(uint32_t txn, const Level2Entry& e) {
+    BeginMsg b;
+    b.txn = txn;
+    b.base_version = table.version();
+    send(b);
+    PutMsg p;
+    p.txn = txn;
+    p.entry = e;
+    send(p);
+  }
 };
 
 Level2Entry entry(uint32_t ip, uint32_t dst) {
@@ -75,13 +86,7 @@ TEST_CASE("HELLO_ACK reports the chosen version and the committed table") {
 TEST_CASE("a COMMIT whose digest differs from the staged table is aborted") {
   Rnic r;
   r.hello();
-  BeginMsg b;
-  b.txn = 1;
-  r.send(b);
-  PutMsg p;
-  p.txn = 1;
-  p.entry = entry(1, 1);
-  r.send(p);
+  r.begin_put(1, entry(1, 1));
   CommitMsg c;
   c.txn = 1;
   c.version = 1;
@@ -297,13 +302,7 @@ TEST_CASE("a vNIC entry whose key and action name different vNICs is a bad entry
 TEST_CASE("a commit to the last 64-bit version is refused and the table stays readable") {
   Rnic r;
   r.hello();
-  BeginMsg b;
-  b.txn = 1;
-  r.send(b);
-  PutMsg p;
-  p.txn = 1;
-  p.entry = entry(1, 1);
-  r.send(p);
+  r.begin_put(1, entry(1, 1));
   CommitMsg c;
   c.txn = 1;
   c.version = 1;
@@ -315,6 +314,7 @@ TEST_CASE("a commit to the last 64-bit version is refused and the table stays re
   SyncStartMsg ss;
   ss.txn = 2;
   r.send(ss);
+  PutMsg p;
   p.txn = 2;
   p.entry = entry(2, 2);
   r.send(p);
