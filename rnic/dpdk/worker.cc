@@ -63,9 +63,12 @@ constexpr uint64_t kHostPollNs = 20'000;
 // DPU mode: how long a QP's RTR waits for the agent to install its route.
 constexpr uint64_t kRouteWaitNs = 3'000'000'000;
 constexpr uint32_t kMaxHostQpSlots = 65536;
-// Rows of the counter snapshot: every named counter plus every drop reason of 4 stages and the core.
+// A /tandem/rnic/qps reply: DPDK's 16 KiB telemetry buffer holds about 45 QPs.
 constexpr std::size_t kQpsPerReply = 40;
+// Rows of the counter snapshot: every named counter plus every drop reason of 4 stages and the core.
 constexpr std::size_t kMaxCounterRows = 128 + 5 * common::kDropReasonCount;
+
+const char* const* drop_names();
 
 // --table-capacity, or the default for the mode; throws if the YAML's entries do not fit.
 uint32_t table_capacity(const WorkerConfig& c, const StandaloneTable& st) {
@@ -145,6 +148,7 @@ class Worker {
     host_index_.assign(kMaxHostQpSlots, UINT32_MAX);
     qps_x_->buffer().rows.resize(c.max_qps);
     stats_x_->buffer().rows.resize(kMaxCounterRows);
+    drop_names();  // built here, not on the lcore's first publication
   }
 
   void setup_port(rte_mempool* hdr_pool, rte_mempool* ext_pool, uint16_t n_ports, TxPayloadMode mode) {
@@ -917,7 +921,7 @@ void Worker::shutdown() {
 
 // ----------------------------------------------------------------- counters
 
-// Static names for the drop rows: group "drops.<stage>" and "core".
+// "drop_<reason>", the names of the core's drop rows (static: rows keep pointers).
 const char* const* drop_names() {
   static const auto names = [] {
     static std::array<std::string, common::kDropReasonCount> core;
