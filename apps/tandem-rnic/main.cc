@@ -9,6 +9,7 @@
 
 #include "common/dpdk/eal_args.h"
 #include "rnic/dpdk/worker.h"
+#include "rnic/host/device_registry.h"
 
 namespace rd = tandem::rnic::dpdk;
 
@@ -62,6 +63,10 @@ int main(int argc, char** argv) {
   app.add_option("--idle", idle, "busy (poll) or adaptive (pause, then 50 us sleeps when idle)")
       ->check(CLI::IsMember({"busy", "adaptive"}));
   app.add_option("--duration", c.duration_s, "Stop after this many seconds (default: until SIGINT/SIGTERM)");
+  c.device_dir = tandem::rnic::host::device_dir();
+  app.add_option("--device-dir", c.device_dir,
+                 "Register each vNIC here as a verbs device for the drop-in libibverbs (tandem_<name>_v<vnic id>; "
+                 "default $TANDEM_DEVICES or /run/tandem; \"\" to not register)");
   app.add_option("--stats-json", c.stats_json, "Write the counters to this file at exit");
   app.add_option("--max-qps", c.max_qps, "QPs this worker can run (default 16384; a created QP costs ~90 KiB of worker memory, mostly its 1024-PSN window; an unused slot a few hundred bytes)");
   app.add_option("--dpu-channel", c.dpu_channel,

@@ -89,7 +89,8 @@ def worker(n, sock, dpu=True):
     if os.path.exists(f"{D}/{n}.rnic"):
         os.unlink(f"{D}/{n}.rnic")
     return start([args.rnic, "--name", n, "--host-socket", f"{D}/{n}.rnic", "--table",
-                  f"{D}/{n}.yaml" if dpu else f"{D}/{n}-standalone.yaml", "--idle", "adaptive"] + extra +
+                  f"{D}/{n}.yaml" if dpu else f"{D}/{n}-standalone.yaml", "--idle", "adaptive",
+                  "--device-dir", f"{D}/devices"] + extra +
                  ["--", "--no-pci", f"--file-prefix={pre}", "-l", "1", "-m", "128", "--log-level=lib.eal:error",
                   f"--vdev=net_memif0,role=client,socket={D}/{sock}"], n, pre)
 

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <array>
 #include <bit>
 #include <utility>
@@ -43,6 +45,7 @@
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/dpdk/tx_payload_mode.h"
 #include "rnic/dpdk/worker_counters.h"
+#include "rnic/host/device_registry.h"
 #include "rnic/host/host_server.h"
 #include "rnic/port/snapshot_exchange.h"
 #include "rnic/port/worker_snapshot.h"
@@ -180,6 +183,12 @@ class Worker {
   void register_telemetry();
   std::string tx_mode_line() const {
     return std::string(tx_mode_.zero_copy ? "zero-copy" : "copy") + " (" + tx_mode_.why + ")";
+  }
+  // One verbs device per vNIC of the YAML (rnic/host/device_registry.h), on the
+  // control side at start; removed at exit. Returns the names registered.
+  std::vector<std::string> register_devices() const;
+  void unregister_devices(const std::vector<std::string>& names) const {
+    for (const std::string& n : names) host::remove_device(c_.device_dir, n);
   }
   std::size_t live_qps() const noexcept {
     return static_cast<std::size_t>(std::count_if(ctx_.begin(), ctx_.end(), [](const QpCtx& q) { return q.live; }));
@@ -1071,6 +1080,46 @@ std::string flat_name(const port::CounterRow& row) {
   return std::string(g) + "_" + row.name;
 }
 
+std::vector<std::string> Worker::register_devices() const {
+  std::vector<std::string> names;
+  if (c_.device_dir.empty()) return names;
+  if (dpu_) {  // the agent's vNICs change at run time; registering them is not built yet
+    std::printf("tandem-rnic %s: DPU mode: no verbs devices registered (standalone mode only)\n", c_.name.c_str());
+    return names;
+  }
+  char abs[PATH_MAX];
+  const std::string sock = realpath(c_.host_socket.c_str(), abs) ? abs : c_.host_socket;
+  for (const Vnic& v : st_.vnics) {
+    host::DeviceRecord d;
+    d.name = "tandem_" + c_.name + "_v" + std::to_string(v.id);
+    d.socket = sock;
+    d.vnic_ip = v.overlay_ip;
+    d.vnic_id = v.id;
+    std::memcpy(d.mac, v.overlay_mac.data(), 6);
+    d.mtu = c_.mtu;
+    d.max_qps = c_.max_qps;
+    d.pid = getpid();
+    if (d.name.size() > 63) {
+      std::fprintf(stderr, "%s: verbs device name %s is too long (63 bytes at most): not registered\n",
+                   c_.name.c_str(), d.name.c_str());
+      continue;
+    }
+    const std::string err = host::write_device(c_.device_dir, d);
+    if (!err.empty()) {
+      std::fprintf(stderr, "%s: verbs device %s not registered: %s\n", c_.name.c_str(), d.name.c_str(), err.c_str());
+      continue;
+    }
+    names.push_back(d.name);
+  }
+  if (!names.empty())
+    std::printf("tandem-rnic %s: verbs devices in %s: %zu (first %s)\n", c_.name.c_str(), c_.device_dir.c_str(),
+                names.size(), names[0].c_str());
+  else if (st_.vnics.empty())
+    std::printf("tandem-rnic %s: no vNICs, no verbs devices\n", c_.name.c_str());
+  std::fflush(stdout);
+  return names;
+}
+
 void Worker::register_telemetry() {
   using cd::TelemetryDict;
   cd::telemetry_register("/tandem/rnic/stats", "tandem-rnic worker counters (per stage drops by reason)",
@@ -1218,7 +1267,9 @@ int run(const WorkerConfig& c) {
               worker->tx_mode_line().c_str(), c.host_socket.c_str());
   std::fflush(stdout);
 
+  const std::vector<std::string> devices = worker->register_devices();
   worker->loop();
+  worker->unregister_devices(devices);
   worker->shutdown();
   std::printf("%s: stopping (%zu live QPs flushed)\n", c.name.c_str(), worker->live_qps());
   for (uint16_t p = 0; p < n_ports; ++p) cd::port_close(p);

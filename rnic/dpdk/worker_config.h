@@ -14,6 +14,9 @@ namespace tandem::rnic::dpdk {
 struct WorkerConfig {
   std::string name = "rnic0";
   std::string host_socket;   // where tenant applications attach (rnic/host)
+  // Run directory where each vNIC is registered as a verbs device (rnic/host/device_registry.h);
+  // "" = do not register.
+  std::string device_dir;
   std::string table_file;    // standalone level-2 table (YAML)
   uint32_t mtu = 1024;       // largest path MTU a QP may use (its modify_qp value is capped to it)
   Reliability mode = Reliability::kIrn;

@@ -103,7 +103,8 @@ def lab_memif_vdev(d, sock, role="client", extra=""):
 
 
 def lab_worker_argv(rnic, name, prefix, d, sock, flags=(), eal=(), lcore="1", memif="", transport="memif"):
-    """tandem-rnic `name` (table d/<name>.yaml, host socket d/<name>.rnic) as memif client on d/<sock>;
+    """tandem-rnic `name` (table d/<name>.yaml, host socket d/<name>.rnic, verbs devices in d/devices)
+    as memif client on d/<sock>;
     transport="virtio": the virtio-user PMD a VM or container uses, against the fabric's vhost-user port
     (one hugepage file, so the backend can map DPDK's memory)."""
     if transport == "virtio":
@@ -111,7 +112,7 @@ def lab_worker_argv(rnic, name, prefix, d, sock, flags=(), eal=(), lcore="1", me
     else:
         port = [lab_memif_vdev(d, sock, extra=memif)]
     return [rnic, "--name", name, "--host-socket", f"{d}/{name}.rnic", "--table", f"{d}/{name}.yaml",
-            "--idle", "adaptive"] + list(flags) + [
+            "--idle", "adaptive", "--device-dir", f"{d}/devices"] + list(flags) + [
         "--", "--no-pci", f"--file-prefix={prefix}", "-l", str(lcore), "-m", "128",
         "--log-level=lib.eal:error"] + port + list(eal)
 
