@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -51,6 +52,27 @@ def fabric_paths(tel):
 
 def path_delivered(paths):
     return [p.get("packets", 0) for p in paths]  # accepted for delivery; drops are counted apart
+
+
+def stock_write_bw():
+    """Debian's ib_write_bw between the two workers' vNIC devices (rnic/verbs); one result line."""
+    run = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tandem-run")
+    env = dict(os.environ, TANDEM_DEVICES=f"{D}/devices", TANDEM_BUILD=os.path.abspath(args.build))
+    port = ["-p", str(free_port()), "-s", "65536", "-n", "500", "-q", "2"]
+    srv = subprocess.Popen([run, "ib_write_bw", "-d", "tandem_A_v1"] + port, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.5)
+    try:
+        out = subprocess.run([run, "ib_write_bw", "-d", "tandem_B_v1"] + port + ["127.0.0.1"], env=env,
+                             capture_output=True, text=True, timeout=60).stdout
+        srv.wait(30)
+    except (subprocess.TimeoutExpired, OSError) as e:
+        srv.kill()
+        return f"FAILED ({e})"
+    row = next((ln.split() for ln in out.splitlines() if ln.split()[:1] == ["65536"]), None)
+    if not row or srv.returncode != 0:
+        return "FAILED: " + " ".join(out.split()[-12:])
+    return f"{row[1]} x 64 KiB over 2 QPs, {float(row[3]) * 8 / 1000:.3f} Gb/s average (exit 0 on both sides)"
 
 
 def main():
@@ -124,8 +146,10 @@ def main():
         if now > secs + 60:
             raise RuntimeError("write_bw did not finish")
     srv.wait(30)
-
     paths = fabric_paths(ftel)
+    stock = stock_write_bw()
+
+
     for p, _ in workers.values():
         p.send_signal(signal.SIGINT)
     for p, _ in workers.values():
@@ -188,7 +212,8 @@ def main():
         w = st.get("worker", {})
         print(f"     {n}: tx {w.get('tx_packets', 0)} frames ({w.get('tx_retransmits', 0)} retransmissions), "
               f"rx accepted {w.get('rx_accepted', 0)}; drops: {flat or 'none'}")
-    ok = cj.get("verify") == "ok" and sj.get("verify") == "ok" and cli.returncode == 0
+    print(f"\n   stock ib_write_bw (Debian's perftest, unmodified, via scripts/tandem-run): {stock}")
+    ok = cj.get("verify") == "ok" and sj.get("verify") == "ok" and cli.returncode == 0 and "exit 0" in stock
     print("\n== " + ("every byte verified: OK" if ok else "FAILED: see logs"))
     return 0 if ok else 1
 

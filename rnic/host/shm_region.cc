@@ -6,6 +6,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -66,6 +67,8 @@ ShmRegion& ShmRegion::operator=(ShmRegion&& o) noexcept {
     size_ = o.size_;
     fd_ = o.fd_;
     hugetlb_ = o.hugetlb_;
+    borrowed_ = o.borrowed_;
+    o.borrowed_ = false;
     o.data_ = nullptr;
     o.size_ = 0;
     o.fd_ = -1;
@@ -74,8 +77,41 @@ ShmRegion& ShmRegion::operator=(ShmRegion&& o) noexcept {
   return *this;
 }
 
+Status ShmRegion::adopt(void* addr, std::size_t bytes, ShmRegion* out) {
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  if (addr == nullptr || bytes == 0 || reinterpret_cast<uintptr_t>(addr) % page || bytes % page)
+    return Status::kInvalidArgument;
+  int fd = memfd_create("tandem-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return Status::kNoMemory;
+  // pwrite copies from the old pages (EFAULT if any is unmapped) before they are replaced.
+  std::size_t done = 0;
+  bool ok = ftruncate(fd, static_cast<off_t>(bytes)) == 0;
+  while (ok && done < bytes) {
+    const ssize_t n = pwrite(fd, static_cast<uint8_t*>(addr) + done, bytes - done, static_cast<off_t>(done));
+    if (n <= 0) ok = false;
+    else done += static_cast<std::size_t>(n);
+  }
+  if (!ok || fcntl(fd, F_ADD_SEALS, kSeals) != 0) {
+    close(fd);
+    return errno == EFAULT ? Status::kBadRegion : Status::kNoMemory;
+  }
+  void* p = mmap(addr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+  if (p != addr) {
+    close(fd);
+    return Status::kBadRegion;
+  }
+  out->reset();
+  out->data_ = static_cast<uint8_t*>(addr);
+  out->size_ = bytes;
+  out->fd_ = fd;
+  out->hugetlb_ = false;
+  out->borrowed_ = true;
+  return Status::kOk;
+}
+
 void ShmRegion::reset() noexcept {
-  if (data_ != nullptr) munmap(data_, size_);
+  if (data_ != nullptr && !borrowed_) munmap(data_, size_);
+  borrowed_ = false;
   close_fd();
   data_ = nullptr;
   size_ = 0;

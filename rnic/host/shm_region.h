@@ -31,6 +31,13 @@ class ShmRegion {
   static Status map_fd(int fd, std::size_t min_bytes, std::size_t max_bytes, bool writable,
                        ShmRegion* out);
 
+  // Moves the pages [addr, addr + bytes) (page-aligned, mapped read-write by
+  // the caller) onto a sealed memfd mapped at the same address, contents kept,
+  // so memory an application allocated itself can be shared with the worker.
+  // The mapping then belongs to the application: reset() closes the fd only.
+  // kBadRegion if the range is not readable (unmapped memory).
+  static Status adopt(void* addr, std::size_t bytes, ShmRegion* out);
+
   void reset() noexcept;
   void close_fd() noexcept;
 
@@ -39,12 +46,14 @@ class ShmRegion {
   bool hugetlb() const noexcept { return hugetlb_; }
   int fd() const noexcept { return fd_; }
   bool valid() const noexcept { return data_ != nullptr; }
+  bool borrowed() const noexcept { return borrowed_; }
 
  private:
   uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
   int fd_ = -1;
   bool hugetlb_ = false;
+  bool borrowed_ = false;  // adopt(): the application's mapping, never unmapped here
 };
 
 // Size of the default huge page (from /proc/meminfo; 2 MB if unknown).

@@ -311,6 +311,46 @@ int free_buf(Context* ctx, void* addr) {
   return rc(ok());
 }
 
+// An adopted buffer with no MR left is forgotten (its pages stay mapped, they
+// are the application's): the allocator may reuse or unmap them, and a later
+// registration must move them again rather than trust the old memfd.
+static void forget_adopted(Context* ctx, uintptr_t a) {
+  std::lock_guard lock(ctx->buf_mu);
+  auto it = ctx->buffers.upper_bound(a);
+  if (it == ctx->buffers.begin()) return;
+  --it;
+  const uintptr_t lo = it->first, hi = lo + it->second->size();
+  if (a >= hi || !it->second->borrowed()) return;
+  for (uint32_t i = 0; i < kMaxMrs; ++i)
+    if (const Mr* m = ctx->mrs[i].load(std::memory_order_acquire)) {
+      const auto ma = reinterpret_cast<uintptr_t>(m->addr);
+      if (ma >= lo && ma < hi) return;
+    }
+  ctx->buffers.erase(it);
+}
+
+int adopt_buf(Context* ctx, void* addr, std::size_t length) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  if (length == 0 || a + length < a) return rc(fail(Status::kInvalidArgument, "empty or wrapping range"));
+  const uintptr_t lo = a & ~(page - 1), hi = (a + length + page - 1) & ~(page - 1);
+  std::lock_guard lock(ctx->buf_mu);
+  auto it = ctx->buffers.upper_bound(a);
+  if (it != ctx->buffers.begin()) {
+    auto prev = std::prev(it);
+    if (a + length <= prev->first + prev->second->size()) return rc(ok());  // already shared
+    if (lo < prev->first + prev->second->size())
+      return rc(fail(Status::kInvalidArgument, "%p+%zu partly overlaps a registered range", addr, length));
+  }
+  if (it != ctx->buffers.end() && it->first < hi)
+    return rc(fail(Status::kInvalidArgument, "%p+%zu partly overlaps a registered range", addr, length));
+  auto region = std::make_unique<ShmRegion>();
+  const Status st = ShmRegion::adopt(reinterpret_cast<void*>(lo), hi - lo, region.get());
+  if (st != Status::kOk) return rc(fail(st, "cannot share %p+%zu: %s", addr, length, std::strerror(errno)));
+  ctx->buffers.emplace(lo, std::move(region));
+  return rc(ok());
+}
+
 bool buf_is_hugetlb(Context* ctx, const void* addr) {
   std::lock_guard lock(ctx->buf_mu);
   auto a = reinterpret_cast<uintptr_t>(addr);
@@ -382,7 +422,9 @@ int dereg_mr(Mr* mr) {
     uint32_t idx = mr_key_index(mr->lkey);
     Mr* expected = mr;
     if (idx < kMaxMrs) ctx->mrs[idx].compare_exchange_strong(expected, nullptr);
+    const auto a = reinterpret_cast<uintptr_t>(mr->addr);
     delete mr;
+    forget_adopted(ctx, a);
   }
   return rc(st);
 }

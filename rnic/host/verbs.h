@@ -108,6 +108,14 @@ uint16_t protocol_version(const Context* ctx);
 // Shared (memfd) memory that reg_mr can register; huge pages when possible.
 void* alloc_buf(Context* ctx, std::size_t length);
 int free_buf(Context* ctx, void* addr);
+// Makes memory the application allocated itself registrable: the pages holding
+// [addr, addr + length) move onto a memfd at the same address, contents kept
+// (ShmRegion::adopt). A range already inside one buffer is left as it is; one
+// that partly overlaps a buffer is refused (kInvalidArgument), since moving it
+// again would cut the worker off from MRs registered on the old pages.
+// Unmapped memory: kBadRegion. The pages stay shared (not copy-on-write) in a
+// forked child.
+int adopt_buf(Context* ctx, void* addr, std::size_t length);
 // True if the alloc_buf() buffer holding addr is on huge pages.
 bool buf_is_hugetlb(Context* ctx, const void* addr);
 

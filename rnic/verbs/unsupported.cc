@@ -10,8 +10,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#undef ibv_reg_mr
-#undef ibv_reg_mr_iova
 
 namespace {
 template <class T>
@@ -27,30 +25,14 @@ int fail_minus_one() {
 
 extern "C" {
 
-// --- public verbs not built yet (issue 14: PDs, MRs, CQs, QPs, SRQs, AHs) ---
-ibv_pd* ibv_alloc_pd(ibv_context*) { return fail_null<ibv_pd>(); }
-int ibv_dealloc_pd(ibv_pd*) { return EOPNOTSUPP; }
-ibv_mr* ibv_reg_mr(ibv_pd*, void*, size_t, int) { return fail_null<ibv_mr>(); }
-ibv_mr* ibv_reg_mr_iova(ibv_pd*, void*, size_t, uint64_t, int) { return fail_null<ibv_mr>(); }
-ibv_mr* ibv_reg_mr_iova2(ibv_pd*, void*, size_t, uint64_t, unsigned int) { return fail_null<ibv_mr>(); }
+// --- public verbs not built yet (issue 14: SRQs, AHs, dmabuf, rereg, resize) ---
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) { return fail_null<ibv_mr>(); }
 int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) { return EOPNOTSUPP; }
-int ibv_dereg_mr(ibv_mr*) { return EOPNOTSUPP; }
-ibv_comp_channel* ibv_create_comp_channel(ibv_context*) { return fail_null<ibv_comp_channel>(); }
-int ibv_destroy_comp_channel(ibv_comp_channel*) { return EOPNOTSUPP; }
-ibv_cq* ibv_create_cq(ibv_context*, int, void*, ibv_comp_channel*, int) { return fail_null<ibv_cq>(); }
 int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
-int ibv_destroy_cq(ibv_cq*) { return EOPNOTSUPP; }
-int ibv_get_cq_event(ibv_comp_channel*, ibv_cq**, void**) { return fail_minus_one(); }
-void ibv_ack_cq_events(ibv_cq*, unsigned int) {}
 ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) { return fail_null<ibv_srq>(); }
 int ibv_modify_srq(ibv_srq*, ibv_srq_attr*, int) { return EOPNOTSUPP; }
 int ibv_query_srq(ibv_srq*, ibv_srq_attr*) { return EOPNOTSUPP; }
 int ibv_destroy_srq(ibv_srq*) { return EOPNOTSUPP; }
-ibv_qp* ibv_create_qp(ibv_pd*, ibv_qp_init_attr*) { return fail_null<ibv_qp>(); }
-int ibv_modify_qp(ibv_qp*, ibv_qp_attr*, int) { return EOPNOTSUPP; }
-int ibv_query_qp(ibv_qp*, ibv_qp_attr*, int, ibv_qp_init_attr*) { return EOPNOTSUPP; }
-int ibv_destroy_qp(ibv_qp*) { return EOPNOTSUPP; }
 ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) { return fail_null<ibv_qp_ex>(); }
 int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 0; }
 int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }

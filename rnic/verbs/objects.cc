@@ -1,0 +1,337 @@
+// PDs, MRs, completion channels, CQs and RC QPs of the drop-in libibverbs, each
+// an ibv_* struct (what the application holds) in front of its rnic/host
+// object; the context's ops table sends the header's inline post/poll verbs
+// to rnic/host's rings. Memory the application allocated itself is moved onto
+// a memfd at the same address before it is registered (host::adopt_buf).
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <new>
+
+#include "rnic/host/verbs.h"
+#include "rnic/verbs/device.h"
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+namespace th = tandem::rnic::host;
+using namespace tandem::rnic::verbs;
+
+namespace {
+
+struct TandemPd {
+  ibv_pd pd;
+  th::Pd* h;
+};
+struct TandemMr {
+  ibv_mr mr;
+  th::Mr* h;
+};
+struct TandemChannel {
+  ibv_comp_channel ch;
+  th::CompChannel* h;
+};
+struct TandemCq {
+  ibv_cq cq;
+  th::Cq* h;
+};
+struct TandemQp {
+  ibv_qp qp;
+  th::Qp* h;
+  ibv_qp_init_attr init;  // as granted, for ibv_query_qp
+  ibv_qp_attr attr;       // what modify_qp set, mask by mask
+  std::mutex mu;
+};
+
+template <class T, class S>
+T* of(S* s) {
+  return reinterpret_cast<T*>(s);
+}
+
+// rnic/host's Status as the errno libibverbs would give.
+int to_errno(int st) {
+  switch (static_cast<th::Status>(st)) {
+    case th::Status::kOk: return 0;
+    case th::Status::kWorkerGone: return EIO;
+    case th::Status::kTimeout: return ETIMEDOUT;
+    case th::Status::kInvalidArgument: return EINVAL;
+    case th::Status::kQueueFull: return ENOMEM;
+    case th::Status::kNoMemory: return ENOMEM;
+    case th::Status::kNotShared: return EFAULT;
+    case th::Status::kNoResources: return ENOMEM;
+    case th::Status::kNotFound: return ENOENT;
+    case th::Status::kBadLkey: return EINVAL;
+    case th::Status::kBadState: return EINVAL;
+    case th::Status::kBusy: return EBUSY;
+    case th::Status::kBadRegion: return EFAULT;
+    case th::Status::kUnsupported: return EOPNOTSUPP;
+    default: return EINVAL;
+  }
+}
+int last_errno() { return to_errno(static_cast<int>(th::last_status())); }
+template <class T>
+T* null_errno() {
+  errno = last_errno();
+  return nullptr;
+}
+
+int ops_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
+  const int r = th::poll_cq(of<TandemCq>(cq)->h, n, wc);
+  return r >= 0 ? r : -1;  // libibverbs: negative on error
+}
+int ops_req_notify(ibv_cq* cq, int solicited_only) {
+  return to_errno(th::req_notify_cq(of<TandemCq>(cq)->h, solicited_only));
+}
+int ops_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  return to_errno(th::post_send(of<TandemQp>(qp)->h, wr, bad));
+}
+int ops_post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  return to_errno(th::post_recv(of<TandemQp>(qp)->h, wr, bad));
+}
+
+// Access flags rdma-core lets a caller pass as optional (and drop).
+constexpr unsigned kAccessKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                  IBV_ACCESS_REMOTE_ATOMIC;
+
+}  // namespace
+
+namespace tandem::rnic::verbs {
+void install_ops(ibv_context& ctx) {
+  ctx.ops.poll_cq = ops_poll_cq;
+  ctx.ops.req_notify_cq = ops_req_notify;
+  ctx.ops.post_send = ops_post_send;
+  ctx.ops.post_recv = ops_post_recv;
+}
+}  // namespace tandem::rnic::verbs
+
+extern "C" {
+
+ibv_pd* ibv_alloc_pd(ibv_context* context) {
+  if (context == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  th::Pd* h = th::alloc_pd(context_of(context)->host);
+  if (h == nullptr) return null_errno<ibv_pd>();
+  auto* p = new TandemPd{};
+  p->pd.context = context;
+  p->pd.handle = h->handle;
+  p->h = h;
+  return &p->pd;
+}
+
+int ibv_dealloc_pd(ibv_pd* pd) {
+  if (pd == nullptr) return EINVAL;
+  const int rc = to_errno(th::dealloc_pd(of<TandemPd>(pd)->h));
+  if (rc == 0 || th::last_status() == th::Status::kWorkerGone) delete of<TandemPd>(pd);
+  return rc == EIO ? 0 : rc;
+}
+
+ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
+  if (pd == nullptr || length == 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+  if (iova != reinterpret_cast<uintptr_t>(addr) || (access & ~kAccessKnown) != 0 ||
+      (access & IBV_ACCESS_REMOTE_ATOMIC) != 0) {
+    errno = EOPNOTSUPP;  // an IOVA other than the address, atomics, ODP and the like
+    return nullptr;
+  }
+  TandemPd* p = of<TandemPd>(pd);
+  if (th::adopt_buf(p->h->context, addr, length) != 0) return null_errno<ibv_mr>();
+  th::Mr* h = th::reg_mr(p->h, addr, length, static_cast<int>(access));
+  if (h == nullptr) return null_errno<ibv_mr>();
+  auto* m = new TandemMr{};
+  m->mr.context = pd->context;
+  m->mr.pd = pd;
+  m->mr.addr = addr;
+  m->mr.length = length;
+  m->mr.handle = h->lkey;
+  m->mr.lkey = h->lkey;
+  m->mr.rkey = h->rkey;
+  m->h = h;
+  return &m->mr;
+}
+
+ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
+  return ibv_reg_mr_iova2(pd, addr, length, reinterpret_cast<uintptr_t>(addr), static_cast<unsigned>(access));
+}
+
+ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access) {
+  return ibv_reg_mr_iova2(pd, addr, length, iova, static_cast<unsigned>(access));
+}
+
+int ibv_dereg_mr(ibv_mr* mr) {
+  if (mr == nullptr) return EINVAL;
+  const int rc = to_errno(th::dereg_mr(of<TandemMr>(mr)->h));
+  if (rc == 0 || rc == EIO) delete of<TandemMr>(mr);
+  return rc == EIO ? 0 : rc;
+}
+
+ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  if (context == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  th::CompChannel* h = th::create_comp_channel(context_of(context)->host);
+  if (h == nullptr) return null_errno<ibv_comp_channel>();
+  auto* c = new TandemChannel{};
+  c->ch.context = context;
+  c->ch.fd = th::comp_channel_fd(h);
+  c->ch.refcnt = 0;
+  c->h = h;
+  return &c->ch;
+}
+
+int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  if (channel == nullptr) return EINVAL;
+  const int rc = to_errno(th::destroy_comp_channel(of<TandemChannel>(channel)->h));
+  if (rc == 0) delete of<TandemChannel>(channel);
+  return rc;
+}
+
+ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel, int) {
+  if (context == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* c = new TandemCq{};
+  th::Cq* h = th::create_cq(context_of(context)->host, cqe, c,  // host cq_context: back to us
+                            channel ? of<TandemChannel>(channel)->h : nullptr);
+  if (h == nullptr) {
+    delete c;
+    return null_errno<ibv_cq>();
+  }
+  c->cq.context = context;
+  c->cq.channel = channel;
+  c->cq.cq_context = cq_context;
+  c->cq.handle = h->handle;
+  c->cq.cqe = h->cqe;
+  pthread_mutex_init(&c->cq.mutex, nullptr);
+  pthread_cond_init(&c->cq.cond, nullptr);
+  c->h = h;
+  return &c->cq;
+}
+
+int ibv_destroy_cq(ibv_cq* cq) {
+  if (cq == nullptr) return EINVAL;
+  const int rc = to_errno(th::destroy_cq(of<TandemCq>(cq)->h));
+  if (rc != 0 && rc != EIO) return rc;
+  pthread_mutex_destroy(&cq->mutex);
+  pthread_cond_destroy(&cq->cond);
+  delete of<TandemCq>(cq);
+  return 0;
+}
+
+int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  if (channel == nullptr || cq == nullptr || cq_context == nullptr) {
+    errno = EINVAL;
+    return -1;
+  }
+  th::Cq* hcq = nullptr;
+  void* ours = nullptr;
+  if (th::get_cq_event(of<TandemChannel>(channel)->h, &hcq, &ours, -1) != 0) {
+    errno = last_errno();
+    return -1;
+  }
+  auto* c = static_cast<TandemCq*>(ours);
+  *cq = &c->cq;
+  *cq_context = c->cq.cq_context;
+  return 0;
+}
+
+void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+  if (cq == nullptr) return;
+  pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  pthread_mutex_unlock(&cq->mutex);
+}
+
+ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* a) {
+  if (pd == nullptr || a == nullptr || a->send_cq == nullptr || a->recv_cq == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (a->srq != nullptr || a->qp_type != IBV_QPT_RC) {
+    errno = EOPNOTSUPP;  // SRQs and UC/UD/XRC QPs: not built
+    return nullptr;
+  }
+  th::QpInitAttr hi;
+  hi.qp_context = a->qp_context;
+  hi.send_cq = of<TandemCq>(a->send_cq)->h;
+  hi.recv_cq = of<TandemCq>(a->recv_cq)->h;
+  hi.cap = a->cap;
+  hi.qp_type = IBV_QPT_RC;
+  hi.sq_sig_all = a->sq_sig_all;
+  th::Qp* h = th::create_qp(of<TandemPd>(pd)->h, &hi);
+  if (h == nullptr) return null_errno<ibv_qp>();
+  a->cap = hi.cap;  // what was granted
+  auto* q = new TandemQp{};
+  q->qp.context = pd->context;
+  q->qp.qp_context = a->qp_context;
+  q->qp.pd = pd;
+  q->qp.send_cq = a->send_cq;
+  q->qp.recv_cq = a->recv_cq;
+  q->qp.handle = h->qp_num;
+  q->qp.qp_num = h->qp_num;
+  q->qp.state = IBV_QPS_RESET;
+  q->qp.qp_type = IBV_QPT_RC;
+  pthread_mutex_init(&q->qp.mutex, nullptr);
+  pthread_cond_init(&q->qp.cond, nullptr);
+  q->h = h;
+  q->init = *a;
+  return &q->qp;
+}
+
+int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
+  if (qp == nullptr || attr == nullptr) return EINVAL;
+  TandemQp* q = of<TandemQp>(qp);
+  const int rc = to_errno(th::modify_qp(q->h, attr, mask));
+  if (rc != 0) return rc;
+  std::lock_guard g(q->mu);
+  // Remember what was set, for ibv_query_qp (the worker keeps no copy to ask).
+  ibv_qp_attr& s = q->attr;
+  if (mask & IBV_QP_STATE) qp->state = s.qp_state = attr->qp_state;
+  if (mask & IBV_QP_ACCESS_FLAGS) s.qp_access_flags = attr->qp_access_flags;
+  if (mask & IBV_QP_PKEY_INDEX) s.pkey_index = attr->pkey_index;
+  if (mask & IBV_QP_PORT) s.port_num = attr->port_num;
+  if (mask & IBV_QP_AV) s.ah_attr = attr->ah_attr;
+  if (mask & IBV_QP_PATH_MTU) s.path_mtu = attr->path_mtu;
+  if (mask & IBV_QP_DEST_QPN) s.dest_qp_num = attr->dest_qp_num;
+  if (mask & IBV_QP_RQ_PSN) s.rq_psn = attr->rq_psn;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) s.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+  if (mask & IBV_QP_MIN_RNR_TIMER) s.min_rnr_timer = attr->min_rnr_timer;
+  if (mask & IBV_QP_SQ_PSN) s.sq_psn = attr->sq_psn;
+  if (mask & IBV_QP_TIMEOUT) s.timeout = attr->timeout;
+  if (mask & IBV_QP_RETRY_CNT) s.retry_cnt = attr->retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) s.rnr_retry = attr->rnr_retry;
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) s.max_rd_atomic = attr->max_rd_atomic;
+  return 0;
+}
+
+int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init_attr) {
+  if (qp == nullptr || attr == nullptr || init_attr == nullptr) return EINVAL;
+  TandemQp* q = of<TandemQp>(qp);
+  std::lock_guard g(q->mu);
+  *attr = q->attr;
+  attr->qp_state = attr->cur_qp_state = q->h->state;  // ERR as the worker reported it
+  attr->cap = q->init.cap;
+  attr->path_mig_state = IBV_MIG_MIGRATED;
+  *init_attr = q->init;
+  return 0;
+}
+
+int ibv_destroy_qp(ibv_qp* qp) {
+  if (qp == nullptr) return EINVAL;
+  const int rc = to_errno(th::destroy_qp(of<TandemQp>(qp)->h));
+  if (rc != 0 && rc != EIO) return rc;
+  pthread_mutex_destroy(&qp->mutex);
+  pthread_cond_destroy(&qp->cond);
+  delete of<TandemQp>(qp);
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,140 @@
+"""System test of the drop-in libibverbs with Debian's own binaries, unmodified (ibverbs-utils,
+perftest), run through scripts/tandem-run against two tandem-rnic workers on the lab fabric
+(4 paths, one lossy), with per-packet round-robin spraying and receiver-driven credits:
+
+  * ibv_devices lists one device per vNIC of each worker (tandem_A_v1, tandem_B_v1);
+  * ibv_devinfo -v shows the port ACTIVE, Ethernet, the worker's MTU, and GID 0 as the vNIC's
+    IPv4-mapped address of type RoCE v2; opening the device attached to the worker (its
+    apps_attached counter) and closing it detached;
+  * ibv_rc_pingpong with its buffer check (-c) and with completion events (-e);
+  * ib_write_bw, ib_read_bw, ib_send_bw (also -e), ib_write_lat, ib_read_lat, ib_send_lat, each
+    with a small and a 64 KiB message, exit 0 on both sides with a result row (Debian's libmlx5,
+    libefa and librdmacm load against this library);
+  * a worker killed with SIGKILL leaves a stale registration that no longer lists; a worker
+    stopped cleanly removes its own.
+
+usage: verbs_perftest_test.py TANDEM_FABRIC TANDEM_RNIC TANDEM_RUN BINDIR
+(BINDIR: where ibv_devices, ibv_devinfo, ibv_rc_pingpong and ib_* are, /usr/bin)"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tandem_harness import (Checks, Lab, Telemetry, free_port, lab_fabric_argv, lab_worker_argv,  # noqa: E402
+                            run_checked, wait_fabric_started, write_lab_tables)
+
+FABRIC, RNIC, RUN, BINDIR = sys.argv[1:5]
+IBV_DEVICES, IBV_DEVINFO = f"{BINDIR}/ibv_devices", f"{BINDIR}/ibv_devinfo"
+TAG = f"verbsperf{os.getpid()}"
+lab = Lab(tmp_prefix="tandem-verbsperf-")
+D = lab.d
+checks = Checks()
+check, failed = checks.check, checks.failed
+ENV = dict(os.environ, TANDEM_DEVICES=f"{D}/devices")
+
+
+def run(argv, timeout=20):
+    try:
+        r = subprocess.run([RUN] + argv, env=ENV, capture_output=True, text=True, timeout=timeout)
+        return r.returncode, r.stdout + r.stderr
+    except subprocess.TimeoutExpired as e:
+        return None, f"timed out: {e}"
+
+
+def pair(prog, args, timeout=60):
+    """Server on tandem_A_v1, client on tandem_B_v1; returns ((exit, output) of client, of server)."""
+    port = ["-p", str(free_port())]
+    srv = subprocess.Popen([RUN, f"{BINDIR}/{prog}", "-d", "tandem_A_v1"] + port + args, env=ENV,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.5)
+    cli = subprocess.Popen([RUN, f"{BINDIR}/{prog}", "-d", "tandem_B_v1"] + port + args + ["127.0.0.1"], env=ENV,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = []
+    for p in (cli, srv):
+        try:
+            o, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            o, _ = p.communicate()
+            o += "\n(hung: killed)"
+        out.append((p.returncode, o))
+    return out
+
+
+def result_row(out, size):
+    """perftest's result line for `size` bytes: the numbers after it, or None."""
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 4 and f[0] == str(size) and all(x.replace(".", "").isdigit() for x in f[1:4]):
+            return [float(x) for x in f[1:]]
+    return None
+
+
+def main():
+    write_lab_tables(D)
+    fab_pre = f"{TAG}-fab"
+    fab = lab.start(lab_fabric_argv(FABRIC, fab_pre, D, ["--path", "1:delay_us=20", "--path", "2:loss=0.01"]),
+                    "fabric", fab_pre)
+    wait_fabric_started(lab, fab)
+    workers, prefixes = {}, {}
+    for n, sock in (("A", "h0.sock"), ("B", "h1.sock")):
+        prefixes[n] = f"{TAG}-{n.lower()}"
+        workers[n] = lab.start(lab_worker_argv(RNIC, n, prefixes[n], D, sock, [
+            "--mtu", "1024", "--spray", "round_robin", "--cc", "credit", "--timeout-us", "20000"]), n, prefixes[n])
+    t0 = time.time()
+    while not all(os.path.exists(f"{D}/devices/tandem_{n}_v1.dev") for n in workers):
+        if time.time() - t0 > 30 or any(w.poll() is not None for w in workers.values()):
+            raise RuntimeError("workers did not register their verbs devices")
+        time.sleep(0.1)
+    tel = Telemetry(prefixes["A"], ready="/tandem/rnic/stats")
+
+    code, out = run([IBV_DEVICES])
+    check(code == 0 and "tandem_A_v1" in out and "tandem_B_v1" in out,
+          f"ibv_devices lists both workers' vNICs (exit {code}): {' '.join(out.split())[:160]}")
+
+    attached0 = tel.cmd("/tandem/rnic/stats")["apps_attached"]
+    code, out = run([IBV_DEVINFO, "-v", "-d", "tandem_A_v1"])
+    want = ["hca_id: tandem_A_v1", "state: PORT_ACTIVE", "link_layer: Ethernet", "active_mtu: 1024 (3)",
+            "GID[ 0]: ::ffff:192.168.7.1, RoCE v2", "max_qp: 16384", "atomic_cap: ATOMIC_NONE"]
+    flat = " ".join(out.split())
+    missing = [w for w in want if w not in flat]
+    check(code == 0 and not missing, f"ibv_devinfo -v -d tandem_A_v1 (exit {code}): missing {missing}")
+    st = tel.cmd("/tandem/rnic/stats")
+    check(st["apps_attached"] == attached0 + 1 and st["apps_detached"] >= 1,
+          f"ibv_open_device attached to worker A and ibv_close_device detached "
+          f"(attached {attached0} -> {st['apps_attached']}, detached {st['apps_detached']})")
+
+    for args in (["-g", "0", "-c", "-n", "200"], ["-g", "0", "-e", "-n", "200"]):
+        (cc, co), (sc, so) = pair("ibv_rc_pingpong", args)
+        check(cc == 0 and sc == 0 and "iters in" in co,
+              f"ibv_rc_pingpong {' '.join(args)} (exit {cc}/{sc}): {' '.join(co.split()[-8:])}")
+
+    for prog, extra, sizes in (("ib_write_bw", [], (64, 65536)), ("ib_read_bw", [], (64, 65536)),
+                               ("ib_send_bw", [], (64, 65536)), ("ib_send_bw", ["-e"], (65536,)),
+                               ("ib_write_lat", [], (2, 65536)), ("ib_read_lat", [], (2, 65536)),
+                               ("ib_send_lat", [], (2, 65536))):
+        for size in sizes:
+            args = ["-s", str(size), "-n", "100"] + extra
+            (cc, co), (sc, so) = pair(prog, args)
+            row = result_row(co, size)
+            ok = cc == 0 and sc == 0 and row is not None and row[1] > 0
+            check(ok, f"stock {prog} {' '.join(args)}: exit {cc}/{sc}, result {row}")
+            if not ok:
+                print(f"--- client ---\n{co[-1500:]}\n--- server ---\n{so[-1500:]}")
+
+    workers["B"].send_signal(signal.SIGKILL)
+    workers["B"].wait()
+    code, out = run([IBV_DEVICES])
+    check(code == 0 and "tandem_A_v1" in out and "tandem_B_v1" not in out
+          and os.path.exists(f"{D}/devices/tandem_B_v1.dev"),
+          "a killed worker's registration is stale and no longer listed")
+    check(lab.stop(workers["A"]) == 0 and not os.path.exists(f"{D}/devices/tandem_A_v1.dev"),
+          "a worker stopped on SIGINT removes its registration")
+    lab.stop(fab)
+    if failed:
+        print(f"--- A log ---\n{lab.text('A')}")
+
+
+run_checked("verbs_perftest", main, checks, lab)

@@ -1,0 +1,76 @@
+// Memory an application allocated itself (what unmodified verbs programs
+// register): adopt_buf moves its pages onto a memfd in place, contents kept,
+// for unaligned and nested ranges; partial overlaps and unmapped memory are
+// refused; the worker side then maps the same bytes.
+#include <catch2/catch.hpp>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "rnic/host/verbs.h"
+#include "server_thread.h"
+
+using namespace tandem::rnic::host;
+using tandem::rnic::host::test::ServerThread;
+
+TEST_CASE("malloc'd, unaligned memory is registered in place with its contents kept") {
+  ServerThread st;
+  Context* ctx = open_device(st.path.c_str());
+  REQUIRE(ctx != nullptr);
+  Pd* pd = alloc_pd(ctx);
+  REQUIRE(pd != nullptr);
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  // An unaligned buffer in the middle of pages other data share.
+  auto* block = static_cast<uint8_t*>(std::aligned_alloc(page, 8 * page));
+  for (std::size_t i = 0; i < 8 * page; ++i) block[i] = static_cast<uint8_t>(i * 7);
+  uint8_t* buf = block + page + 100;
+  const std::size_t len = 3 * page;
+
+  REQUIRE(reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE) == nullptr);  // not shared yet
+  REQUIRE(adopt_buf(ctx, buf, len) == 0);
+  for (std::size_t i = 0; i < 8 * page; ++i) REQUIRE(block[i] == static_cast<uint8_t>(i * 7));
+  Mr* mr = reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  REQUIRE(mr != nullptr);
+  // Writes after the move land in the shared pages and stay visible to the application.
+  buf[5] = 0xAB;
+  CHECK(buf[5] == 0xAB);
+
+  SECTION("a range inside the moved pages registers again without moving") {
+    CHECK(adopt_buf(ctx, buf + 10, 100) == 0);
+    Mr* inner = reg_mr(pd, buf + 10, 100, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(inner != nullptr);
+    CHECK(dereg_mr(inner) == 0);
+  }
+  SECTION("a range that partly overlaps them is refused") {
+    CHECK(adopt_buf(ctx, buf + len - 10, 2 * page) != 0);
+    CHECK(last_status() == Status::kInvalidArgument);
+  }
+  SECTION("after the last deregistration the pages can be registered again, contents kept") {
+    REQUIRE(dereg_mr(mr) == 0);
+    mr = nullptr;
+    REQUIRE(adopt_buf(ctx, buf, len) == 0);
+    CHECK(buf[5] == 0xAB);
+    mr = reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(mr != nullptr);
+  }
+  if (mr) CHECK(dereg_mr(mr) == 0);
+  CHECK(dealloc_pd(pd) == 0);
+  CHECK(close_device(ctx) == 0);
+  std::free(block);
+}
+
+TEST_CASE("unmapped memory cannot be registered") {
+  ServerThread st;
+  Context* ctx = open_device(st.path.c_str());
+  REQUIRE(ctx != nullptr);
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  void* p = mmap(nullptr, 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(p != MAP_FAILED);
+  CHECK(adopt_buf(ctx, p, page) != 0);
+  CHECK(last_status() == Status::kBadRegion);
+  munmap(p, 2 * page);
+  CHECK(close_device(ctx) == 0);
+}
