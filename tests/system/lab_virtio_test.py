@@ -50,7 +50,12 @@ def main():
             raise RuntimeError("workers did not open their host sockets:\n" + lab.text("A", "err") + lab.text("B", "err"))
         time.sleep(0.1)
     for n in workers:
-        line = next((x for x in lab.text(n).splitlines() if x.startswith(f"tandem-rnic {n}: port 0")), "")
+        def start_line():  # printed after the host socket opens: wait for it
+            return next((x for x in lab.text(n).splitlines() if x.startswith(f"tandem-rnic {n}: port 0")), "")
+        t0 = time.time()
+        while not start_line() and time.time() - t0 < 10:
+            time.sleep(0.1)
+        line = start_line()
         tx = line[line.find(" tx "):line.find(", host socket")]
         check(tx.startswith(" tx copy (net_virtio_user:"), f"worker {n} says its transmit copies:{tx}")
 
