@@ -1,7 +1,9 @@
 #include "common/wire/icrc.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "common/wire/headers.h"
 
@@ -25,6 +27,9 @@ namespace tandem::common {
 namespace {
 
 uint32_t crc32_library(uint32_t crc, const uint8_t* data, std::size_t len) noexcept {
+  // zlib's crc32(crc, NULL, 0) is its initial value 0, not crc: an empty
+  // part of a chain (data() of an empty vector) must leave the CRC alone.
+  if (len == 0) return crc;
 #if defined(TANDEM_HAVE_ISAL)
   return crc32_gzip_refl(crc, data, len);
 #else
@@ -345,44 +350,199 @@ TANDEM_ZMM_TARGET void icrc4_512(const uint8_t* const* ip, const std::size_t* le
 #pragma GCC diagnostic pop
 #endif
 
+// The same folding with 256-bit VPCLMULQDQ (VEX, no AVX-512: AMD Zen 3/4
+// client parts, Intel Alder Lake and later client cores): two blocks per
+// multiplication instead of four, so streams of over kDirect blocks fold
+// eight 256-bit lanes (16 blocks, 256 bytes) a step, as crc_long512's four
+// 512-bit ones do; no ternary logic, so two XORs, and no masked loads
+// needed, since a partial group is one 16-byte block.
+#define TANDEM_YMM_TARGET __attribute__((target("pclmul,sse4.1,avx,avx2,vpclmulqdq")))
+
+// Two blocks whose first lies d0 (1 <= d0 < kRows) blocks before the
+// stream's last, each moved there (d0 == 1: the second is the last and its
+// zero constant drops it).
+TANDEM_YMM_TARGET inline __m256i fold2(__m256i b, std::size_t d0) noexcept {
+  const __m256i k = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kFoldRev.k[kRows - 1 - d0]));
+  return _mm256_xor_si256(_mm256_clmulepi64_epi128(b, k, 0x00), _mm256_clmulepi64_epi128(b, k, 0x11));
+}
+TANDEM_YMM_TARGET inline __m128i fold_to_128(__m256i a) noexcept {
+  return _mm_xor_si128(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+}
+TANDEM_YMM_TARGET inline __m256i load32(const uint8_t* p) noexcept {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+// A lane moved on 16 blocks, the next 256 bits added.
+TANDEM_YMM_TARGET inline __m256i step16(__m256i a, __m256i k16, const uint8_t* next) noexcept {
+  return _mm256_xor_si256(
+      _mm256_xor_si256(_mm256_clmulepi64_epi128(a, k16, 0x00), _mm256_clmulepi64_epi128(a, k16, 0x11)), load32(next));
+}
+
+// crc_stream256 for streams of more than kDirect whole blocks.
+TANDEM_YMM_TARGET uint32_t crc_long256(const __m128i* h, std::size_t nh, const uint8_t* p,
+                                       std::size_t n) noexcept {
+  const std::size_t q = nh + n / 16;
+  const uint8_t* mem = p - 16 * nh;
+  // Lanes of two blocks: the caller's blocks in the first (nh <= 3; the
+  // memory before p is not read).
+  const __m256i b0 = nh == 0 ? load32(mem) : _mm256_set_m128i(nh > 1 ? h[1] : load16(mem + 16), h[0]);
+  const __m256i b1 = nh > 2 ? _mm256_set_m128i(load16(mem + 48), h[2]) : load32(mem + 32);
+  __m256i a0 = b0, a1 = b1;
+  __m256i a2 = load32(mem + 64), a3 = load32(mem + 96), a4 = load32(mem + 128), a5 = load32(mem + 160),
+          a6 = load32(mem + 192), a7 = load32(mem + 224);
+  const __m256i k16 = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kFold[16])));
+  std::size_t i = 16;
+  for (; q - i >= 16; i += 16) {
+    const uint8_t* b = mem + 16 * i;
+    a0 = step16(a0, k16, b);
+    a1 = step16(a1, k16, b + 32);
+    a2 = step16(a2, k16, b + 64);
+    a3 = step16(a3, k16, b + 96);
+    a4 = step16(a4, k16, b + 128);
+    a5 = step16(a5, k16, b + 160);
+    a6 = step16(a6, k16, b + 192);
+    a7 = step16(a7, k16, b + 224);
+  }
+  // The lanes stand for blocks i - 16 .. i - 1, the k < 16 blocks left are
+  // i .. q - 1: every one straight to the last one's place.
+  const std::size_t k = q - i;
+  __m256i acc = _mm256_xor_si256(_mm256_xor_si256(fold2(a0, k + 15), fold2(a1, k + 13)),
+                                 _mm256_xor_si256(fold2(a2, k + 11), fold2(a3, k + 9)));
+  acc = _mm256_xor_si256(acc, _mm256_xor_si256(_mm256_xor_si256(fold2(a4, k + 7), fold2(a5, k + 5)),
+                                               _mm256_xor_si256(fold2(a6, k + 3), fold2(a7, k + 1))));
+  std::size_t j = i;
+  for (; j + 2 < q; j += 2) acc = _mm256_xor_si256(acc, fold2(load32(mem + 16 * j), q - 1 - j));
+  if (j + 1 < q) acc = _mm256_xor_si256(acc, fold2(_mm256_zextsi128_si256(load16(mem + 16 * j)), q - 1 - j));
+  // The last block stays where it is.
+  const __m128i last = k == 0 ? _mm256_extracti128_si256(a7, 1) : load16(mem + 16 * (q - 1));
+  return crc_finish(_mm_xor_si128(fold_to_128(acc), last), p, n);
+}
+
+// crc_stream512's contract, two blocks per 256-bit multiplication.
+TANDEM_YMM_TARGET uint32_t crc_stream256(const __m128i* h, std::size_t nh, const uint8_t* p,
+                                         std::size_t n) noexcept {
+  const std::size_t q = nh + n / 16;  // whole blocks, at least one
+  const uint8_t* mem = p - 16 * nh;
+  if (q > kDirect) return crc_long256(h, nh, p, n);
+  // Blocks 0 .. q - 2 moved to the last one's place, two at a time; the
+  // caller's blocks (j < nh) come from h.
+  __m256i acc = _mm256_setzero_si256();
+  std::size_t j = 0;
+  for (; j + 2 < q && j < nh; j += 2) {
+    const __m128i hi = j + 1 < nh ? h[j + 1] : load16(mem + 16 * (j + 1));
+    acc = _mm256_xor_si256(acc, fold2(_mm256_set_m128i(hi, h[j]), q - 1 - j));
+  }
+  for (; j + 2 < q; j += 2) acc = _mm256_xor_si256(acc, fold2(load32(mem + 16 * j), q - 1 - j));
+  if (j + 1 < q) {
+    const __m128i b = j < nh ? h[j] : load16(mem + 16 * j);
+    acc = _mm256_xor_si256(acc, fold2(_mm256_zextsi128_si256(b), q - 1 - j));
+  }
+  const __m128i last = q - 1 < nh ? h[q - 1] : load16(mem + 16 * (q - 1));
+  return crc_finish(_mm_xor_si128(fold_to_128(acc), last), p, n);
+}
+
 bool cpu_has_zmm_clmul() noexcept {
   __builtin_cpu_init();
   return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1") && __builtin_cpu_supports("avx2") &&
          __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq");
 }
-// TANDEM_CRC_NO_AVX512=1 keeps to the library (so tests reach the paths
-// other CPUs take).
-const bool kZmmClmul = cpu_has_zmm_clmul() && std::getenv("TANDEM_CRC_NO_AVX512") == nullptr;
+bool cpu_has_ymm_clmul() noexcept {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1") && __builtin_cpu_supports("avx2") &&
+         __builtin_cpu_supports("vpclmulqdq");
+}
 
-TANDEM_ZMM_TARGET uint32_t crc32_clmul(uint32_t crc, const uint8_t* data, std::size_t len) noexcept {
+TANDEM_ZMM_TARGET uint32_t crc32_zmm(uint32_t crc, const uint8_t* data, std::size_t len) noexcept {
   const __m128i b0 = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data)),
                                    _mm_cvtsi32_si128(static_cast<int>(~crc)));
   return ~crc_stream512(&b0, 1, data + 16, len - 16);
 }
+TANDEM_YMM_TARGET uint32_t crc32_ymm(uint32_t crc, const uint8_t* data, std::size_t len) noexcept {
+  const __m128i b0 = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data)),
+                                   _mm_cvtsi32_si128(static_cast<int>(~crc)));
+  return ~crc_stream256(&b0, 1, data + 16, len - 16);
+}
 #endif
+
+bool supported(CrcKernel k) noexcept {
+#if defined(TANDEM_CRC_CLMUL)
+  if (k == CrcKernel::kAvx512) return cpu_has_zmm_clmul();
+  if (k == CrcKernel::kAvx2) return cpu_has_ymm_clmul();
+#endif
+  return k == CrcKernel::kLibrary;
+}
+
+// The best kernel the CPU has, unless the environment names one; a name
+// this CPU or build cannot run is reported once and the best one used.
+CrcKernel initial_kernel() noexcept {
+  CrcKernel best = CrcKernel::kLibrary;
+  if (supported(CrcKernel::kAvx512)) best = CrcKernel::kAvx512;
+  else if (supported(CrcKernel::kAvx2)) best = CrcKernel::kAvx2;
+  if (std::getenv("TANDEM_CRC_NO_AVX512") != nullptr) best = CrcKernel::kLibrary;
+  const char* want = std::getenv("TANDEM_ICRC_KERNEL");
+  if (want == nullptr || *want == '\0') return best;
+  const std::string_view w(want);
+  for (CrcKernel k : kCrcKernels) {
+    if (w == crc_kernel_name(k) || (k == CrcKernel::kLibrary && w == "library")) {
+      if (supported(k)) return k;
+      break;
+    }
+  }
+  std::fprintf(stderr, "tandem: TANDEM_ICRC_KERNEL=%s is not one this CPU and build can run "
+               "(avx512, avx2, library/%s); using %s\n", want, crc_kernel_name(CrcKernel::kLibrary),
+               crc_kernel_name(best));
+  return best;
+}
+CrcKernel g_kernel = initial_kernel();
+
 
 }  // namespace
 
 uint32_t crc32_update(uint32_t crc, const uint8_t* data, std::size_t len) noexcept {
 #if defined(TANDEM_CRC_CLMUL)
-  if (len >= 16 && kZmmClmul) return crc32_clmul(crc, data, len);
+  if (len >= 16) {
+    if (g_kernel == CrcKernel::kAvx512) return crc32_zmm(crc, data, len);
+    if (g_kernel == CrcKernel::kAvx2) return crc32_ymm(crc, data, len);
+  }
 #endif
   return crc32_library(crc, data, len);
 }
 
 const char* crc32_backend() noexcept {
-#if defined(TANDEM_CRC_CLMUL)
 #if defined(TANDEM_HAVE_ISAL)
-  if (kZmmClmul) return "vpclmulqdq-512 from 16 B, else isa-l";
+#define TANDEM_CRC_LIB "isa-l"
 #else
-  if (kZmmClmul) return "vpclmulqdq-512 from 16 B, else zlib";
+#define TANDEM_CRC_LIB "zlib"
 #endif
-#endif
+  switch (g_kernel) {
+    case CrcKernel::kAvx512: return "vpclmulqdq-512 from 16 B, else " TANDEM_CRC_LIB;
+    case CrcKernel::kAvx2: return "vpclmulqdq-256 from 16 B, else " TANDEM_CRC_LIB;
+    case CrcKernel::kLibrary: break;
+  }
+  return TANDEM_CRC_LIB;
+#undef TANDEM_CRC_LIB
+}
+
+const char* crc_kernel_name(CrcKernel k) noexcept {
+  switch (k) {
+    case CrcKernel::kAvx512: return "avx512";
+    case CrcKernel::kAvx2: return "avx2";
+    case CrcKernel::kLibrary: break;
+  }
 #if defined(TANDEM_HAVE_ISAL)
-  return "isa-l";
+  return "isal";
 #else
   return "zlib";
 #endif
+}
+
+bool crc_kernel_supported(CrcKernel k) noexcept { return supported(k); }
+
+CrcKernel crc_kernel() noexcept { return g_kernel; }
+
+bool select_crc_kernel(CrcKernel k) noexcept {
+  if (!supported(k)) return false;
+  g_kernel = k;
+  return true;
 }
 
 uint32_t icrc_headers(const uint8_t* ip, std::size_t hdr_len) noexcept {
@@ -391,12 +551,13 @@ uint32_t icrc_headers(const uint8_t* ip, std::size_t hdr_len) noexcept {
   const std::size_t masked = ihl + kUdpHdrLen + kBthLen;
   if (ihl < kIpv4HdrLen || hdr_len < masked) return 0;
 #if defined(TANDEM_CRC_CLMUL)
-  if (ihl == kIpv4HdrLen && kZmmClmul) {
+  if (ihl == kIpv4HdrLen && g_kernel != CrcKernel::kLibrary) {
     // The usual case, no IP options: the 48 masked bytes made in registers
     // and fed to the folding as its first three blocks.
     __m128i h[3];
     masked_head(ip, h);
-    return ~crc_stream512(h, 3, ip + 40, hdr_len - 40);
+    if (g_kernel == CrcKernel::kAvx512) return ~crc_stream512(h, 3, ip + 40, hdr_len - 40);
+    return ~crc_stream256(h, 3, ip + 40, hdr_len - 40);
   }
 #endif
 #if defined(__SSE2__)
@@ -438,7 +599,7 @@ uint32_t icrc_headers(const uint8_t* ip, std::size_t hdr_len) noexcept {
 void roce_icrc_burst(const uint8_t* const* ip, const std::size_t* len, uint32_t* out, std::size_t n) noexcept {
   std::size_t i = 0;
 #if defined(TANDEM_CRC_CLMUL)
-  if (kZmmClmul) {
+  if (g_kernel == CrcKernel::kAvx512) {
     auto fits = [&](std::size_t j) {
       return len[j] >= kIpv4HdrLen + kUdpHdrLen + kBthLen && len[j] < kBurstBelow && (ip[j][0] & 0x0F) == 5;
     };

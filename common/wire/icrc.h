@@ -35,8 +35,25 @@ inline uint32_t roce_icrc(const uint8_t* ip, std::size_t len) noexcept {
 void roce_icrc_burst(const uint8_t* const* ip, const std::size_t* len, uint32_t* out, std::size_t n) noexcept;
 
 // Name of the CRC implementation in use: our carry-less multiplication
-// for 16-255 bytes on CPUs with AVX-512 VPCLMULQDQ ("vpclmulqdq-512 ..."),
-// the library (isa-l or zlib) otherwise.
+// from 16 bytes on CPUs with VPCLMULQDQ ("vpclmulqdq-512 ..." with
+// AVX-512, "vpclmulqdq-256 ..." with AVX2 only), the library (isa-l or
+// zlib) otherwise.
 const char* crc32_backend() noexcept;
+
+// The CRC kernels. The best one the CPU has is chosen at start-up (CPUID);
+// TANDEM_ICRC_KERNEL=avx512|avx2|library (or isal / zlib, whichever the
+// build links) forces one, so that a CPU with AVX-512 can run and measure
+// the AVX2 kernel. TANDEM_CRC_NO_AVX512=1 means library (older name).
+enum class CrcKernel : uint8_t { kLibrary, kAvx2, kAvx512 };
+inline constexpr CrcKernel kCrcKernels[] = {CrcKernel::kLibrary, CrcKernel::kAvx2, CrcKernel::kAvx512};
+
+// "avx512", "avx2", "isal" or "zlib" (the library this build links).
+const char* crc_kernel_name(CrcKernel k) noexcept;
+bool crc_kernel_supported(CrcKernel k) noexcept;
+CrcKernel crc_kernel() noexcept;
+// Switches the whole process to `k` (tests, fuzzers and benchmarks compare
+// kernels in one run); not thread-safe: call before other threads hash.
+// Returns false, changing nothing, if the CPU or build lacks `k`.
+bool select_crc_kernel(CrcKernel k) noexcept;
 
 }  // namespace tandem::common

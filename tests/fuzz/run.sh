@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (parse_roce + frame decoder, pcap reader, the RNIC's channel end) with
+# Builds the libFuzzer targets (parse_roce + frame decoder, pcap reader, the RNIC's channel end,
+# the CRC kernels against zlib/ISA-L) with
 # clang++-14 and ASan/UBSan, then runs each for FUZZ_SECONDS (default 20) from
 # a seed corpus made on the fly, after replaying tests/fuzz/regressions/. Exits non-zero if a
 # target crashes.
@@ -17,7 +18,7 @@ if ! command -v "$CXX" >/dev/null; then
 fi
 CRC_FLAGS=()
 CRC_LIBS=(-lz)
-if [[ -f /usr/include/isa-l/crc.h ]]; then CRC_FLAGS=(-DTANDEM_HAVE_ISAL); CRC_LIBS=(-lisal); fi
+if [[ -f /usr/include/isa-l/crc.h ]]; then CRC_FLAGS=(-DTANDEM_HAVE_ISAL); CRC_LIBS=(-lisal -lz); fi
 FLAGS=(-std=c++20 -O1 -g -I"$ROOT" "${CRC_FLAGS[@]}" -fno-omit-frame-pointer)
 SAN=(-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
 WIRE=(common/wire/headers.cc common/wire/icrc.cc common/wire/opcode.cc common/wire/roce_packet.cc)
@@ -42,11 +43,12 @@ build() {
 build "$OUT/seed_writer" plain tests/fuzz/seed_writer.cc "${WIRE[@]}" "${PCAP[@]}"
 build "$OUT/fuzz_parse_roce" fuzz tests/fuzz/fuzz_parse_roce.cc common/wiretool/frame_decoder.cc "${WIRE[@]}"
 build "$OUT/fuzz_pcap_reader" fuzz tests/fuzz/fuzz_pcap_reader.cc "${WIRE[@]}" "${PCAP[@]}"
+build "$OUT/fuzz_icrc" fuzz tests/fuzz/fuzz_icrc.cc "${WIRE[@]}"
 build "$OUT/fuzz_rnic_channel" fuzz tests/fuzz/fuzz_rnic_channel.cc rnic/table/level2_table.cc rnic/table/rnic_channel.cc
 
 WORK=$(mktemp -d /tmp/tandem-fuzz-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-mkdir -p "$WORK/frames" "$WORK/pcaps" "$WORK/new-frames" "$WORK/new-pcaps" "$WORK/cmds" "$WORK/new-cmds"
+mkdir -p "$WORK/frames" "$WORK/pcaps" "$WORK/new-frames" "$WORK/new-pcaps" "$WORK/cmds" "$WORK/new-cmds" "$WORK/new-crc"
 "$OUT/seed_writer" "$WORK/frames" "$WORK/pcaps"
 # Channel seeds (fuzz_rnic_channel's record format): HEARTBEAT, BEGIN, PUT x2, COMMIT, DEL, COMMIT.
 python3 tests/fuzz/channel_seeds.py "$WORK/cmds"
@@ -80,8 +82,9 @@ run_one() {
     echo "fuzz: $name ok: $(grep -E '^stat::number_of_executed_units' "$OUT/$name.log" | awk '{print $2}') inputs, $(grep -E '^#[0-9]+.*cov:' "$OUT/$name.log" | tail -1 | grep -oE 'cov: [0-9]+')"
   fi
 }
-for t in fuzz_parse_roce fuzz_pcap_reader fuzz_rnic_channel; do replay "$t"; done
+for t in fuzz_parse_roce fuzz_pcap_reader fuzz_rnic_channel fuzz_icrc; do replay "$t"; done
 run_one fuzz_parse_roce "$WORK/new-frames" "$WORK/frames"
 run_one fuzz_pcap_reader "$WORK/new-pcaps" "$WORK/pcaps"
 run_one fuzz_rnic_channel "$WORK/new-cmds" "$WORK/cmds"
+run_one fuzz_icrc "$WORK/new-crc" "$WORK/frames"
 exit $fail

@@ -2,6 +2,12 @@
 
 #include <zlib.h>
 
+#if defined(TANDEM_HAVE_ISAL)
+#include <isa-l/crc.h>
+#endif
+
+#include <algorithm>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,6 +29,18 @@ const char* kScapySendOnly =
     "000000128000034568656c6c6f20726f63652121370ac999";
 }  // namespace
 
+// Runs `f` once under every CRC kernel this CPU has, then puts back the
+// one chosen at start-up.
+template <typename F>
+static void for_each_kernel(F&& f) {
+  const CrcKernel initial = crc_kernel();
+  for (CrcKernel k : kCrcKernels) {
+    if (!select_crc_kernel(k)) continue;
+    f(k);
+  }
+  REQUIRE(select_crc_kernel(initial));
+}
+
 TEST_CASE("crc32 matches zlib for any length and chaining") {
   std::mt19937 rng(7);
   std::vector<uint8_t> buf(5000);
@@ -33,6 +51,16 @@ TEST_CASE("crc32 matches zlib for any length and chaining") {
     std::size_t half = len / 3;
     CHECK(crc32_update(crc32_update(0, buf.data(), half), buf.data() + half, len - half) == z);
   }
+}
+
+TEST_CASE("an empty part leaves the running CRC alone, even at a null pointer, on every kernel") {
+  // zlib's crc32(crc, NULL, 0) returns 0 (found by fuzz_icrc).
+  for_each_kernel([](CrcKernel k) {
+    INFO("kernel " << crc_kernel_name(k));
+    CHECK(crc32_update(0x12345678u, nullptr, 0) == 0x12345678u);
+    const std::vector<uint8_t> none;
+    CHECK(crc32_update(0xCAFEF00Du, none.data(), none.size()) == 0xCAFEF00Du);
+  });
 }
 
 TEST_CASE("icrc of a scapy-built packet matches the carried value") {
@@ -71,8 +99,8 @@ TEST_CASE("icrc_headers refuses a header shorter than its IHL") {
 // The definition, written out: CRC-32 over 8 bytes of ones and a copy of the
 // packet with the variant fields set to ones.
 static uint32_t icrc_by_definition(const uint8_t* ip, std::size_t len) {
-  std::vector<uint8_t> m(8, 0xFF);
-  m.insert(m.end(), ip, ip + len);
+  std::vector<uint8_t> m(8 + len, 0xFF);
+  std::copy(ip, ip + len, m.begin() + 8);
   const std::size_t ihl = static_cast<std::size_t>(ip[0] & 0x0F) * 4, o = 8;
   m[o + 1] = m[o + 8] = m[o + 10] = m[o + 11] = 0xFF;
   m[o + ihl + 6] = m[o + ihl + 7] = 0xFF;
@@ -121,28 +149,117 @@ TEST_CASE("icrc equals its definition for every transport length without IP opti
   }
 }
 
-TEST_CASE("a burst's ICRCs equal each packet's, whatever the mix of lengths and IP options") {
-  std::mt19937 rng(19);
-  std::vector<std::vector<uint8_t>> pkts(37);
-  std::vector<const uint8_t*> ip(pkts.size());
-  std::vector<std::size_t> len(pkts.size());
-  std::vector<uint32_t> out(pkts.size());
-  for (int round = 0; round < 200; ++round) {
-    for (std::size_t i = 0; i < pkts.size(); ++i) {
-      pkts[i].resize(600);
-      for (auto& b : pkts[i]) b = static_cast<uint8_t>(rng());
-      const bool options = rng() % 8 == 0;
-      pkts[i][0] = static_cast<uint8_t>(0x40 | (options ? 6 + rng() % 10 : 5));
-      const std::size_t ihl = (pkts[i][0] & 0x0F) * 4u;
-      // Mostly alike (a burst of one QP's frames), sometimes anything up to 500 bytes.
-      len[i] = ihl + 8 + 12 + (rng() % 4 == 0 ? rng() % 480 : 104 + rng() % 3);
-      ip[i] = pkts[i].data();
-    }
-    const std::size_t n = rng() % (pkts.size() + 1);
-    roce_icrc_burst(ip.data(), len.data(), out.data(), n);
-    for (std::size_t i = 0; i < n; ++i) {
-      INFO("round " << round << " packet " << i << " len " << len[i]);
-      CHECK(out[i] == icrc_by_definition(ip[i], len[i]));
+TEST_CASE("the kernel chosen at start-up is the best one the CPU has, unless the environment names one") {
+  REQUIRE(crc_kernel_supported(CrcKernel::kLibrary));
+  // The AVX-512 kernel needs everything the AVX2 one does.
+  if (crc_kernel_supported(CrcKernel::kAvx512)) CHECK(crc_kernel_supported(CrcKernel::kAvx2));
+  const char* forced = std::getenv("TANDEM_ICRC_KERNEL");
+  if (forced != nullptr && std::string(forced) == "library") {
+    CHECK(crc_kernel() == CrcKernel::kLibrary);
+  } else if (forced != nullptr) {
+    CHECK(std::string(crc_kernel_name(crc_kernel())) == forced);
+  } else if (std::getenv("TANDEM_CRC_NO_AVX512") != nullptr) {
+    CHECK(crc_kernel() == CrcKernel::kLibrary);
+  } else {
+    const CrcKernel best = crc_kernel_supported(CrcKernel::kAvx512) ? CrcKernel::kAvx512
+                           : crc_kernel_supported(CrcKernel::kAvx2) ? CrcKernel::kAvx2
+                                                                    : CrcKernel::kLibrary;
+    CHECK(crc_kernel() == best);
+  }
+  CHECK(std::string(crc32_backend()).find(crc_kernel() == CrcKernel::kAvx2     ? "vpclmulqdq-256"
+                                          : crc_kernel() == CrcKernel::kAvx512 ? "vpclmulqdq-512"
+                                                                               : "") != std::string::npos);
+}
+
+// Every kernel against zlib (the reference, extended a byte at a time) and
+// ISA-L (called whole) on every length 0-9000 at every start alignment
+// modulo 64, from a zero and from a running CRC; then each length once more
+// as an exact-size heap copy, so that a read past the end shows under ASan.
+TEST_CASE("every crc kernel matches zlib and ISA-L for every length 0-9000 at every alignment") {
+  constexpr std::size_t kMax = 9000;
+  std::mt19937 rng(23);
+  std::vector<uint8_t> storage(kMax + 2 * 64);
+  for (auto& b : storage) b = static_cast<uint8_t>(rng());
+  const std::size_t skew = (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
+  const uint8_t* base = storage.data() + skew;
+  std::vector<std::string> bad;
+  std::size_t checked = 0;
+  for (std::size_t a = 0; a < 64; ++a) {
+    const uint32_t start = a % 2 == 0 ? 0u : static_cast<uint32_t>(rng());
+    const uint8_t* p = base + a;
+    uint32_t ref = start;  // zlib's CRC of p[0..n)
+    for (std::size_t n = 0; n <= kMax; ++n) {
+#if defined(TANDEM_HAVE_ISAL)
+      if (crc32_gzip_refl(start, p, n) != ref) bad.push_back("isa-l at " + std::to_string(a) + "+" + std::to_string(n));
+#endif
+      for (CrcKernel k : kCrcKernels) {
+        if (!select_crc_kernel(k)) continue;
+        ++checked;
+        if (crc32_update(start, p, n) != ref && bad.size() < 20)
+          bad.push_back(std::string(crc_kernel_name(k)) + " at " + std::to_string(a) + "+" + std::to_string(n));
+      }
+      ref = static_cast<uint32_t>(crc32(ref, p + n, 1));
     }
   }
+  for_each_kernel([&](CrcKernel k) {
+    for (std::size_t n = 0; n <= kMax; ++n) {
+      const std::vector<uint8_t> exact(base + 7, base + 7 + n);
+      const uint32_t z = static_cast<uint32_t>(crc32(0, base + 7, static_cast<uInt>(n)));
+      if (crc32_update(0, exact.data(), n) != z && bad.size() < 20)
+        bad.push_back(std::string(crc_kernel_name(k)) + " exact copy of " + std::to_string(n));
+    }
+  });
+  std::string first;
+  for (const auto& b : bad) first += b + "; ";
+  INFO(checked << " kernel runs; first mismatches: " << first);
+  CHECK(bad.empty());
+  CHECK(checked >= 64 * (kMax + 1));
+}
+
+TEST_CASE("every crc kernel gives the ICRC's definition for every packet length to 9000 and alignment") {
+  std::mt19937 rng(29);
+  std::vector<uint8_t> storage(9000 + 64);
+  std::vector<std::string> bad;
+  for_each_kernel([&](CrcKernel k) {
+    for (std::size_t len = 20 + 8 + 12; len <= 9000; ++len) {
+      uint8_t* p = storage.data() + (len * 7) % 64;
+      for (std::size_t i = 0; i < len; ++i) p[i] = static_cast<uint8_t>(rng());
+      p[0] = static_cast<uint8_t>(0x40 | (len % 5 == 0 && len >= 100 ? 5 + len % 11 : 5));
+      if (roce_icrc(p, len) != icrc_by_definition(p, len) && bad.size() < 20)
+        bad.push_back(std::string(crc_kernel_name(k)) + " len " + std::to_string(len));
+    }
+  });
+  std::string first;
+  for (const auto& b : bad) first += b + "; ";
+  INFO("first mismatches: " << first);
+  CHECK(bad.empty());
+}
+
+TEST_CASE("a burst's ICRCs equal each packet's, whatever the mix of lengths and IP options") {
+  for_each_kernel([](CrcKernel k) {
+    INFO("kernel " << crc_kernel_name(k));
+    std::mt19937 rng(19);
+    std::vector<std::vector<uint8_t>> pkts(37);
+    std::vector<const uint8_t*> ip(pkts.size());
+    std::vector<std::size_t> len(pkts.size());
+    std::vector<uint32_t> out(pkts.size());
+    for (int round = 0; round < 200; ++round) {
+      for (std::size_t i = 0; i < pkts.size(); ++i) {
+        pkts[i].resize(600);
+        for (auto& b : pkts[i]) b = static_cast<uint8_t>(rng());
+        const bool options = rng() % 8 == 0;
+        pkts[i][0] = static_cast<uint8_t>(0x40 | (options ? 6 + rng() % 10 : 5));
+        const std::size_t ihl = (pkts[i][0] & 0x0F) * 4u;
+        // Mostly alike (a burst of one QP's frames), sometimes anything up to 500 bytes.
+        len[i] = ihl + 8 + 12 + (rng() % 4 == 0 ? rng() % 480 : 104 + rng() % 3);
+        ip[i] = pkts[i].data();
+      }
+      const std::size_t n = rng() % (pkts.size() + 1);
+      roce_icrc_burst(ip.data(), len.data(), out.data(), n);
+      for (std::size_t i = 0; i < n; ++i) {
+        INFO("round " << round << " packet " << i << " len " << len[i]);
+        CHECK(out[i] == icrc_by_definition(ip[i], len[i]));
+      }
+    }
+  });
 }
