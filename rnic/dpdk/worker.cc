@@ -20,6 +20,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -84,6 +85,17 @@ uint32_t table_capacity(const WorkerConfig& c, const StandaloneTable& st) {
   return static_cast<uint32_t>(std::max<std::size_t>(c.dpu_channel.empty() ? 64 : 65536, st.entries.size() * 2));
 }
 
+// The level-2 table's hash secret (rnic/table/key_hash.h): drawn from the OS
+// at every start and kept in this process, so no tenant can aim keys at
+// another's buckets.
+Level2TableConfig table_config(const WorkerConfig& c, const StandaloneTable& st) {
+  std::random_device rd;
+  auto word = [&rd] { return uint64_t{rd()} << 32 | rd(); };
+  Level2TableConfig tc{table_capacity(c, st)};
+  tc.hash_key = TableHashKey{word(), word()};
+  return tc;
+}
+
 uint32_t mtu_bytes(ibv_mtu m) noexcept {
   return (m >= IBV_MTU_256 && m <= IBV_MTU_4096) ? (128u << m) : 1024u;
 }
@@ -133,7 +145,7 @@ class Worker {
   Worker(const WorkerConfig& c, StandaloneTable st)
       : c_(c),
         st_(std::move(st)),
-        table_(Level2TableConfig{table_capacity(c, st_)}),
+        table_(table_config(c, st_)),
         core_(TransportConfig{c.max_qps, kQpnBase, 8, 4, 1024}),
         host_(host::ServerConfig{.socket_path = c.host_socket, .vnic_ips = vnic_ips(st_.vnics)}),
         vnics_(st_.vnics) {

@@ -8,15 +8,6 @@ namespace tandem::rnic {
 
 namespace {
 
-uint64_t default_hash(const EntryKey& k) noexcept {
-  uint64_t x = (uint64_t{k.word0} << 32) | k.word1;
-  x ^= uint64_t{static_cast<uint8_t>(k.kind)} * 0xD6E8FEB86659FD93ull;
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 constexpr uint64_t slot_word(uint32_t tag, uint32_t idx) noexcept {
   return (uint64_t{tag} << 32) | (uint64_t{idx} + 1);
 }
@@ -49,7 +40,8 @@ const char* table_status_name(TableStatus s) noexcept {
 
 Level2Table::Level2Table(const Level2TableConfig& config)
     : capacity_(std::max<uint32_t>(config.capacity, 1)),
-      hash_fn_(config.hash) {
+      hash_fn_(config.hash),
+      hash_key_(config.hash_key) {
   // Pool: room for a full committed table plus a full staged replacement.
   std::size_t pool = std::size_t{capacity_} * 2;
   // Buckets: linked records fill at most half the slots, so the two-choice
@@ -77,7 +69,7 @@ std::size_t Level2Table::memory_bytes() const noexcept {
 }
 
 uint64_t Level2Table::hash(const EntryKey& k) const noexcept {
-  return hash_fn_ ? hash_fn_(k) : default_hash(k);  // the default inlines: no indirect call per packet
+  return hash_fn_ ? hash_fn_(k) : keyed_hash(hash_key_, k);  // the default inlines: no indirect call per packet
 }
 
 void Level2Table::buckets_of(uint64_t h, uint32_t& b1, uint32_t& b2, uint32_t& tag) const noexcept {

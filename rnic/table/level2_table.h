@@ -36,6 +36,7 @@
 #include "common/channel/entry_digest.h"
 #include "common/channel/huge_page_allocator.h"
 #include "common/channel/messages.h"
+#include "rnic/table/key_hash.h"
 
 namespace tandem::rnic {
 
@@ -54,9 +55,12 @@ enum class TableStatus : uint8_t {
 
 struct Level2TableConfig {
   uint32_t capacity = 1024;  // max entries in any committed or staged version
-  // Key hash; nullptr = the built-in one. Tests pass a constant to force
-  // every key into the same two buckets with the same tag.
+  // Key hash; nullptr = the built-in one (keyed_hash with hash_key). Tests
+  // pass a constant to force every key into the same two buckets and tag.
   uint64_t (*hash)(const EntryKey&) noexcept = nullptr;
+  // The RNIC's secret (key_hash.h): random, drawn by the worker at start,
+  // never sent to the agent or a tenant. Zeros only in tests and benchmarks.
+  TableHashKey hash_key{};
 };
 
 struct Level2TableStats {
@@ -184,6 +188,7 @@ class Level2Table {
 
   uint32_t capacity_;
   uint64_t (*hash_fn_)(const EntryKey&) noexcept;  // nullptr: built-in hash
+  TableHashKey hash_key_;
   uint32_t bucket_mask_ = 0;
   // Huge-page backed: lookups land at random in tables of hundreds of MiB.
   std::vector<Bucket, common::HugePageAllocator<Bucket>> buckets_;
