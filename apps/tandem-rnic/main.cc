@@ -56,6 +56,11 @@ int main(int argc, char** argv) {
         c.timeout_ns = std::stoull(r[0]) * 1000;
         return true;
       }, "Retransmission timeout when the application sets none, and the floor of the one it sets (4.096 us << ibv_qp_attr.timeout); default 1000");
+  app.add_flag("--bench-any-psn", c.bench_any_psn,
+               "BENCHMARK ONLY, not RC: every QP accepts a request at any PSN (a PSN other than the expected one\n"
+               "restarts the QP's receive sequence there), so pktgen's looped pcap replays are placed, not dropped\n"
+               "as duplicates; counted in core_bench_accepted/_duplicate/_gap. Refused with --dpu-channel\n"
+               "(tenant QPs). See docs/pktgen.md");
   app.add_flag("--tx-copy", c.tx_copy,
                "Copy payloads into mbufs instead of attaching registered memory as external buffers "
                "(always on for ports that cannot read application memory: net_virtio_user, net_virtio, "

@@ -333,6 +333,7 @@ struct Qp {
   uint64_t responder_deadline() const noexcept;
   uint64_t sack_due() const noexcept;
   void advance_epsn(uint64_t now) noexcept;
+  void bench_restart(uint32_t psn) noexcept;  // QpInitAttr::bench_any_psn only
   void nak(uint8_t syndrome, uint32_t psn) noexcept;
   bool read_job(uint32_t psn, const common::Reth& reth, common::DropReason& why) noexcept;
   uint8_t ack_syndrome() const noexcept;  // ACK with the credit field (credit_wire.h)

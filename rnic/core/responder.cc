@@ -110,6 +110,7 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
     why[i] = r;
     taken += r == DropReason::kNone;
   }
+  if (init.bench_any_psn) [[unlikely]] t->qp_side_counters().bench_accepted += taken;
   return taken;
 }
 
@@ -126,6 +127,7 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
     return r;
   };
   if (error_after_nak) return fail(DropReason::kBadQpState);
+  if (init.bench_any_psn && psn != epsn) [[unlikely]] bench_restart(psn);
   last_rx_ns = now;
   if ((pkt.ip.tos & 3) == 3) {
     ++c.ecn_ce_rx;
@@ -205,7 +207,7 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
     }
     data += kXethLen;
     dlen -= kXethLen;
-    recv_idx = x.recv_idx;
+    recv_idx = init.bench_any_psn ? rq_head & 0xFFFFFF : x.recv_idx;  // a replay repeats recv_idx
     offset = x.msg_offset;
     msg_len = x.msg_len;
     rkey = x.rkey;
@@ -316,6 +318,20 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
   if (psn_lt(high, psn_add(psn, 1))) high = psn_add(psn, 1);
   advance_epsn(now);
   return DropReason::kNone;
+}
+
+// Benchmark only (QpInitAttr::bench_any_psn): the requester is taken to have
+// restarted at `psn` (a replayed pcap starting its next pass, or frames lost
+// before it), so the window and the message in progress are forgotten and
+// the packet is processed as the expected one.
+void Qp::bench_restart(uint32_t psn) noexcept {
+  ++(psn_lt(psn, epsn) ? t->qp_side_counters().bench_duplicate : t->qp_side_counters().bench_gap);
+  for (uint32_t p = epsn; psn_lt(p, high); p = psn_add(p, 1)) slot(p) = RxSlot{};
+  epsn = high = psn;
+  hole_since = kNever;
+  seq_nak_sent = false;
+  gbn_kind = 0;
+  gbn_offset = 0;
 }
 
 // Inline in on_request (its only callers are here).

@@ -95,6 +95,11 @@ struct TransportConfig {
 struct TransportCounters {
   uint64_t rx_pkts = 0;
   std::array<uint64_t, common::kDropReasonCount> drops{};
+  // QpInitAttr::bench_any_psn QPs: requests accepted, and of them those that
+  // restarted the sequence from behind (RC: duplicates) or ahead (RC: a gap).
+  uint64_t bench_accepted = 0;
+  uint64_t bench_duplicate = 0;
+  uint64_t bench_gap = 0;
   uint64_t drop(common::DropReason r) const noexcept {
     return drops[static_cast<std::size_t>(r)];
   }
@@ -189,6 +194,7 @@ class Transport {
   }
   Cq* cq(uint32_t id) noexcept;
   TxQueue& txq() noexcept { return tx_; }
+  TransportCounters& qp_side_counters() noexcept { return counters_; }
   bool rack_adaptive() const noexcept { return cfg_.rack_adaptive; }
 
  private:

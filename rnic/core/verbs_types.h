@@ -101,6 +101,10 @@ struct QpInitAttr {
   uint32_t max_rd_atomic = 16;      // READ requests in flight (requester)
   uint32_t max_dest_rd_atomic = 16; // READ requests being answered (responder)
   PolicyConfig policy;
+  // BENCHMARK ONLY, not RC: a request whose PSN is not the expected one
+  // restarts the responder's sequence at its PSN instead of being a duplicate
+  // or out of sequence, so a looped pcap replay is placed (responder.cc).
+  bool bench_any_psn = false;
 };
 
 // modify_qp attributes; which are read is chosen by an IBV_QP_* mask, as in

@@ -478,6 +478,7 @@ void Worker::on_qp_created(uint32_t host_qpn) {
   init.policy.cc = c_.cc.c_str();
   init.policy.cc_window_bytes = c_.cc_window_bytes;
   init.policy.num_paths = 16;
+  init.bench_any_psn = c_.bench_any_psn;  // standalone only (run() refuses it in DPU mode)
   const uint32_t core_qpn = core_.create_qp(init);
   if (core_qpn == 0) {
     ++k_.qps_core_refused;
@@ -986,6 +987,11 @@ void Worker::visit_counters(F&& f) const {
   f("core", "rx_pkts", tc.rx_pkts, "frames the transport core was given");
   for (std::size_t r = 1; r < common::kDropReasonCount; ++r)
     if (tc.drops[r]) f("core", drop_names()[r], tc.drops[r], "frames the core dropped for this reason");
+  if (c_.bench_any_psn) {  // docs/pktgen.md "Looped replays"
+    f("core", "bench_accepted", tc.bench_accepted, "--bench-any-psn: requests placed (or READs taken)");
+    f("core", "bench_duplicate", tc.bench_duplicate, "--bench-any-psn: of them, restarts behind the expected PSN");
+    f("core", "bench_gap", tc.bench_gap, "--bench-any-psn: of them, restarts ahead of the expected PSN");
+  }
   const host::HostCounters& hc = host_.counters();
 #define TANDEM_HOST_COUNTER_VISIT(name, doc) f("host", #name, hc.name, doc);
   TANDEM_FOREACH_HOST_COUNTER(TANDEM_HOST_COUNTER_VISIT)
@@ -1232,6 +1238,8 @@ void Worker::register_telemetry() {
 int run(const WorkerConfig& c) {
   if (c.host_socket.empty()) throw std::invalid_argument("--host-socket is required");
   if (c.table_file.empty()) throw std::invalid_argument("--table is required (standalone mode)");
+  if (c.bench_any_psn && !c.dpu_channel.empty())
+    throw std::invalid_argument("--bench-any-psn is refused in DPU mode: tenant QPs keep RC's PSN checks");
   if (!make_path_policy(c.spray.c_str())) throw std::invalid_argument("--spray: unknown path policy '" + c.spray + "'");
   if (!make_cc_policy(c.cc.c_str())) throw std::invalid_argument("--cc: unknown congestion-control policy '" + c.cc + "'");
   if (c.dpu_max_protocol != 0 &&
@@ -1277,6 +1285,8 @@ int run(const WorkerConfig& c) {
               c.name.c_str(), c.port_id, cd::port_name(c.port_id).c_str(), up ? "up" : "down",
               c.mode == Reliability::kIrn ? "irn" : "gbn", c.spray.c_str(), c.cc.c_str(), c.mtu,
               worker->tx_mode_line().c_str(), c.host_socket.c_str());
+  if (c.bench_any_psn)
+    std::printf("tandem-rnic %s: BENCHMARK MODE --bench-any-psn: every QP accepts any PSN (not RC)\n", c.name.c_str());
   std::fflush(stdout);
 
   const std::vector<std::string> devices = worker->register_devices();

@@ -25,6 +25,9 @@ struct WorkerConfig {
   uint64_t cc_window_bytes = 1ull << 20;
   uint64_t reorder_delay_ns = 50'000;  // IRN: gap age before a SACK
   uint64_t timeout_ns = 1'000'000;     // initial retransmission timeout
+  // BENCHMARK ONLY (--bench-any-psn): every QP accepts any PSN (rnic/core
+  // QpInitAttr::bench_any_psn), so looped pcap replays are placed. Standalone only.
+  bool bench_any_psn = false;
   bool tx_copy = false;      // copy payloads into mbufs instead of attaching registered memory
   bool pdump = true;
   common::dpdk::IdleConfig idle;

@@ -80,7 +80,8 @@ std::optional<Options> parse_args(int argc, const char* const* argv, int* exit_c
       "Tests: write_bw send_bw read_bw write_lat send_lat read_lat. The client's -s/-n/-D/-q/-t/--mtu/\n"
       "--verify rule; the server takes them from the connection.\n"
       "Exit: 0 ok, 1 run failed (verify mismatch, error completion, peer gone), 2 bad input or\n"
-      "no worker."};
+      "no worker.\n\n"
+      "tandem-perf sink --help: receiving QPs for pktgen / pcap replays (scripts/make_profiles.py --from)."};
   app.set_help_flag("-h,--help", "Show this help and exit");
   app.add_option("test", test, "write_bw | send_bw | read_bw | write_lat | send_lat | read_lat")->required();
   app.add_option("server", positional, "Server address (client side only)")->expected(0, 1);
