@@ -7,8 +7,8 @@ perftest), run through scripts/tandem-run against two tandem-rnic workers on the
     IPv4-mapped address of type RoCE v2; opening the device attached to the worker (its
     apps_attached counter) and closing it detached;
   * ibv_rc_pingpong with its buffer check (-c) and with completion events (-e);
-  * ib_write_bw, ib_read_bw, ib_send_bw (also -e), ib_write_lat, ib_read_lat, ib_send_lat, each
-    with a small and a 64 KiB message, exit 0 on both sides with a result row (Debian's libmlx5,
+  * ib_write_bw, ib_read_bw, ib_send_bw (also -e, and --use-srq with 2 QPs on the SRQ),
+    ib_write_lat, ib_read_lat, ib_send_lat (also --use-srq), each with a small and a 64 KiB message, exit 0 on both sides with a result row (Debian's libmlx5,
     libefa and librdmacm load against this library);
   * ib_write_bw -D 6 with a fabric path failed mid-run finishes and reports its bandwidth;
   * a worker killed with SIGKILL leaves a stale registration that no longer lists; a worker
@@ -114,14 +114,19 @@ def main():
 
     for prog, extra, sizes in (("ib_write_bw", [], (64, 65536)), ("ib_read_bw", [], (64, 65536)),
                                ("ib_send_bw", [], (64, 65536)), ("ib_send_bw", ["-e"], (65536,)),
+                               ("ib_send_bw", ["--use-srq", "-q", "2"], (64, 65536)),
                                ("ib_write_lat", [], (2, 65536)), ("ib_read_lat", [], (2, 65536)),
-                               ("ib_send_lat", [], (2, 65536))):
+                               ("ib_send_lat", [], (2, 65536)), ("ib_send_lat", ["--use-srq"], (2,))):
         for size in sizes:
+            srq0 = tel.cmd("/tandem/rnic/stats")["srq_wqe_recv"] if "--use-srq" in extra else None
             args = ["-s", str(size), "-n", "100"] + extra
             (cc, co), (sc, so) = pair(prog, args)
             row = result_row(co, size)
             ok = cc == 0 and sc == 0 and row is not None and row[1] > 0
             check(ok, f"stock {prog} {' '.join(args)}: exit {cc}/{sc}, result {row}")
+            if srq0 is not None:  # the receives went through worker A's SRQ, not per-QP queues
+                srq1 = tel.cmd("/tandem/rnic/stats")["srq_wqe_recv"]
+                check(srq1 > srq0, f"{prog} --use-srq posted its receives to worker A's SRQ ({srq0} -> {srq1})")
             if not ok:
                 print(f"--- client ---\n{co[-1500:]}\n--- server ---\n{so[-1500:]}")
 
