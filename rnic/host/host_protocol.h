@@ -37,6 +37,7 @@ enum class MsgType : uint16_t {
   kDestroyQp,   // no fds
   kCreateSrq,   // fds: [SRQ ring memfd, laid out by srq_layout(depth)]
   kDestroySrq,  // no fds
+  kQueryQp,     // no fds; the reply's modify_qp.qp_state is the QP's state now (ERR after a failure)
 };
 
 struct MsgHeader {
@@ -155,6 +156,9 @@ struct CreateSrqReply {
 struct DestroySrqRequest {
   uint32_t srq;  // SRQ handle
 };
+struct QueryQpRequest {
+  uint32_t qpn;  // QP to ask about
+};
 
 struct Request {
   MsgHeader hdr;
@@ -170,6 +174,7 @@ struct Request {
     DestroyQpRequest destroy_qp;
     CreateSrqRequest create_srq;
     DestroySrqRequest destroy_srq;
+    QueryQpRequest query_qp;
   } body;
 };
 

@@ -355,6 +355,9 @@ void HostServer::handle(uint32_t app_index, const Request& req, int* fds, std::s
     case MsgType::kDestroySrq:
       st = on_destroy_srq(app, req);
       break;
+    case MsgType::kQueryQp:
+      st = on_query_qp(app, req, rep);
+      break;
     default:
       st = Status::kUnsupported;
       break;
@@ -531,6 +534,7 @@ Status HostServer::on_create_cq(App& app, const Request& req, int* fds, std::siz
                             reinterpret_cast<Cqe*>(base + layout.entries), depth);
   cq.notify = reinterpret_cast<CqNotify*>(base + layout.notify);
   cq.event_fd = channel ? fds[1] : -1;
+  cq.overrun = false;  // the slot may be an overrun CQ's
   if (channel) fds[1] = -1;
   mapped_bytes_ += region.size();
   cq.memory = std::move(region);
@@ -756,6 +760,13 @@ Status HostServer::on_modify_qp(App& app, const Request& req, Reply* rep) {
   ev.qpn = q.qpn;
   ev.state = target;
   events_.push_back(ev);
+  return Status::kOk;
+}
+
+Status HostServer::on_query_qp(App& app, const Request& req, Reply* rep) {
+  const QpSlot* qp = find_qp(req.body.query_qp.qpn);
+  if (qp == nullptr || qp->info.app_id != app.id) return Status::kNotFound;
+  rep->body.modify_qp.qp_state = qp->info.state;
   return Status::kOk;
 }
 

@@ -283,6 +283,7 @@ class HostServer {
                       Reply* rep);
   Status on_modify_qp(App& app, const Request& req, Reply* rep);
   Status on_destroy_qp(App& app, const Request& req);
+  Status on_query_qp(App& app, const Request& req, Reply* rep);
   // host_server_srq.cc
   Status on_create_srq(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep);
   Status on_destroy_srq(App& app, const Request& req);

@@ -770,6 +770,17 @@ int modify_qp(Qp* qp, ibv_qp_attr* attr, int attr_mask) {
   return 0;
 }
 
+int query_qp_state(Qp* qp) {
+  Request req{};
+  req.body.query_qp.qpn = qp->qp_num;
+  Reply rep{};
+  const Status st = call(qp->context, req, MsgType::kQueryQp, nullptr, 0, &rep);
+  if (st == Status::kWorkerGone) qp->state = IBV_QPS_ERR;
+  if (st != Status::kOk) return rc(st);
+  qp->state = static_cast<ibv_qp_state>(rep.body.modify_qp.qp_state);
+  return 0;
+}
+
 int destroy_qp(Qp* qp) {
   Request req{};
   req.body.destroy_qp.qpn = qp->qp_num;

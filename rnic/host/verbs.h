@@ -177,6 +177,10 @@ int post_srq_recv(Srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 Qp* create_qp(Pd* pd, QpInitAttr* attr);
 int modify_qp(Qp* qp, ibv_qp_attr* attr, int attr_mask);
 int destroy_qp(Qp* qp);
+// Asks the worker for the QP's state (it moves a QP to ERR on its own: a bad
+// WQE, retries exhausted, a CQ overrun) and updates qp->state. A dead worker:
+// kWorkerGone, and qp->state is ERR.
+int query_qp_state(Qp* qp);
 
 // Fast path: fill WQEs in the shared ring and ring the doorbell once per call.
 // SGEs are not checked against the MR here (as on a real RNIC): a bad one

@@ -384,9 +384,11 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
 int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init_attr) {
   if (qp == nullptr || attr == nullptr || init_attr == nullptr) return EINVAL;
   TandemQp* q = of<TandemQp>(qp);
+  th::query_qp_state(q->h);  // the worker's word: it moves QPs to ERR on its own
   std::lock_guard g(q->mu);
   *attr = q->attr;
   attr->qp_state = attr->cur_qp_state = q->h->state;  // ERR as the worker reported it
+  qp->state = q->h->state;
   attr->cap = q->init.cap;
   attr->path_mig_state = IBV_MIG_MIGRATED;
   *init_attr = q->init;
