@@ -135,8 +135,12 @@ TEST_CASE("bad arguments get EINVAL and verbs not built yet EOPNOTSUPP, never a 
   CHECK(ibv_modify_qp(nullptr, nullptr, 0) == EINVAL);
   errno = 0;
   CHECK(ibv_create_srq(nullptr, nullptr) == nullptr);
-  CHECK(errno == EOPNOTSUPP);
+  CHECK(errno == EINVAL);
+  CHECK(ibv_modify_srq(nullptr, nullptr, 0) == EINVAL);
+  CHECK(ibv_destroy_srq(nullptr) == EINVAL);
+  errno = 0;
   CHECK(ibv_create_ah(nullptr, nullptr) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
   CHECK(ibv_resize_cq(nullptr, 4) == EOPNOTSUPP);
   CHECK(ibv_fork_init() == EOPNOTSUPP);  // refused, not faked (README)
   CHECK(ibv_is_fork_initialized() == IBV_FORK_DISABLED);
