@@ -330,7 +330,8 @@ static void forget_adopted(Context* ctx, uintptr_t a) {
 }
 
 int adopt_buf(Context* ctx, void* addr, std::size_t length) {
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  // Whole pages of the mapping: huge ones for a hugetlb buffer, which stays on huge pages.
+  const auto page = static_cast<uintptr_t>(ShmRegion::page_size_at(addr));
   const auto a = reinterpret_cast<uintptr_t>(addr);
   if (length == 0 || a + length < a) return rc(fail(Status::kInvalidArgument, "empty or wrapping range"));
   const uintptr_t lo = a & ~(page - 1), hi = (a + length + page - 1) & ~(page - 1);
