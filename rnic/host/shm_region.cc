@@ -6,6 +6,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,12 @@ constexpr long kHugetlbfsMagic = 0x958458f6;
 constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+
+std::atomic<bool> g_dontfork{false};
+
+void keep_from_fork(void* p, std::size_t n) {
+  if (g_dontfork.load(std::memory_order_relaxed)) madvise(p, n, MADV_DONTFORK);
+}
 
 Status try_create(const char* name, std::size_t bytes, bool huge, uint8_t** data, int* fd_out,
                   std::size_t* size_out) {
@@ -36,6 +43,7 @@ Status try_create(const char* name, std::size_t bytes, bool huge, uint8_t** data
     close(fd);
     return Status::kNoMemory;
   }
+  keep_from_fork(p, size);
   *data = static_cast<uint8_t*>(p);
   *fd_out = fd;
   *size_out = size;
@@ -136,6 +144,7 @@ Status ShmRegion::adopt(void* addr, std::size_t bytes, ShmRegion* out) {
       close(fd);
       return Status::kBadRegion;
     }
+    keep_from_fork(addr, bytes);
     out->reset();
     out->data_ = static_cast<uint8_t*>(addr);
     out->size_ = bytes;
@@ -163,6 +172,7 @@ Status ShmRegion::adopt(void* addr, std::size_t bytes, ShmRegion* out) {
     close(fd);
     return Status::kBadRegion;
   }
+  keep_from_fork(addr, bytes);
   out->reset();
   out->data_ = static_cast<uint8_t*>(addr);
   out->size_ = bytes;
@@ -171,6 +181,9 @@ Status ShmRegion::adopt(void* addr, std::size_t bytes, ShmRegion* out) {
   out->borrowed_ = true;
   return Status::kOk;
 }
+
+void ShmRegion::protect_from_fork() noexcept { g_dontfork.store(true, std::memory_order_relaxed); }
+bool ShmRegion::fork_protected() noexcept { return g_dontfork.load(std::memory_order_relaxed); }
 
 void ShmRegion::reset() noexcept {
   if (data_ != nullptr && !borrowed_) munmap(data_, size_);

@@ -45,6 +45,13 @@ class ShmRegion {
   // hugetlb mapping; the base page size otherwise, or if addr is unmapped).
   static std::size_t page_size_at(const void* addr);
 
+  // Fork protection (ibv_fork_init): from now on, every region created or
+  // adopted in this process is marked MADV_DONTFORK, so a forked child does
+  // not get it at all (it would otherwise share, not copy, the pages the
+  // worker writes). Process-wide, never switched off (as rdma-core's).
+  static void protect_from_fork() noexcept;
+  static bool fork_protected() noexcept;
+
   void reset() noexcept;
   void close_fd() noexcept;
 

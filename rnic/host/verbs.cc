@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -326,6 +327,7 @@ static void forget_adopted(Context* ctx, uintptr_t a) {
       const auto ma = reinterpret_cast<uintptr_t>(m->addr);
       if (ma >= lo && ma < hi) return;
     }
+  if (ShmRegion::fork_protected()) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DOFORK);  // the application's again
   ctx->buffers.erase(it);
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -66,6 +67,8 @@ using namespace tandem::rnic::verbs;
 extern "C" {
 
 ibv_device** ibv_get_device_list(int* num_devices) {
+  // As rdma-core: these ask for ibv_fork_init() without a code change.
+  if (std::getenv("RDMAV_FORK_SAFE") != nullptr || std::getenv("IBV_FORK_SAFE") != nullptr) ibv_fork_init();
   const std::vector<DeviceRecord> recs = th::read_devices(th::device_dir());
   auto** list = static_cast<ibv_device**>(calloc(recs.size() + 1, sizeof(ibv_device*)));
   if (list == nullptr) {

@@ -51,8 +51,6 @@ ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) { return fail_null<ibv_mr>(); }
 void ibv_unimport_mr(ibv_mr*) {}
 ibv_dm* ibv_import_dm(ibv_context*, uint32_t) { return fail_null<ibv_dm>(); }
 void ibv_unimport_dm(ibv_dm*) {}
-int ibv_dofork_range(void*, size_t) { return EOPNOTSUPP; }
-int ibv_dontfork_range(void*, size_t) { return EOPNOTSUPP; }
 // Kernel-ABI marshalling (the kernel's structs; no kernel device here): nothing to copy.
 void ibv_copy_ah_attr_from_kern(void*, const void*) {}
 void ibv_copy_qp_attr_from_kern(void*, const void*) {}

@@ -5,10 +5,13 @@
 #include <catch2/catch.hpp>
 
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <csignal>
 #include <cstring>
+#include <string>
 
 #include "rnic/host/host_server.h"
 #include "rnic/host/verbs.h"
@@ -115,4 +118,51 @@ TEST_CASE("a huge-page buffer registered in place stays on huge pages, contents 
   CHECK(dealloc_pd(pd) == 0);
   CHECK(close_device(ctx) == 0);
   munmap(p, 2 * huge);
+}
+
+namespace {
+
+// How a forked child of the caller ends after touching *p: 0 if it read the
+// byte and wrote `v`, else the signal that ended it.
+int child_touch(volatile uint8_t* p, uint8_t v) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    (void)*p;
+    *p = v;
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+}  // namespace
+
+TEST_CASE("fork: registered pages are shared with a child, or absent from it after fork protection") {
+  ServerThread st;
+  const std::string path = st.path;
+  // Fork protection is process-wide and permanent: try it in a child process of its own.
+  const pid_t pid = fork();
+  if (pid == 0) {
+    Context* ctx = open_device(path.c_str());
+    Pd* pd = ctx ? alloc_pd(ctx) : nullptr;
+    if (pd == nullptr) _exit(10);
+    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    auto* a = static_cast<uint8_t*>(std::aligned_alloc(page, 4 * page));
+    auto* b = static_cast<uint8_t*>(std::aligned_alloc(page, 4 * page));
+    a[100] = 1;
+    b[100] = 1;
+    if (adopt_buf(ctx, a, 4 * page) != 0 || reg_mr(pd, a, 4 * page, IBV_ACCESS_LOCAL_WRITE) == nullptr) _exit(11);
+    // Without it: the child shares the registered pages (its write shows here).
+    if (child_touch(a + 100, 0x77) != 0 || a[100] != 0x77) _exit(12);
+    ShmRegion::protect_from_fork();
+    if (adopt_buf(ctx, b, 4 * page) != 0 || reg_mr(pd, b, 4 * page, IBV_ACCESS_LOCAL_WRITE) == nullptr) _exit(13);
+    // With it: the child has no such pages (SIGSEGV), and ours are untouched.
+    if (child_touch(b + 100, 0x77) != SIGSEGV || b[100] != 1) _exit(14);
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // 12: not shared before; 14: the child still had the pages
 }
