@@ -17,6 +17,7 @@
 #include "rnic/core/path_policy.h"
 #include "rnic/core/path_single.h"
 #include "rnic/core/qp_counters.h"
+#include "rnic/core/srq.h"
 #include "rnic/core/transport.h"
 #include "rnic/core/verbs_types.h"
 
@@ -75,6 +76,10 @@ struct RecvWqe {
   std::array<uint8_t*, kMaxSge> sge_ptr{};
   uint64_t len = 0;
 };
+
+// Checks a receive WR against the transport's MRs (lkey, bounds, local write)
+// and fills `w` with it. False: EINVAL.
+bool make_recv_wqe(const Transport& t, const RecvWr& wr, RecvWqe& w) noexcept;
 
 // Requester record per PSN in flight (ring indexed by psn & window mask).
 struct PsnRec {
@@ -188,9 +193,13 @@ struct Qp {
   uint32_t credit_new_sent = 0;  // requester: new packets sent (the first unscheduled ones free)
 
   // --- responder ---
-  std::vector<RecvWqe> rq;
+  std::vector<RecvWqe> rq;   // empty on an SRQ QP
   uint32_t rq_head = 0;
   uint32_t rq_tail = 0;
+  // On an SRQ: the SRQ slots this QP took for its messages rq_head..rq_tail
+  // (ring of window_pkts: every such message has a PSN in the window).
+  Srq* srq = nullptr;
+  std::vector<uint32_t> srq_stage;
   std::vector<RxSlot> slots;
   uint32_t epsn = 0;
   uint32_t high = 0;        // highest PSN + 1 that arrived (IRN)
@@ -271,7 +280,26 @@ struct Qp {
   PsnRec& rec(uint32_t psn) noexcept { return recs_ring[psn & wmask]; }
   RxSlot& slot(uint32_t psn) noexcept { return slots[psn & wmask]; }
   SendWqe& wqe(uint32_t idx) noexcept { return sq_ring[idx & sq_mask]; }
-  RecvWqe& rwqe(uint32_t idx) noexcept { return rq[idx % rq.size()]; }
+  RecvWqe& rwqe(uint32_t idx) noexcept {
+    return srq != nullptr ? srq->pool[srq_stage[idx & wmask]] : rq[idx % rq.size()];
+  }
+  // The receive at rq_head completed or was flushed: an SRQ slot is free again.
+  void recv_done() noexcept {
+    if (srq != nullptr) srq->release(srq_stage[rq_head & wmask]);
+    ++rq_head;
+  }
+  // SRQ: takes WQEs from the SRQ until message rq_head + delta has one.
+  // False if the SRQ ran out (the sender gets an RNR NAK) or delta is past
+  // the window (no honest sender has that many messages outstanding).
+  bool srq_fill(uint32_t delta) noexcept {
+    if (delta > wmask) return false;
+    while (rq_tail - rq_head <= delta) {
+      uint32_t slot;
+      if (!srq->take(slot)) return false;
+      srq_stage[rq_tail++ & wmask] = slot;
+    }
+    return true;
+  }
   void drop(common::DropReason r) noexcept { ++c.drops[static_cast<std::size_t>(r)]; }
 
   void reset_state() noexcept;

@@ -525,9 +525,12 @@ void Qp::to_error(ibv_wc_status first_status) noexcept {
     send_cq->push(Completion{w.wr_id, st, wc_opcode(w.op()), 0, 0, qpn,
                              attr.dest_qp_num, 0});
   }
-  for (; rq_head != rq_tail; ++rq_head) {
+  // On an SRQ these are the WQEs it took for messages under way: verbs
+  // flushes those, and leaves the ones still on the SRQ to the other QPs.
+  while (rq_head != rq_tail) {
     recv_cq->push(Completion{rwqe(rq_head).wr.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, 0, qpn,
                              attr.dest_qp_num, 0});
+    recv_done();
   }
   sq_send = sq_head;
   una = nxt;

@@ -44,7 +44,23 @@ inline void place(uint8_t* dst, const uint8_t* src, uint32_t n) noexcept {
 
 }  // namespace
 
+bool make_recv_wqe(const Transport& t, const RecvWr& wr, RecvWqe& w) noexcept {
+  if (wr.num_sge > kMaxSge) return false;
+  w.wr = wr;
+  w.len = 0;
+  for (uint32_t j = 0; j < wr.num_sge; ++j) {
+    const Sge& g = wr.sg_list[j];
+    const MemoryRegion* mr = t.find_mr(g.lkey);
+    if (!range_in_mr(mr, g.addr, g.length) || !(mr->access & IBV_ACCESS_LOCAL_WRITE))
+      return false;
+    w.sge_ptr[j] = mr->host_ptr + (g.addr - mr->addr);
+    w.len += g.length;
+  }
+  return true;
+}
+
 int Qp::post_recv(const RecvWr& wr) noexcept {
+  if (srq != nullptr) return EINVAL;  // its receives are posted to the SRQ
   if (state == QpState::kError) {
     recv_cq->push(Completion{wr.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, 0, qpn,
                              attr.dest_qp_num, 0});
@@ -52,18 +68,7 @@ int Qp::post_recv(const RecvWr& wr) noexcept {
   }
   if (state == QpState::kReset) return EINVAL;
   if (rq_tail - rq_head >= rq.size()) return ENOMEM;
-  if (wr.num_sge > kMaxSge) return EINVAL;
-  RecvWqe& w = rwqe(rq_tail);
-  w.wr = wr;
-  w.len = 0;
-  for (uint32_t j = 0; j < wr.num_sge; ++j) {
-    const Sge& g = wr.sg_list[j];
-    const MemoryRegion* mr = t->find_mr(g.lkey);
-    if (!range_in_mr(mr, g.addr, g.length) || !(mr->access & IBV_ACCESS_LOCAL_WRITE))
-      return EINVAL;
-    w.sge_ptr[j] = mr->host_ptr + (g.addr - mr->addr);
-    w.len += g.length;
-  }
+  if (!make_recv_wqe(*t, wr, rwqe(rq_tail))) return EINVAL;
   ++rq_tail;
   rnr_armed = true;
   return 0;
@@ -251,7 +256,7 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
   RecvWqe* rw = nullptr;
   if (consumes_recv) {
     const uint32_t delta = (recv_idx - rq_head) & 0xFFFFFF;
-    if (delta >= rq_tail - rq_head) {
+    if (delta >= rq_tail - rq_head && (srq == nullptr || !srq_fill(delta))) {
       if (rnr_armed || !psn_lt(rnr_nak_psn, psn)) {
         nak(common::kAethRnrNak | (attr.min_rnr_timer & 0x1F), psn);
         rnr_armed = false;
@@ -351,7 +356,7 @@ void Qp::bench_restart(uint32_t psn) noexcept {
                                s.wc_kind ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV, s.msg_len,
                                s.has_imm ? s.imm : 0, qpn, attr.dest_qp_num,
                                s.has_imm ? static_cast<uint32_t>(IBV_WC_WITH_IMM) : 0u});
-      ++rq_head;
+      recv_done();
     }
     if (s.flags & kSlotMsgEnd) msn = (msn + 1) & 0xFFFFFF;
     s = RxSlot{};

@@ -110,6 +110,8 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
   const uint32_t w = init.window_pkts;
   if (w < 2 || w > (1u << 16) || (w & (w - 1)) != 0) return 0;
   if (init.sq_depth == 0 || init.rq_depth == 0 || init.max_dest_rd_atomic == 0) return 0;
+  Srq* shared = nullptr;
+  if (init.srq != 0 && (shared = srq(init.srq)) == nullptr) return 0;
   auto path = make_path_policy(init.policy.path);
   auto cc = make_cc_policy(init.policy.cc);
   if (!path || !cc) return 0;
@@ -130,7 +132,13 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
     qp->sq.resize(pow2_at_least(init.sq_depth));
     qp->sq_ring = qp->sq.data();
     qp->sq_mask = static_cast<uint32_t>(qp->sq.size()) - 1;
-    qp->rq.resize(init.rq_depth);
+    if (shared != nullptr) {
+      qp->srq = shared;
+      qp->srq_stage.resize(w);
+      ++shared->qps;
+    } else {
+      qp->rq.resize(init.rq_depth);
+    }
     qp->recs.resize(w);
     qp->recs_ring = qp->recs.data();
     qp->slots.resize(w);
@@ -153,6 +161,10 @@ int Transport::destroy_qp(uint32_t qpn) noexcept {
     Qp** at = std::find(active_.data(), end, qps_[i].get());
     std::copy(at + 1, end, at);  // keeps the order (the rotation's fairness)
     --active_n_;
+  }
+  if (Srq* shared = qps_[i]->srq) {
+    qps_[i]->reset_state();  // WQEs it took and did not use go back to the SRQ
+    --shared->qps;
   }
   qps_[i].reset();
   return 0;
@@ -219,6 +231,8 @@ void Qp::reset_state() noexcept {
   read_hole_since = kNever;
   read_high = 0;
   cc_blocked = false;
+  if (srq != nullptr)
+    while (rq_tail != rq_head) srq->give_back(srq_stage[--rq_tail & wmask]);
   rq_head = rq_tail = 0;
   for (auto& s : slots) s = RxSlot{};
   epsn = high = msn = 0;

@@ -88,6 +88,7 @@ struct TransportConfig {
   // declared lost turns out to have arrived (false: the window stays 0, a
   // packet is lost as soon as one sent after it is reported).
   bool rack_adaptive = true;
+  uint32_t max_srqs = 64;
 };
 
 // Every received packet and every drop, per reason: those no QP took
@@ -114,6 +115,7 @@ struct RxPacketRef {
 
 struct Qp;  // internal (qp.h)
 struct Cq;
+struct Srq;
 
 class Transport {
  public:
@@ -132,7 +134,18 @@ class Transport {
 
   // Returns the CQ id, or UINT32_MAX if no more can be created.
   uint32_t create_cq(uint32_t capacity);
-  // Returns the QPN, or 0 on bad attributes (unknown CQ or policy name,
+  // A shared receive queue of `capacity` WQEs (ibv_create_srq): QPs created
+  // with QpInitAttr::srq take their receive WQEs from it, oldest first, one
+  // when a message needs it. Returns its id (never 0), or 0 if no more can
+  // be created or capacity is 0.
+  uint32_t create_srq(uint32_t capacity);
+  // EBUSY while QPs use it, EINVAL if there is no such SRQ.
+  int destroy_srq(uint32_t srq) noexcept;
+  // WQEs posted and not yet taken by a QP (0 for an unknown SRQ).
+  uint32_t srq_posted(uint32_t srq) const noexcept;
+  // How many times a message found the SRQ empty (its QP sent an RNR NAK).
+  uint64_t srq_empty(uint32_t srq) const noexcept;
+  // Returns the QPN, or 0 on bad attributes (unknown CQ, SRQ or policy name,
   // window not a power of two, ...).
   uint32_t create_qp(const QpInitAttr& init);
   int modify_qp(uint32_t qpn, const QpAttr& attr, int attr_mask) noexcept;
@@ -173,7 +186,10 @@ class Transport {
   // (as above) with *bad = its index (*bad = n on success), as ibv_post_send
   // returns bad_wr. The WRs before it are posted.
   int post_send(uint32_t qpn, const SendWr* wrs, uint32_t n, uint32_t* bad = nullptr) noexcept;
-  int post_recv(uint32_t qpn, const RecvWr& wr) noexcept;
+  int post_recv(uint32_t qpn, const RecvWr& wr) noexcept;  // EINVAL on an SRQ QP
+  // 0, ENOMEM (SRQ full), EINVAL (unknown SRQ, SGE count, lkey, bounds or
+  // missing local write access).
+  int post_srq_recv(uint32_t srq, const RecvWr& wr) noexcept;
 
   common::DropReason on_packet(const common::RocePacket& pkt, const uint8_t* payload,
                                uint32_t payload_len, uint64_t now) noexcept;
@@ -193,6 +209,9 @@ class Transport {
     return (m.host_ptr != nullptr && m.lkey == key) ? &m : nullptr;
   }
   Cq* cq(uint32_t id) noexcept;
+  Srq* srq(uint32_t id) const noexcept {
+    return id != 0 && id <= srqs_.size() ? srqs_[id - 1].get() : nullptr;
+  }
   TxQueue& txq() noexcept { return tx_; }
   TransportCounters& qp_side_counters() noexcept { return counters_; }
   bool rack_adaptive() const noexcept { return cfg_.rack_adaptive; }
@@ -217,6 +236,7 @@ class Transport {
   std::vector<Qp*> active_;              // [0, active_n_): the QPs poll() visits (sized max_qps)
   std::size_t active_n_ = 0;
   std::vector<std::unique_ptr<Cq>> cqs_;
+  std::vector<std::unique_ptr<Srq>> srqs_;  // index = id - 1; nullptr when free
   TransportCounters counters_;
   uint32_t mr_generation_ = 1;
   CreditGrantor grantor_;

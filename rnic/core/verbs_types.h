@@ -95,7 +95,8 @@ struct QpInitAttr {
   uint32_t send_cq = 0;
   uint32_t recv_cq = 0;
   uint32_t sq_depth = 256;     // outstanding send WRs
-  uint32_t rq_depth = 256;     // posted receive WRs
+  uint32_t rq_depth = 256;     // posted receive WRs (unused with an SRQ)
+  uint32_t srq = 0;            // 0: its own receive queue; else Transport::create_srq's id
   Reliability mode = Reliability::kIrn;
   uint32_t window_pkts = 1024;      // PSNs in flight / reorder bitmap (power of two, <= 2^16)
   uint32_t max_rd_atomic = 16;      // READ requests in flight (requester)

@@ -63,6 +63,9 @@ constexpr uint32_t kQpnBase = 0x100;
 constexpr uint64_t kIdentityBase = 0x1000;  // the identity MR: worker address == MR address
 constexpr uint64_t kIdentityLen = (uint64_t{1} << 47) - kIdentityBase;
 constexpr uint64_t kRecvTag = uint64_t{1} << 32;  // core wr_id = slot (| kRecvTag for RECVs)
+// SRQ receives: wr_id = kRecvTag | kSrqTag | SrqCtx index << 16 | slot.
+constexpr uint64_t kSrqTag = uint64_t{1} << 33;
+constexpr uint32_t kMaxSrqs = 64;  // the core's (TransportConfig::max_srqs)
 constexpr uint64_t kHostPollNs = 20'000;
 // DPU mode: how long a QP's RTR waits for the agent to install its route.
 constexpr uint64_t kRouteWaitNs = 3'000'000'000;
@@ -138,6 +141,17 @@ struct QpCtx {
   bool rts_pending = false;    // the application already moved it to RTS
   uint64_t route_deadline = 0;
   EgressRoute route;  // egress entry, resolved once per table version
+};
+
+// Per-SRQ state of the worker: the core's SRQ and the WQEs it holds, by slot.
+// Which QP consumes a WQE is the core's choice; the completion says.
+struct SrqCtx {
+  bool live = false;
+  bool backlog = false;  // WQEs left in the application's ring
+  uint32_t host_srq = 0;
+  uint32_t core_srq = 0;
+  std::vector<host::RecvWork> slots;
+  std::vector<uint32_t> free;
 };
 
 class Worker {
@@ -219,6 +233,14 @@ class Worker {
   uint32_t host_events();
   uint32_t pump_work() noexcept;
   uint32_t pump_qp(QpCtx& q) noexcept;
+  uint32_t pump_srq(SrqCtx& s) noexcept;
+  SrqCtx* srq_by_host(uint32_t host_srq) noexcept {
+    for (SrqCtx& s : srqs_)
+      if (s.live && s.host_srq == host_srq) return &s;
+    return nullptr;
+  }
+  void on_srq_created(uint32_t host_srq, uint32_t depth);
+  void on_srq_destroyed(uint32_t host_srq);
   uint32_t completions() noexcept;
   QpCtx* by_host(uint32_t host_qpn) noexcept {
     const uint32_t i = host_index_[host_qpn & (kMaxHostQpSlots - 1)];
@@ -294,6 +316,8 @@ class Worker {
   std::vector<uint32_t> host_index_;    // host QPN slot -> ctx index
   std::vector<uint32_t> backlog_;       // host QPNs with WQEs left to fetch
   std::vector<uint32_t> route_wait_;    // host QPNs whose RTR waits for the agent
+  std::vector<SrqCtx> srqs_ = std::vector<SrqCtx>(kMaxSrqs);
+  uint32_t live_srqs_ = 0;
   rte_mbuf* tx_buf_[kBurst];
   uint16_t tx_n_ = 0;
   std::array<SendWr, kBurst> post_list_{};  // pump_qp's WRs for the core (a member: not re-initialised per call)
@@ -479,6 +503,10 @@ void Worker::on_qp_created(uint32_t host_qpn) {
   init.policy.cc_window_bytes = c_.cc_window_bytes;
   init.policy.num_paths = 16;
   init.bench_any_psn = c_.bench_any_psn;  // standalone only (run() refuses it in DPU mode)
+  if (info->srq != 0) {
+    const SrqCtx* s = srq_by_host(info->srq);
+    init.srq = s != nullptr ? s->core_srq : UINT32_MAX;  // none: the core refuses the QP
+  }
   const uint32_t core_qpn = core_.create_qp(init);
   if (core_qpn == 0) {
     ++k_.qps_core_refused;
@@ -716,6 +744,67 @@ void Worker::on_qp_destroyed(uint32_t host_qpn, bool died) {
   ++(died ? k_.qps_app_died : k_.qps_destroyed);
 }
 
+void Worker::on_srq_created(uint32_t host_srq, uint32_t depth) {
+  const uint32_t core_srq = core_.create_srq(depth);
+  SrqCtx* s = nullptr;
+  for (SrqCtx& c : srqs_)
+    if (!c.live) {
+      s = &c;
+      break;
+    }
+  if (core_srq == 0 || s == nullptr) {
+    if (core_srq != 0) core_.destroy_srq(core_srq);
+    std::fprintf(stderr, "%s: SRQ 0x%x: the core has no room for it (%u SRQs): its QPs go to ERR\n", c_.name.c_str(),
+                 host_srq, kMaxSrqs);
+    ++k_.srqs_core_refused;
+    return;
+  }
+  *s = SrqCtx{};
+  s->live = true;
+  s->host_srq = host_srq;
+  s->core_srq = core_srq;
+  s->slots.resize(depth);
+  s->free.reserve(depth);
+  for (uint32_t i = depth; i-- > 0;) s->free.push_back(i);
+  ++live_srqs_;
+  ++k_.srqs_created;
+}
+
+void Worker::on_srq_destroyed(uint32_t host_srq) {
+  SrqCtx* s = srq_by_host(host_srq);
+  if (s == nullptr) return;
+  // Its QPs were destroyed first (their flushes may still be in the core's
+  // CQ, naming this SRQ's slots): take those before the slots go.
+  completions();
+  core_.destroy_srq(s->core_srq);
+  *s = SrqCtx{};
+  --live_srqs_;
+}
+
+uint32_t Worker::pump_srq(SrqCtx& s) noexcept {
+  host::RecvWork rw[kBurst];
+  const std::size_t rn = host_.fetch_srq_recv(s.host_srq, std::span(rw, std::min<std::size_t>(kBurst, s.free.size())));
+  const uint64_t tag = kRecvTag | kSrqTag | (uint64_t{static_cast<uint32_t>(&s - srqs_.data())} << 16);
+  for (std::size_t i = 0; i < rn; ++i) {
+    const uint32_t slot = s.free.back();
+    s.free.pop_back();
+    s.slots[slot] = rw[i];
+    RecvWr wr;
+    wr.wr_id = tag | slot;
+    wr.num_sge = rw[i].num_sge;
+    for (uint32_t g = 0; g < rw[i].num_sge; ++g)
+      wr.sg_list[g] = Sge{reinterpret_cast<uint64_t>(rw[i].sge[g].addr), rw[i].sge[g].length, ident_key_};
+    if (core_.post_srq_recv(s.core_srq, wr) != 0) {
+      ++k_.wqe_refused;  // cannot happen with the identity MR; no QP owns it to fail
+      s.free.push_back(slot);
+    } else {
+      ++k_.srq_wqe_recv;
+    }
+  }
+  s.backlog = !s.free.empty() && host_.srq_queued(s.host_srq) > 0;
+  return static_cast<uint32_t>(rn);
+}
+
 uint32_t Worker::host_events() {
   host::HostEvent ev;
   uint32_t n = 0;
@@ -730,6 +819,8 @@ uint32_t Worker::host_events() {
       // Zero-copy TX hands the NIC application memory: map it for its DMA.
       case host::HostEventKind::kMrRegistered: dma_.add(ev.map_addr, ev.map_length, ev.hugetlb); break;
       case host::HostEventKind::kMrDeregistered: dma_.remove(ev.map_addr); break;
+      case host::HostEventKind::kSrqCreated: on_srq_created(ev.srq, ev.srq_depth); break;
+      case host::HostEventKind::kSrqDestroyed: on_srq_destroyed(ev.srq); break;
     }
   }
   return n;
@@ -810,6 +901,10 @@ uint32_t Worker::pump_work() noexcept {
   std::size_t r;
   while ((r = host_.ready_qps(std::span(ready, 64))) > 0) {
     for (std::size_t i = 0; i < r; ++i) {
+      if (ready[i] & host::kSrqDoorbell) {
+        if (SrqCtx* s = srq_by_host(ready[i] & ~host::kSrqDoorbell)) n += pump_srq(*s);
+        continue;
+      }
       QpCtx* q = by_host(ready[i]);
       if (q == nullptr) {
         // Unknown to the core (creation refused): let the host flush it.
@@ -825,6 +920,10 @@ uint32_t Worker::pump_work() noexcept {
     }
     if (r < 64) break;
   }
+  // SRQs whose rings hold more than the core had room for.
+  if (live_srqs_ != 0)
+    for (SrqCtx& s : srqs_)
+      if (s.live && s.backlog) n += pump_srq(s);
   // QPs left over from earlier iterations.
   for (std::size_t i = 0; i < backlog_.size();) {
     QpCtx* q = by_host(backlog_[i]);
@@ -847,6 +946,21 @@ uint32_t Worker::completions() noexcept {
     total += n;
     for (uint32_t i = 0; i < n; ++i) {
       QpCtx* q = by_core(wc[i].qp_num);
+      if (wc[i].wr_id & kSrqTag) {
+        // The slot is the SRQ's: freed even if the QP that took it is gone.
+        const uint32_t si = static_cast<uint32_t>(wc[i].wr_id >> 16) & 0xFFFF;
+        const uint32_t slot = static_cast<uint32_t>(wc[i].wr_id & 0xFFFF);
+        if (si >= srqs_.size() || !srqs_[si].live || slot >= srqs_[si].slots.size()) continue;
+        SrqCtx& s = srqs_[si];
+        if (q != nullptr &&
+            !host_.complete_recv(q->host_qpn, s.slots[slot], wc[i].status, wc[i].byte_len, wc[i].opcode,
+                                 (wc[i].wc_flags & IBV_WC_WITH_IMM) != 0, htonl(wc[i].imm_data), wc[i].src_qp))
+          ++k_.cqe_lost;
+        s.free.push_back(slot);
+        ++k_.cqe_recv;
+        if (!s.backlog && host_.srq_queued(s.host_srq) > 0) s.backlog = true;
+        continue;
+      }
       if (q == nullptr) continue;
       bool ok;
       if (wc[i].wr_id & kRecvTag) {

@@ -32,6 +32,9 @@ namespace tandem::rnic::dpdk {
   X(qps_app_died, "QPs freed because their application went away")                    \
   X(qps_no_route, "QPs whose remote GID has no egress entry (moved to ERR)")           \
   X(qps_core_refused, "QPs the core could not create or connect (moved to ERR)")       \
+  X(srqs_created, "shared receive queues created")                                     \
+  X(srqs_core_refused, "SRQs the core could not create (their QPs fail)")              \
+  X(srq_wqe_recv, "SRQ receive WQEs posted to the core")                               \
   X(apps_attached, "applications attached")                                            \
   X(apps_detached, "applications detached")                                            \
   X(loop_iterations, "loop iterations")

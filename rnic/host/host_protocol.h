@@ -35,6 +35,9 @@ enum class MsgType : uint16_t {
   kCreateQp,    // fds: [queue memfd, laid out by qp_queue_layout(sq_depth, rq_depth)]
   kModifyQp,    // no fds
   kDestroyQp,   // no fds
+  kCreateSrq,   // fds: [SRQ ring memfd, laid out by srq_layout(depth)]
+  kDestroySrq,  // no fds
+  kQueryQp,     // no fds; the reply's modify_qp.qp_state is the QP's state now (ERR after a failure)
 };
 
 struct MsgHeader {
@@ -107,6 +110,7 @@ struct CreateQpRequest {
   uint32_t rq_depth;    // RQ entries, power of two
   uint32_t qp_type;     // ibv_qp_type; only IBV_QPT_RC
   uint32_t sq_sig_all;  // 1: every send WQE completes as if signaled
+  uint32_t srq;         // SRQ handle its receives come from; 0: its own RQ (rq_depth unused otherwise)
 };
 struct CreateQpReply {
   uint32_t qpn;           // QP number (24 bits)
@@ -141,6 +145,21 @@ struct DestroyQpRequest {
   uint32_t qpn;  // QP to destroy
 };
 
+struct CreateSrqRequest {
+  uint32_t pd;     // PD handle; the SRQ's WQEs use MRs of this PD
+  uint32_t depth;  // ring entries, power of two
+};
+struct CreateSrqReply {
+  uint32_t srq;           // SRQ handle (never 0)
+  uint32_t doorbell_bit;  // bit in the application's DoorbellPage (shared with QPs)
+};
+struct DestroySrqRequest {
+  uint32_t srq;  // SRQ handle
+};
+struct QueryQpRequest {
+  uint32_t qpn;  // QP to ask about
+};
+
 struct Request {
   MsgHeader hdr;
   union {
@@ -153,6 +172,9 @@ struct Request {
     CreateQpRequest create_qp;
     ModifyQpRequest modify_qp;
     DestroyQpRequest destroy_qp;
+    CreateSrqRequest create_srq;
+    DestroySrqRequest destroy_srq;
+    QueryQpRequest query_qp;
   } body;
 };
 
@@ -165,6 +187,7 @@ struct Reply {
     CqReply cq;
     CreateQpReply create_qp;
     ModifyQpReply modify_qp;
+    CreateSrqReply create_srq;
   } body;
 };
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "rnic/host/srq_slot.h"
 #include "rnic/host/unix_channel.h"
 
 namespace tandem::rnic::host {
@@ -54,6 +55,7 @@ struct HostServer::CqSlot {
   RingWriter<Cqe> ring;
   CqNotify* notify = nullptr;
   int event_fd = -1;  // the application's completion channel, or -1
+  bool overrun = false;  // a completion found it full: in error, takes nothing more
 };
 
 struct HostServer::MrSlot {
@@ -347,6 +349,15 @@ void HostServer::handle(uint32_t app_index, const Request& req, int* fds, std::s
     case MsgType::kDestroyQp:
       st = on_destroy_qp(app, req);
       break;
+    case MsgType::kCreateSrq:
+      st = on_create_srq(app, req, fds, nfds, rep);
+      break;
+    case MsgType::kDestroySrq:
+      st = on_destroy_srq(app, req);
+      break;
+    case MsgType::kQueryQp:
+      st = on_query_qp(app, req, rep);
+      break;
     default:
       st = Status::kUnsupported;
       break;
@@ -523,6 +534,7 @@ Status HostServer::on_create_cq(App& app, const Request& req, int* fds, std::siz
                             reinterpret_cast<Cqe*>(base + layout.entries), depth);
   cq.notify = reinterpret_cast<CqNotify*>(base + layout.notify);
   cq.event_fd = channel ? fds[1] : -1;
+  cq.overrun = false;  // the slot may be an overrun CQ's
   if (channel) fds[1] = -1;
   mapped_bytes_ += region.size();
   cq.memory = std::move(region);
@@ -573,6 +585,8 @@ Status HostServer::on_create_qp(App& app, const Request& req, int* fds, std::siz
     return Status::kNotFound;
   }
   if (c.qp_type != IBV_QPT_RC) return Status::kUnsupported;
+  SrqSlot* srq = nullptr;
+  if (c.srq != 0 && ((srq = find_srq(c.srq)) == nullptr || srq->app_id != app.id)) return Status::kNotFound;
   if (!is_power_of_two(c.sq_depth) || !is_power_of_two(c.rq_depth) ||
       c.sq_depth > config_.max_queue_depth || c.rq_depth > config_.max_queue_depth) {
     return Status::kInvalidArgument;
@@ -615,6 +629,8 @@ Status HostServer::on_create_qp(App& app, const Request& req, int* fds, std::siz
   qp.info.sq_sig_all = c.sq_sig_all != 0;
   qp.info.sq_depth = c.sq_depth;
   qp.info.rq_depth = c.rq_depth;
+  qp.info.srq = c.srq;
+  if (srq != nullptr) ++srq->refs;
   uint8_t* base = region.data();
   qp.sq = RingReader<SendWqe>(reinterpret_cast<RingControl*>(base + layout.sq_control),
                               reinterpret_cast<SendWqe*>(base + layout.sq_entries), c.sq_depth);
@@ -635,6 +651,48 @@ Status HostServer::on_create_qp(App& app, const Request& req, int* fds, std::siz
   ev.state = IBV_QPS_RESET;
   events_.push_back(ev);
   return Status::kOk;
+}
+
+uint32_t HostServer::app_id_of(const App& app) noexcept { return app.id; }
+
+uint32_t HostServer::app_index_of(const App& app) const noexcept {
+  return static_cast<uint32_t>(
+      std::find_if(apps_.begin(), apps_.end(), [&](auto& a) { return a.get() == &app; }) - apps_.begin());
+}
+
+uint32_t HostServer::bind_doorbell(App& app, uint32_t value) {
+  uint32_t bit;
+  if (!app.free_bits.empty()) {
+    bit = app.free_bits.back();
+    app.free_bits.pop_back();
+  } else if (app.qpn_by_bit.size() < kMaxQpsPerApp) {
+    bit = static_cast<uint32_t>(app.qpn_by_bit.size());
+    app.qpn_by_bit.push_back(0);
+  } else {
+    return UINT32_MAX;
+  }
+  app.qpn_by_bit[bit] = value;
+  return bit;
+}
+
+bool HostServer::take_pd_ref(uint32_t pd, uint32_t app_id) noexcept {
+  const uint32_t i = handle_index(pd);
+  if (i >= pds_.size() || !pds_[i].used || pds_[i].gen != handle_gen(pd) || pds_[i].app_id != app_id) return false;
+  ++pds_[i].refs;
+  return true;
+}
+
+void HostServer::drop_pd_ref(uint32_t pd) noexcept {
+  const uint32_t i = handle_index(pd);
+  if (i < pds_.size() && pds_[i].used && pds_[i].refs > 0) --pds_[i].refs;
+}
+
+void HostServer::unbind_doorbell(uint32_t app_index, uint32_t app_id, uint32_t bit) noexcept {
+  if (app_index >= apps_.size() || !apps_[app_index] || apps_[app_index]->id != app_id) return;
+  App& app = *apps_[app_index];
+  if (bit >= app.qpn_by_bit.size()) return;
+  app.qpn_by_bit[bit] = 0;
+  app.free_bits.push_back(bit);
 }
 
 HostServer::QpSlot* HostServer::find_qp(uint32_t qpn) noexcept {
@@ -705,6 +763,13 @@ Status HostServer::on_modify_qp(App& app, const Request& req, Reply* rep) {
   return Status::kOk;
 }
 
+Status HostServer::on_query_qp(App& app, const Request& req, Reply* rep) {
+  const QpSlot* qp = find_qp(req.body.query_qp.qpn);
+  if (qp == nullptr || qp->info.app_id != app.id) return Status::kNotFound;
+  rep->body.modify_qp.qp_state = qp->info.state;
+  return Status::kOk;
+}
+
 void HostServer::free_qp(uint32_t index, bool died) {
   QpSlot& qp = qps_[index];
   HostEvent ev{};
@@ -723,6 +788,8 @@ void HostServer::free_qp(uint32_t index, bool died) {
   }
   if (CqSlot* cq = find_cq(qp.info.send_cq); cq != nullptr && cq->refs > 0) --cq->refs;
   if (CqSlot* cq = find_cq(qp.info.recv_cq); cq != nullptr && cq->refs > 0) --cq->refs;
+  if (SrqSlot* srq = qp.info.srq != 0 ? find_srq(qp.info.srq) : nullptr; srq != nullptr && srq->refs > 0)
+    --srq->refs;
   uint32_t pdi = handle_index(qp.info.pd);
   if (pdi < pds_.size() && pds_[pdi].used && pds_[pdi].refs > 0) --pds_[pdi].refs;
   retire(std::move(qp.memory));
@@ -746,6 +813,9 @@ void HostServer::drop_app(uint32_t app_index, bool died) {
   // QPs first (they hold CQ and PD references), then CQs, MRs and PDs.
   for (uint32_t i = 0; i < qps_.size(); ++i) {
     if (qps_[i].used && qps_[i].info.app_id == id) free_qp(i, died);
+  }
+  for (uint32_t i = 0; i < srqs_.size(); ++i) {
+    if (srqs_[i].used && srqs_[i].app_id == id) free_srq(i);  // after its QPs
   }
   for (uint32_t i = 0; i < cqs_.size(); ++i) {
     if (cqs_[i].used && cqs_[i].app_id == id) free_cq(i);
@@ -823,11 +893,16 @@ std::size_t HostServer::ready_qps(std::span<uint32_t> out) noexcept {
 
 bool HostServer::write_cqe(uint32_t cq_handle, const Cqe& cqe) noexcept {
   CqSlot* cq = find_cq(cq_handle);
-  if (cq == nullptr) return false;
+  if (cq == nullptr || cq->overrun) return false;
   Cqe* slot = cq->ring.claim();
   if (slot == nullptr) {
     if (cq->ring.corrupt()) ++counters_.ring_corrupt;
     ++counters_.cq_overruns;
+    // Verbs: an overrun CQ is in error (the application learns it from
+    // poll_cq once it has taken what the ring holds), and every QP that
+    // completes into it goes to ERR (complete_send/recv).
+    cq->overrun = true;
+    cq->notify->overrun.store(1, std::memory_order_release);
     return false;
   }
   *slot = cqe;
@@ -846,6 +921,11 @@ bool HostServer::write_cqe(uint32_t cq_handle, const Cqe& cqe) noexcept {
     }
   }
   return true;
+}
+
+bool HostServer::cq_in_error(uint32_t cq_handle) noexcept {
+  const CqSlot* cq = find_cq(cq_handle);
+  return cq == nullptr || cq->overrun;
 }
 
 uint32_t HostServer::cq_space(uint32_t qpn, bool send) noexcept {
@@ -872,8 +952,13 @@ void HostServer::qp_error(uint32_t qpn) noexcept {
 
 bool HostServer::translate(const QpSlot& qp, const WqeSge& s, bool local_write, Segment* out,
                            uint32_t* vendor_err) noexcept {
+  return translate_for(qp.info.app_id, qp.info.pd, s, local_write, out, vendor_err);
+}
+
+bool HostServer::translate_for(uint32_t app_id, uint32_t pd, const WqeSge& s, bool local_write, Segment* out,
+                               uint32_t* vendor_err) noexcept {
   MrSlot* mr = find_mr(s.lkey);
-  if (mr == nullptr || mr->app_id != qp.info.app_id || mr->pd != qp.info.pd ||
+  if (mr == nullptr || mr->app_id != app_id || mr->pd != pd ||
       (local_write && (mr->access & IBV_ACCESS_LOCAL_WRITE) == 0)) {
     ++counters_.bad_lkey;
     *vendor_err = kVendorBadLkey;
@@ -957,6 +1042,7 @@ std::size_t HostServer::fetch_send(uint32_t qpn, std::span<SendWork> out) noexce
       c.vendor_err = vendor;
       if (!write_cqe(qp->info.send_cq, c)) return 0;  // retry when the CQ has room
       qp->sq.release(1);
+      qp->sq.completed(1);
       set_error(*qp);
       return 0;
     }
@@ -1020,6 +1106,7 @@ std::size_t HostServer::fetch_recv(uint32_t qpn, std::span<RecvWork> out) noexce
       c.vendor_err = vendor;
       if (!write_cqe(qp->info.recv_cq, c)) return 0;
       qp->rq.release(1);
+      qp->rq.completed(1);
       set_error(*qp);
       return 0;
     }
@@ -1056,10 +1143,11 @@ void HostServer::flush_send(QpSlot& qp) noexcept {
     c.qp_num = qp.info.qpn;
     c.status = IBV_WC_WR_FLUSH_ERR;
     c.opcode = static_cast<uint8_t>(wc_opcode_of(static_cast<ibv_wr_opcode>(w.opcode)));
-    if (!write_cqe(qp.info.send_cq, c)) break;
+    if (!write_cqe(qp.info.send_cq, c) && !cq_in_error(qp.info.send_cq)) break;  // room later
   }
   if (done > 0) {
     qp.sq.release(done);
+    qp.sq.completed(done);
     counters_.flushed_wqes += done;
   }
 }
@@ -1073,10 +1161,11 @@ void HostServer::flush_recv(QpSlot& qp) noexcept {
     c.qp_num = qp.info.qpn;
     c.status = IBV_WC_WR_FLUSH_ERR;
     c.opcode = IBV_WC_RECV;
-    if (!write_cqe(qp.info.recv_cq, c)) break;
+    if (!write_cqe(qp.info.recv_cq, c) && !cq_in_error(qp.info.recv_cq)) break;  // room later
   }
   if (done > 0) {
     qp.rq.release(done);
+    qp.rq.completed(done);
     counters_.flushed_wqes += done;
   }
 }
@@ -1084,6 +1173,7 @@ void HostServer::flush_recv(QpSlot& qp) noexcept {
 bool HostServer::complete_send(uint32_t qpn, const SendWork& work, ibv_wc_status status) noexcept {
   QpSlot* qp = find_qp(qpn);
   if (qp == nullptr) return false;
+  qp->sq.completed(1);  // finished, whether or not a CQE says so
   bool signaled = (work.send_flags & IBV_SEND_SIGNALED) != 0 || qp->info.sq_sig_all;
   if (status != IBV_WC_SUCCESS) set_error(*qp);
   if (status == IBV_WC_SUCCESS && !signaled) return true;
@@ -1105,6 +1195,7 @@ bool HostServer::complete_recv(uint32_t qpn, const RecvWork& work, ibv_wc_status
                                uint32_t imm_data, uint32_t src_qp) noexcept {
   QpSlot* qp = find_qp(qpn);
   if (qp == nullptr) return false;
+  if (qp->info.srq == 0) qp->rq.completed(1);  // an SRQ's WQEs are in no QP's ring
   if (status != IBV_WC_SUCCESS) set_error(*qp);
   Cqe c{};
   c.wr_id = work.wr_id;
@@ -1186,6 +1277,7 @@ std::size_t HostServer::list_apps(std::span<AppInfo> out) const noexcept {
 std::size_t HostServer::qp_count() const noexcept { return qp_count_; }
 std::size_t HostServer::cq_count() const noexcept { return cq_count_; }
 std::size_t HostServer::mr_count() const noexcept { return mr_count_; }
+std::size_t HostServer::srq_count() const noexcept { return srq_count_; }
 
 HostMemory HostServer::memory() const noexcept {
   HostMemory m{};

@@ -93,6 +93,7 @@ struct QpInfo {
   uint32_t sq_depth;
   uint32_t rq_depth;
   uint32_t vnic_ip;  // its application's vNIC (HelloRequest::vnic_ip); 0: not bound
+  uint32_t srq;      // the SRQ its receives come from (fetch_srq_recv); 0: its own RQ
 };
 
 enum class HostEventKind : uint8_t {
@@ -103,6 +104,8 @@ enum class HostEventKind : uint8_t {
   kQpDestroyed,    // by destroy_qp or because its application went away: flush it
   kMrRegistered,   // addr/length/hugetlb: for rte_extmem_register in the DPDK layer
   kMrDeregistered,
+  kSrqCreated,     // srq, srq_depth: create the transport's SRQ
+  kSrqDestroyed,   // srq: its QPs are gone already (destroyed or their application died)
 };
 
 struct HostEvent {
@@ -117,6 +120,8 @@ struct HostEvent {
   uint8_t* map_addr;   // MR events: the whole mapping holding it (page aligned),
   uint64_t map_length; //   what rte_extmem_register / rte_dev_dma_map want
   bool hugetlb;        // MR events: the mapping is on hugetlbfs (checked by the worker)
+  uint32_t srq;        // SRQ events: the SRQ handle
+  uint32_t srq_depth;  // kSrqCreated: its ring entries
 };
 
 #define TANDEM_FOREACH_HOST_COUNTER(X)                                             \
@@ -134,7 +139,9 @@ struct HostEvent {
   X(cqes, "completions written")                                                   \
   X(cq_overruns, "completions lost to a full CQ")                                  \
   X(bad_rkey, "remote accesses refused (rkey, bounds or access flags)")        \
-  X(cq_events, "completion channel wake-ups (armed CQs)")
+  X(cq_events, "completion channel wake-ups (armed CQs)")                          \
+  X(srq_wqes, "SRQ receive WQEs handed to the transport")                          \
+  X(srq_wqes_dropped, "SRQ receive WQEs skipped as bad (no QP to fail)")
 
 struct HostCounters {
 #define TANDEM_HOST_COUNTER_FIELD(name, doc) uint64_t name = 0;
@@ -186,6 +193,13 @@ class HostServer {
   // Entries queued and not yet fetched (0 for an unknown QP).
   uint32_t send_queued(uint32_t qpn) noexcept;
   uint32_t recv_queued(uint32_t qpn) noexcept;
+  // Shared receive queues: ready_qps reports an SRQ whose doorbell rang as
+  // kSrqDoorbell | its handle. Takes up to out.size() receive WQEs, checked
+  // against the SRQ's PD. A bad WQE has no QP to fail yet (the application
+  // library refuses unknown lkeys when posting): it is counted (bad_lkey,
+  // sge_out_of_bounds or bad_wqe, and srq_wqes_dropped) and skipped.
+  std::size_t fetch_srq_recv(uint32_t srq, std::span<RecvWork> out) noexcept;
+  uint32_t srq_queued(uint32_t srq) noexcept;
 
   // Completions. Send side: written only if signaled (or sq_sig_all) or on
   // error. An error status moves the QP to ERR. False if the CQ was full
@@ -228,12 +242,14 @@ class HostServer {
   std::size_t qp_count() const noexcept;
   std::size_t cq_count() const noexcept;
   std::size_t mr_count() const noexcept;
+  std::size_t srq_count() const noexcept;
 
   struct App;
   struct QpSlot;
   struct CqSlot;
   struct MrSlot;
   struct PdSlot;
+  struct SrqSlot;
 
  private:
   void accept_apps();
@@ -244,6 +260,7 @@ class HostServer {
   void retire(ShmRegion&& region);
   void set_error(QpSlot& qp) noexcept;
   bool write_cqe(uint32_t cq_handle, const Cqe& cqe) noexcept;
+  bool cq_in_error(uint32_t cq_handle) noexcept;  // overrun (or gone): flushes to it are dropped
   void flush_send(QpSlot& qp) noexcept;
   void flush_recv(QpSlot& qp) noexcept;
   QpSlot* find_qp(uint32_t qpn) noexcept;
@@ -266,6 +283,23 @@ class HostServer {
                       Reply* rep);
   Status on_modify_qp(App& app, const Request& req, Reply* rep);
   Status on_destroy_qp(App& app, const Request& req);
+  Status on_query_qp(App& app, const Request& req, Reply* rep);
+  // host_server_srq.cc
+  Status on_create_srq(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep);
+  Status on_destroy_srq(App& app, const Request& req);
+  SrqSlot* find_srq(uint32_t handle) noexcept;
+  void free_srq(uint32_t index);
+  bool translate_for(uint32_t app_id, uint32_t pd, const WqeSge& s, bool local_write, Segment* out,
+                     uint32_t* vendor_err) noexcept;
+  // An application's doorbell bits (QPs and SRQs share them): takes one that
+  // ready_qps will report as `value` (UINT32_MAX: none left), gives one back.
+  static uint32_t app_id_of(const App& app) noexcept;
+  uint32_t app_index_of(const App& app) const noexcept;
+  uint32_t bind_doorbell(App& app, uint32_t value);
+  // A reference on the application's PD `pd` (false: not its PD), and its release.
+  bool take_pd_ref(uint32_t pd, uint32_t app_id) noexcept;
+  void drop_pd_ref(uint32_t pd) noexcept;
+  void unbind_doorbell(uint32_t app_index, uint32_t app_id, uint32_t bit) noexcept;
   void free_qp(uint32_t index, bool died);
   void free_cq(uint32_t index);
   void free_mr(uint32_t index);
@@ -288,6 +322,9 @@ class HostServer {
   std::vector<uint32_t> free_mrs_;
   std::vector<PdSlot> pds_;
   std::vector<uint32_t> free_pds_;
+  std::vector<SrqSlot> srqs_;
+  std::vector<uint32_t> free_srqs_;
+  std::size_t srq_count_ = 0;
   std::size_t qp_count_ = 0;
   std::size_t cq_count_ = 0;
   std::size_t mr_count_ = 0;

@@ -76,6 +76,10 @@ static_assert(sizeof(Cqe) == 32);
 struct RingControl {
   alignas(kCacheLine) std::atomic<uint32_t> producer;
   alignas(kCacheLine) std::atomic<uint32_t> consumer;
+  // SQ/RQ rings: entries the worker has finished (their CQE written, or an
+  // unsignaled send done), in ring order, written with `consumer`. If the
+  // worker dies, the application flushes [completed, producer) itself.
+  std::atomic<uint32_t> completed;
 };
 static_assert(sizeof(RingControl) == 2 * kCacheLine);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
@@ -99,12 +103,29 @@ constexpr QpQueueLayout qp_queue_layout(uint32_t sq_depth, uint32_t rq_depth) no
   return l;
 }
 
+// SRQ region: [control][entries]. Any QP created on the SRQ may consume
+// its entries; the worker takes them in order as messages need them.
+struct SrqLayout {
+  std::size_t control;
+  std::size_t entries;
+  std::size_t bytes;
+};
+constexpr SrqLayout srq_layout(uint32_t depth) noexcept {
+  return SrqLayout{0, sizeof(RingControl), sizeof(RingControl) + std::size_t{depth} * sizeof(RecvWqe)};
+}
+// An SRQ's doorbell bit reports this flag | the SRQ handle from
+// HostServer::ready_qps (QPNs have 24 bits, so the two never collide).
+inline constexpr uint32_t kSrqDoorbell = 1u << 31;
+
 // Completion notification (ibv_req_notify_cq): the application arms the CQ;
 // the worker, after writing a CQE to an armed CQ, disarms it, sets `fired`
 // and kicks the completion channel's eventfd.
 struct CqNotify {
   alignas(kCacheLine) std::atomic<uint32_t> armed;  // set by the app, cleared by the worker
   std::atomic<uint32_t> fired;                      // set by the worker, cleared by the app
+  // Set by the worker when a completion found the CQ full: the CQ is in
+  // error (verbs' CQ overrun) and gets nothing more; its QPs go to ERR.
+  std::atomic<uint32_t> overrun;
 };
 static_assert(sizeof(CqNotify) == kCacheLine);
 

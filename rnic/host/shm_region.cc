@@ -6,6 +6,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,12 @@ constexpr long kHugetlbfsMagic = 0x958458f6;
 constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+
+std::atomic<bool> g_dontfork{false};
+
+void keep_from_fork(void* p, std::size_t n) {
+  if (g_dontfork.load(std::memory_order_relaxed)) madvise(p, n, MADV_DONTFORK);
+}
 
 Status try_create(const char* name, std::size_t bytes, bool huge, uint8_t** data, int* fd_out,
                   std::size_t* size_out) {
@@ -36,6 +43,7 @@ Status try_create(const char* name, std::size_t bytes, bool huge, uint8_t** data
     close(fd);
     return Status::kNoMemory;
   }
+  keep_from_fork(p, size);
   *data = static_cast<uint8_t*>(p);
   *fd_out = fd;
   *size_out = size;
@@ -77,11 +85,75 @@ ShmRegion& ShmRegion::operator=(ShmRegion&& o) noexcept {
   return *this;
 }
 
+std::size_t ShmRegion::page_size_at(const void* addr) {
+  const auto base = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (f == nullptr) return base;
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  char line[256];
+  bool in = false;
+  std::size_t page = base;
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long lo = 0, hi = 0;
+    unsigned long kb = 0;
+    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {  // a mapping's first line
+      if (in) break;  // past the mapping
+      in = a >= lo && a < hi;
+    } else if (in && std::sscanf(line, "KernelPageSize: %lu kB", &kb) == 1) {
+      page = kb * 1024;
+      break;
+    }
+  }
+  std::fclose(f);
+  return page;
+}
+
+namespace {
+
+// Huge pages: a hugetlb memfd of the mapping's page size, filled through a
+// temporary mapping (hugetlbfs has no write()). -1 if no huge pages are free.
+int huge_copy(void* addr, std::size_t bytes, std::size_t page) {
+  unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB;
+  // The page size as log2 << 26: MFD_HUGE_SHIFT, which equals MAP_HUGE_SHIFT (glibc has only the latter).
+  if (page != huge_page_size()) flags |= static_cast<unsigned>(__builtin_ctzll(page)) << MAP_HUGE_SHIFT;
+  int fd = memfd_create("tandem-mr", flags);
+  if (fd < 0) return -1;
+  void* tmp = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) == 0)
+    tmp = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);  // reserves the pages
+  if (tmp == MAP_FAILED) {
+    close(fd);
+    return -1;
+  }
+  std::memcpy(tmp, addr, bytes);
+  munmap(tmp, bytes);
+  return fd;
+}
+
+}  // namespace
+
 Status ShmRegion::adopt(void* addr, std::size_t bytes, ShmRegion* out) {
-  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t page = page_size_at(addr);
   if (addr == nullptr || bytes == 0 || reinterpret_cast<uintptr_t>(addr) % page || bytes % page)
     return Status::kInvalidArgument;
-  int fd = memfd_create("tandem-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  const bool huge_vma = page > static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  int fd = huge_vma ? huge_copy(addr, bytes, page) : -1;
+  if (fd >= 0) {
+    if (fcntl(fd, F_ADD_SEALS, kSeals) != 0 ||
+        mmap(addr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != addr) {
+      close(fd);
+      return Status::kBadRegion;
+    }
+    keep_from_fork(addr, bytes);
+    out->reset();
+    out->data_ = static_cast<uint8_t*>(addr);
+    out->size_ = bytes;
+    out->fd_ = fd;
+    out->hugetlb_ = true;
+    out->borrowed_ = true;
+    return Status::kOk;
+  }
+  fd = memfd_create("tandem-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Status::kNoMemory;
   // pwrite copies from the old pages (EFAULT if any is unmapped) before they are replaced.
   std::size_t done = 0;
@@ -100,6 +172,7 @@ Status ShmRegion::adopt(void* addr, std::size_t bytes, ShmRegion* out) {
     close(fd);
     return Status::kBadRegion;
   }
+  keep_from_fork(addr, bytes);
   out->reset();
   out->data_ = static_cast<uint8_t*>(addr);
   out->size_ = bytes;
@@ -108,6 +181,9 @@ Status ShmRegion::adopt(void* addr, std::size_t bytes, ShmRegion* out) {
   out->borrowed_ = true;
   return Status::kOk;
 }
+
+void ShmRegion::protect_from_fork() noexcept { g_dontfork.store(true, std::memory_order_relaxed); }
+bool ShmRegion::fork_protected() noexcept { return g_dontfork.load(std::memory_order_relaxed); }
 
 void ShmRegion::reset() noexcept {
   if (data_ != nullptr && !borrowed_) munmap(data_, size_);

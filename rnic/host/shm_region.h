@@ -31,12 +31,26 @@ class ShmRegion {
   static Status map_fd(int fd, std::size_t min_bytes, std::size_t max_bytes, bool writable,
                        ShmRegion* out);
 
-  // Moves the pages [addr, addr + bytes) (page-aligned, mapped read-write by
-  // the caller) onto a sealed memfd mapped at the same address, contents kept,
-  // so memory an application allocated itself can be shared with the worker.
-  // The mapping then belongs to the application: reset() closes the fd only.
-  // kBadRegion if the range is not readable (unmapped memory).
+  // Moves the pages [addr, addr + bytes) (aligned to page_size_at(addr),
+  // mapped read-write by the caller) onto a sealed memfd mapped at the same
+  // address, contents kept, so memory an application allocated itself can be
+  // shared with the worker. Huge pages (a MAP_HUGETLB or hugetlbfs mapping)
+  // move onto a hugetlb memfd of the same page size, so they stay huge; only
+  // if the system has no free huge pages left for the copy do they move onto
+  // ordinary pages (hugetlb() says which). The mapping then belongs to the
+  // application: reset() closes the fd only. kBadRegion if the range is not
+  // readable (unmapped memory).
   static Status adopt(void* addr, std::size_t bytes, ShmRegion* out);
+  // The page size of the mapping holding addr (the huge page size of a
+  // hugetlb mapping; the base page size otherwise, or if addr is unmapped).
+  static std::size_t page_size_at(const void* addr);
+
+  // Fork protection (ibv_fork_init): from now on, every region created or
+  // adopted in this process is marked MADV_DONTFORK, so a forked child does
+  // not get it at all (it would otherwise share, not copy, the pages the
+  // worker writes). Process-wide, never switched off (as rdma-core's).
+  static void protect_from_fork() noexcept;
+  static bool fork_protected() noexcept;
 
   void reset() noexcept;
   void close_fd() noexcept;

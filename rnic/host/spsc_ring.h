@@ -46,6 +46,11 @@ class RingWriter {
   }
 
   uint32_t unpublished() const noexcept { return head_ - published_; }
+  // What the consumer reported finished (RingControl::completed) and the
+  // entries up to what was published: read when the consumer is gone.
+  uint32_t produced() const noexcept { return published_; }
+  uint32_t completed() const noexcept { return control_->completed.load(std::memory_order_acquire); }
+  const T& at(uint32_t index) const noexcept { return entries_[index & mask_]; }
   uint32_t free_entries() noexcept {
     uint32_t t = control_->consumer.load(std::memory_order_acquire);
     if (head_ - t > depth_) {
@@ -76,6 +81,7 @@ class RingReader {
   RingReader(RingControl* control, T* entries, uint32_t depth) noexcept
       : control_(control), entries_(entries), mask_(depth - 1), depth_(depth) {
     tail_ = control_->consumer.load(std::memory_order_relaxed);
+    done_ = tail_;
   }
 
   // Entries published and not yet consumed (0 when the producer index is bogus).
@@ -101,6 +107,14 @@ class RingReader {
   void discard() noexcept {
     uint32_t a = available();
     if (a != 0) release(a);
+    done_ = tail_;
+    control_->completed.store(done_, std::memory_order_release);
+  }
+
+  // n more consumed entries are finished (see RingControl::completed).
+  void completed(uint32_t n) noexcept {
+    done_ += n;
+    control_->completed.store(done_, std::memory_order_release);
   }
 
   bool corrupt() const noexcept { return corrupt_; }
@@ -112,6 +126,7 @@ class RingReader {
   uint32_t mask_ = 0;
   uint32_t depth_ = 0;
   uint32_t tail_ = 0;
+  uint32_t done_ = 0;
   bool corrupt_ = false;
 };
 

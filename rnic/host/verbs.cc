@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -326,11 +327,13 @@ static void forget_adopted(Context* ctx, uintptr_t a) {
       const auto ma = reinterpret_cast<uintptr_t>(m->addr);
       if (ma >= lo && ma < hi) return;
     }
+  if (ShmRegion::fork_protected()) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DOFORK);  // the application's again
   ctx->buffers.erase(it);
 }
 
 int adopt_buf(Context* ctx, void* addr, std::size_t length) {
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  // Whole pages of the mapping: huge ones for a hugetlb buffer, which stays on huge pages.
+  const auto page = static_cast<uintptr_t>(ShmRegion::page_size_at(addr));
   const auto a = reinterpret_cast<uintptr_t>(addr);
   if (length == 0 || a + length < a) return rc(fail(Status::kInvalidArgument, "empty or wrapping range"));
   const uintptr_t lo = a & ~(page - 1), hi = (a + length + page - 1) & ~(page - 1);
@@ -456,6 +459,8 @@ int comp_channel_fd(const CompChannel* channel) { return channel->fd; }
 int req_notify_cq(Cq* cq, int solicited_only) {
   (void)solicited_only;
   if (cq->channel == nullptr) return rc(fail(Status::kInvalidArgument, "CQ has no channel"));
+  if (cq->notify->overrun.load(std::memory_order_acquire) != 0)
+    return rc(fail(Status::kCqOverrun, "CQ overrun: a completion found it full"));
   cq->notify->armed.store(1, std::memory_order_relaxed);
   // Pairs with the worker's fence between publishing a CQE and reading
   // `armed`: a CQE published before the arm is seen by the caller's next poll.
@@ -476,10 +481,18 @@ int get_cq_event(CompChannel* channel, Cq** cq, void** cq_context, int timeout_m
         }
       }
     }
-    pollfd p{channel->fd, POLLIN, 0};
-    int r = ::poll(&p, 1, timeout_ms);
+    // The worker's socket too: a dead worker kicks no eventfd, and a caller
+    // blocked here (timeout -1, as ibv_get_cq_event) would wait forever.
+    // POLLRDHUP only: replies to control calls of other threads are theirs.
+    Context* ctx = channel->context;
+    pollfd p[2] = {{channel->fd, POLLIN, 0}, {ctx->sock, POLLRDHUP, 0}};
+    int r = ::poll(p, 2, timeout_ms);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return rc(fail(Status::kTimeout, "no CQ event within %d ms", timeout_ms));
+    if ((p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0 || ctx->dead.load(std::memory_order_relaxed)) {
+      ctx->dead = true;
+      return rc(fail(Status::kWorkerGone, "worker gone"));
+    }
     uint64_t v;
     ssize_t n = read(channel->fd, &v, sizeof v);
     (void)n;
@@ -546,6 +559,96 @@ int destroy_cq(Cq* cq) {
   return rc(st);
 }
 
+Srq* create_srq(Pd* pd, uint32_t max_wr, uint32_t max_sge, void* srq_context) {
+  Context* ctx = pd->context;
+  if (max_wr == 0 || max_wr > ctx->max_depth || max_sge > ctx->max_sge) {
+    fail(Status::kInvalidArgument, "SRQ of %u WRs, %u SGEs (max %u, %u)", max_wr, max_sge, ctx->max_depth,
+         ctx->max_sge);
+    return nullptr;
+  }
+  const uint32_t depth = round_up_pow2(max_wr);
+  auto srq = std::make_unique<Srq>();
+  const SrqLayout layout = srq_layout(depth);
+  if (ShmRegion::create("tandem-srq", layout.bytes, ctx->attr.huge_queues, &srq->ring_memory) != Status::kOk) {
+    fail(Status::kNoMemory, "SRQ ring of %zu bytes", layout.bytes);
+    return nullptr;
+  }
+  Request req{};
+  req.body.create_srq.pd = pd->handle;
+  req.body.create_srq.depth = depth;
+  Reply rep{};
+  int fd = srq->ring_memory.fd();
+  const Status st = call(ctx, req, MsgType::kCreateSrq, &fd, 1, &rep);
+  srq->ring_memory.close_fd();
+  if (st != Status::kOk) return nullptr;
+  if (rep.body.create_srq.doorbell_bit >= kMaxQpsPerApp) {
+    fail(Status::kProtocolError, "doorbell bit %u out of range", rep.body.create_srq.doorbell_bit);
+    return nullptr;
+  }
+  uint8_t* base = srq->ring_memory.data();
+  srq->context = ctx;
+  srq->pd = pd;
+  srq->srq_context = srq_context;
+  srq->handle = rep.body.create_srq.srq;
+  srq->max_wr = depth;
+  srq->max_sge = max_sge == 0 ? 1 : max_sge;
+  srq->doorbell_bit = rep.body.create_srq.doorbell_bit;
+  srq->hugetlb = srq->ring_memory.hugetlb();
+  srq->ring = RingWriter<RecvWqe>(reinterpret_cast<RingControl*>(base + layout.control),
+                                  reinterpret_cast<RecvWqe*>(base + layout.entries), depth);
+  ok();
+  return srq.release();
+}
+
+int destroy_srq(Srq* srq) {
+  Request req{};
+  req.body.destroy_srq.srq = srq->handle;
+  Reply rep{};
+  const Status st = call(srq->context, req, MsgType::kDestroySrq, nullptr, 0, &rep);
+  if (st == Status::kOk || st == Status::kWorkerGone) {
+    delete srq;
+  }
+  return rc(st);
+}
+
+int post_srq_recv(Srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  Context* ctx = srq->context;
+  Status st = Status::kOk;
+  std::lock_guard lock(srq->post_mu);
+  if (ctx->dead.load(std::memory_order_relaxed)) st = fail(Status::kWorkerGone, "worker gone");
+  for (; st == Status::kOk && wr != nullptr; wr = wr->next) {
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > srq->max_sge ||
+        (wr->num_sge > 0 && wr->sg_list == nullptr)) {
+      st = fail(Status::kInvalidArgument, "num_sge %d (max %u)", wr->num_sge, srq->max_sge);
+      break;
+    }
+    bool keys = true;
+    for (int i = 0; i < wr->num_sge && keys; ++i) keys = find_mr(ctx, wr->sg_list[i].lkey) != nullptr;
+    if (!keys) {
+      st = fail(Status::kBadLkey, "SRQ WR with an unknown lkey");
+      break;
+    }
+    RecvWqe* w = srq->ring.claim();
+    if (w == nullptr) {
+      st = srq->ring.corrupt() ? fail(Status::kProtocolError, "SRQ indices corrupt")
+                               : fail(Status::kQueueFull, "SRQ %u full", srq->handle);
+      break;
+    }
+    w->wr_id = wr->wr_id;
+    w->num_sge = static_cast<uint32_t>(wr->num_sge);
+    for (int i = 0; i < wr->num_sge; ++i) w->sge[i] = to_wqe_sge(ctx, wr->sg_list[i]);
+  }
+  if (srq->ring.unpublished() != 0) {
+    srq->ring.publish();
+    ring_doorbell(ctx, srq->doorbell_bit);
+  }
+  if (st != Status::kOk) {
+    if (bad_wr != nullptr) *bad_wr = wr;
+    return rc(st);
+  }
+  return 0;
+}
+
 Qp* create_qp(Pd* pd, QpInitAttr* attr) {
   Context* ctx = pd->context;
   if (attr == nullptr || attr->send_cq == nullptr || attr->recv_cq == nullptr) {
@@ -557,6 +660,14 @@ Qp* create_qp(Pd* pd, QpInitAttr* attr) {
     return nullptr;
   }
   ibv_qp_cap& cap = attr->cap;
+  if (attr->srq != nullptr) {
+    if (attr->srq->context != ctx) {
+      fail(Status::kInvalidArgument, "SRQ of another context");
+      return nullptr;
+    }
+    cap.max_recv_wr = 0;  // verbs ignores them with an SRQ
+    cap.max_recv_sge = 0;
+  }
   if (cap.max_send_wr > ctx->max_depth || cap.max_recv_wr > ctx->max_depth ||
       cap.max_send_sge > ctx->max_sge || cap.max_recv_sge > ctx->max_sge ||
       cap.max_inline_data > ctx->max_inline) {
@@ -582,6 +693,7 @@ Qp* create_qp(Pd* pd, QpInitAttr* attr) {
   c.rq_depth = rq_depth;
   c.qp_type = IBV_QPT_RC;
   c.sq_sig_all = attr->sq_sig_all != 0 ? 1 : 0;
+  c.srq = attr->srq != nullptr ? attr->srq->handle : 0;
   Reply rep{};
   int fd = qp->queue_memory.fd();
   Status st = call(ctx, req, MsgType::kCreateQp, &fd, 1, &rep);
@@ -590,7 +702,8 @@ Qp* create_qp(Pd* pd, QpInitAttr* attr) {
   cap.max_send_wr = sq_depth;
   cap.max_recv_wr = rq_depth;
   if (cap.max_send_sge == 0) cap.max_send_sge = 1;
-  if (cap.max_recv_sge == 0) cap.max_recv_sge = 1;
+  if (cap.max_recv_sge == 0 && attr->srq == nullptr) cap.max_recv_sge = 1;
+  if (attr->srq != nullptr) cap.max_recv_wr = 0;
   uint8_t* base = qp->queue_memory.data();
   qp->context = ctx;
   qp->pd = pd;
@@ -603,6 +716,9 @@ Qp* create_qp(Pd* pd, QpInitAttr* attr) {
   qp->cap = cap;
   qp->hugetlb = qp->queue_memory.hugetlb();
   qp->doorbell_bit = rep.body.create_qp.doorbell_bit;
+  qp->srq = attr->srq;
+  qp->sq_flushing = qp->rq_flushing = false;
+  qp->sq_flush_at = qp->rq_flush_at = 0;
   qp->sq = RingWriter<SendWqe>(reinterpret_cast<RingControl*>(base + layout.sq_control),
                                reinterpret_cast<SendWqe*>(base + layout.sq_entries), sq_depth);
   qp->rq = RingWriter<RecvWqe>(reinterpret_cast<RingControl*>(base + layout.rq_control),
@@ -610,6 +726,10 @@ Qp* create_qp(Pd* pd, QpInitAttr* attr) {
   if (qp->doorbell_bit >= kMaxQpsPerApp) {
     fail(Status::kProtocolError, "doorbell bit %u out of range", qp->doorbell_bit);
     return nullptr;
+  }
+  for (Cq* c : {attr->send_cq, attr->recv_cq}) {
+    std::lock_guard lock(c->qps_mu);
+    if (std::find(c->qps.begin(), c->qps.end(), qp.get()) == c->qps.end()) c->qps.push_back(qp.get());
   }
   return qp.release();
 }
@@ -653,12 +773,29 @@ int modify_qp(Qp* qp, ibv_qp_attr* attr, int attr_mask) {
   return 0;
 }
 
+int query_qp_state(Qp* qp) {
+  Request req{};
+  req.body.query_qp.qpn = qp->qp_num;
+  Reply rep{};
+  const Status st = call(qp->context, req, MsgType::kQueryQp, nullptr, 0, &rep);
+  if (st == Status::kWorkerGone) qp->state = IBV_QPS_ERR;
+  if (st != Status::kOk) return rc(st);
+  qp->state = static_cast<ibv_qp_state>(rep.body.modify_qp.qp_state);
+  return 0;
+}
+
 int destroy_qp(Qp* qp) {
   Request req{};
   req.body.destroy_qp.qpn = qp->qp_num;
   Reply rep{};
   Status st = call(qp->context, req, MsgType::kDestroyQp, nullptr, 0, &rep);
-  if (st == Status::kOk || st == Status::kWorkerGone) delete qp;
+  if (st == Status::kOk || st == Status::kWorkerGone) {
+    for (Cq* c : {qp->send_cq, qp->recv_cq}) {
+      std::lock_guard lock(c->qps_mu);
+      c->qps.erase(std::remove(c->qps.begin(), c->qps.end(), qp), c->qps.end());
+    }
+    delete qp;
+  }
   return rc(st);
 }
 
@@ -736,6 +873,8 @@ int post_recv(Qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     st = fail(Status::kWorkerGone, "worker gone");
   } else if (qp->state == IBV_QPS_RESET) {
     st = fail(Status::kBadState, "post_recv on QP %u in RESET", qp->qp_num);
+  } else if (qp->srq != nullptr) {
+    st = fail(Status::kInvalidArgument, "QP %u receives from an SRQ", qp->qp_num);
   }
   for (; st == Status::kOk && wr != nullptr; wr = wr->next) {
     if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge ||
@@ -765,15 +904,72 @@ int post_recv(Qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return 0;
 }
 
+namespace {
+
+ibv_wc_opcode wc_opcode_of(uint8_t wr_opcode) {
+  switch (wr_opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+    default: return IBV_WC_SEND;
+  }
+}
+
+// The worker is gone: the WQEs it never finished complete here, as a dying
+// device's QPs would flush them. Returns how many were written to wc.
+int flush_dead(Cq* cq, int n, ibv_wc* wc) {
+  std::lock_guard lock(cq->qps_mu);
+  int got = 0;
+  auto put = [&](Qp* qp, uint64_t wr_id, ibv_wc_opcode op) {
+    ibv_wc& w = wc[got++];
+    std::memset(&w, 0, sizeof w);
+    w.wr_id = wr_id;
+    w.status = IBV_WC_WR_FLUSH_ERR;
+    w.opcode = op;
+    w.qp_num = qp->qp_num;
+  };
+  for (Qp* qp : cq->qps) {
+    if (got == n) break;
+    qp->state = IBV_QPS_ERR;
+    if (qp->send_cq == cq) {
+      if (!qp->sq_flushing) {
+        qp->sq_flush_at = qp->sq.completed();
+        qp->sq_flushing = true;
+      }
+      const uint32_t end = qp->sq.produced();
+      if (end - qp->sq_flush_at > qp->sq.depth()) qp->sq_flush_at = end;  // a scribbled index: nothing to trust
+      for (; qp->sq_flush_at != end && got < n; ++qp->sq_flush_at) {
+        const SendWqe& w = qp->sq.at(qp->sq_flush_at);
+        put(qp, w.wr_id, wc_opcode_of(w.opcode));
+      }
+    }
+    if (qp->recv_cq == cq && qp->srq == nullptr) {
+      if (!qp->rq_flushing) {
+        qp->rq_flush_at = qp->rq.completed();
+        qp->rq_flushing = true;
+      }
+      const uint32_t end = qp->rq.produced();
+      if (end - qp->rq_flush_at > qp->rq.depth()) qp->rq_flush_at = end;
+      for (; qp->rq_flush_at != end && got < n; ++qp->rq_flush_at) put(qp, qp->rq.at(qp->rq_flush_at).wr_id, IBV_WC_RECV);
+    }
+  }
+  return got;
+}
+
+}  // namespace
+
 int poll_cq(Cq* cq, int num_entries, ibv_wc* wc) {
   if (num_entries <= 0) return 0;
   uint32_t avail = cq->ring.available();
   if (cq->ring.corrupt()) return -rc(fail(Status::kProtocolError, "CQ indices corrupt"));
   if (avail == 0) {
+    if (cq->notify->overrun.load(std::memory_order_acquire) != 0)
+      return -rc(fail(Status::kCqOverrun, "CQ overrun: a completion found it full"));
     // An empty CQ is the only sign a dead worker gives on the fast path:
     // check the socket now and then, not on every poll.
     if (cq->context->dead.load(std::memory_order_relaxed) ||
         (++cq->empty_polls % 4096 == 0 && !worker_alive(cq->context))) {
+      if (const int flushed = flush_dead(cq, num_entries, wc); flushed > 0) return flushed;
       return -rc(fail(Status::kWorkerGone, "worker gone"));
     }
     return 0;

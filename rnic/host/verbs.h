@@ -21,6 +21,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 #include "rnic/host/host_status.h"
 #include "rnic/host/queue_layout.h"
@@ -58,6 +60,7 @@ struct Mr {
 };
 
 struct CompChannel;
+struct Qp;
 
 struct Cq {
   Context* context;
@@ -70,6 +73,24 @@ struct Cq {
   RingReader<Cqe> ring;
   CqNotify* notify;
   uint32_t empty_polls;
+  std::mutex qps_mu;       // guards qps
+  std::vector<Qp*> qps;    // QPs completing here: flushed by poll_cq if the worker dies
+};
+
+// Shared receive queue (ibv_srq): one receive ring any QP created on it
+// consumes, in posting order, as its messages arrive.
+struct Srq {
+  Context* context;
+  Pd* pd;
+  void* srq_context;
+  uint32_t handle;
+  uint32_t max_wr;   // ring entries (>= what was asked)
+  uint32_t max_sge;
+  uint32_t doorbell_bit;
+  bool hugetlb;
+  ShmRegion ring_memory;
+  RingWriter<RecvWqe> ring;
+  std::mutex post_mu;  // verbs lets several threads post to one SRQ
 };
 
 struct QpInitAttr {
@@ -79,6 +100,7 @@ struct QpInitAttr {
   ibv_qp_cap cap{};  // max_send_wr/max_recv_wr/sges/inline; updated to what was granted
   ibv_qp_type qp_type = IBV_QPT_RC;
   int sq_sig_all = 0;
+  Srq* srq = nullptr;  // receives come from this SRQ (cap.max_recv_wr/sge are then ignored)
 };
 
 struct Qp {
@@ -96,6 +118,11 @@ struct Qp {
   ShmRegion queue_memory;
   RingWriter<SendWqe> sq;
   RingWriter<RecvWqe> rq;
+  Srq* srq;  // nullptr: its own RQ
+  // After the worker died: the next SQ/RQ entries poll_cq flushes, once
+  // started (the worker's RingControl::completed is where it starts).
+  bool sq_flushing, rq_flushing;
+  uint32_t sq_flush_at, rq_flush_at;
 };
 
 // Attach: connect to the worker's Unix socket and negotiate the protocol version.
@@ -140,15 +167,29 @@ int req_notify_cq(Cq* cq, int solicited_only);
 int get_cq_event(CompChannel* channel, Cq** cq, void** cq_context, int timeout_ms = -1);
 void ack_cq_events(Cq* cq, unsigned int nevents);  // nothing to release here; kept for ports
 
+// max_wr entries (rounded up to a power of two), max_sge SGEs per WQE.
+Srq* create_srq(Pd* pd, uint32_t max_wr, uint32_t max_sge, void* srq_context = nullptr);
+int destroy_srq(Srq* srq);  // kBusy while QPs use it
+// As post_recv, to the SRQ. An lkey this context does not know is refused
+// here (kBadLkey): no QP owns the WQE yet that an error completion could go to.
+int post_srq_recv(Srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+
 Qp* create_qp(Pd* pd, QpInitAttr* attr);
 int modify_qp(Qp* qp, ibv_qp_attr* attr, int attr_mask);
 int destroy_qp(Qp* qp);
+// Asks the worker for the QP's state (it moves a QP to ERR on its own: a bad
+// WQE, retries exhausted, a CQ overrun) and updates qp->state. A dead worker:
+// kWorkerGone, and qp->state is ERR.
+int query_qp_state(Qp* qp);
 
 // Fast path: fill WQEs in the shared ring and ring the doorbell once per call.
 // SGEs are not checked against the MR here (as on a real RNIC): a bad one
 // comes back as an error completion.
 int post_send(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
 int post_recv(Qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+// If the worker died, a CQ gives back what it holds, then IBV_WC_WR_FLUSH_ERR
+// for every WQE its QPs posted that the worker had not finished (an SRQ's
+// WQEs stay on the SRQ, as verbs flushes them), then kWorkerGone.
 int poll_cq(Cq* cq, int num_entries, ibv_wc* wc);
 
 // True while the worker's socket is open (checks without blocking).

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -49,10 +50,6 @@ ibv_mtu mtu_enum(uint32_t bytes) {
   return IBV_MTU_256;
 }
 
-int fail_ops_srq_recv(ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad) {
-  *bad = wr;
-  return EOPNOTSUPP;
-}
 }  // namespace
 
 void gid_of(uint32_t ipv4, ibv_gid* gid) {
@@ -70,6 +67,8 @@ using namespace tandem::rnic::verbs;
 extern "C" {
 
 ibv_device** ibv_get_device_list(int* num_devices) {
+  // As rdma-core: these ask for ibv_fork_init() without a code change.
+  if (std::getenv("RDMAV_FORK_SAFE") != nullptr || std::getenv("IBV_FORK_SAFE") != nullptr) ibv_fork_init();
   const std::vector<DeviceRecord> recs = th::read_devices(th::device_dir());
   auto** list = static_cast<ibv_device**>(calloc(recs.size() + 1, sizeof(ibv_device*)));
   if (list == nullptr) {
@@ -150,7 +149,6 @@ ibv_context* ibv_open_device(ibv_device* device) {
   ctx.num_comp_vectors = 1;
   pthread_mutex_init(&ctx.mutex, nullptr);
   ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;  // verbs_get_ctx_op() finds no extended op: EOPNOTSUPP
-  ctx.ops.post_srq_recv = fail_ops_srq_recv;  // no SRQs yet
   install_ops(ctx);
   return &ctx;
 }
@@ -179,13 +177,16 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* a) {
   a->hw_ver = 1;
   a->max_qp = static_cast<int>(std::min<uint32_t>(r.max_qps, th::kMaxQpsPerApp));
   a->max_qp_wr = static_cast<int>(th::kMaxQueueDepth);
-  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
+  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;  // no IBV_DEVICE_SRQ_RESIZE
   a->max_sge = static_cast<int>(th::kMaxSge);
   a->max_sge_rd = static_cast<int>(th::kMaxSge);
   a->max_cq = a->max_qp * 2;
   a->max_cqe = static_cast<int>(th::kMaxQueueDepth);
   a->max_mr = 1 << 16;
   a->max_pd = 1 << 12;
+  a->max_srq = 64;  // the worker's transport core (TransportConfig::max_srqs)
+  a->max_srq_wr = static_cast<int>(th::kMaxQueueDepth);
+  a->max_srq_sge = static_cast<int>(th::kMaxSge);
   a->max_qp_rd_atom = 16;
   a->max_qp_init_rd_atom = 16;
   a->max_res_rd_atom = a->max_qp * 16;

@@ -37,6 +37,10 @@ struct TandemCq {
   ibv_cq cq;
   th::Cq* h;
 };
+struct TandemSrq {
+  ibv_srq srq;
+  th::Srq* h;
+};
 struct TandemQp {
   ibv_qp qp;
   th::Qp* h;
@@ -67,6 +71,7 @@ int to_errno(int st) {
     case th::Status::kBusy: return EBUSY;
     case th::Status::kBadRegion: return EFAULT;
     case th::Status::kUnsupported: return EOPNOTSUPP;
+    case th::Status::kCqOverrun: return EIO;
     default: return EINVAL;
   }
 }
@@ -90,6 +95,9 @@ int ops_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
 int ops_post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   return to_errno(th::post_recv(of<TandemQp>(qp)->h, wr, bad));
 }
+int ops_post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  return to_errno(th::post_srq_recv(of<TandemSrq>(srq)->h, wr, bad));
+}
 
 // Access flags rdma-core lets a caller pass as optional (and drop).
 constexpr unsigned kAccessKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
@@ -103,6 +111,7 @@ void install_ops(ibv_context& ctx) {
   ctx.ops.req_notify_cq = ops_req_notify;
   ctx.ops.post_send = ops_post_send;
   ctx.ops.post_recv = ops_post_recv;
+  ctx.ops.post_srq_recv = ops_post_srq_recv;
 }
 }  // namespace tandem::rnic::verbs
 
@@ -250,13 +259,71 @@ void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
   pthread_mutex_unlock(&cq->mutex);
 }
 
+ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* a) {
+  if (pd == nullptr || a == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  // An SRQ limit needs the async event that reports it, which Tandem has not.
+  if (a->attr.srq_limit != 0) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  th::Srq* h = th::create_srq(of<TandemPd>(pd)->h, a->attr.max_wr, a->attr.max_sge, a->srq_context);
+  if (h == nullptr) return null_errno<ibv_srq>();
+  a->attr.max_wr = h->max_wr;  // what was granted, as providers report it
+  a->attr.max_sge = h->max_sge;
+  auto* s = new TandemSrq{};
+  s->srq.context = pd->context;
+  s->srq.srq_context = a->srq_context;
+  s->srq.pd = pd;
+  s->srq.handle = h->handle;
+  pthread_mutex_init(&s->srq.mutex, nullptr);
+  pthread_cond_init(&s->srq.cond, nullptr);
+  s->h = h;
+  return &s->srq;
+}
+
+int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
+  if (srq == nullptr || attr == nullptr) return EINVAL;
+  if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
+  if (mask & IBV_SRQ_MAX_WR) return EOPNOTSUPP;  // no resizing (the device does not claim it)
+  // Disarming is what it already is; arming needs the async event that
+  // reports the limit, which Tandem has not.
+  if ((mask & IBV_SRQ_LIMIT) && attr->srq_limit != 0) return EOPNOTSUPP;
+  return 0;
+}
+
+int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
+  if (srq == nullptr || attr == nullptr) return EINVAL;
+  const th::Srq* h = of<TandemSrq>(srq)->h;
+  attr->max_wr = h->max_wr;
+  attr->max_sge = h->max_sge;
+  attr->srq_limit = 0;
+  return 0;
+}
+
+int ibv_destroy_srq(ibv_srq* srq) {
+  if (srq == nullptr) return EINVAL;
+  const int rc = to_errno(th::destroy_srq(of<TandemSrq>(srq)->h));
+  if (rc != 0 && rc != EIO) return rc;
+  pthread_mutex_destroy(&srq->mutex);
+  pthread_cond_destroy(&srq->cond);
+  delete of<TandemSrq>(srq);
+  return 0;
+}
+
 ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* a) {
   if (pd == nullptr || a == nullptr || a->send_cq == nullptr || a->recv_cq == nullptr) {
     errno = EINVAL;
     return nullptr;
   }
-  if (a->srq != nullptr || a->qp_type != IBV_QPT_RC) {
-    errno = EOPNOTSUPP;  // SRQs and UC/UD/XRC QPs: not built
+  if (a->qp_type != IBV_QPT_RC) {
+    errno = EOPNOTSUPP;  // UC/UD/XRC QPs: not built
+    return nullptr;
+  }
+  if (a->srq != nullptr && a->srq->context != pd->context) {
+    errno = EINVAL;
     return nullptr;
   }
   th::QpInitAttr hi;
@@ -266,6 +333,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* a) {
   hi.cap = a->cap;
   hi.qp_type = IBV_QPT_RC;
   hi.sq_sig_all = a->sq_sig_all;
+  hi.srq = a->srq != nullptr ? of<TandemSrq>(a->srq)->h : nullptr;
   th::Qp* h = th::create_qp(of<TandemPd>(pd)->h, &hi);
   if (h == nullptr) return null_errno<ibv_qp>();
   a->cap = hi.cap;  // what was granted
@@ -275,6 +343,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* a) {
   q->qp.pd = pd;
   q->qp.send_cq = a->send_cq;
   q->qp.recv_cq = a->recv_cq;
+  q->qp.srq = a->srq;
   q->qp.handle = h->qp_num;
   q->qp.qp_num = h->qp_num;
   q->qp.state = IBV_QPS_RESET;
@@ -315,9 +384,11 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
 int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init_attr) {
   if (qp == nullptr || attr == nullptr || init_attr == nullptr) return EINVAL;
   TandemQp* q = of<TandemQp>(qp);
+  th::query_qp_state(q->h);  // the worker's word: it moves QPs to ERR on its own
   std::lock_guard g(q->mu);
   *attr = q->attr;
   attr->qp_state = attr->cur_qp_state = q->h->state;  // ERR as the worker reported it
+  qp->state = q->h->state;
   attr->cap = q->init.cap;
   attr->path_mig_state = IBV_MIG_MIGRATED;
   *init_attr = q->init;

@@ -2,7 +2,13 @@
 // conversions, fork support.
 #include <infiniband/verbs.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdint>
+
+#include "rnic/host/shm_region.h"
 
 extern "C" {
 
@@ -97,10 +103,28 @@ ibv_rate mbps_to_ibv_rate(int mbps) {
   return IBV_RATE_MAX;
 }
 
-// Registered memory is shared with the worker through memfds; what a forked
-// child sees of it is not defined yet, so fork safety is refused, not faked.
-int ibv_fork_init(void) { return EOPNOTSUPP; }
+// Registered memory is shared with the worker through MAP_SHARED memfds, so a
+// fork never takes the parent's pages from the worker (the hazard rdma-core's
+// fork support guards against); but a child would share them rather than
+// copy them. ibv_fork_init does what rdma-core's does: from then on registered
+// buffers (and the queues) are MADV_DONTFORK, absent from children.
+int ibv_fork_init(void) {
+  tandem::rnic::host::ShmRegion::protect_from_fork();
+  return 0;
+}
 
-ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_DISABLED; }
+// Whole pages around [base, base + size), as rdma-core's; 0 or an errno value.
+static int fork_range(void* base, size_t size, int advice) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto lo = reinterpret_cast<uintptr_t>(base) & ~(page - 1);
+  const auto hi = (reinterpret_cast<uintptr_t>(base) + size + page - 1) & ~(page - 1);
+  return madvise(reinterpret_cast<void*>(lo), hi - lo, advice) == 0 ? 0 : errno;
+}
+int ibv_dontfork_range(void* base, size_t size) { return fork_range(base, size, MADV_DONTFORK); }
+int ibv_dofork_range(void* base, size_t size) { return fork_range(base, size, MADV_DOFORK); }
+
+ibv_fork_status ibv_is_fork_initialized(void) {
+  return tandem::rnic::host::ShmRegion::fork_protected() ? IBV_FORK_ENABLED : IBV_FORK_DISABLED;
+}
 
 }  // extern "C"

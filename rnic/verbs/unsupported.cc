@@ -25,14 +25,10 @@ int fail_minus_one() {
 
 extern "C" {
 
-// --- public verbs not built yet (issue 14: SRQs, AHs, dmabuf, rereg, resize) ---
+// --- public verbs not built yet (issue 14: AHs, dmabuf, rereg, resize) ---
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) { return fail_null<ibv_mr>(); }
 int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) { return EOPNOTSUPP; }
 int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
-ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) { return fail_null<ibv_srq>(); }
-int ibv_modify_srq(ibv_srq*, ibv_srq_attr*, int) { return EOPNOTSUPP; }
-int ibv_query_srq(ibv_srq*, ibv_srq_attr*) { return EOPNOTSUPP; }
-int ibv_destroy_srq(ibv_srq*) { return EOPNOTSUPP; }
 ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) { return fail_null<ibv_qp_ex>(); }
 int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 0; }
 int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
@@ -55,8 +51,6 @@ ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) { return fail_null<ibv_mr>(); }
 void ibv_unimport_mr(ibv_mr*) {}
 ibv_dm* ibv_import_dm(ibv_context*, uint32_t) { return fail_null<ibv_dm>(); }
 void ibv_unimport_dm(ibv_dm*) {}
-int ibv_dofork_range(void*, size_t) { return EOPNOTSUPP; }
-int ibv_dontfork_range(void*, size_t) { return EOPNOTSUPP; }
 // Kernel-ABI marshalling (the kernel's structs; no kernel device here): nothing to copy.
 void ibv_copy_ah_attr_from_kern(void*, const void*) {}
 void ibv_copy_qp_attr_from_kern(void*, const void*) {}

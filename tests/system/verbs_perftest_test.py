@@ -7,10 +7,11 @@ perftest), run through scripts/tandem-run against two tandem-rnic workers on the
     IPv4-mapped address of type RoCE v2; opening the device attached to the worker (its
     apps_attached counter) and closing it detached;
   * ibv_rc_pingpong with its buffer check (-c) and with completion events (-e);
-  * ib_write_bw, ib_read_bw, ib_send_bw (also -e), ib_write_lat, ib_read_lat, ib_send_lat, each
-    with a small and a 64 KiB message, exit 0 on both sides with a result row (Debian's libmlx5,
+  * ib_write_bw, ib_read_bw, ib_send_bw (also -e, and --use-srq with 2 QPs on the SRQ),
+    ib_write_lat, ib_read_lat, ib_send_lat (also --use-srq), each with a small and a 64 KiB message, exit 0 on both sides with a result row (Debian's libmlx5,
     libefa and librdmacm load against this library);
-  * ib_write_bw -D 6 with a fabric path failed mid-run finishes and reports its bandwidth;
+  * ib_write_bw, ib_read_bw, ib_send_bw (2 QPs) and ib_write_lat, ib_read_lat, ib_send_lat, each
+    -D 3 with a fabric path failed 1.5 s in, finish and report their result;
   * a worker killed with SIGKILL leaves a stale registration that no longer lists; a worker
     stopped cleanly removes its own.
 
@@ -114,41 +115,51 @@ def main():
 
     for prog, extra, sizes in (("ib_write_bw", [], (64, 65536)), ("ib_read_bw", [], (64, 65536)),
                                ("ib_send_bw", [], (64, 65536)), ("ib_send_bw", ["-e"], (65536,)),
+                               ("ib_send_bw", ["--use-srq", "-q", "2"], (64, 65536)),
                                ("ib_write_lat", [], (2, 65536)), ("ib_read_lat", [], (2, 65536)),
-                               ("ib_send_lat", [], (2, 65536))):
+                               ("ib_send_lat", [], (2, 65536)), ("ib_send_lat", ["--use-srq"], (2,))):
         for size in sizes:
+            srq0 = tel.cmd("/tandem/rnic/stats")["srq_wqe_recv"] if "--use-srq" in extra else None
             args = ["-s", str(size), "-n", "100"] + extra
             (cc, co), (sc, so) = pair(prog, args)
             row = result_row(co, size)
             ok = cc == 0 and sc == 0 and row is not None and row[1] > 0
             check(ok, f"stock {prog} {' '.join(args)}: exit {cc}/{sc}, result {row}")
+            if srq0 is not None:  # the receives went through worker A's SRQ, not per-QP queues
+                srq1 = tel.cmd("/tandem/rnic/stats")["srq_wqe_recv"]
+                check(srq1 > srq0, f"{prog} --use-srq posted its receives to worker A's SRQ ({srq0} -> {srq1})")
             if not ok:
                 print(f"--- client ---\n{co[-1500:]}\n--- server ---\n{so[-1500:]}")
 
-    # A path fails silently under a running ib_write_bw: the senders' path health takes it out
-    # and the run finishes on the other three, reporting its bandwidth.
+    # A path fails silently under each running perftest: the senders' path health takes it out
+    # and the run finishes on the other three, reporting its result.
     ftel = Telemetry(fab_pre)
-    port = ["-p", str(free_port()), "-s", "65536", "-q", "2", "-D", "6"]
-    srv = subprocess.Popen([RUN, f"{BINDIR}/ib_write_bw", "-d", "tandem_A_v1"] + port, env=ENV,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(0.5)
-    cli = subprocess.Popen([RUN, f"{BINDIR}/ib_write_bw", "-d", "tandem_B_v1"] + port + ["127.0.0.1"], env=ENV,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(3)
-    applied = (ftel.cmd("/tandem/fabric/path_set,0,down") or {}).get("applied")
-    outs = []
-    for p in (cli, srv):
-        try:
-            o, _ = p.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            o, _ = p.communicate()
-        outs.append((p.returncode, o))
-    ftel.cmd("/tandem/fabric/path_set,0,up")
-    row = result_row(outs[0][1], 65536)
-    check(applied is not None and outs[0][0] == 0 and outs[1][0] == 0 and row is not None and row[2] > 0,
-          f"stock ib_write_bw -D 6 with path 0 failed after 3 s ({applied}): exit {outs[0][0]}/{outs[1][0]}, "
-          f"result {row}")
+    for prog, size in (("ib_write_bw", 65536), ("ib_read_bw", 65536), ("ib_send_bw", 65536),
+                       ("ib_write_lat", 2), ("ib_read_lat", 2), ("ib_send_lat", 2)):
+        port = ["-p", str(free_port()), "-s", str(size), "-D", "3"] + (["-q", "2"] if prog.endswith("_bw") else [])
+        srv = subprocess.Popen([RUN, f"{BINDIR}/{prog}", "-d", "tandem_A_v1"] + port, env=ENV,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(0.5)
+        cli = subprocess.Popen([RUN, f"{BINDIR}/{prog}", "-d", "tandem_B_v1"] + port + ["127.0.0.1"], env=ENV,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(1.5)
+        applied = (ftel.cmd("/tandem/fabric/path_set,0,down") or {}).get("applied")
+        outs = []
+        for p in (cli, srv):
+            try:
+                o, _ = p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                o, _ = p.communicate()
+                o += "\n(hung: killed)"
+            outs.append((p.returncode, o))
+        ftel.cmd("/tandem/fabric/path_set,0,up")
+        row = result_row(outs[0][1], size)
+        ok = applied is not None and outs[0][0] == 0 and outs[1][0] == 0 and row is not None and row[2] > 0
+        check(ok, f"stock {prog} -D 3 with path 0 failed 1.5 s in ({applied}): exit {outs[0][0]}/{outs[1][0]}, "
+                  f"result {row}")
+        if not ok:
+            print(f"--- client ---\n{outs[0][1][-1500:]}\n--- server ---\n{outs[1][1][-1500:]}")
 
     workers["B"].send_signal(signal.SIGKILL)
     workers["B"].wait()

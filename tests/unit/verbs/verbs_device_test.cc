@@ -135,11 +135,16 @@ TEST_CASE("bad arguments get EINVAL and verbs not built yet EOPNOTSUPP, never a 
   CHECK(ibv_modify_qp(nullptr, nullptr, 0) == EINVAL);
   errno = 0;
   CHECK(ibv_create_srq(nullptr, nullptr) == nullptr);
-  CHECK(errno == EOPNOTSUPP);
+  CHECK(errno == EINVAL);
+  CHECK(ibv_modify_srq(nullptr, nullptr, 0) == EINVAL);
+  CHECK(ibv_destroy_srq(nullptr) == EINVAL);
+  errno = 0;
   CHECK(ibv_create_ah(nullptr, nullptr) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
   CHECK(ibv_resize_cq(nullptr, 4) == EOPNOTSUPP);
-  CHECK(ibv_fork_init() == EOPNOTSUPP);  // refused, not faked (README)
   CHECK(ibv_is_fork_initialized() == IBV_FORK_DISABLED);
+  CHECK(ibv_fork_init() == 0);  // registered memory is MADV_DONTFORK from now on (tests/unit/host)
+  CHECK(ibv_is_fork_initialized() == IBV_FORK_ENABLED);
   CHECK(std::string(ibv_wc_status_str(IBV_WC_RETRY_EXC_ERR)) == "transport retry counter exceeded");
   CHECK(std::string(ibv_port_state_str(IBV_PORT_ACTIVE)) == "PORT_ACTIVE");
   CHECK(ibv_rate_to_mbps(IBV_RATE_100_GBPS) == 103125);

@@ -1,0 +1,160 @@
+// HostServer's shared receive queues: creation and destruction (control
+// path) and fetching their WQEs (fast path). An SRQ is a receive ring any QP
+// created on it may consume; it has a doorbell bit of its own, reported by
+// ready_qps as kSrqDoorbell | handle, and the worker hands its WQEs to the
+// transport's SRQ, which gives each one to the QP whose message needs it.
+#include <algorithm>
+#include <cstring>
+
+#include "rnic/host/srq_slot.h"
+
+namespace tandem::rnic::host {
+
+namespace {
+
+// As host_server.cc: generation (1..255) << 16 | slot, never 0.
+constexpr uint32_t srq_handle(uint8_t gen, uint32_t index) noexcept { return (uint32_t{gen} << 16) | index; }
+constexpr uint8_t srq_next_gen(uint8_t g) noexcept { return g == 255 ? 1 : static_cast<uint8_t>(g + 1); }
+constexpr uint32_t kMaxSrqs = 0xFFFF;
+
+}  // namespace
+
+HostServer::SrqSlot* HostServer::find_srq(uint32_t handle) noexcept {
+  const uint32_t index = handle & 0xFFFF;
+  if (index >= srqs_.size() || (handle >> 24) != 0) return nullptr;
+  SrqSlot& s = srqs_[index];
+  return s.used && s.gen == static_cast<uint8_t>(handle >> 16) ? &s : nullptr;
+}
+
+Status HostServer::on_create_srq(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep) {
+  const CreateSrqRequest& c = req.body.create_srq;
+  if (nfds != 1) return Status::kProtocolError;
+  const uint32_t app_id = app_id_of(app);
+  if (!is_power_of_two(c.depth) || c.depth > config_.max_queue_depth) return Status::kInvalidArgument;
+  if (!take_pd_ref(c.pd, app_id)) return Status::kNotFound;
+  uint32_t index;
+  if (!free_srqs_.empty()) {
+    index = free_srqs_.back();
+    free_srqs_.pop_back();
+  } else {
+    if (srqs_.size() >= kMaxSrqs) {
+      drop_pd_ref(c.pd);
+      return Status::kNoResources;
+    }
+    index = static_cast<uint32_t>(srqs_.size());
+    srqs_.emplace_back();
+  }
+  const SrqLayout layout = srq_layout(c.depth);
+  ShmRegion region;
+  const Status st = ShmRegion::map_fd(fds[0], layout.bytes, layout.bytes + huge_page_size(), true, &region);
+  fds[0] = -1;
+  if (st != Status::kOk) {
+    free_srqs_.push_back(index);
+    drop_pd_ref(c.pd);
+    return st;
+  }
+  SrqSlot& s = srqs_[index];
+  const uint8_t gen = srq_next_gen(s.gen);
+  const uint32_t handle = srq_handle(gen, index);
+  const uint32_t bit = bind_doorbell(app, kSrqDoorbell | handle);
+  if (bit == UINT32_MAX) {
+    free_srqs_.push_back(index);
+    drop_pd_ref(c.pd);
+    return Status::kNoResources;  // the application's doorbell bits are all taken
+  }
+  s.used = true;
+  s.gen = gen;
+  s.app_id = app_id;
+  s.app_index = app_index_of(app);
+  s.pd = c.pd;
+  s.depth = c.depth;
+  s.doorbell_bit = bit;
+  s.refs = 0;
+  uint8_t* base = region.data();
+  s.ring = RingReader<RecvWqe>(reinterpret_cast<RingControl*>(base + layout.control),
+                               reinterpret_cast<RecvWqe*>(base + layout.entries), c.depth);
+  mapped_bytes_ += region.size();
+  s.memory = std::move(region);
+  ++srq_count_;
+  rep->body.create_srq.srq = handle;
+  rep->body.create_srq.doorbell_bit = bit;
+  HostEvent ev{};
+  ev.kind = HostEventKind::kSrqCreated;
+  ev.app_id = app_id;
+  ev.srq = handle;
+  ev.srq_depth = c.depth;
+  events_.push_back(ev);
+  return Status::kOk;
+}
+
+void HostServer::free_srq(uint32_t index) {
+  SrqSlot& s = srqs_[index];
+  HostEvent ev{};
+  ev.kind = HostEventKind::kSrqDestroyed;
+  ev.app_id = s.app_id;
+  ev.srq = srq_handle(s.gen, index);
+  events_.push_back(ev);
+  unbind_doorbell(s.app_index, s.app_id, s.doorbell_bit);
+  drop_pd_ref(s.pd);
+  retire(std::move(s.memory));
+  s.ring = RingReader<RecvWqe>();
+  s.used = false;
+  free_srqs_.push_back(index);
+  --srq_count_;
+}
+
+Status HostServer::on_destroy_srq(App& app, const Request& req) {
+  SrqSlot* s = find_srq(req.body.destroy_srq.srq);
+  if (s == nullptr || s->app_id != app_id_of(app)) return Status::kNotFound;
+  if (s->refs != 0) return Status::kBusy;  // verbs: EBUSY while QPs use it
+  free_srq(static_cast<uint32_t>(s - srqs_.data()));
+  return Status::kOk;
+}
+
+std::size_t HostServer::fetch_srq_recv(uint32_t srq, std::span<RecvWork> out) noexcept {
+  SrqSlot* s = find_srq(srq & ~kSrqDoorbell);
+  if (s == nullptr) return 0;
+  const uint32_t avail = s->ring.available();
+  if (s->ring.corrupt()) {
+    ++counters_.ring_corrupt;
+    return 0;
+  }
+  std::size_t n = 0;
+  uint32_t used = 0;
+  for (; used < avail && n < out.size(); ++used) {
+    RecvWqe w;
+    std::memcpy(&w, s->ring.peek(used), sizeof w);  // shared memory: one copy, then look only at it
+    asm volatile("" ::: "memory");
+    RecvWork& o = out[n];
+    bool good = w.num_sge <= kMaxSge;
+    uint64_t total = 0;
+    uint32_t vendor = 0;
+    if (!good) ++counters_.bad_wqe;
+    for (uint32_t i = 0; good && i < w.num_sge; ++i) {
+      good = translate_for(s->app_id, s->pd, w.sge[i], true, &o.sge[i], &vendor);
+      total += w.sge[i].length;
+    }
+    if (good && total > (uint64_t{1} << 31)) {
+      ++counters_.bad_wqe;
+      good = false;
+    }
+    if (!good) {
+      ++counters_.srq_wqes_dropped;
+      continue;
+    }
+    o.wr_id = w.wr_id;
+    o.num_sge = w.num_sge;
+    o.length = static_cast<uint32_t>(total);
+    ++n;
+  }
+  if (used > 0) s->ring.release(used);
+  counters_.srq_wqes += n;
+  return n;
+}
+
+uint32_t HostServer::srq_queued(uint32_t srq) noexcept {
+  SrqSlot* s = find_srq(srq & ~kSrqDoorbell);
+  return s != nullptr ? s->ring.available() : 0;
+}
+
+}  // namespace tandem::rnic::host

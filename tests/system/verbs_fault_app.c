@@ -1,0 +1,174 @@
+/* A verbs program (plain libibverbs C, linked against the drop-in rnic/verbs)
+ * that makes the transport fail under it, for tests/system/verbs_faults_test.py.
+ *
+ *   verbs_fault_app overrun DEV_A DEV_B
+ *     A's send CQ holds 4 completions; 16 signaled WRITEs A -> B are posted
+ *     without polling. Verbs' CQ overrun: the CQ goes to error and the QP that
+ *     completed into it to ERR. Prints "overrun ok=N poll=R state=S" (N
+ *     successful completions before poll_cq failed with R, S the QP's state).
+ *   verbs_fault_app death DEV_A DEV_B
+ *     Keeps 16 64 KiB WRITEs A -> B in flight, printing "running" once 200 have
+ *     completed; the test then kills A's worker with SIGKILL. Prints "death
+ *     ok=N flush=F err=E poll=R" when poll_cq fails: F WQEs came back with
+ *     IBV_WC_WR_FLUSH_ERR first. A hung run dies of SIGALRM after 30 s.
+ * Both devices are opened in this one process and their QPs connected back
+ * to back (GID index 0 of each). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <infiniband/verbs.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BUF (1 << 20)
+
+struct side {
+  struct ibv_context* ctx;
+  struct ibv_pd* pd;
+  struct ibv_mr* mr;
+  struct ibv_cq* cq;
+  struct ibv_qp* qp;
+  union ibv_gid gid;
+  char* buf;
+};
+
+static void die(const char* what) {
+  fprintf(stderr, "verbs_fault_app: %s: %s\n", what, strerror(errno));
+  exit(2);
+}
+
+static struct ibv_context* open_named(const char* name) {
+  int n = 0;
+  struct ibv_device** l = ibv_get_device_list(&n);
+  if (!l) die("ibv_get_device_list");
+  for (int i = 0; i < n; ++i)
+    if (strcmp(ibv_get_device_name(l[i]), name) == 0) {
+      struct ibv_context* c = ibv_open_device(l[i]);
+      ibv_free_device_list(l);
+      if (!c) die("ibv_open_device");
+      return c;
+    }
+  fprintf(stderr, "verbs_fault_app: no device %s\n", name);
+  exit(2);
+}
+
+static void make_side(struct side* s, const char* dev, int cqe) {
+  s->ctx = open_named(dev);
+  s->pd = ibv_alloc_pd(s->ctx);
+  if (!s->pd) die("ibv_alloc_pd");
+  s->buf = aligned_alloc(4096, BUF);
+  memset(s->buf, 0x11, BUF);
+  s->mr = ibv_reg_mr(s->pd, s->buf, BUF, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  if (!s->mr) die("ibv_reg_mr");
+  s->cq = ibv_create_cq(s->ctx, cqe, NULL, NULL, 0);
+  if (!s->cq) die("ibv_create_cq");
+  struct ibv_qp_init_attr ia = {.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = 32, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+  s->qp = ibv_create_qp(s->pd, &ia);
+  if (!s->qp) die("ibv_create_qp");
+  if (ibv_query_gid(s->ctx, 1, 0, &s->gid)) die("ibv_query_gid");
+}
+
+static void connect_to(struct side* s, const struct side* peer) {
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+                          .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
+  if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+    die("modify INIT");
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = peer->qp->qp_num;
+  a.rq_psn = 0;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.grh.dgid = peer->gid;
+  a.ah_attr.grh.hop_limit = 64;
+  a.ah_attr.port_num = 1;
+  if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+    die("modify RTR");
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = 0;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 1;
+  if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                                   IBV_QP_MAX_QP_RD_ATOMIC))
+    die("modify RTS");
+}
+
+static int post_write(struct side* s, const struct side* peer, uint64_t id, uint32_t len) {
+  struct ibv_sge sg = {.addr = (uintptr_t)s->buf + (id % 8) * 65536, .length = len, .lkey = s->mr->lkey};
+  struct ibv_send_wr wr = {.wr_id = id, .sg_list = &sg, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+                           .send_flags = IBV_SEND_SIGNALED}, *bad;
+  wr.wr.rdma.remote_addr = (uintptr_t)peer->buf + (id % 8) * 65536;
+  wr.wr.rdma.rkey = peer->mr->rkey;
+  return ibv_post_send(s->qp, &wr, &bad);
+}
+
+static const char* state_name(enum ibv_qp_state st) {
+  return st == IBV_QPS_ERR ? "ERR" : st == IBV_QPS_RTS ? "RTS" : "other";
+}
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    fprintf(stderr, "usage: verbs_fault_app overrun|death DEV_A DEV_B\n");
+    return 2;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  alarm(30);  /* a hang ends as SIGALRM (exit by signal), never as a stuck test */
+  const int overrun = strcmp(argv[1], "overrun") == 0;
+  struct side a, b;
+  make_side(&a, argv[2], overrun ? 4 : 64);
+  make_side(&b, argv[3], 64);
+  connect_to(&a, &b);
+  connect_to(&b, &a);
+  struct ibv_wc wc[16];
+  if (overrun) {
+    for (int i = 0; i < 16; ++i)
+      if (post_write(&a, &b, (uint64_t)i, 64)) die("ibv_post_send");
+    usleep(500000);  /* all 16 complete into a CQ of 4 */
+    int ok = 0, other = 0, r = 0;
+    for (int spins = 0; spins < 1000000 && (r = ibv_poll_cq(a.cq, 16, wc)) >= 0; ++spins)
+      for (int i = 0; i < r; ++i) wc[i].status == IBV_WC_SUCCESS ? ++ok : ++other;
+    struct ibv_qp_attr qa;
+    struct ibv_qp_init_attr qi;
+    ibv_query_qp(a.qp, &qa, IBV_QP_STATE, &qi);
+    printf("overrun cqe=%d ok=%d other=%d poll=%d state=%s\n", a.cq->cqe, ok, other, r, state_name(qa.qp_state));
+    return ok == a.cq->cqe && other == 0 && r < 0 && qa.qp_state == IBV_QPS_ERR ? 0 : 1;
+  }
+  uint64_t posted = 0, ok = 0, flush = 0, err = 0;
+  int r = 0, posting = 1;
+  for (;;) {
+    while (posting && posted - ok - flush - err < 16) {
+      if (post_write(&a, &b, posted, 65536) != 0) {
+        posting = 0;  /* the worker is gone: take what the CQ gives back */
+        break;
+      }
+      ++posted;
+    }
+    r = ibv_poll_cq(a.cq, 16, wc);
+    if (r < 0) break;
+    for (int i = 0; i < r; ++i) {
+      if (wc[i].status == IBV_WC_SUCCESS) {
+        if (++ok == 200) printf("running\n");
+      } else if (wc[i].status == IBV_WC_WR_FLUSH_ERR) {
+        ++flush;
+        posting = 0;
+      } else {
+        ++err;
+        posting = 0;
+      }
+    }
+  }
+  printf("death ok=%llu flush=%llu err=%llu outstanding=%llu poll=%d\n", (unsigned long long)ok,
+         (unsigned long long)flush, (unsigned long long)err, (unsigned long long)(posted - ok - flush - err), r);
+  return ok >= 200 && flush > 0 && posted == ok + flush + err ? 0 : 1;
+}
