@@ -90,8 +90,17 @@ ibv_device** ibv_get_device_list(int* num_devices) {
     d->dev.transport_type = IBV_TRANSPORT_IB;  // RoCE reports IB transport, Ethernet link layer
     std::snprintf(d->dev.name, sizeof d->dev.name, "%s", d->rec.name.c_str());
     std::snprintf(d->dev.dev_name, sizeof d->dev.dev_name, "%s", d->rec.name.c_str());
-    std::snprintf(d->dev.dev_path, sizeof d->dev.dev_path, "%s/%s", th::device_dir().c_str(), d->rec.name.c_str());
-    std::snprintf(d->dev.ibdev_path, sizeof d->dev.ibdev_path, "%s", d->dev.dev_path);
+    // Under tandem-sysfs the kernel's paths exist (the tree numbers uverbsN in this order);
+    // elsewhere the registry file stands for both.
+    char sysfs[IBV_SYSFS_PATH_MAX];
+    std::snprintf(sysfs, sizeof sysfs, "/sys/class/infiniband/%s", d->rec.name.c_str());
+    if (access(sysfs, F_OK) == 0) {
+      std::snprintf(d->dev.ibdev_path, sizeof d->dev.ibdev_path, "%s", sysfs);
+      std::snprintf(d->dev.dev_path, sizeof d->dev.dev_path, "/sys/class/infiniband_verbs/uverbs%zu", i);
+    } else {
+      std::snprintf(d->dev.dev_path, sizeof d->dev.dev_path, "%s/%s", th::device_dir().c_str(), d->rec.name.c_str());
+      std::snprintf(d->dev.ibdev_path, sizeof d->dev.ibdev_path, "%s", d->dev.dev_path);
+    }
     list[i] = &d->dev;
   }
   if (num_devices) *num_devices = static_cast<int>(recs.size());
@@ -275,8 +284,8 @@ int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
   return pkey == htons(0xffff) ? 0 : -ENOENT;
 }
 
-// rdma-core reads sysfs files by path; a Tandem device has no sysfs, so only
-// real files (e.g. a tree an operator generated) are read.
+// rdma-core reads sysfs files by path; a Tandem device has none of its own, so
+// only real files are read (under tandem-sysfs, its generated tree).
 int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
   char path[IBV_SYSFS_PATH_MAX * 2];
   std::snprintf(path, sizeof path, "%s/%s", dir, file);
