@@ -4,6 +4,7 @@
 #include "rnic/verbs/device.h"
 
 #include <arpa/inet.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -89,7 +90,8 @@ ibv_device** ibv_get_device_list(int* num_devices) {
     d->dev.node_type = IBV_NODE_CA;
     d->dev.transport_type = IBV_TRANSPORT_IB;  // RoCE reports IB transport, Ethernet link layer
     std::snprintf(d->dev.name, sizeof d->dev.name, "%s", d->rec.name.c_str());
-    std::snprintf(d->dev.dev_name, sizeof d->dev.dev_name, "%s", d->rec.name.c_str());
+    // uverbs<i>, as the kernel names a device's node (/dev/infiniband/ under tandem-sysfs).
+    std::snprintf(d->dev.dev_name, sizeof d->dev.dev_name, "uverbs%zu", i);
     // Under tandem-sysfs the kernel's paths exist (the tree numbers uverbsN in this order);
     // elsewhere the registry file stands for both.
     char sysfs[IBV_SYSFS_PATH_MAX];
@@ -155,7 +157,17 @@ ibv_context* ibv_open_device(ibv_device* device) {
   ibv_context& ctx = c->v.context;
   ctx.device = device;
   ctx.cmd_fd = -1;
-  ctx.async_fd = -1;
+  // A pollable fd for async events, as UCX and others add it to their event loops. The worker
+  // sends none yet, so it never becomes readable.
+  ctx.async_fd = eventfd(0, EFD_CLOEXEC);
+  if (ctx.async_fd < 0) {
+    const int e = errno;
+    th::close_device(host);
+    --d->refs;
+    delete c;
+    errno = e;
+    return nullptr;
+  }
   ctx.num_comp_vectors = 1;
   pthread_mutex_init(&ctx.mutex, nullptr);
   ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;  // verbs_get_ctx_op() finds no extended op: EOPNOTSUPP
@@ -168,12 +180,28 @@ int ibv_close_device(ibv_context* context) {
   if (context == nullptr) return EINVAL;
   TandemContext* c = context_of(context);
   th::close_device(c->host);
+  close(context->async_fd);
   pthread_mutex_destroy(&context->mutex);
   TandemDevice* d = c->dev;
   delete c;
   release(d);
   return 0;
 }
+
+// Blocks (or fails with EAGAIN when the application made the fd nonblocking) as on a device
+// that raises none: no async event is generated yet.
+int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  if (context == nullptr || event == nullptr) {
+    errno = EINVAL;
+    return -1;
+  }
+  uint64_t n = 0;
+  if (read(context->async_fd, &n, sizeof n) != static_cast<ssize_t>(sizeof n)) return -1;  // errno from read
+  errno = EIO;  // nothing writes the eventfd
+  return -1;
+}
+
+void ibv_ack_async_event(ibv_async_event*) {}
 
 int ibv_query_device(ibv_context* context, ibv_device_attr* a) {
   if (context == nullptr || a == nullptr) return EINVAL;

@@ -7,7 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -98,6 +100,56 @@ std::string write_sysfs_tree(const std::string& dir, const std::vector<host::Dev
   return err;
 }
 
+namespace {
+
+// Puts a tmpfs over dir in this (private) mount namespace that holds every
+// entry dir had (directories and files bound from the original, symlinks
+// copied), minus `skip`, plus what add(stage) writes into it.
+template <class Add>
+std::string overlay(const std::string& dir, const std::vector<std::string>& skip, bool read_only, Add add) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string stage = std::string(tmp && *tmp ? tmp : "/tmp") + "/tandem-sysfs-XXXXXX";
+  if (mkdtemp(stage.data()) == nullptr) return "mkdtemp " + stage + ": " + std::strerror(errno);
+  std::string err;
+  if (mount("tandem-sysfs", stage.c_str(), "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755") != 0) {
+    err = "mount tmpfs on " + stage + ": " + std::strerror(errno);
+  } else {
+    if (DIR* dp = opendir(dir.c_str())) {
+      while (dirent* e = readdir(dp)) {
+        const std::string n = e->d_name;
+        if (n == "." || n == ".." || std::find(skip.begin(), skip.end(), n) != skip.end()) continue;
+        const std::string from = dir + "/" + n, to = stage + "/" + n;
+        struct stat st{};
+        if (lstat(from.c_str(), &st) != 0) continue;  // gone meanwhile
+        bool ok;
+        if (S_ISLNK(st.st_mode)) {
+          char target[PATH_MAX];
+          const ssize_t len = readlink(from.c_str(), target, sizeof target - 1);
+          ok = len >= 0 && (target[len] = 0, symlink(target, to.c_str()) == 0);
+        } else {
+          ok = S_ISDIR(st.st_mode) ? mkdir(to.c_str(), 0755) == 0 : close(open(to.c_str(), O_CREAT | O_WRONLY, 0644)) == 0;
+          ok = ok && mount(from.c_str(), to.c_str(), nullptr, MS_BIND | MS_REC, nullptr) == 0;
+        }
+        if (!ok) {
+          err = "mirror " + from + ": " + std::strerror(errno);
+          break;
+        }
+      }
+      closedir(dp);
+    }
+    if (err.empty()) err = add(stage);
+    if (err.empty() && read_only && mount(nullptr, stage.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) != 0)
+      err = std::string("remount read-only: ") + std::strerror(errno);
+    if (err.empty() && mount(stage.c_str(), dir.c_str(), nullptr, MS_MOVE, nullptr) != 0)
+      err = "move onto " + dir + ": " + std::strerror(errno);
+    if (!err.empty()) umount2(stage.c_str(), MNT_DETACH);
+  }
+  rmdir(stage.c_str());
+  return err;
+}
+
+}  // namespace
+
 std::string enter_sysfs_namespace(const std::vector<host::DeviceRecord>& devs) {
   const uid_t uid = geteuid();
   const gid_t gid = getegid();
@@ -112,37 +164,24 @@ std::string enter_sysfs_namespace(const std::vector<host::DeviceRecord>& devs) {
   // Nothing mounted from here on propagates back to the host.
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     return std::string("make / private: ") + std::strerror(errno);
-  // Build the new /sys/class on a tmpfs at a scratch directory, then move it in.
-  const char* tmp = std::getenv("TMPDIR");
-  std::string stage = std::string(tmp && *tmp ? tmp : "/tmp") + "/tandem-sysfs-XXXXXX";
-  if (mkdtemp(stage.data()) == nullptr) return "mkdtemp " + stage + ": " + std::strerror(errno);
-  std::string err;
-  if (mount("tandem-sysfs", stage.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755") != 0) {
-    err = "mount tmpfs on " + stage + ": " + std::strerror(errno);
-  } else {
-    // Every class the host has stays visible (net, block, ...), bound from the real sysfs.
-    if (DIR* dp = opendir("/sys/class")) {
-      while (dirent* e = readdir(dp)) {
-        const std::string n = e->d_name;
-        if (n == "." || n == ".." || n == "infiniband" || n == "infiniband_verbs") continue;
-        const std::string from = "/sys/class/" + n, to = stage + "/" + n;
-        if (mkdir(to.c_str(), 0755) != 0 || mount(from.c_str(), to.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
-          err = "bind " + from + ": " + std::strerror(errno);
-          break;
-        }
-      }
-      closedir(dp);
+  // /sys/class: the host's classes plus the tree, read-only as sysfs is to its readers.
+  std::string err = overlay("/sys/class", {"infiniband", "infiniband_verbs"}, true,
+                            [&](const std::string& stage) { return write_sysfs_tree(stage, devs); });
+  if (!err.empty()) return err;
+  // /dev/infiniband/uverbsN: UCX lists a device only if this is a character device it may read
+  // and write. Nothing opens it (this libibverbs talks to the worker's socket), so each is
+  // /dev/null bound there; the worker, not this node's mode, decides who opens the device.
+  return overlay("/dev", {"infiniband"}, false, [&](const std::string& stage) {
+    const std::string ib = stage + "/infiniband";
+    if (mkdir(ib.c_str(), 0755) != 0) return "mkdir " + ib + ": " + std::strerror(errno);
+    for (std::size_t i = 0; i < devs.size(); ++i) {
+      const std::string node = ib + "/uverbs" + std::to_string(i);
+      if (close(open(node.c_str(), O_CREAT | O_WRONLY, 0666)) != 0 ||
+          mount("/dev/null", node.c_str(), nullptr, MS_BIND, nullptr) != 0)
+        return "bind /dev/null on " + node + ": " + std::strerror(errno);
     }
-    if (err.empty()) err = write_sysfs_tree(stage, devs);
-    // Read-only, as sysfs is to its readers.
-    if (err.empty() && mount(nullptr, stage.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) != 0)
-      err = std::string("remount read-only: ") + std::strerror(errno);
-    if (err.empty() && mount(stage.c_str(), "/sys/class", nullptr, MS_MOVE, nullptr) != 0)
-      err = std::string("move onto /sys/class: ") + std::strerror(errno);
-    if (!err.empty()) umount2(stage.c_str(), MNT_DETACH);
-  }
-  rmdir(stage.c_str());
-  return err;
+    return std::string();
+  });
 }
 
 }  // namespace tandem::rnic::verbs

@@ -11,7 +11,8 @@
 //       lid_mask_count,sm_sl,cap_mask,gids/0,gid_attrs/types/0,pkeys/0}
 //   dir/infiniband_verbs/abi_version, dir/infiniband_verbs/uverbs<i>/{ibdev,abi_version}
 // enter_sysfs_namespace(devs) puts such a tree over /sys/class in a private
-// mount namespace of the calling process (the host's /sys is untouched).
+// mount namespace of the calling process (the host's /sys is untouched), and
+// /dev/infiniband/uverbs<i> (UCX lists only devices whose node it may open).
 #pragma once
 
 #include <string>
@@ -25,8 +26,8 @@ namespace tandem::rnic::verbs {
 std::string write_sysfs_tree(const std::string& dir, const std::vector<host::DeviceRecord>& devs);
 
 // New mount namespace (and, when not root, a user namespace mapping only the
-// caller's uid and gid) in which /sys/class holds every entry it had plus the
-// tree. "" or what failed; on failure nothing is mounted over /sys/class.
+// caller's uid and gid) in which /sys/class and /dev hold every entry they had
+// plus the tree and the uverbs nodes. "" or what failed.
 std::string enter_sysfs_namespace(const std::vector<host::DeviceRecord>& devs);
 
 // The sysfs spellings, shared with the libibverbs device list.

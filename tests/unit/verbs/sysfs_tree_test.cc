@@ -4,6 +4,7 @@
 // shows it at /sys/class/infiniband to its own process only.
 #include <catch2/catch.hpp>
 #include <infiniband/verbs.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,7 +89,7 @@ TEST_CASE("the tree's GUID and GID are what the library answers") {
   unsetenv("TANDEM_DEVICES");
 }
 
-TEST_CASE("the namespace shows the tree at /sys/class/infiniband to its process only") {
+TEST_CASE("the namespace shows the tree and the uverbs nodes to its process only") {
   if (fs::exists("/sys/class/infiniband")) {
     WARN("this host has /sys/class/infiniband of its own");
     return;
@@ -101,7 +102,11 @@ TEST_CASE("the namespace shows the tree at /sys/class/infiniband to its process 
     const bool tree = slurp("/sys/class/infiniband/tandem_N_v1/ports/1/gid_attrs/types/0") == "RoCE v2\n";
     const bool kept = fs::exists("/sys/class/net/lo");  // the host's classes stay
     const bool ro = !std::ofstream("/sys/class/infiniband/tandem_N_v1/node_desc");
-    _exit(tree && kept && ro ? 0 : 4);
+    struct stat sb{};
+    const bool node = stat("/dev/infiniband/uverbs0", &sb) == 0 && S_ISCHR(sb.st_mode) &&
+                      access("/dev/infiniband/uverbs0", R_OK | W_OK) == 0;
+    const bool dev_kept = access("/dev/null", W_OK) == 0 && fs::exists("/dev/shm");
+    _exit(tree && kept && ro && node && dev_kept ? 0 : 4);
   }
   int st = 0;
   waitpid(pid, &st, 0);
@@ -112,4 +117,5 @@ TEST_CASE("the namespace shows the tree at /sys/class/infiniband to its process 
   }
   CHECK(WEXITSTATUS(st) == 0);
   CHECK_FALSE(fs::exists("/sys/class/infiniband"));  // nothing leaked to this process
+  CHECK_FALSE(fs::exists("/dev/infiniband"));
 }
