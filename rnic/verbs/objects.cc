@@ -135,9 +135,14 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
     return nullptr;
   }
   access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
-  if (iova != reinterpret_cast<uintptr_t>(addr) || (access & ~kAccessKnown) != 0 ||
-      (access & IBV_ACCESS_REMOTE_ATOMIC) != 0) {
-    errno = EOPNOTSUPP;  // an IOVA other than the address, atomics, ODP and the like
+  if (iova != reinterpret_cast<uintptr_t>(addr) || (access & ~kAccessKnown) != 0) {
+    errno = EOPNOTSUPP;  // an IOVA other than the address, ODP and the like
+    return nullptr;
+  }
+  // Remote atomic access is granted as the kernel grants it on any device (UCX asks for it on
+  // every MR); with atomic_cap NONE no atomic reaches the MR. It needs local write, as there.
+  if ((access & IBV_ACCESS_REMOTE_ATOMIC) != 0 && (access & IBV_ACCESS_LOCAL_WRITE) == 0) {
+    errno = EINVAL;
     return nullptr;
   }
   TandemPd* p = of<TandemPd>(pd);
