@@ -135,8 +135,15 @@ class Worker {
         st_(std::move(st)),
         table_(Level2TableConfig{table_capacity(c, st_)}),
         core_(TransportConfig{c.max_qps, kQpnBase, 8, 4, 1024}),
-        host_(host::ServerConfig{.socket_path = c.host_socket, .vnic_ips = vnic_ips(st_.vnics)}),
+        host_(host::ServerConfig{.socket_path = c.host_socket,
+                                 .vnic_ips = vnic_ips(st_.vnics),
+                                 .check_owners = !c.device_owners.empty(),
+                                 .vnic_owners = vnic_owners(c.device_owners, st_.vnics)}),
         vnics_(st_.vnics) {
+    for (const DeviceOwner& o : c.device_owners)  // standalone vNICs are all known now
+      if (c.dpu_channel.empty() &&
+          std::none_of(st_.vnics.begin(), st_.vnics.end(), [&](const Vnic& v) { return v.id == o.vnic_id; }))
+        throw std::invalid_argument("--device-owner: no vNIC " + std::to_string(o.vnic_id) + " in " + c.table_file);
     if (c.dpu_channel.empty())
       commit_standalone_table(st_, table_);
     else  // DPU mode: the agent programs the table (its YAML entries are ignored)
@@ -229,6 +236,15 @@ class Worker {
   int apply_rtr(QpCtx& q, const host::QpInfo& info, const Level2Entry& e, uint32_t remote);
   int apply_rts(QpCtx& q, const host::QpInfo& info);
   uint32_t pending_routes(uint64_t now);
+  // --device-owner's vNIC ids as the host server's overlay IPs (ids not present yet match nothing).
+  static std::vector<host::VnicOwner> vnic_owners(const std::vector<DeviceOwner>& owners,
+                                                  const std::vector<Vnic>& vnics) {
+    std::vector<host::VnicOwner> out;
+    for (const DeviceOwner& o : owners)
+      for (const Vnic& v : vnics)
+        if (v.id == o.vnic_id) out.push_back({v.overlay_ip, o.uid, o.gid});
+    return out;
+  }
   static std::vector<uint32_t> vnic_ips(const std::vector<Vnic>& vnics) {
     std::vector<uint32_t> ips;
     for (const Vnic& v : vnics) ips.push_back(v.overlay_ip);
@@ -631,6 +647,7 @@ void Worker::update_vnics(const RnicChannel& ch) {
   vnics_generation_ = ch.vnics().generation();
   vnics_version_ = ch.vnics().version();
   host_.set_vnic_ips(vnic_ips(vnics_));
+  host_.set_vnic_owners(vnic_owners(c_.device_owners, vnics_));
   std::string list;
   for (const Vnic& v : vnics_) list += (list.empty() ? "" : ", ") + std::to_string(v.id) + "=" + format_ipv4(v.overlay_ip);
   if (agent)

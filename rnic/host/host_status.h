@@ -24,7 +24,8 @@ namespace tandem::rnic::host {
   X(kBusy, "object still in use")                                                 \
   X(kBadRegion, "shared memory fd rejected (size, seals or mmap)")                \
   X(kUnsupported, "unsupported operation or flag")                                \
-  X(kNoSuchVnic, "the worker has no vNIC with that overlay IP")
+  X(kNoSuchVnic, "the worker has no vNIC with that overlay IP")                    \
+  X(kAccessDenied, "the worker does not let this user open that vNIC")
 
 enum class Status : uint32_t {
 #define TANDEM_HOST_STATUS_ENUM(name, str) name,

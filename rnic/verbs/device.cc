@@ -141,7 +141,12 @@ ibv_context* ibv_open_device(ibv_device* device) {
   attr.vnic = vnic;  // the worker routes this context's QPs in that vNIC's tenant only
   th::Context* host = th::open_device(d->rec.socket.c_str(), attr);
   if (host == nullptr) {
-    errno = th::last_status() == th::Status::kTimeout ? ETIMEDOUT : ENODEV;
+    // The worker decides who opens a vNIC (its socket's mode, or its owners checked on the peer's
+    // credentials): a refusal is EACCES, as opening a /dev/infiniband node without rights is.
+    const th::Status st = th::last_status();
+    const bool denied = st == th::Status::kAccessDenied || (access(d->rec.socket.c_str(), F_OK) == 0 &&
+                                                            access(d->rec.socket.c_str(), W_OK) != 0);
+    errno = denied ? EACCES : st == th::Status::kTimeout ? ETIMEDOUT : ENODEV;
     return nullptr;
   }
   auto* c = new (std::nothrow) TandemContext{};
