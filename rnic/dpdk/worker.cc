@@ -13,7 +13,9 @@
 #include <climits>
 #include <cstdlib>
 #include <array>
+#include <atomic>
 #include <bit>
+#include <chrono>
 #include <utility>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +24,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/dpdk/eal.h"
@@ -191,9 +194,14 @@ class Worker {
   std::string tx_mode_line() const {
     return std::string(tx_mode_.zero_copy ? "zero-copy" : "copy") + " (" + tx_mode_.why + ")";
   }
-  // One verbs device per vNIC of the YAML (rnic/host/device_registry.h), on the
-  // control side at start; removed at exit. Returns the names registered.
-  std::vector<std::string> register_devices() const;
+  // One verbs device per vNIC (rnic/host/device_registry.h), written on the control
+  // side: at start for the YAML's; in DPU mode by sync_devices() whenever the
+  // agent's vNICs change. Removed at exit. Returns the names registered.
+  std::vector<std::string> register_devices(const std::vector<Vnic>& vnics) const;
+  // DPU mode, from a thread of its own (file I/O stays off the lcore): registers
+  // the vNICs the worker has now if they changed since `seen`, and removes the
+  // rest of `names`.
+  void sync_devices(std::vector<std::string>& names, std::string& seen);
   void unregister_devices(const std::vector<std::string>& names) const {
     for (const std::string& n : names) host::remove_device(c_.device_dir, n);
   }
@@ -1097,16 +1105,30 @@ std::string flat_name(const port::CounterRow& row) {
   return std::string(g) + "_" + row.name;
 }
 
-std::vector<std::string> Worker::register_devices() const {
+void Worker::sync_devices(std::vector<std::string>& names, std::string& seen) {
+  std::vector<Vnic> now;
+  {
+    std::lock_guard<std::mutex> g(vnics_mu_);
+    now = vnics_;
+  }
+  std::string key;
+  for (const Vnic& v : now)
+    key += std::to_string(v.id) + "=" + std::to_string(v.overlay_ip) + "/" +
+           std::string(reinterpret_cast<const char*>(v.overlay_mac.data()), 6) + ";";
+  if (key == seen) return;
+  seen = key;
+  std::vector<std::string> next = register_devices(now);
+  for (const std::string& n : names)
+    if (std::find(next.begin(), next.end(), n) == next.end()) host::remove_device(c_.device_dir, n);
+  names = std::move(next);
+}
+
+std::vector<std::string> Worker::register_devices(const std::vector<Vnic>& vnics) const {
   std::vector<std::string> names;
   if (c_.device_dir.empty()) return names;
-  if (dpu_) {  // the agent's vNICs change at run time; registering them is not built yet
-    std::printf("tandem-rnic %s: DPU mode: no verbs devices registered (standalone mode only)\n", c_.name.c_str());
-    return names;
-  }
   char abs[PATH_MAX];
   const std::string sock = realpath(c_.host_socket.c_str(), abs) ? abs : c_.host_socket;
-  for (const Vnic& v : st_.vnics) {
+  for (const Vnic& v : vnics) {
     host::DeviceRecord d;
     d.name = "tandem_" + c_.name + "_v" + std::to_string(v.id);
     d.socket = sock;
@@ -1131,7 +1153,7 @@ std::vector<std::string> Worker::register_devices() const {
   if (!names.empty())
     std::printf("tandem-rnic %s: verbs devices in %s: %zu (first %s)\n", c_.name.c_str(), c_.device_dir.c_str(),
                 names.size(), names[0].c_str());
-  else if (st_.vnics.empty())
+  else if (vnics.empty())
     std::printf("tandem-rnic %s: no vNICs, no verbs devices\n", c_.name.c_str());
   std::fflush(stdout);
   return names;
@@ -1247,6 +1269,7 @@ int run(const WorkerConfig& c) {
     throw std::invalid_argument("--mtu must be 256, 512, 1024, 2048 or 4096");
   // Parse the table before touching the EAL: a bad file is a clear error, not a half-started port.
   StandaloneTable table = load_standalone_table(c.table_file, !c.dpu_channel.empty());
+  const std::vector<Vnic> yaml_vnics = table.vnics;
   table_capacity(c, table);
   cd::eal_init("tandem-rnic", c.eal_args);
   auto worker = std::make_unique<Worker>(c, std::move(table));
@@ -1284,8 +1307,25 @@ int run(const WorkerConfig& c) {
               worker->tx_mode_line().c_str(), c.host_socket.c_str());
   std::fflush(stdout);
 
-  const std::vector<std::string> devices = worker->register_devices();
+  std::vector<std::string> devices;
+  std::atomic<bool> registrar_stop{false};
+  std::thread registrar;
+  if (c.dpu_channel.empty()) {
+    devices = worker->register_devices(yaml_vnics);
+  } else if (!c.device_dir.empty()) {  // the agent's vNICs come and go at run time
+    registrar = std::thread([&] {
+      std::string seen = "-";
+      while (!registrar_stop.load(std::memory_order_relaxed)) {
+        worker->sync_devices(devices, seen);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+  }
   worker->loop();
+  if (registrar.joinable()) {
+    registrar_stop = true;
+    registrar.join();
+  }
   worker->unregister_devices(devices);
   worker->shutdown();
   std::printf("%s: stopping (%zu live QPs flushed)\n", c.name.c_str(), worker->live_qps());
