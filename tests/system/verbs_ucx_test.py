@@ -1,16 +1,19 @@
 """System test of what stock binaries see of Tandem devices beyond libibverbs' answers, with
 Debian's binaries unmodified, through scripts/tandem-run, against two tandem-rnic workers on the
-lab fabric (worker A with --device-owner 1=4242):
+lab fabric. As on two real hosts, each worker registers its device as tandem_h_v1 in a registry of
+its own (D/devA, D/devB): UCX's UCT tests hand the client's device name to the server. Worker A
+has --device-owner 1=4242.
 
-  * UCX (ucx-utils' ucx_info -d) lists tandem_A_v1 and tandem_B_v1 as memory domains with the
-    rc_verbs transport: it finds them through /dev/infiniband/uverbsN and reads the GID type from
-    /sys/class/infiniband, both only in tandem-run's private mount namespace (with TANDEM_SYSFS=0
-    UCX lists no Tandem device, and the host's /sys and /dev never show them);
-  * UCX's rc_verbs between the workers (ucx_perftest tag_bw, 64 KiB): rc_verbs receives on an SRQ,
-    so without ibv_create_srq the case says so and is skipped (any other failure to open fails);
-  * device access is the worker's decision: as uid 65534 ibv_open_device on tandem_A_v1 fails
-    with EACCES (Debian's python calling the library through ctypes, and stock ibv_devinfo fails),
-    the worker counts the refusal (attach_denied); uid 4242, its owner, opens it.
+  * UCX (ucx-utils' ucx_info -d) lists tandem_h_v1 as a memory domain with the rc_verbs transport:
+    it finds it through /dev/infiniband/uverbs0 and reads the GID type from /sys/class/infiniband,
+    both only in tandem-run's private mount namespace (with TANDEM_SYSFS=0 UCX lists no Tandem
+    device, and the host's /sys and /dev never show them);
+  * UCX's rc_verbs between the workers: ucx_perftest put_bw, 64 KiB zero-copy RDMA writes. rc_verbs
+    receives on an SRQ, so without ibv_create_srq the case says so and is skipped (any other
+    failure to open the interface fails);
+  * device access is the worker's decision: as uid 65534 ibv_open_device on A's device fails with
+    EACCES (Debian's python calling the library through ctypes, and stock ibv_devinfo fails), the
+    worker counts the refusal (attach_denied); uid 4242, its owner, opens it.
 
 usage: verbs_ucx_test.py TANDEM_FABRIC TANDEM_RNIC TANDEM_RUN BINDIR
 (BINDIR: where ucx_info, ucx_perftest and ibv_devinfo are, /usr/bin)"""
@@ -30,7 +33,8 @@ lab = Lab(tmp_prefix="tandem-verbsucx-")
 D = lab.d
 checks = Checks()
 check, failed = checks.check, checks.failed
-ENV = dict(os.environ, TANDEM_DEVICES=f"{D}/devices")
+ENV = {n: dict(os.environ, TANDEM_DEVICES=f"{D}/dev{n}") for n in "AB"}
+DEV = "tandem_h_v1"
 
 # ibv_open_device through the public ABI of whichever libibverbs.so.1 is loaded: "opened" or "errno N".
 OPEN_PY = """
@@ -55,7 +59,7 @@ print("no such device")
 def run(argv, env=None, timeout=30, as_uid=None):
     pre = [] if as_uid is None else ["setpriv", f"--reuid={as_uid}", f"--regid={as_uid}", "--clear-groups"]
     try:
-        r = subprocess.run(pre + [RUN] + argv, env=env or ENV, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(pre + [RUN] + argv, env=env or ENV["A"], capture_output=True, text=True, timeout=timeout)
         return r.returncode, r.stdout + r.stderr
     except subprocess.TimeoutExpired as e:
         return None, f"timed out: {e}"
@@ -86,44 +90,46 @@ def main():
     workers, prefixes = {}, {}
     for n, sock, extra in (("A", "h0.sock", ["--device-owner", "1=4242"]), ("B", "h1.sock", [])):
         prefixes[n] = f"{TAG}-{n.lower()}"
-        workers[n] = lab.start(lab_worker_argv(RNIC, n, prefixes[n], D, sock, [
-            "--mtu", "1024", "--spray", "round_robin", "--cc", "credit"] + extra), n, prefixes[n])
+        argv = lab_worker_argv(RNIC, n, prefixes[n], D, sock, [
+            "--mtu", "1024", "--spray", "round_robin", "--cc", "credit"] + extra)
+        argv[argv.index("--name") + 1] = "h"  # both register tandem_h_v1, each in its own registry
+        argv[argv.index("--device-dir") + 1] = f"{D}/dev{n}"
+        workers[n] = lab.start(argv, n, prefixes[n])
     t0 = time.time()
-    while not all(os.path.exists(f"{D}/devices/tandem_{n}_v1.dev") for n in workers):
+    while not all(os.path.exists(f"{D}/dev{n}/{DEV}.dev") for n in workers):
         if time.time() - t0 > 30 or any(w.poll() is not None for w in workers.values()):
             raise RuntimeError("workers did not register their verbs devices")
         time.sleep(0.1)
     tel = Telemetry(prefixes["A"], ready="/tandem/rnic/stats")
 
-    # UCX finds the devices through the namespace tandem-run makes, and only there.
-    code, out = run([f"{BINDIR}/ucx_info", "-d"], env=dict(ENV, UCX_LOG_LEVEL="debug"))
-    rc = {n: ucx_section(out, "rc_verbs", f"tandem_{n}_v1:1") for n in workers}
-    check(code == 0 and all(f"Memory domain: tandem_{n}_v1" in out and rc[n] for n in workers),
-          f"ucx_info -d lists tandem_A_v1 and tandem_B_v1 as memory domains with rc_verbs (exit {code})")
-    code, gtype = run(["cat", "/sys/class/infiniband/tandem_A_v1/ports/1/gid_attrs/types/0",
+    # UCX finds the device through the namespace tandem-run makes, and only there.
+    code, out = run([f"{BINDIR}/ucx_info", "-d"], env=dict(ENV["A"], UCX_LOG_LEVEL="debug"))
+    rc = ucx_section(out, "rc_verbs", f"{DEV}:1")
+    check(code == 0 and f"Memory domain: {DEV}" in out and rc,
+          f"ucx_info -d lists {DEV} as a memory domain with rc_verbs (exit {code})")
+    code, gtype = run(["cat", f"/sys/class/infiniband/{DEV}/ports/1/gid_attrs/types/0",
                        "/sys/class/infiniband_verbs/uverbs0/ibdev"])
-    check(code == 0 and gtype.split("\n")[:2] == ["RoCE v2", "tandem_A_v1"],
+    check(code == 0 and gtype.split("\n")[:2] == ["RoCE v2", DEV],
           f"under tandem-run, GID 0's type (what UCX and NCCL read) is RoCE v2: {' '.join(gtype.split())}")
-    code, bare = run([f"{BINDIR}/ucx_info", "-d"], env=dict(ENV, TANDEM_SYSFS="0"))
+    code, bare = run([f"{BINDIR}/ucx_info", "-d"], env=dict(ENV["A"], TANDEM_SYSFS="0"))
     check(code == 0 and "tandem_" not in bare,
           f"without the tree (TANDEM_SYSFS=0) UCX lists no Tandem device (exit {code})")
-    check(not os.path.exists("/sys/class/infiniband/tandem_A_v1") and not os.path.exists("/dev/infiniband/uverbs0"),
+    check(not os.path.exists(f"/sys/class/infiniband/{DEV}") and not os.path.exists("/dev/infiniband/uverbs0"),
           "the host's /sys and /dev never show the tree")
 
-    # rc_verbs between the two workers, when the interface opens.
-    if "failed to open interface" in rc["A"]:
-        why = [ln.split("ERROR", 1)[1].strip() for ln in rc["A"].splitlines() if "ERROR" in ln]
+    # rc_verbs between the two workers (UCT: RDMA writes on RC QPs), when the interface opens.
+    if "failed to open interface" in rc:
+        why = [ln.split("ERROR", 1)[1].strip() for ln in rc.splitlines() if "ERROR" in ln]
         if why and why[0].startswith("ibv_create_srq() failed: Operation not supported"):
             print(f"skip ucx_perftest over rc_verbs: UCX's rc_verbs receives on an SRQ ({why[0]})")
         else:
-            check(False, f"UCX rc_verbs interface on tandem_A_v1 does not open: {why[:1] or rc['A'][-300:]}")
+            check(False, f"UCX rc_verbs interface on {DEV} does not open: {why[:1] or rc[-300:]}")
     else:
-        port = str(free_port())
-        args = [f"{BINDIR}/ucx_perftest", "-t", "tag_bw", "-s", "65536", "-n", "200", "-p", port]
-        srv = subprocess.Popen([RUN] + args, env=dict(ENV, UCX_TLS="rc_verbs", UCX_NET_DEVICES="tandem_A_v1:1"),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        args = [f"{BINDIR}/ucx_perftest", "-t", "put_bw", "-x", "rc_verbs", "-d", f"{DEV}:1", "-D", "zcopy",
+                "-s", "65536", "-n", "500", "-p", str(free_port())]
+        srv = subprocess.Popen([RUN] + args, env=ENV["A"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         time.sleep(1)
-        code, cout = run(args + ["127.0.0.1"], env=dict(ENV, UCX_TLS="rc_verbs", UCX_NET_DEVICES="tandem_B_v1:1"))
+        code, cout = run(args + ["127.0.0.1"], env=ENV["B"], timeout=60)
         try:
             sout, _ = srv.communicate(timeout=30)
         except subprocess.TimeoutExpired:
@@ -131,28 +137,28 @@ def main():
             sout = srv.communicate()[0] + "\n(hung: killed)"
         final = [ln for ln in cout.splitlines() if ln.startswith("Final:")]
         check(code == 0 and srv.returncode == 0 and final,
-              f"ucx_perftest tag_bw 64 KiB over rc_verbs, tandem_B_v1 -> tandem_A_v1 (exit {code}/{srv.returncode}): "
+              f"ucx_perftest put_bw over rc_verbs, 500 x 64 KiB zero-copy writes B -> A (exit {code}/{srv.returncode}): "
               f"{' '.join(final[0].split()) if final else cout[-600:] + sout[-600:]}")
 
     # Access: A's vNIC 1 is uid 4242's; root and 4242 open it, uid 65534 does not.
     denied0 = tel.cmd("/tandem/rnic/stats")["host_attach_denied"]
-    code, out = run(["python3", "-c", OPEN_PY, "tandem_A_v1"], as_uid=65534)
-    check(code == 0 and "errno 13" in out, f"uid 65534: ibv_open_device(tandem_A_v1) fails with EACCES ({out.strip()})")
-    code, out = run([f"{BINDIR}/ibv_devinfo", "-d", "tandem_A_v1"], as_uid=65534)
-    check(code != 0 and "hca_id" not in out, f"uid 65534: stock ibv_devinfo cannot open tandem_A_v1 (exit {code})")
+    code, out = run(["python3", "-c", OPEN_PY, DEV], as_uid=65534)
+    check(code == 0 and "errno 13" in out, f"uid 65534: ibv_open_device(A's device) fails with EACCES ({out.strip()})")
+    code, out = run([f"{BINDIR}/ibv_devinfo", "-d", DEV], as_uid=65534)
+    check(code != 0 and "hca_id" not in out, f"uid 65534: stock ibv_devinfo cannot open A's device (exit {code})")
     denied = tel.cmd("/tandem/rnic/stats")["host_attach_denied"]
     check(denied == denied0 + 2, f"worker A counted both refusals (attach_denied {denied0} -> {denied})")
-    code, out = run(["python3", "-c", OPEN_PY, "tandem_A_v1"], as_uid=4242)
-    check(code == 0 and "opened" in out, f"uid 4242, the vNIC's owner, opens tandem_A_v1 ({out.strip()})")
-    code, out = run([f"{BINDIR}/ibv_devinfo", "-d", "tandem_A_v1"], as_uid=4242)
-    check(code == 0 and "hca_id:\ttandem_A_v1" in out, f"uid 4242: stock ibv_devinfo -d tandem_A_v1 (exit {code})")
-    code, out = run(["python3", "-c", OPEN_PY, "tandem_A_v1"])
-    check(code == 0 and "opened" in out, f"root opens tandem_A_v1 ({out.strip()})")
+    code, out = run(["python3", "-c", OPEN_PY, DEV], as_uid=4242)
+    check(code == 0 and "opened" in out, f"uid 4242, the vNIC's owner, opens A's device ({out.strip()})")
+    code, out = run([f"{BINDIR}/ibv_devinfo", "-d", DEV], as_uid=4242)
+    check(code == 0 and f"hca_id:\t{DEV}" in out, f"uid 4242: stock ibv_devinfo -d A's device (exit {code})")
+    code, out = run(["python3", "-c", OPEN_PY, DEV])
+    check(code == 0 and "opened" in out, f"root opens A's device ({out.strip()})")
     # B has no owners: its socket's mode (the worker's umask) decides, and lets no other user in.
     mode = os.stat(f"{D}/B.rnic").st_mode & 0o777
-    code, out = run(["python3", "-c", OPEN_PY, "tandem_B_v1"], as_uid=65534)
+    code, out = run(["python3", "-c", OPEN_PY, DEV], env=ENV["B"], as_uid=65534)
     check(mode & 0o002 or "errno 13" in out,
-          f"uid 65534 on tandem_B_v1 (no owners, socket mode {mode:o}): {out.strip()}")
+          f"uid 65534 on B's device (no owners, socket mode {mode:o}): {out.strip()}")
     for n in ("A", "B"):
         lab.stop(workers[n])
     lab.stop(fab)
