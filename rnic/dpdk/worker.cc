@@ -376,14 +376,17 @@ EgressRoute* Worker::fresh_route(QpCtx& q, uint32_t peer, const Level2Table::Sna
 // the host interface checks them against this QP's application, PD and
 // access rights and gives the worker pointer, which the core then uses
 // through the identity region. A refused access becomes rkey 0 (the core
-// NAKs it with a remote access error).
+// NAKs it with a remote access error). A zero-length access names no memory
+// and its R_Key is not checked (IBTA C9-88): verbs libraries flush and fence
+// with zero-length writes on rkey 0 (UCX's rc_verbs does).
 void Worker::translate_remote(const QpCtx& q, common::RocePacket& pkt, uint8_t* payload) noexcept {
   const uint8_t op = pkt.bth.opcode;
   if (!common::opcode_has(op, common::kOpRequest)) return;
   const bool is_write = common::opcode_has(op, common::kOpWrite);
   if (common::opcode_has(op, common::kOpReth)) {
     const int access = is_write ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
-    uint8_t* p = host_.translate_remote(q.host_qpn, pkt.reth.rkey, pkt.reth.va, pkt.reth.len, access);
+    uint8_t* p = pkt.reth.len == 0 ? reinterpret_cast<uint8_t*>(kIdentityBase)
+                                   : host_.translate_remote(q.host_qpn, pkt.reth.rkey, pkt.reth.va, pkt.reth.len, access);
     if (p == nullptr) {
       ++k_.remote_refused;
       pkt.reth.rkey = 0;
@@ -397,7 +400,8 @@ void Worker::translate_remote(const QpCtx& q, common::RocePacket& pkt, uint8_t* 
     const uint32_t msg_len = common::load_be32(payload + 8);
     const uint32_t rkey = common::load_be32(payload + 12);
     const uint64_t va = common::load_be64(payload + 16);
-    uint8_t* p = host_.translate_remote(q.host_qpn, rkey, va, msg_len, IBV_ACCESS_REMOTE_WRITE);
+    uint8_t* p = msg_len == 0 ? reinterpret_cast<uint8_t*>(kIdentityBase)
+                              : host_.translate_remote(q.host_qpn, rkey, va, msg_len, IBV_ACCESS_REMOTE_WRITE);
     if (p == nullptr) {
       ++k_.remote_refused;
       common::store_be32(payload + 12, 0);

@@ -8,9 +8,10 @@ has --device-owner 1=4242.
     it finds it through /dev/infiniband/uverbs0 and reads the GID type from /sys/class/infiniband,
     both only in tandem-run's private mount namespace (with TANDEM_SYSFS=0 UCX lists no Tandem
     device, and the host's /sys and /dev never show them);
-  * UCX's rc_verbs between the workers: ucx_perftest put_bw, 64 KiB zero-copy RDMA writes. rc_verbs
-    receives on an SRQ, so without ibv_create_srq the case says so and is skipped (any other
-    failure to open the interface fails);
+  * UCX's rc_verbs between the workers: ucx_perftest put_bw (64 KiB zero-copy RDMA writes) and
+    am_lat (8 B sends; UCX flushes with zero-length RDMA writes on rkey 0). rc_verbs receives on an
+    SRQ, so without ibv_create_srq the case says so and is skipped (any other failure to open the
+    interface fails);
   * device access is the worker's decision: as uid 65534 ibv_open_device on A's device fails with
     EACCES (Debian's python calling the library through ctypes, and stock ibv_devinfo fails), the
     worker counts the refusal (attach_denied); uid 4242, its owner, opens it.
@@ -125,20 +126,22 @@ def main():
         else:
             check(False, f"UCX rc_verbs interface on {DEV} does not open: {why[:1] or rc[-300:]}")
     else:
-        args = [f"{BINDIR}/ucx_perftest", "-t", "put_bw", "-x", "rc_verbs", "-d", f"{DEV}:1", "-D", "zcopy",
-                "-s", "65536", "-n", "500", "-p", str(free_port())]
-        srv = subprocess.Popen([RUN] + args, env=ENV["A"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        time.sleep(1)
-        code, cout = run(args + ["127.0.0.1"], env=ENV["B"], timeout=60)
-        try:
-            sout, _ = srv.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-            sout = srv.communicate()[0] + "\n(hung: killed)"
-        final = [ln for ln in cout.splitlines() if ln.startswith("Final:")]
-        check(code == 0 and srv.returncode == 0 and final,
-              f"ucx_perftest put_bw over rc_verbs, 500 x 64 KiB zero-copy writes B -> A (exit {code}/{srv.returncode}): "
-              f"{' '.join(final[0].split()) if final else cout[-600:] + sout[-600:]}")
+        # put_bw: 64 KiB zero-copy RDMA writes; am_lat: 8 B sends ping-pong, and UCX's flushes,
+        # zero-length RDMA writes with rkey 0 that the responder must not check.
+        for test, extra in (("put_bw", ["-D", "zcopy", "-s", "65536", "-n", "500"]), ("am_lat", ["-s", "8", "-n", "200"])):
+            args = [f"{BINDIR}/ucx_perftest", "-t", test, "-x", "rc_verbs", "-d", f"{DEV}:1", "-p", str(free_port())] + extra
+            srv = subprocess.Popen([RUN] + args, env=ENV["A"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            time.sleep(1)
+            code, cout = run(args + ["127.0.0.1"], env=ENV["B"], timeout=60)
+            try:
+                sout, _ = srv.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                srv.kill()
+                sout = srv.communicate()[0] + "\n(hung: killed)"
+            final = [ln for ln in cout.splitlines() if ln.startswith("Final:")]
+            check(code == 0 and srv.returncode == 0 and final,
+                  f"ucx_perftest {test} {' '.join(extra)} over rc_verbs, B -> A (exit {code}/{srv.returncode}): "
+                  f"{' '.join(final[0].split()) if final else cout[-600:] + sout[-600:]}")
 
     # Access: A's vNIC 1 is uid 4242's; root and 4242 open it, uid 65534 does not.
     denied0 = tel.cmd("/tandem/rnic/stats")["host_attach_denied"]
