@@ -72,6 +72,23 @@ int main(int argc, char** argv) {
   app.add_option("--device-dir", c.device_dir,
                  "Register each vNIC here as a verbs device for the drop-in libibverbs (tandem_<name>_v<vnic id>; "
                  "default $TANDEM_DEVICES or /run/tandem; \"\" to not register)");
+  app.add_option("--device-owner", [&c](const CLI::results_t& r) {
+        for (const std::string& s : r) {
+          unsigned id = 0, uid = 0, gid = 0;
+          char tail = 0;
+          const int n = std::sscanf(s.c_str(), "%u=%u:%u%c", &id, &uid, &gid, &tail);
+          if (n != 2 && n != 3) throw CLI::ValidationError("--device-owner", "want VNIC=UID[:GID], got " + s);
+          c.device_owners.push_back({id, uid, n == 3 ? int64_t{gid} : -1});
+        }
+        return true;
+      }, "Who may open vNIC VNIC's device: UID (or primary group GID), checked on the peer's credentials "
+         "(SO_PEERCRED) at attach; repeatable. With any, the host socket is opened to all users and a vNIC "
+         "admits only root, the worker's user and its owners (an application bound to no vNIC: owners of all); "
+         "a refusal is counted (attach_denied) and ibv_open_device fails with EACCES. Default: the socket's "
+         "file permissions alone decide")
+      ->take_all()
+      ->allow_extra_args(false)
+      ->type_name("VNIC=UID[:GID]");
   app.add_option("--stats-json", c.stats_json, "Write the counters to this file at exit");
   app.add_option("--max-qps", c.max_qps, "QPs this worker can run (default 16384; a created QP costs ~90 KiB of worker memory, mostly its 1024-PSN window; an unused slot a few hundred bytes)");
   app.add_option("--dpu-channel", c.dpu_channel,

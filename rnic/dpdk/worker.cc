@@ -13,7 +13,9 @@
 #include <climits>
 #include <cstdlib>
 #include <array>
+#include <atomic>
 #include <bit>
+#include <chrono>
 #include <utility>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +25,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/dpdk/eal.h"
@@ -161,8 +164,15 @@ class Worker {
         st_(std::move(st)),
         table_(table_config(c, st_)),
         core_(TransportConfig{c.max_qps, kQpnBase, 8, 4, 1024}),
-        host_(host::ServerConfig{.socket_path = c.host_socket, .vnic_ips = vnic_ips(st_.vnics)}),
+        host_(host::ServerConfig{.socket_path = c.host_socket,
+                                 .vnic_ips = vnic_ips(st_.vnics),
+                                 .check_owners = !c.device_owners.empty(),
+                                 .vnic_owners = vnic_owners(c.device_owners, st_.vnics)}),
         vnics_(st_.vnics) {
+    for (const DeviceOwner& o : c.device_owners)  // standalone vNICs are all known now
+      if (c.dpu_channel.empty() &&
+          std::none_of(st_.vnics.begin(), st_.vnics.end(), [&](const Vnic& v) { return v.id == o.vnic_id; }))
+        throw std::invalid_argument("--device-owner: no vNIC " + std::to_string(o.vnic_id) + " in " + c.table_file);
     if (c.dpu_channel.empty())
       commit_standalone_table(st_, table_);
     else  // DPU mode: the agent programs the table (its YAML entries are ignored)
@@ -210,9 +220,14 @@ class Worker {
   std::string tx_mode_line() const {
     return std::string(tx_mode_.zero_copy ? "zero-copy" : "copy") + " (" + tx_mode_.why + ")";
   }
-  // One verbs device per vNIC of the YAML (rnic/host/device_registry.h), on the
-  // control side at start; removed at exit. Returns the names registered.
-  std::vector<std::string> register_devices() const;
+  // One verbs device per vNIC (rnic/host/device_registry.h), written on the control
+  // side: at start for the YAML's; in DPU mode by sync_devices() whenever the
+  // agent's vNICs change. Removed at exit. Returns the names registered.
+  std::vector<std::string> register_devices(const std::vector<Vnic>& vnics) const;
+  // DPU mode, from a thread of its own (file I/O stays off the lcore): registers
+  // the vNICs the worker has now if they changed since `seen`, and removes the
+  // rest of `names`.
+  void sync_devices(std::vector<std::string>& names, std::string& seen);
   void unregister_devices(const std::vector<std::string>& names) const {
     for (const std::string& n : names) host::remove_device(c_.device_dir, n);
   }
@@ -263,6 +278,15 @@ class Worker {
   int apply_rtr(QpCtx& q, const host::QpInfo& info, const Level2Entry& e, uint32_t remote);
   int apply_rts(QpCtx& q, const host::QpInfo& info);
   uint32_t pending_routes(uint64_t now);
+  // --device-owner's vNIC ids as the host server's overlay IPs (ids not present yet match nothing).
+  static std::vector<host::VnicOwner> vnic_owners(const std::vector<DeviceOwner>& owners,
+                                                  const std::vector<Vnic>& vnics) {
+    std::vector<host::VnicOwner> out;
+    for (const DeviceOwner& o : owners)
+      for (const Vnic& v : vnics)
+        if (v.id == o.vnic_id) out.push_back({v.overlay_ip, o.uid, o.gid});
+    return out;
+  }
   static std::vector<uint32_t> vnic_ips(const std::vector<Vnic>& vnics) {
     std::vector<uint32_t> ips;
     for (const Vnic& v : vnics) ips.push_back(v.overlay_ip);
@@ -388,14 +412,17 @@ EgressRoute* Worker::fresh_route(QpCtx& q, uint32_t peer, const Level2Table::Sna
 // the host interface checks them against this QP's application, PD and
 // access rights and gives the worker pointer, which the core then uses
 // through the identity region. A refused access becomes rkey 0 (the core
-// NAKs it with a remote access error).
+// NAKs it with a remote access error). A zero-length access names no memory
+// and its R_Key is not checked (IBTA C9-88): verbs libraries flush and fence
+// with zero-length writes on rkey 0 (UCX's rc_verbs does).
 void Worker::translate_remote(const QpCtx& q, common::RocePacket& pkt, uint8_t* payload) noexcept {
   const uint8_t op = pkt.bth.opcode;
   if (!common::opcode_has(op, common::kOpRequest)) return;
   const bool is_write = common::opcode_has(op, common::kOpWrite);
   if (common::opcode_has(op, common::kOpReth)) {
     const int access = is_write ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
-    uint8_t* p = host_.translate_remote(q.host_qpn, pkt.reth.rkey, pkt.reth.va, pkt.reth.len, access);
+    uint8_t* p = pkt.reth.len == 0 ? reinterpret_cast<uint8_t*>(kIdentityBase)
+                                   : host_.translate_remote(q.host_qpn, pkt.reth.rkey, pkt.reth.va, pkt.reth.len, access);
     if (p == nullptr) {
       ++k_.remote_refused;
       pkt.reth.rkey = 0;
@@ -409,7 +436,8 @@ void Worker::translate_remote(const QpCtx& q, common::RocePacket& pkt, uint8_t* 
     const uint32_t msg_len = common::load_be32(payload + 8);
     const uint32_t rkey = common::load_be32(payload + 12);
     const uint64_t va = common::load_be64(payload + 16);
-    uint8_t* p = host_.translate_remote(q.host_qpn, rkey, va, msg_len, IBV_ACCESS_REMOTE_WRITE);
+    uint8_t* p = msg_len == 0 ? reinterpret_cast<uint8_t*>(kIdentityBase)
+                              : host_.translate_remote(q.host_qpn, rkey, va, msg_len, IBV_ACCESS_REMOTE_WRITE);
     if (p == nullptr) {
       ++k_.remote_refused;
       common::store_be32(payload + 12, 0);
@@ -672,6 +700,7 @@ void Worker::update_vnics(const RnicChannel& ch) {
   vnics_generation_ = ch.vnics().generation();
   vnics_version_ = ch.vnics().version();
   host_.set_vnic_ips(vnic_ips(vnics_));
+  host_.set_vnic_owners(vnic_owners(c_.device_owners, vnics_));
   std::string list;
   for (const Vnic& v : vnics_) list += (list.empty() ? "" : ", ") + std::to_string(v.id) + "=" + format_ipv4(v.overlay_ip);
   if (agent)
@@ -1212,16 +1241,30 @@ std::string flat_name(const port::CounterRow& row) {
   return std::string(g) + "_" + row.name;
 }
 
-std::vector<std::string> Worker::register_devices() const {
+void Worker::sync_devices(std::vector<std::string>& names, std::string& seen) {
+  std::vector<Vnic> now;
+  {
+    std::lock_guard<std::mutex> g(vnics_mu_);
+    now = vnics_;
+  }
+  std::string key;
+  for (const Vnic& v : now)
+    key += std::to_string(v.id) + "=" + std::to_string(v.overlay_ip) + "/" +
+           std::string(reinterpret_cast<const char*>(v.overlay_mac.data()), 6) + ";";
+  if (key == seen) return;
+  seen = key;
+  std::vector<std::string> next = register_devices(now);
+  for (const std::string& n : names)
+    if (std::find(next.begin(), next.end(), n) == next.end()) host::remove_device(c_.device_dir, n);
+  names = std::move(next);
+}
+
+std::vector<std::string> Worker::register_devices(const std::vector<Vnic>& vnics) const {
   std::vector<std::string> names;
   if (c_.device_dir.empty()) return names;
-  if (dpu_) {  // the agent's vNICs change at run time; registering them is not built yet
-    std::printf("tandem-rnic %s: DPU mode: no verbs devices registered (standalone mode only)\n", c_.name.c_str());
-    return names;
-  }
   char abs[PATH_MAX];
   const std::string sock = realpath(c_.host_socket.c_str(), abs) ? abs : c_.host_socket;
-  for (const Vnic& v : st_.vnics) {
+  for (const Vnic& v : vnics) {
     host::DeviceRecord d;
     d.name = "tandem_" + c_.name + "_v" + std::to_string(v.id);
     d.socket = sock;
@@ -1246,7 +1289,7 @@ std::vector<std::string> Worker::register_devices() const {
   if (!names.empty())
     std::printf("tandem-rnic %s: verbs devices in %s: %zu (first %s)\n", c_.name.c_str(), c_.device_dir.c_str(),
                 names.size(), names[0].c_str());
-  else if (st_.vnics.empty())
+  else if (vnics.empty())
     std::printf("tandem-rnic %s: no vNICs, no verbs devices\n", c_.name.c_str());
   std::fflush(stdout);
   return names;
@@ -1364,6 +1407,7 @@ int run(const WorkerConfig& c) {
     throw std::invalid_argument("--mtu must be 256, 512, 1024, 2048 or 4096");
   // Parse the table before touching the EAL: a bad file is a clear error, not a half-started port.
   StandaloneTable table = load_standalone_table(c.table_file, !c.dpu_channel.empty());
+  const std::vector<Vnic> yaml_vnics = table.vnics;
   table_capacity(c, table);
   cd::eal_init("tandem-rnic", c.eal_args);
   auto worker = std::make_unique<Worker>(c, std::move(table));
@@ -1403,8 +1447,25 @@ int run(const WorkerConfig& c) {
     std::printf("tandem-rnic %s: BENCHMARK MODE --bench-any-psn: every QP accepts any PSN (not RC)\n", c.name.c_str());
   std::fflush(stdout);
 
-  const std::vector<std::string> devices = worker->register_devices();
+  std::vector<std::string> devices;
+  std::atomic<bool> registrar_stop{false};
+  std::thread registrar;
+  if (c.dpu_channel.empty()) {
+    devices = worker->register_devices(yaml_vnics);
+  } else if (!c.device_dir.empty()) {  // the agent's vNICs come and go at run time
+    registrar = std::thread([&] {
+      std::string seen = "-";
+      while (!registrar_stop.load(std::memory_order_relaxed)) {
+        worker->sync_devices(devices, seen);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+  }
   worker->loop();
+  if (registrar.joinable()) {
+    registrar_stop = true;
+    registrar.join();
+  }
   worker->unregister_devices(devices);
   worker->shutdown();
   std::printf("%s: stopping (%zu live QPs flushed)\n", c.name.c_str(), worker->live_qps());

@@ -11,12 +11,22 @@
 
 namespace tandem::rnic::dpdk {
 
+// --device-owner VNIC=UID[:GID]: who may open that vNIC's device (rnic/host VnicOwner).
+struct DeviceOwner {
+  uint32_t vnic_id;
+  uint32_t uid;
+  int64_t gid = -1;
+};
+
 struct WorkerConfig {
   std::string name = "rnic0";
   std::string host_socket;   // where tenant applications attach (rnic/host)
   // Run directory where each vNIC is registered as a verbs device (rnic/host/device_registry.h);
   // "" = do not register.
   std::string device_dir;
+  // Empty: the host socket's file permissions decide who attaches. Otherwise the
+  // socket is opened to all and each attach is checked on the peer's credentials.
+  std::vector<DeviceOwner> device_owners;
   std::string table_file;    // standalone level-2 table (YAML)
   uint32_t mtu = 1024;       // largest path MTU a QP may use (its modify_qp value is capped to it)
   Reliability mode = Reliability::kIrn;

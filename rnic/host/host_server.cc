@@ -23,6 +23,8 @@ struct HostServer::App {
   uint32_t id = 0;
   int sock = -1;
   uint32_t pid = 0;
+  uint32_t uid = 0, gid = 0;  // the peer's, from SO_PEERCRED at accept
+  bool cred_known = false;
   char name[32] = {};
   bool hello_done = false;
   uint16_t version = 0;
@@ -176,6 +178,11 @@ HostServer::HostServer(const ServerConfig& config) : config_(config) {
     close(listen_fd_);
     throw std::runtime_error("cannot listen on " + config_.socket_path + ": " + std::strerror(e));
   }
+  if (config_.check_owners && chmod(sa.sun_path, 0666) != 0) {  // SO_PEERCRED decides, not the mode
+    int e = errno;
+    close(listen_fd_);
+    throw std::runtime_error("cannot open " + config_.socket_path + " to all users: " + std::strerror(e));
+  }
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (epoll_fd_ < 0 || wake_fd_ < 0) {
@@ -259,6 +266,9 @@ void HostServer::accept_apps() {
     socklen_t len = sizeof cred;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
       app->pid = static_cast<uint32_t>(cred.pid);
+      app->uid = cred.uid;
+      app->gid = cred.gid;
+      app->cred_known = true;
     }
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -365,6 +375,21 @@ void HostServer::handle(uint32_t app_index, const Request& req, int* fds, std::s
   rep->hdr.status = static_cast<uint32_t>(st);
 }
 
+bool HostServer::may_attach(const App& app, uint32_t vnic_ip) const {
+  if (!config_.check_owners) return true;  // the socket's file permissions decided
+  if (!app.cred_known) return false;
+  if (app.uid == 0 || app.uid == geteuid()) return true;
+  const auto admitted = [&](uint32_t ip) {
+    for (const VnicOwner& o : config_.vnic_owners)
+      if (o.vnic_ip == ip && (o.uid == app.uid || (o.gid >= 0 && o.gid == app.gid))) return true;
+    return false;
+  };
+  if (vnic_ip != 0) return admitted(vnic_ip);
+  for (uint32_t ip : config_.vnic_ips)  // unbound: it could use any of them
+    if (!admitted(ip)) return false;
+  return !config_.vnic_ips.empty();
+}
+
 Status HostServer::on_hello(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep,
                             int* rfds, std::size_t* nrfds) {
   const HelloRequest& h = req.body.hello;
@@ -374,6 +399,10 @@ Status HostServer::on_hello(App& app, const Request& req, int* fds, std::size_t 
   if (h.vnic_ip != 0 && std::find(config_.vnic_ips.begin(), config_.vnic_ips.end(), h.vnic_ip) ==
                             config_.vnic_ips.end())
     return Status::kNoSuchVnic;
+  if (!may_attach(app, h.vnic_ip)) {
+    ++counters_.attach_denied;
+    return Status::kAccessDenied;
+  }
   Status st = ShmRegion::map_fd(fds[0], sizeof(DoorbellPage), 1u << 20, true, &app.doorbell_memory);
   fds[0] = -1;
   if (st != Status::kOk) return st;

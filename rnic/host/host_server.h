@@ -23,6 +23,12 @@
 
 namespace tandem::rnic::host {
 
+struct VnicOwner {
+  uint32_t vnic_ip;   // overlay IPv4, host order
+  uint32_t uid;
+  int64_t gid = -1;   // -1: any group; else the peer's primary gid also admits it
+};
+
 struct ServerConfig {
   std::string socket_path;            // Unix socket applications connect to
   uint32_t max_apps = 1024;           // attached applications
@@ -38,6 +44,13 @@ struct ServerConfig {
   // The port's vNICs (overlay IPv4, host order): an application that binds
   // itself to a vNIC (HelloRequest::vnic_ip) must name one of these.
   std::vector<uint32_t> vnic_ips;
+  // Who may attach to a vNIC, checked on the peer's SO_PEERCRED at hello (the
+  // application's choice of device does not decide it). Off: the socket's file
+  // permissions alone decide, as before. On: the socket is opened to all users
+  // (0666) and a vNIC admits root, the worker's own uid and its owners' uids (or
+  // primary gids); an application bound to no vNIC must be admitted to all.
+  bool check_owners = false;
+  std::vector<VnicOwner> vnic_owners;
 };
 
 // A piece of application memory, translated and bounds-checked.
@@ -129,6 +142,7 @@ struct HostEvent {
   X(apps_detached, "applications detached (closed or died)")                       \
   X(protocol_errors, "malformed control messages (connection dropped)")            \
   X(requests_refused, "control requests answered with an error")                   \
+  X(attach_denied, "attaches refused: the peer's uid/gid does not own the vNIC")   \
   X(send_wqes, "send WQEs handed to the transport")                                \
   X(recv_wqes, "receive WQEs handed to the transport")                             \
   X(bad_lkey, "WQEs with an unknown lkey or one from another PD")                  \
@@ -236,6 +250,7 @@ class HostServer {
   // The port's vNICs changed (DPU mode: the agent added or removed one): the
   // next application that binds itself to a vNIC is checked against `ips`.
   void set_vnic_ips(std::vector<uint32_t> ips) { config_.vnic_ips = std::move(ips); }
+  void set_vnic_owners(std::vector<VnicOwner> owners) { config_.vnic_owners = std::move(owners); }
   HostMemory memory() const noexcept;
   std::size_t app_count() const noexcept;
   std::size_t list_apps(std::span<AppInfo> out) const noexcept;
@@ -270,6 +285,7 @@ class HostServer {
                  uint32_t* vendor_err) noexcept;
 
   // Control-path handlers (each fills the reply body, returns its status).
+  bool may_attach(const App& app, uint32_t vnic_ip) const;
   Status on_hello(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep,
                   int* rfds, std::size_t* nrfds);
   Status on_alloc_pd(App& app, Reply* rep);

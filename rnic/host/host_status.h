@@ -25,7 +25,8 @@ namespace tandem::rnic::host {
   X(kBadRegion, "shared memory fd rejected (size, seals or mmap)")                \
   X(kUnsupported, "unsupported operation or flag")                                \
   X(kNoSuchVnic, "the worker has no vNIC with that overlay IP")                   \
-  X(kCqOverrun, "CQ overrun: a completion found it full, the CQ is in error")
+  X(kCqOverrun, "CQ overrun: a completion found it full, the CQ is in error")      \
+  X(kAccessDenied, "the worker does not let this user open that vNIC")
 
 enum class Status : uint32_t {
 #define TANDEM_HOST_STATUS_ENUM(name, str) name,

@@ -4,6 +4,7 @@
 #include "rnic/verbs/device.h"
 
 #include <arpa/inet.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -88,9 +89,19 @@ ibv_device** ibv_get_device_list(int* num_devices) {
     d->dev.node_type = IBV_NODE_CA;
     d->dev.transport_type = IBV_TRANSPORT_IB;  // RoCE reports IB transport, Ethernet link layer
     std::snprintf(d->dev.name, sizeof d->dev.name, "%s", d->rec.name.c_str());
-    std::snprintf(d->dev.dev_name, sizeof d->dev.dev_name, "%s", d->rec.name.c_str());
-    std::snprintf(d->dev.dev_path, sizeof d->dev.dev_path, "%s/%s", th::device_dir().c_str(), d->rec.name.c_str());
-    std::snprintf(d->dev.ibdev_path, sizeof d->dev.ibdev_path, "%s", d->dev.dev_path);
+    // uverbs<i>, as the kernel names a device's node (/dev/infiniband/ under tandem-sysfs).
+    std::snprintf(d->dev.dev_name, sizeof d->dev.dev_name, "uverbs%zu", i);
+    // Under tandem-sysfs the kernel's paths exist (the tree numbers uverbsN in this order);
+    // elsewhere the registry file stands for both.
+    char sysfs[IBV_SYSFS_PATH_MAX];
+    std::snprintf(sysfs, sizeof sysfs, "/sys/class/infiniband/%s", d->rec.name.c_str());
+    if (access(sysfs, F_OK) == 0) {
+      std::snprintf(d->dev.ibdev_path, sizeof d->dev.ibdev_path, "%s", sysfs);
+      std::snprintf(d->dev.dev_path, sizeof d->dev.dev_path, "/sys/class/infiniband_verbs/uverbs%zu", i);
+    } else {
+      std::snprintf(d->dev.dev_path, sizeof d->dev.dev_path, "%s/%s", th::device_dir().c_str(), d->rec.name.c_str());
+      std::snprintf(d->dev.ibdev_path, sizeof d->dev.ibdev_path, "%s", d->dev.dev_path);
+    }
     list[i] = &d->dev;
   }
   if (num_devices) *num_devices = static_cast<int>(recs.size());
@@ -129,7 +140,12 @@ ibv_context* ibv_open_device(ibv_device* device) {
   attr.vnic = vnic;  // the worker routes this context's QPs in that vNIC's tenant only
   th::Context* host = th::open_device(d->rec.socket.c_str(), attr);
   if (host == nullptr) {
-    errno = th::last_status() == th::Status::kTimeout ? ETIMEDOUT : ENODEV;
+    // The worker decides who opens a vNIC (its socket's mode, or its owners checked on the peer's
+    // credentials): a refusal is EACCES, as opening a /dev/infiniband node without rights is.
+    const th::Status st = th::last_status();
+    const bool denied = st == th::Status::kAccessDenied || (access(d->rec.socket.c_str(), F_OK) == 0 &&
+                                                            access(d->rec.socket.c_str(), W_OK) != 0);
+    errno = denied ? EACCES : st == th::Status::kTimeout ? ETIMEDOUT : ENODEV;
     return nullptr;
   }
   auto* c = new (std::nothrow) TandemContext{};
@@ -145,7 +161,17 @@ ibv_context* ibv_open_device(ibv_device* device) {
   ibv_context& ctx = c->v.context;
   ctx.device = device;
   ctx.cmd_fd = -1;
-  ctx.async_fd = -1;
+  // A pollable fd for async events, as UCX and others add it to their event loops. The worker
+  // sends none yet, so it never becomes readable.
+  ctx.async_fd = eventfd(0, EFD_CLOEXEC);
+  if (ctx.async_fd < 0) {
+    const int e = errno;
+    th::close_device(host);
+    --d->refs;
+    delete c;
+    errno = e;
+    return nullptr;
+  }
   ctx.num_comp_vectors = 1;
   pthread_mutex_init(&ctx.mutex, nullptr);
   ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;  // verbs_get_ctx_op() finds no extended op: EOPNOTSUPP
@@ -157,12 +183,28 @@ int ibv_close_device(ibv_context* context) {
   if (context == nullptr) return EINVAL;
   TandemContext* c = context_of(context);
   th::close_device(c->host);
+  close(context->async_fd);
   pthread_mutex_destroy(&context->mutex);
   TandemDevice* d = c->dev;
   delete c;
   release(d);
   return 0;
 }
+
+// Blocks (or fails with EAGAIN when the application made the fd nonblocking) as on a device
+// that raises none: no async event is generated yet.
+int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  if (context == nullptr || event == nullptr) {
+    errno = EINVAL;
+    return -1;
+  }
+  uint64_t n = 0;
+  if (read(context->async_fd, &n, sizeof n) != static_cast<ssize_t>(sizeof n)) return -1;  // errno from read
+  errno = EIO;  // nothing writes the eventfd
+  return -1;
+}
+
+void ibv_ack_async_event(ibv_async_event*) {}
 
 int ibv_query_device(ibv_context* context, ibv_device_attr* a) {
   if (context == nullptr || a == nullptr) return EINVAL;
@@ -276,8 +318,8 @@ int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
   return pkey == htons(0xffff) ? 0 : -ENOENT;
 }
 
-// rdma-core reads sysfs files by path; a Tandem device has no sysfs, so only
-// real files (e.g. a tree an operator generated) are read.
+// rdma-core reads sysfs files by path; a Tandem device has none of its own, so
+// only real files are read (under tandem-sysfs, its generated tree).
 int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
   char path[IBV_SYSFS_PATH_MAX * 2];
   std::snprintf(path, sizeof path, "%s/%s", dir, file);

@@ -5,6 +5,10 @@
 // a memfd at the same address before it is registered (host::adopt_buf).
 #include <infiniband/verbs.h>
 
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -144,9 +148,14 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
     return nullptr;
   }
   access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
-  if (iova != reinterpret_cast<uintptr_t>(addr) || (access & ~kAccessKnown) != 0 ||
-      (access & IBV_ACCESS_REMOTE_ATOMIC) != 0) {
-    errno = EOPNOTSUPP;  // an IOVA other than the address, atomics, ODP and the like
+  if (iova != reinterpret_cast<uintptr_t>(addr) || (access & ~kAccessKnown) != 0) {
+    errno = EOPNOTSUPP;  // an IOVA other than the address, ODP and the like
+    return nullptr;
+  }
+  // Remote atomic access is granted as the kernel grants it on any device (UCX asks for it on
+  // every MR); with atomic_cap NONE no atomic reaches the MR. It needs local write, as there.
+  if ((access & IBV_ACCESS_REMOTE_ATOMIC) != 0 && (access & IBV_ACCESS_LOCAL_WRITE) == 0) {
+    errno = EINVAL;
     return nullptr;
   }
   TandemPd* p = of<TandemPd>(pd);
@@ -189,7 +198,21 @@ ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
   if (h == nullptr) return null_errno<ibv_comp_channel>();
   auto* c = new TandemChannel{};
   c->ch.context = context;
-  c->ch.fd = th::comp_channel_fd(h);
+  // The application gets an epoll fd watching the channel's eventfd, not the eventfd itself: the
+  // worker keeps that one O_NONBLOCK for its own safety, and the flag is shared by every copy, so
+  // O_NONBLOCK on the application's fd (UCX sets it and wants EAGAIN) must live on a file of its
+  // own. It is pollable as the eventfd is; ibv_get_cq_event honours its mode.
+  c->ch.fd = epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  if (c->ch.fd < 0 || epoll_ctl(c->ch.fd, EPOLL_CTL_ADD, th::comp_channel_fd(h), &ev) != 0) {
+    const int e = errno;
+    if (c->ch.fd >= 0) close(c->ch.fd);
+    th::destroy_comp_channel(h);
+    delete c;
+    errno = e;
+    return nullptr;
+  }
   c->ch.refcnt = 0;
   c->h = h;
   return &c->ch;
@@ -198,7 +221,10 @@ ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
 int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
   if (channel == nullptr) return EINVAL;
   const int rc = to_errno(th::destroy_comp_channel(of<TandemChannel>(channel)->h));
-  if (rc == 0) delete of<TandemChannel>(channel);
+  if (rc == 0) {
+    close(channel->fd);
+    delete of<TandemChannel>(channel);
+  }
   return rc;
 }
 
@@ -242,8 +268,11 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) 
   }
   th::Cq* hcq = nullptr;
   void* ours = nullptr;
-  if (th::get_cq_event(of<TandemChannel>(channel)->h, &hcq, &ours, -1) != 0) {
-    errno = last_errno();
+  // A channel fd the application made nonblocking (UCX does) gets EAGAIN when no event is
+  // pending, as libibverbs' read() of it would.
+  const bool nonblocking = (fcntl(channel->fd, F_GETFL) & O_NONBLOCK) != 0;
+  if (th::get_cq_event(of<TandemChannel>(channel)->h, &hcq, &ours, nonblocking ? 0 : -1) != 0) {
+    errno = nonblocking && th::last_status() == th::Status::kTimeout ? EAGAIN : last_errno();
     return -1;
   }
   auto* c = static_cast<TandemCq*>(ours);

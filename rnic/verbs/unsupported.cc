@@ -39,11 +39,9 @@ int ibv_init_ah_from_wc(ibv_context*, uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) 
 int ibv_destroy_ah(ibv_ah*) { return EOPNOTSUPP; }
 int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*) { return EOPNOTSUPP; }
 
-// --- not Tandem's: multicast, async events, shared (imported) objects ---
+// --- not Tandem's: multicast, shared (imported) objects ---
 int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
-int ibv_get_async_event(ibv_context*, ibv_async_event*) { return fail_minus_one(); }
-void ibv_ack_async_event(ibv_async_event*) {}
 ibv_context* ibv_import_device(int) { return fail_null<ibv_context>(); }
 ibv_pd* ibv_import_pd(ibv_context*, uint32_t) { return fail_null<ibv_pd>(); }
 void ibv_unimport_pd(ibv_pd*) {}

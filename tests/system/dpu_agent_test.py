@@ -4,12 +4,14 @@
   * tandemctl configures tenants, RNICs and vNICs; refused requests exit 2 and
     change nothing; state survives an agent restart (SQLite);
   * both workers go HELLO -> SYNC -> ACTIVE; their YAML lists no vNICs: they
-    learn them from the agent (vNIC entries, protocol v3); QPs get their routes
+    learn them from the agent (vNIC entries, protocol v3) and register each as
+    a verbs device (rnic/host/device_registry.h); QPs get their routes
     from the agent (punted miss -> level-2 transaction) and WRITE/SEND/READ
     verify both ways;
   * a vNIC added with tandemctl while the workers are ACTIVE becomes usable (a
-    QP on it verifies); `vnic del` takes it out of the worker's table and vNIC
-    list, and a QP streaming over it is counted, not crashed;
+    QP on it verifies) and its device appears; `vnic del` takes it out of the
+    worker's table, vNIC list and devices, and a QP streaming over it is
+    counted, not crashed;
   * a vNIC of another tenant cannot be reached: the punt is denied by isolation
     (counted) and the QP fails;
   * kill -9 the agent under traffic: workers go HEADLESS and keep forwarding,
@@ -99,7 +101,7 @@ def worker(n, sock, gen=0):
     pre = f"{TAG}-{n}{gen}"
     PREFIX[n] = pre
     return start([RNIC, "--name", n, "--host-socket", f"{D}/{n}.rnic", "--table", f"{D}/{n}.yaml",
-                  "--stats-json", f"{D}/{n}{gen}.stats.json",
+                  "--stats-json", f"{D}/{n}{gen}.stats.json", "--device-dir", f"{D}/devices",
                   "--dpu-channel", f"{CH}/tandem-{n}.chan", "--dpu-agent-timeout-ms", "3000",
                   "--table-capacity", "8192", "--idle", "adaptive", "--mtu", "1024", "--", "--no-pci", f"--file-prefix={pre}", "-l", "1",
                   "-m", "128", "--log-level=lib.eal:error", f"--vdev=net_memif0,role=client,socket={D}/{sock}"],
@@ -172,6 +174,10 @@ def main():
           all(channel(n).get("protocol_version") == 3 for n in "AB"),
           f"workers whose YAML lists no vNICs learn them from the agent (protocol v3 vNIC entries): "
           f"A {tel['A'].get('vnic_list')}, B {tel['B'].get('vnic_list')}; table dump A {l2_vnics('A')}, B {l2_vnics('B')}")
+    want_devs = ["tandem_A_v1.dev", "tandem_A_v4.dev", "tandem_B_v2.dev", "tandem_B_v3.dev"]
+    devs = lambda: sorted(f for f in os.listdir(f"{D}/devices") if f.endswith(".dev")) if os.path.isdir(f"{D}/devices") else []
+    check(poll_until(lambda: devs() == want_devs, 10, "devices"),
+          f"each worker registers the agent's vNICs as verbs devices ({devs()})")
     # Two vNICs of tenant 100 on A (.1 and .4) talk to the same vNIC on B at
     # once: B's ingress key (A's underlay, VNI 100) cannot name both senders
     # (the agent withdraws it, or, when the two resolutions were in flight
@@ -195,6 +201,7 @@ def main():
     # takes it away again, also from under a QP that streams over it.
     rc5, _ = ctl("vnic", "add", 5, "--vni", 100, "--rnic", "A", "--ip", "192.168.7.5", "--mac", "02:00:00:00:01:05")
     got5 = poll_until(lambda: worker_vnics("A").get("vnic_list", {}).get("5") == "192.168.7.5", 10, "vnic 5")
+    check(poll_until(lambda: "tandem_A_v5.dev" in devs(), 10, "device 5"), f"vNIC 5's device is registered ({devs()})")
     check(rc5 == 0 and got5 and 5 in l2_vnics("A"),
           f"`vnic add 5` on the ACTIVE worker A: in A's table dump {l2_vnics('A')} and its vNIC list "
           f"{worker_vnics('A').get('vnic_list')}")
@@ -216,6 +223,8 @@ def main():
           f"`vnic del 5`: gone from A's table dump and vNIC list {ta.get('vnic_list')}, no entry derived from it "
           f"left ({len(left)}), its streaming QP counted (qps_on_withdrawn_vnic {ta.get('qps_on_withdrawn_vnic')}), "
           f"worker A alive")
+    check(poll_until(lambda: "tandem_A_v5.dev" not in devs(), 10, "device 5 gone"),
+          f"vNIC 5's device is removed with it ({devs()})")
     for p in (strm5, a5, b5):
         if p.poll() is None:
             p.kill()

@@ -83,6 +83,7 @@ def worker(n, sock, max_protocol=None):
     pre = f"{TAG}-{n}"
     PREFIX[n] = pre
     return start([RNIC, "--name", n, "--host-socket", f"{D}/{n}.rnic", "--table", f"{D}/{n}.yaml",
+                  "--device-dir", f"{D}/devices",
                   "--dpu-channel", f"{CH}/tandem-{n}.chan", "--dpu-agent-timeout-ms", "3000"] +
                  (["--dpu-max-protocol", str(max_protocol)] if max_protocol else []) +
                  ["--idle", "adaptive", "--mtu", "1024", "--", "--no-pci", f"--file-prefix={pre}", "-l", "1",

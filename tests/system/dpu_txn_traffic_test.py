@@ -150,7 +150,8 @@ def start_agent():
 def start_worker(n, sock):
     pre = f"{TAG}-{n}"
     p = lab.start([RNIC, "--name", n, "--host-socket", f"{D}/{n}.rnic", "--table", f"{D}/{n}.yaml",
-                   "--dpu-channel", f"{CH}/tandem-{n}.chan", "--dpu-agent-timeout-ms", "3000", "--idle", "adaptive", "--mtu", "1024", "--",
+                   "--device-dir", f"{D}/devices",
+                  "--dpu-channel", f"{CH}/tandem-{n}.chan", "--dpu-agent-timeout-ms", "3000", "--idle", "adaptive", "--mtu", "1024", "--",
                    "--no-pci", f"--file-prefix={pre}", "-l", "1", "-m", "128", "--log-level=lib.eal:error",
                    f"--vdev=net_memif0,role=client,socket={D}/{sock}"], n, pre)
     return p, pre

@@ -1,0 +1,61 @@
+// tandem-sysfs: runs a command with a sysfs tree of the registered Tandem
+// devices over /sys/class, in a private mount namespace (rnic/verbs/sysfs_tree.h),
+// or writes that tree into a directory. scripts/tandem-run calls it.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "rnic/host/device_registry.h"
+#include "rnic/verbs/sysfs_tree.h"
+
+namespace tv = tandem::rnic::verbs;
+namespace th = tandem::rnic::host;
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "tandem-sysfs: gives stock verbs binaries that read /sys/class/infiniband themselves (UCX, NCCL,\n"
+      "perftest's NUMA check) the registered Tandem devices there. With a command: runs it in a private\n"
+      "mount namespace whose /sys/class holds the host's classes plus infiniband/ and infiniband_verbs/\n"
+      "for the devices live now (the host's /sys is untouched; a device registered later is not in it).\n"
+      "  tandem-sysfs -- ucx_info -d\n"
+      "  tandem-sysfs --write /tmp/tree        # only write the tree (infiniband/, infiniband_verbs/)"};
+  app.set_help_flag("-h,--help", "Show this help and exit");
+  std::string dir = th::device_dir(), out;
+  bool strict = false;
+  std::vector<std::string> cmd;
+  app.add_option("--device-dir", dir, "Where workers register their devices (default $TANDEM_DEVICES, else /run/tandem)");
+  app.add_option("--write", out, "Write the tree into this directory and exit");
+  app.add_flag("--strict", strict, "Fail when the namespace cannot be made (default: warn and run without the tree)");
+  app.prefix_command();  // everything from the command on is the command's
+  CLI11_PARSE(app, argc, argv);
+  cmd = app.remaining();
+  if (!cmd.empty() && cmd[0] == "--") cmd.erase(cmd.begin());
+
+  const std::vector<th::DeviceRecord> devs = th::read_devices(dir);
+  if (!out.empty()) {
+    const std::string err = tv::write_sysfs_tree(out, devs);
+    if (!err.empty()) std::fprintf(stderr, "tandem-sysfs: %s\n", err.c_str());
+    return err.empty() ? 0 : 1;
+  }
+  if (cmd.empty()) {
+    std::fprintf(stderr, "tandem-sysfs: no command (or --write DIR)\n");
+    return 2;
+  }
+  const std::string err = tv::enter_sysfs_namespace(devs);
+  if (!err.empty()) {
+    std::fprintf(stderr, "tandem-sysfs: no sysfs tree for %s (%s)%s\n", cmd[0].c_str(), err.c_str(),
+                 strict ? "" : ": running it without");
+    if (strict) return 1;
+  }
+  std::vector<char*> args;
+  for (std::string& a : cmd) args.push_back(a.data());
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  std::fprintf(stderr, "tandem-sysfs: cannot run %s: %s\n", args[0], std::strerror(errno));
+  return 127;
+}
