@@ -112,6 +112,9 @@ def main():
                        "/sys/class/infiniband_verbs/uverbs0/ibdev"])
     check(code == 0 and gtype.split("\n")[:2] == ["RoCE v2", DEV],
           f"under tandem-run, GID 0's type (what UCX and NCCL read) is RoCE v2: {' '.join(gtype.split())}")
+    code, mine = run(["cat", f"/sys/class/infiniband/{DEV}/ports/1/gid_attrs/types/0"], as_uid=4242)
+    check(code == 0 and mine.strip() == "RoCE v2",
+          f"as uid 4242 (tandem-sysfs in a user namespace of its own) the tree is there too: {mine.strip()[:200]}")
     code, bare = run([f"{BINDIR}/ucx_info", "-d"], env=dict(ENV["A"], TANDEM_SYSFS="0"))
     check(code == 0 and "tandem_" not in bare,
           f"without the tree (TANDEM_SYSFS=0) UCX lists no Tandem device (exit {code})")
