@@ -341,6 +341,7 @@ struct Qp {
   // is the cost; a timer of a few RTTs recovers them, at worst sending a
   // duplicate. The QP's timeout stays the ceiling.
   static constexpr uint32_t kRtoLowPkts = 3;
+  static constexpr uint32_t kMaxBackoff = 10;  // the RTO doubles at most this often
   static constexpr uint64_t kRtoLowMinNs = 100'000;
   uint64_t rto_base() const noexcept {
     if (irn() && srtt_ns != 0 && inflight_bytes <= uint64_t{kRtoLowPkts} * mtu())

@@ -689,12 +689,17 @@ void Qp::on_timers_requester(uint64_t now) noexcept {
   if (now >= rack_timer) rack_on_timer(now);
   if (una != nxt && now >= last_progress + rto()) {
     ++c.timeouts;
-    if (++retries > attr.retry_cnt) {
+    // retry_cnt counts expiries of the QP's timeout, as verbs defines it. IRN's
+    // RTO_low fires sooner to repair a tail; those do not use up the retries
+    // until the backoff has grown them to the timeout (or to its cap), else a
+    // stall of a few RTTs (a path going down, a descheduled peer) ends the QP.
+    const bool counts = rto() >= attr.timeout_ns || backoff >= kMaxBackoff;
+    if (counts && ++retries > attr.retry_cnt) {
       to_error(IBV_WC_RETRY_EXC_ERR);
       return;
     }
     const uint64_t base = rto_base();
-    backoff = std::min<uint32_t>(backoff + 1, 10);
+    backoff = std::min<uint32_t>(backoff + 1, kMaxBackoff);
     last_progress = now;
     cc->on_timeout(now);
     if (irn()) {

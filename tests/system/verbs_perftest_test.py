@@ -123,7 +123,9 @@ def main():
             args = ["-s", str(size), "-n", "100"] + extra
             (cc, co), (sc, so) = pair(prog, args)
             row = result_row(co, size)
-            ok = cc == 0 and sc == 0 and row is not None and row[1] > 0
+            # Any nonzero figure: perftest rounds MB/s to 2 decimals, and 64 B READs on this busy
+            # VM have printed 0.00 MB/s with a nonzero message rate.
+            ok = cc == 0 and sc == 0 and row is not None and max(row[1:]) > 0
             check(ok, f"stock {prog} {' '.join(args)}: exit {cc}/{sc}, result {row}")
             if srq0 is not None:  # the receives went through worker A's SRQ, not per-QP queues
                 srq1 = tel.cmd("/tandem/rnic/stats")["srq_wqe_recv"]

@@ -137,6 +137,31 @@ TEST_CASE("a peer that never answers ends in IBV_WC_RETRY_EXC_ERR after retry_cn
   }
 }
 
+TEST_CASE("IRN's quick tail timeouts (RTO_low) do not use up retry_cnt: a stall shorter than the timeout recovers") {
+  QpSetup s;
+  s.mode = Reliability::kIrn;
+  s.retry_cnt = 3;
+  s.timeout_ns = 10'000'000;  // what the application asked for: 4 x 10 ms of patience
+  Loop l(kMem, s);
+  REQUIRE(l.ok);
+  // A few round trips first: the RTT sample makes the single-packet tail timer ~100 us.
+  for (uint64_t i = 0; i < 4; ++i) {
+    REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, i, l.a, 0, 64, &l.b, 0)) == 0);
+    REQUIRE(l.run([&] { return l.a.done.size() == i + 1; }));
+  }
+  // The path to B is dead for 3 ms: several RTO_low expiries, well under one timeout.
+  l.block_a_to_b = true;
+  const uint64_t heal = l.now + 3'000'000;
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, 9, l.a, 0, 64, &l.b, 0)) == 0);
+  REQUIRE(l.run([&] {
+    if (l.now >= heal) l.block_a_to_b = false;
+    return l.a.done.size() == 5;
+  }));
+  CHECK(l.a.counters().timeouts >= 4);  // more than retry_cnt quick ones fired
+  CHECK(l.a.done[4].status == IBV_WC_SUCCESS);
+  CHECK(l.a.done[4].wr_id == 9);
+}
+
 TEST_CASE("duplicate packets are acknowledged again but placed and completed once") {
   for (Reliability mode : kModes) {
     QpSetup s;
