@@ -223,8 +223,9 @@ class PathHealth {
 
   // A resent `psn` was acknowledged, and either copy may have arrived: a
   // path whose latest packet was the earlier copy answered if the answer
-  // came within that path's own RTT spread of sending it (a per-path Eifel
-  // test; its silence clock restarts, no RTT sample). Without this, a slow
+  // came within that path's own RTT spread of sending it, plus any stall
+  // excused since (a per-path Eifel test; its silence clock restarts, no
+  // RTT sample). Without this, a slow
   // path whose packets RACK resends elsewhere looks silent (adaptive's
   // trickle on its slowest path); a dead path's copy is answered only by
   // the resend, later than that.
@@ -232,7 +233,7 @@ class PathHealth {
     for (uint32_t i = 0; i < n_; ++i) {
       const PerPath& p = p_[i];
       if (p.outstanding_since == 0 || p.s.acks == 0 || p.last_psn != psn) continue;
-      if (now <= p.last_sent_at + spread_ns(i)) on_ack(i, 0, now);
+      if (now <= p.last_sent_at + spread_ns(i) + p.excused_ns) on_ack(i, 0, now);
     }
   }
 
