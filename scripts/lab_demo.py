@@ -192,18 +192,32 @@ def main():
           "    times the sender's path health took one of its paths out, and a probe brought it back)")
     # A QP's 16 core source ports map onto the table's 4 (one per fabric path)
     # as the worker's egress route does: (port - 0xC000) mod 4.
-    print("   path health removals by fabric path 0/1/2/3 (of which by silence); receivers: their ACK paths")
+    print("   path health removals by fabric path 0/1/2/3, by cause: loss evidence / silence (/ ACK path);\n"
+          "   stall-excused: silences a host stall explained (no removal); receivers: their ACK paths")
+    totals = {"loss": [0] * len(PATHS), "silence": [0] * len(PATHS), "all": [0] * len(PATHS),
+              "excused": [0] * len(PATHS)}
     for n in ("A", "B"):
         for qpn, q in sorted(qps[n].items()):
             try:
                 fab = [(int(p) - 0xC000) % len(PATHS) for p in q["path_ports"].split("/")]
-                rem = [int(x) for x in q["path_removals_per_path"].split("/")]
-                sil = [int(x) for x in q["path_silent_removals_per_path"].split("/")]
+                cols = {"all": q["path_removals_per_path"], "silence": q["path_silent_removals_per_path"],
+                        "loss": q.get("path_loss_removals_per_path", ""),
+                        "excused": q.get("path_stall_excused_per_path", "")}
+                cols = {c: [int(x) for x in v.split("/")] if v else [0] * len(fab) for c, v in cols.items()}
             except (KeyError, ValueError):
                 continue
-            by = [sum(r for f, r in zip(fab, rem) if f == k) for k in range(len(PATHS))]
-            bs = [sum(r for f, r in zip(fab, sil) if f == k) for k in range(len(PATHS))]
-            print(f"     {n} qp {qpn:>8}   " + "/".join(map(str, by)) + "  (" + "/".join(map(str, bs)) + ")")
+            by = {c: [sum(r for f, r in zip(fab, v) if f == k) for k in range(len(PATHS))] for c, v in cols.items()}
+            for c in totals:  # the sender's (B's) path health: the receiver's are its ACK paths
+                if n == "B":
+                    totals[c] = [a + b for a, b in zip(totals[c], by[c])]
+            fmt = lambda v: "/".join(map(str, v))  # noqa: E731
+            print(f"     {n} qp {qpn:>8}   all {fmt(by['all'])}   loss {fmt(by['loss'])}   silence {fmt(by['silence'])}"
+                  f"   stall-excused {fmt(by['excused'])}")
+    live = sum(v for k, v in enumerate(totals["all"]) if k != 1)
+    print(f"   sender B: removals of live paths (0, 2, 3): {live} of {sum(totals['all'])} "
+          f"(loss {sum(v for k, v in enumerate(totals['loss']) if k != 1)}, "
+          f"silence {sum(v for k, v in enumerate(totals['silence']) if k != 1)}); "
+          f"of the failed path 1: {totals['all'][1]}; stall-excused silences: {sum(totals['excused'])}")
     print("\n   worker drops by stage and reason:")
     for n in ("A", "B"):
         st = load(f"{n}.json")

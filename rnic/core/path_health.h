@@ -16,6 +16,23 @@
 // peer is answering on other paths (a stalled receiver or host silences every
 // path at once, which says nothing about any one of them).
 //
+// Host jitter (a software RNIC's loop descheduled, a peer that stalls, late
+// ACKs) silences paths that work. Silence is evidence against a path only
+// for time in which the owner was running and other paths were answering:
+// * a gap in the owner's loop (on_local_gap: the Transport sees no call for
+//   longer than its loop period) moves every silence deadline by the gap:
+//   the ACKs that arrived meanwhile wait in the RX ring, and the first
+//   burst after the gap holds some paths' answers but not others';
+// * silence on every path at once (no ACK on any path for kAllQuietNs) is
+//   the peer's stall or the whole fabric's, whatever burst of ACKs ends
+//   it: its length moves every deadline too;
+// * RTT samples of packets sent before such a stall ended are not used for
+//   a path's RTT spread (they measure the stall).
+// What remains: a path is silent when packets sent on it after the peer
+// answered other paths' later packets stay unanswered past its own RTT
+// spread. A silence the old deadline would have convicted but a stall
+// excused is counted per path (PathStats::stall_excused).
+//
 // A pure responder gets no acknowledgements for its ACK paths. Its evidence
 // is the requester resending a request the responder had already
 // acknowledged (on_duplicate): if every ACK that carried the news went on one
@@ -43,7 +60,9 @@ struct PathStats {
   uint64_t ack_losses = 0;  // responder: ACKs it sent on the path that were lost (on_duplicate)
   uint64_t ecn = 0;
   uint64_t removals = 0;  // times the path was taken out
-  uint64_t silent_removals = 0;  // of which by the silence rule (the rest: losses)
+  uint64_t silent_removals = 0;  // of which by the silence rule
+  uint64_t loss_removals = 0;    // of which by loss evidence (the rest: a responder's ACK path)
+  uint64_t stall_excused = 0;    // silences a host stall excused (no removal)
   uint64_t returns = 0;   // times a probe brought it back
   uint64_t first_removed_ns = 0;  // when it was first taken out (0: never)
   uint64_t last_returned_ns = 0;
@@ -63,12 +82,17 @@ class PathHealth {
   // a wrong verdict only narrows the ACKs' spread for a while.
   static constexpr uint64_t kAckHoldNs = 1'000'000;
   static constexpr uint32_t kMaxHoldShift = 10;
+  // No ACK on any path for this long: a stall of the peer (or the fabric),
+  // not of one path; the quiet time does not count against any path.
+  static constexpr uint64_t kAllQuietNs = 50'000;
 
   void reset(uint32_t n) noexcept {
     n_ = std::clamp<uint32_t>(n, 1, kMaxPaths);
     for (auto& p : p_) p = PerPath{};
     blame_path_ = kMaxPaths;
     blame_run_ = 0;
+    last_any_ack_ = 0;
+    stall_end_ = 0;
   }
   uint32_t size() const noexcept { return n_; }
   bool up(uint32_t i) const noexcept { return !p_[i].down; }
@@ -90,6 +114,14 @@ class PathHealth {
     return std::max({kMinSilenceNs, kSilenceRtts * srtt, srtt + 4 * var});
   }
   uint64_t probe_interval_ns(uint32_t i) const noexcept { return silence_ns(i); }
+  // How late path i's answer may plausibly come: sRTT + 4 RTTVAR (a path
+  // without samples gets the slowest path's).
+  uint64_t spread_ns(uint32_t i) const noexcept {
+    uint64_t s = p_[i].srtt + 4 * p_[i].rttvar;
+    if (p_[i].srtt == 0)
+      for (uint32_t k = 0; k < n_; ++k) s = std::max(s, p_[k].srtt + 4 * p_[k].rttvar);
+    return s;
+  }
 
   // Checks silences; returns a path that is out and due for a probe
   // (n_ if none). The caller sends the next packet there and calls on_sent.
@@ -108,6 +140,11 @@ class PathHealth {
         if (silent(i, now) && most_answer_since(i, p.outstanding_since) && alone_troubled(i, now)) {
           ++p.s.silent_removals;
           take_out(i, now);
+        } else if (!p.excused && p.excused_ns != 0 && p.s.acks > 0 && p.outstanding_since != 0 &&
+                   now > p.silent_after - p.excused_ns && most_answer_since(i, p.outstanding_since) &&
+                   alone_troubled(i, now)) {
+          p.excused = true;  // convicted without the stall's time; once per silence
+          ++p.s.stall_excused;
         }
       } else if (p.s.acks == 0 && p.s.ack_losses > 0) {
         // An ACK path: nothing will ever acknowledge a probe; back after its hold.
@@ -129,15 +166,24 @@ class PathHealth {
       // the deadline is computed once here, not per packet in tick().
       p.outstanding_since = now ? now : 1;
       p.silent_after = p.outstanding_since + silence_ns(i);
+      p.excused_ns = 0;
+      p.excused = false;
     }
     if (p.down && p.s.acks > 0) p.next_probe = now + probe_interval_ns(i);
   }
   // A packet sent on path i `rtt_ns` ago was acknowledged (rtt_ns 0: its
-  // send time is not known).
+  // send time is not known, e.g. a resent packet's; it restarts the
+  // path's silence clock but brings no removed path back).
   void on_ack(uint32_t i, uint64_t rtt_ns, uint64_t now) noexcept {
     PerPath& p = p_[i];
     ++p.s.acks;
     const uint64_t sent = rtt_ns && rtt_ns < now ? now - rtt_ns : 0;
+    // The first ACK after every path was quiet: the peer (or the fabric)
+    // stalled; the quiet time is nobody's fault.
+    if (last_any_ack_ != 0 && now > last_any_ack_ + kAllQuietNs) excuse(now - last_any_ack_ - kAllQuietNs, now);
+    last_any_ack_ = std::max(last_any_ack_, now);
+    // A sample that spans a stall measures the stall, not the path.
+    if (sent != 0 && sent < stall_end_) rtt_ns = 0;
     // An ack of a packet sent before the last counted loss does not break
     // the run of losses (acks and loss reports do not come in send order).
     if (sent == 0 || sent > p.last_loss_sent) p.consecutive_losses = 0;
@@ -156,7 +202,7 @@ class PathHealth {
     }
     // Only a packet sent after the path went out proves it works again: a
     // late acknowledgement of an older one (held back behind a gap) does not.
-    if (p.down && (sent == 0 || sent >= p.removed_at)) bring_back(p, now);
+    if (p.down && sent != 0 && sent >= p.removed_at) bring_back(p, now);
   }
   // The packet sent on path i at `sent_at` (0: not known) was declared lost.
   void on_loss(uint32_t i, uint64_t sent_at, uint64_t now) noexcept {
@@ -168,9 +214,37 @@ class PathHealth {
     if (sent_at == 0 || sent_at >= p.acked_sent) return;
     ++p.s.confirmed_losses;
     p.last_loss_sent = std::max(p.last_loss_sent, sent_at);
-    if (!p.down && ++p.consecutive_losses >= kLossesToRemove && alone_losing(i)) take_out(i, now);
+    if (!p.down && ++p.consecutive_losses >= kLossesToRemove && alone_losing(i)) {
+      ++p.s.loss_removals;
+      take_out(i, now);
+    }
   }
   void on_ecn(uint32_t i) noexcept { ++p_[i].s.ecn; }
+
+  // A resent `psn` was acknowledged, and either copy may have arrived: a
+  // path whose latest packet was the earlier copy answered if the answer
+  // came within that path's own RTT spread of sending it, plus any stall
+  // excused since (a per-path Eifel test; its silence clock restarts, no
+  // RTT sample). Without this, a slow
+  // path whose packets RACK resends elsewhere looks silent (adaptive's
+  // trickle on its slowest path); a dead path's copy is answered only by
+  // the resend, later than that.
+  void on_late(uint32_t psn, uint64_t now) noexcept {
+    for (uint32_t i = 0; i < n_; ++i) {
+      const PerPath& p = p_[i];
+      if (p.outstanding_since == 0 || p.s.acks == 0 || p.last_psn != psn) continue;
+      if (now <= p.last_sent_at + spread_ns(i) + p.excused_ns) on_ack(i, 0, now);
+    }
+  }
+
+  // The owner's loop did not run from `from` to `to` (its own clock): the
+  // silence clocks stop for that time.
+  void on_local_gap(uint64_t from, uint64_t to) noexcept {
+    if (to <= from) return;
+    excuse(to - from, to);
+    // The quiet this gap explains is not excused twice by the first ACK after it.
+    if (last_any_ack_ != 0) last_any_ack_ = std::max(last_any_ack_, to);
+  }
 
   // Responder: the requester resent `psn`, which it had already been told
   // had arrived. If the ACKs that told it all went on one path (the latest
@@ -219,9 +293,21 @@ class PathHealth {
     uint64_t last_loss_at = 0;  // when a loss was last reported (confirmed or not)
     uint32_t last_psn = 0;
     uint32_t consecutive_losses = 0;
+    uint64_t excused_ns = 0;  // stall time added to silent_after since the clock started
     uint32_t hold_shift = 0;
     bool down = false;
+    bool excused = false;     // this silence was counted in stall_excused
   };
+  // Moves every running silence deadline by `ns` of stall ending at `end`.
+  void excuse(uint64_t ns, uint64_t end) noexcept {
+    for (uint32_t k = 0; k < n_; ++k) {
+      PerPath& p = p_[k];
+      if (p.outstanding_since == 0) continue;
+      p.silent_after += ns;
+      p.excused_ns += ns;
+    }
+    stall_end_ = std::max(stall_end_, end);
+  }
   bool silent(uint32_t i, uint64_t now) const noexcept {
     const PerPath& p = p_[i];
     return p.s.acks > 0 && p.outstanding_since != 0 && now > p.silent_after;
@@ -280,6 +366,8 @@ class PathHealth {
   uint32_t n_ = 1;
   uint32_t blame_path_ = kMaxPaths;  // responder: the path the last lost ACK went on
   uint32_t blame_run_ = 0;           // ... and how many in a row
+  uint64_t last_any_ack_ = 0;        // the latest ACK on any path
+  uint64_t stall_end_ = 0;           // when the latest excused stall ended
 };
 
 }  // namespace tandem::rnic

@@ -39,6 +39,12 @@ class PathPolicy {
   // Responder: the requester resent request `psn`, which had arrived and
   // been acknowledged (evidence about the paths the ACKs took).
   virtual void on_duplicate(uint32_t psn, uint64_t now) noexcept { (void)psn; (void)now; }
+  // A resent `psn` was acknowledged: its earlier copy may have arrived
+  // (path_health.h judges by the earlier copy's path's RTT).
+  virtual void on_late(uint32_t psn, uint64_t now) noexcept { (void)psn; (void)now; }
+  // The owner's loop did not run from `from` to `to` (the Transport saw no
+  // call in between): no path is to blame for that time (path_health.h).
+  virtual void on_local_gap(uint64_t from, uint64_t to) noexcept { (void)from; (void)to; }
 
   // Counters for telemetry: how many paths the set has and, per path,
   // packets, acks, losses, removals and returns (path_health.h).

@@ -327,12 +327,22 @@ bool Qp::tx_requests(uint64_t now) noexcept {
     srtt_ns = srtt_ns ? (7 * srtt_ns + rtt) / 8 : rtt;
     if (rtt < min_rtt_ns || min_rtt_ns == 0) min_rtt_ns = rtt;
     path_on_ack(r.sport, rtt, now);
-  } else if ((r.flags & kRecRack) && now - r.sent_at < min_rtt_ns / 4) {
-    // Answered within a quarter of the shortest RTT seen since it was
-    // resent: the answer is to an earlier copy, which was late, not lost
-    // (TCP's Eifel test, by the clock; a quarter because with cumulative
-    // ACKs and queues the shortest sample overstates a path's RTT).
-    late = std::max<uint32_t>(1, static_cast<uint32_t>(now) - r.prev_sent);
+  } else {
+    if ((r.flags & kRecRack) && now - r.sent_at < min_rtt_ns / 4) {
+      // Answered within a quarter of the shortest RTT seen since it was
+      // resent: the answer is to an earlier copy, which was late, not lost
+      // (TCP's Eifel test, by the clock; a quarter because with cumulative
+      // ACKs and queues the shortest sample overstates a path's RTT).
+      late = std::max<uint32_t>(1, static_cast<uint32_t>(now) - r.prev_sent);
+    }
+    // A resent packet is done: whichever copy arrived, its latest path will
+    // tell nothing more about it (no RTT sample; without this a path whose
+    // last packet was a resend would look silent), and the earlier copy's
+    // path may have delivered it (path_health.h, on_late).
+    if (r.flags & kRecRetx) {
+      path_on_ack(r.sport, 0, now);
+      if (!path_single) path->on_late(psn, now);
+    }
   }
   if (late) [[unlikely]] {
     on_spurious_loss(late, now);

@@ -343,6 +343,7 @@ int Transport::post_recv(uint32_t qpn, const RecvWr& wr) noexcept {
 
 DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* payload,
                                 uint32_t payload_len, uint64_t now) noexcept {
+  note_clock(now);
   ++counters_.rx_pkts;
   auto count = [&](DropReason r) {
     ++counters_.drops[static_cast<std::size_t>(r)];
@@ -384,6 +385,7 @@ DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* pa
 
 uint32_t Transport::on_packets(const RxPacketRef* in, uint32_t n, uint64_t now, DropReason* why) noexcept {
   constexpr uint16_t kRequest = common::kOpSend | common::kOpWrite | common::kOpReadReq;
+  note_clock(now);
   uint32_t taken = 0;
   for (uint32_t i = 0; i < n;) {
     const uint32_t qpn = in[i].pkt->bth.dqpn;
@@ -417,6 +419,7 @@ uint32_t Transport::on_packets(const RxPacketRef* in, uint32_t n, uint64_t now, 
 }
 
 uint32_t Transport::poll(uint64_t now) noexcept {
+  note_clock(now);
   const uint32_t before = tx_.size();
   tx_blocked_ = false;
   if (grantor_ready_) grant_credits(now);
@@ -464,9 +467,23 @@ uint32_t Transport::poll(uint64_t now) noexcept {
 // sender with nothing to send; without the kick they would wait for the
 // sender's retransmission timeout, or forever. Bounded, so an idle sender
 // costs a few ACKs and holds at most a few batches of unused credit.
+void Transport::on_loop_gap(uint64_t now) noexcept {
+  // Only QPs with something in flight have silence clocks running; the
+  // first loop_gap_ns of the gap is an ordinary (if slow) loop turn.
+  ++loop_gaps_;
+  const uint64_t from = last_call_ns_ + cfg_.loop_gap_ns;
+  for (std::size_t k = 0; k < active_n_; ++k)
+    if (!active_[k]->path_single) active_[k]->path->on_local_gap(from, now);
+}
+
 void Transport::grant_credits(uint64_t now) noexcept {
   constexpr uint64_t kIdleNs = 100'000;
   constexpr uint32_t kMaxKicks = 8;
+  // Called well past the time it asked for: the grantor's own loop stalled,
+  // and whatever senders sent meanwhile is still in its RX ring. A silence
+  // counts only from here (no kick for the time the grantor missed).
+  if (credit_wake_ != kNever && cfg_.loop_gap_ns != 0 && now > credit_wake_ + cfg_.loop_gap_ns)
+    credit_gap_end_ = now;
   credit_wake_ = kNever;
   uint32_t tokens = grantor_.refill(now);
   if (granting_.empty()) return;
@@ -498,9 +515,14 @@ void Transport::grant_credits(uint64_t now) noexcept {
     if (!granting(qp)) return false;
     const int32_t out = common::psn_diff(qp->grant_psn, qp->rx_front());
     if (out <= 0 || qp->last_rx_ns == 0) return true;
-    if (now < qp->last_rx_ns + kIdleNs) {
+    const uint64_t heard = std::max(qp->last_rx_ns, credit_gap_end_);
+    if (now < heard + kIdleNs) {
       outstanding += static_cast<uint32_t>(out);
-      credit_wake_ = std::min(credit_wake_, qp->last_rx_ns + kIdleNs);  // a silence begins
+      credit_wake_ = std::min(credit_wake_, heard + kIdleNs);  // a silence begins
+      if (now >= qp->last_rx_ns + kIdleNs && qp->credit_kick_ns < credit_gap_end_) {
+        qp->credit_kick_ns = credit_gap_end_;  // a kick the stall held back: counted once
+        ++credit_kicks_excused_;
+      }
       return true;
     }
     // Silent with credit out: kick, a bounded number of times per silence.
@@ -509,7 +531,7 @@ void Transport::grant_credits(uint64_t now) noexcept {
       qp->credit_kick_round = 0;
     }
     if (qp->credit_kick_round >= kMaxKicks) return false;
-    const uint64_t due = std::max(qp->last_rx_ns, qp->credit_kick_ns) + kIdleNs;
+    const uint64_t due = std::max(heard, qp->credit_kick_ns) + kIdleNs;
     if (now < due) {
       credit_wake_ = std::min(credit_wake_, due);
       return true;
@@ -553,7 +575,7 @@ void Transport::grant_credits(uint64_t now) noexcept {
       Qp* qp = granting_[(start + k) % n];
       if (!granting(qp)) continue;
       const int32_t out = common::psn_diff(qp->grant_psn, qp->rx_front());
-      const bool active = now < qp->last_rx_ns + kIdleNs;
+      const bool active = now < std::max(qp->last_rx_ns, credit_gap_end_) + kIdleNs;
       if (qp->last_rx_ns == 0 || out >= static_cast<int32_t>(budget) || (out > 0 && !active)) continue;
       want = true;
       if (tokens == 0) {

@@ -89,6 +89,11 @@ struct TransportConfig {
   // packet is lost as soon as one sent after it is reported).
   bool rack_adaptive = true;
   uint32_t max_srqs = 64;
+  // The I/O layer calls poll/on_packets at least this often while it runs
+  // (a busy loop: every few us): a longer gap between two calls' `now` is
+  // the loop not running (descheduled, stalled), and path health and the
+  // credit grantor do not count that time as anyone's silence. 0: never.
+  uint64_t loop_gap_ns = 50'000;
 };
 
 // Every received packet and every drop, per reason: those no QP took
@@ -171,6 +176,10 @@ class Transport {
   uint64_t credits_granted() const noexcept { return grantor_.granted_pkts(); }
   // Kicks of credit to silent senders (grant_credits).
   uint64_t credit_kicks() const noexcept { return credit_kicks_; }
+  // Gaps in the calls longer than TransportConfig::loop_gap_ns (the loop
+  // did not run), and kicks the grantor held back after its own stall.
+  uint64_t loop_gaps() const noexcept { return loop_gaps_; }
+  uint64_t credit_kicks_excused() const noexcept { return credit_kicks_excused_; }
   // QPs grant_credits visits: credit QPs whose senders have sent something
   // and are not yet known to be idle (silent with credit out, kicks spent).
   std::size_t granting_qps() const noexcept { return granting_.size(); }
@@ -225,6 +234,13 @@ class Transport {
     return i < qps_.size() ? qps_[i].get() : nullptr;
   }
   void grant_credits(uint64_t now) noexcept;
+  // Every input notes its `now`: a gap longer than the loop period is time
+  // the loop did not run (path health is told; on_loop_gap).
+  void note_clock(uint64_t now) noexcept {
+    if (cfg_.loop_gap_ns != 0 && last_call_ns_ != 0 && now > last_call_ns_ + cfg_.loop_gap_ns) on_loop_gap(now);
+    if (now > last_call_ns_) last_call_ns_ = now;
+  }
+  void on_loop_gap(uint64_t now) noexcept;
 
   TransportConfig cfg_;
   TxQueue tx_;
@@ -245,6 +261,10 @@ class Transport {
   std::size_t credit_rr_ = 0;
   uint64_t credit_wake_ = kNever;  // when grant_credits has work again
   uint64_t credit_kicks_ = 0;
+  uint64_t last_call_ns_ = 0;         // the latest `now` any input was given
+  uint64_t loop_gaps_ = 0;
+  uint64_t credit_gap_end_ = 0;       // the grantor ran late until here: silences start no earlier
+  uint64_t credit_kicks_excused_ = 0;
 };
 
 }  // namespace tandem::rnic

@@ -1186,6 +1186,8 @@ void Worker::fill_qp_rows(port::QpRows& out) const noexcept {
         r.pkts[i] = ps.pkts;
         r.removals[i] = ps.removals;
         r.silent_removals[i] = ps.silent_removals;
+        r.loss_removals[i] = ps.loss_removals;
+        r.stall_excused[i] = ps.stall_excused;
         r.ports[i] = pp->path_port(i);
       }
     }
@@ -1348,11 +1350,13 @@ void Worker::register_telemetry() {
                                    d.u64("reorder_depth_max", q.reorder_depth_max);
                                  }
                                  if (q.paths == 0) return;
-                                 std::string per_path, silent, pkts, ports;  // "a/b/c/d", path by path
+                                 std::string per_path, silent, loss, excused, pkts, ports;  // "a/b/c/d", path by path
                                  for (uint32_t i = 0; i < std::min(q.paths, port::kRowPaths); ++i) {
                                    const char* sep = i ? "/" : "";
                                    per_path += sep + std::to_string(q.removals[i]);
                                    silent += sep + std::to_string(q.silent_removals[i]);
+                                   loss += sep + std::to_string(q.loss_removals[i]);
+                                   excused += sep + std::to_string(q.stall_excused[i]);
                                    pkts += sep + std::to_string(q.pkts[i]);
                                    ports += sep + std::to_string(q.ports[i]);
                                  }
@@ -1360,6 +1364,8 @@ void Worker::register_telemetry() {
                                  d.str("path_pkts_per_path", pkts);
                                  d.str("path_removals_per_path", per_path);
                                  d.str("path_silent_removals_per_path", silent);
+                                 d.str("path_loss_removals_per_path", loss);
+                                 d.str("path_stall_excused_per_path", excused);
                                  d.u64("paths", q.paths);
                                  d.u64("path_removals", q.path_removals);
                                  d.u64("path_returns", q.path_returns);

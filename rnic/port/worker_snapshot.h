@@ -38,6 +38,7 @@ struct QpRow {
   uint32_t paths = 0;  // 0: no path policy
   uint64_t path_removals = 0, path_returns = 0;
   uint64_t pkts[kRowPaths] = {}, removals[kRowPaths] = {}, silent_removals[kRowPaths] = {};
+  uint64_t loss_removals[kRowPaths] = {}, stall_excused[kRowPaths] = {};  // removals by cause (path_health.h)
   uint16_t ports[kRowPaths] = {};
 };
 

@@ -18,6 +18,8 @@ enum class EventKind : uint8_t {
   kLinkState,     // a link fails or recovers
   kRouteUpdate,   // switches stop (or resume) hashing onto a link
   kHostDelayedTx, // a host's delayed frame (credit-loop jitter) enters its port
+  kHostStall,     // a host's loop stalls (b 0), resumes (b 1) or works its RX backlog (b 2)
+  kHostApp,       // a host's late application reaps its completions
   kUser,          // tests and benchmarks
 };
 

@@ -89,6 +89,7 @@ HostOptions parse_host_options(const Scenario& s, const PolicySpec& p) {
       r.number("credit_headroom_kb", 256, 0, 1 << 20) * 1024 / o.mtu);
   o.credit_batch_pkts = static_cast<uint32_t>(r.number("credit_batch", 4, 1, 1024));
   o.credit_jitter_ns = static_cast<uint64_t>(r.number("credit_jitter_us", 0, 0, 1e6) * 1000);
+  o.host_jitter = r.flag("host_jitter", true);
   o.send_op = s.workload.op == WorkloadSpec::Op::kSend;
   o.read_op = s.workload.op == WorkloadSpec::Op::kRead;
   if (!r.kv.empty()) r.fail(r.kv.begin()->first, "is not a known option");

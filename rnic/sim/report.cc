@@ -45,9 +45,15 @@ nlohmann::ordered_json results_json(const Scenario& s, uint64_t seed, const std:
     if (!r.path_removals_per_path.empty()) {
       o["path_removals_per_path"] = r.path_removals_per_path;
       o["path_silent_removals_per_path"] = r.path_silent_removals_per_path;
+      o["path_loss_removals_per_path"] = r.path_loss_removals_per_path;
+      o["path_stall_excused_per_path"] = r.path_stall_excused_per_path;
+      o["path_first_removal_us"] = r.path_first_removal_us;
       o["path_lost_fwd"] = r.path_lost_fwd;
       o["path_lost_rev"] = r.path_lost_rev;
     }
+    o["path_loss_removals"] = r.path_loss_removals;
+    o["path_silent_removals"] = r.path_silent_removals;
+    o["path_stall_excused"] = r.path_stall_excused;
     o["path_returns"] = r.path_returns;
     o["path_losses"] = r.path_losses;
     o["first_path_removal_us"] = r.first_path_removal_us;
@@ -56,12 +62,18 @@ nlohmann::ordered_json results_json(const Scenario& s, uint64_t seed, const std:
     o["ack_path_removals"] = r.ack_path_removals;
     o["credits_granted"] = r.credits_granted;
     o["credit_kicks"] = r.credit_kicks;
+    o["credit_kicks_excused"] = r.credit_kicks_excused;
+    o["loop_gaps"] = r.loop_gaps;
     o["credits_received"] = r.credits_received;
     o["credits_used"] = r.credits_used;
     o["credit_stalls"] = r.credit_stalls;
     o["rate_cuts"] = r.rate_cuts;
     o["min_rate_gbps"] = r.min_rate_gbps;
     o["qp_path_pkts"] = r.qp_path_pkts;
+    o["host_stalls"] = r.host_stalls;
+    o["host_stalled_us"] = r.host_stalled_us;
+    o["rx_ring_drops"] = r.rx_ring_drops;
+    o["rx_backlog_max"] = r.rx_backlog_max;
     o["sim_time_us"] = r.sim_time_us;
     o["events"] = r.events;
     o["stop_reason"] = r.stop_reason;

@@ -40,6 +40,10 @@ struct RunResult {
   uint32_t reorder_depth_max = 0;       // as the receiving NICs saw it (PSNs behind the highest)
   uint32_t core_reorder_depth_max = 0;  // the core's own counter (IRN mode only)
   uint64_t events = 0;
+  uint64_t host_stalls = 0;     // host jitter: loop stalls over all hosts
+  double host_stalled_us = 0;   // ... their total length
+  uint64_t rx_ring_drops = 0;   // frames stalled hosts' RX rings could not hold
+  uint32_t rx_backlog_max = 0;  // deepest RX backlog a stalled host worked off
   uint64_t data_mismatches = 0; // messages whose bytes at the receiver differ from what was sent
   bool data_ok = false;         // every message completed and every byte matched
   std::string stop_reason;      // "done", "time limit", "stalled"
@@ -48,6 +52,11 @@ struct RunResult {
   uint64_t path_removals = 0;   // path health took a path out
   uint64_t path_returns = 0;    // ... and a probe brought it back
   uint64_t path_losses = 0;     // losses the path policies were told about
+  uint64_t path_loss_removals = 0;    // removals by loss evidence
+  uint64_t path_silent_removals = 0;  // removals by silence
+  uint64_t path_stall_excused = 0;    // silences a host stall excused (no removal)
+  uint64_t loop_gaps = 0;             // cores' calls further apart than their loop period (all hosts)
+  uint64_t credit_kicks_excused = 0;  // grantors: kicks held back after their own stall
   double first_path_removal_us = 0;  // earliest removal (0: none)
   double last_path_return_us = 0;    // latest return of a removed path (0: none)
   uint64_t ack_losses = 0;        // receivers: ACKs their path policies found lost (duplicates)
@@ -65,6 +74,9 @@ struct RunResult {
   // and reverse (the responders' ACKs, CNPs, READ responses).
   std::vector<uint64_t> path_removals_per_path;
   std::vector<uint64_t> path_silent_removals_per_path;
+  std::vector<uint64_t> path_loss_removals_per_path;
+  std::vector<uint64_t> path_stall_excused_per_path;
+  std::vector<double> path_first_removal_us;  // earliest removal of each path by any sender QP (0: never)
   std::vector<uint64_t> path_lost_fwd;
   std::vector<uint64_t> path_lost_rev;
   // Per sender QP (the first 64): packets per path of its path set.

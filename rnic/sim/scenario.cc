@@ -184,6 +184,41 @@ std::map<std::string, std::string> parse_options(const Ctx& c, const YAML::Node&
   return out;
 }
 
+HostJitterSpec parse_host_jitter(const Ctx& c, const YAML::Node& n) {
+  check_keys(c, n, "hosts[]", {"host", "stall", "app_late_us", "ack_delay_us", "rx_ring"});
+  HostJitterSpec h;
+  const YAML::Node who = n["host"];
+  if (!who) c.fail("hosts[].host is required (a host index or 'all')");
+  if (who.as<std::string>() != "all") {
+    const auto i = get<int64_t>(c, n, "host", -1);
+    if (i < 0 || i > 4095) c.fail("hosts[].host must be a host index or 'all'");
+    h.host = static_cast<int>(i);
+  }
+  if (const YAML::Node s = n["stall"]) {
+    check_keys(c, s, "hosts[].stall", {"rate_per_ms", "dist", "mean_us", "min_us", "max_us", "alpha"});
+    const auto d = get<std::string>(c, s, "dist", "exponential");
+    if (d == "exponential") {
+      h.stall.dist = StallSpec::Dist::kExponential;
+    } else if (d == "pareto") {
+      h.stall.dist = StallSpec::Dist::kPareto;
+    } else {
+      c.fail("hosts[].stall.dist must be exponential or pareto, not '" + d + "'");
+    }
+    h.stall.rate_per_ms = get_nonneg(c, s, "rate_per_ms", 0);
+    h.stall.mean_ns = us_to_ns(get_nonneg(c, s, "mean_us", 100));
+    h.stall.min_ns = us_to_ns(get_nonneg(c, s, "min_us", 20));
+    h.stall.max_ns = us_to_ns(get_nonneg(c, s, "max_us", 3000));
+    h.stall.alpha = get_nonneg(c, s, "alpha", 1.5);
+    if (h.stall.alpha <= 0) c.fail("hosts[].stall.alpha must be positive");
+    if (h.stall.max_ns < h.stall.min_ns) c.fail("hosts[].stall: max_us below min_us");
+  }
+  h.app_late_ns = us_to_ns(get_nonneg(c, n, "app_late_us", 0));
+  h.ack_delay_ns = us_to_ns(get_nonneg(c, n, "ack_delay_us", 0));
+  h.rx_ring = get<uint32_t>(c, n, "rx_ring", h.rx_ring);
+  if (h.rx_ring == 0) c.fail("hosts[].rx_ring must be at least 1");
+  return h;
+}
+
 }  // namespace
 
 Scenario parse_scenario(const std::string& text, const std::string& origin) {
@@ -198,7 +233,7 @@ Scenario parse_scenario(const std::string& text, const std::string& origin) {
   try {
     check_keys(c, root, "the scenario",
                {"name", "description", "seed", "stop_us", "failover_us", "topology", "workload", "failures",
-                "transport", "policies"});
+                "transport", "policies", "hosts"});
     Scenario s;
     s.name = get<std::string>(c, root, "name", "");
     if (s.name.empty()) c.fail("missing 'name'");
@@ -222,6 +257,10 @@ Scenario parse_scenario(const std::string& text, const std::string& origin) {
         if (fs.link.empty()) c.fail("failures[].link is required");
         s.failures.push_back(fs);
       }
+    }
+    if (const YAML::Node h = root["hosts"]) {
+      if (!h.IsSequence()) c.fail("hosts must be a list");
+      for (const auto& e : h) s.hosts.push_back(parse_host_jitter(c, e));
     }
     const YAML::Node pol = root["policies"];
     if (!pol || !pol.IsSequence() || pol.size() == 0) c.fail("policies must be a non-empty list");

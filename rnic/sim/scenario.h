@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "rnic/sim/fabric.h"
+#include "rnic/sim/host_jitter.h"
 
 namespace tandem::rnic::sim {
 
@@ -76,6 +77,7 @@ struct Scenario {
   TopologySpec topology;
   WorkloadSpec workload;
   std::vector<FailureSpec> failures;
+  std::vector<HostJitterSpec> hosts;  // host jitter (`hosts:`), per host or for all
   std::map<std::string, std::string> transport;  // options shared by every policy
   std::vector<PolicySpec> policies;
 };

@@ -39,9 +39,12 @@ uint32_t pow2_at_least(uint64_t n) noexcept {
 
 SimHost::SimHost(uint32_t index, const HostOptions& opt, Fabric& fabric, EventQueue& events,
                  FramePool& frames, std::vector<Conn>& conns, std::vector<std::unique_ptr<SimHost>>& hosts,
-                 WorkloadTotals& totals)
+                 WorkloadTotals& totals, const HostJitterSpec& jitter)
     : index_(index), opt_(opt), fabric_(fabric), events_(events), frames_(frames), conns_(conns),
-      hosts_(hosts), totals_(totals), jitter_rng_(derive_seed(0x6a177e4, index)) {}
+      hosts_(hosts), totals_(totals), jitter_rng_(derive_seed(0x6a177e4, index)), jit_(jitter),
+      stall_clock_(jitter.stall, derive_seed(0x57a11ed, index)) {
+  if (stall_clock_.enabled()) events_.push(stall_clock_.next_gap_ns(), EventKind::kHostStall, index_, 0);
+}
 
 void SimHost::finish_memory(uint32_t qps) {
   TransportConfig cfg;
@@ -189,6 +192,10 @@ void SimHost::post_recv(Conn& c) {
 }
 
 void SimHost::start_conn(Conn& c, uint64_t now) {
+  if (stalled_) {  // the application's first posts wait for the loop
+    deferred_starts_.push_back(&c);
+    return;
+  }
   while (c.next_post < c.sizes.size() && c.next_post - c.completed < c.outstanding) post_message(c, now);
   service(now);
 }
@@ -222,9 +229,37 @@ void SimHost::post_message(Conn& c, uint64_t now) {
 }
 
 void SimHost::drain_cq(uint64_t now) {
+  // The core's completions go to the application's CQ ring; an application
+  // that polls late (host jitter) handles them a while later.
   Completion wc[32];
   for (;;) {
     const uint32_t n = transport_->poll_cq(cq_, wc, 32);
+    cqes_.insert(cqes_.end(), wc, wc + n);
+    if (n < 32) break;
+  }
+  if (cqes_.empty()) return;
+  if (jit_.app_late_ns == 0) {
+    reap(now);
+  } else if (!app_armed_) {
+    app_armed_ = true;
+    events_.push(now + stall_clock_.uniform(jit_.app_late_ns), EventKind::kHostApp, index_);
+  }
+}
+
+void SimHost::on_app(uint64_t now) {
+  app_armed_ = false;
+  if (stalled_) return;  // resume() runs service, which wakes it again
+  reap(now);
+  service(now);
+}
+
+void SimHost::reap(uint64_t now) {
+  // Handled one at a time: a completion may post a message whose own
+  // completion lands in cqes_ later (never during this loop).
+  std::vector<Completion> wc;
+  wc.swap(cqes_);
+  {
+    const uint32_t n = static_cast<uint32_t>(wc.size());
     for (uint32_t i = 0; i < n; ++i) {
       const bool recv = (wc[i].wr_id & kRecvBit) != 0;
       Conn& c = conns_[static_cast<uint32_t>((wc[i].wr_id & ~kRecvBit) >> 32)];
@@ -274,11 +309,59 @@ void SimHost::drain_cq(uint64_t now) {
       }
       while (c.next_post < c.sizes.size() && c.next_post - c.completed < c.outstanding) post_message(c, now);
     }
-    if (n < 32) break;
   }
 }
 
 void SimHost::on_frame(uint32_t frame, uint64_t now) {
+  if (stalled_ || !rx_backlog_.empty()) {
+    // The loop is not running (or still working off what came meanwhile):
+    // the frame waits in the RX ring, or is dropped if the ring is full.
+    if (rx_backlog_.size() >= jit_.rx_ring) {
+      ++nic_.rx_ring_drops;
+      frames_.release(frame);
+      return;
+    }
+    rx_backlog_.push_back(frame);
+    nic_.rx_backlog_max = std::max(nic_.rx_backlog_max, static_cast<uint32_t>(rx_backlog_.size()));
+    return;
+  }
+  receive(frame, now);
+  service(now);
+}
+
+void SimHost::on_stall_event(uint64_t what, uint64_t now) {
+  // A software RNIC's loop: a burst of up to 32 frames, then poll and TX.
+  constexpr uint32_t kBurst = 32;
+  constexpr uint64_t kFrameNs = 100;  // the loop's cost per received frame while catching up
+  if (what == 0) {
+    if (stalled_) return;
+    stalled_ = true;
+    const uint64_t len = stall_clock_.next_length_ns();
+    ++nic_.stalls;
+    nic_.stalled_ns += len;
+    events_.push(now + len, EventKind::kHostStall, index_, 1);
+    return;
+  }
+  if (what == 1) {
+    stalled_ = false;
+    events_.push(now + stall_clock_.next_gap_ns(), EventKind::kHostStall, index_, 0);
+    std::vector<Conn*> starts;
+    starts.swap(deferred_starts_);
+    for (Conn* c : starts) start_conn(*c, now);
+  }
+  if (stalled_) return;
+  uint32_t n = 0;
+  while (n < kBurst && !rx_backlog_.empty()) {
+    const uint32_t frame = rx_backlog_.front();
+    rx_backlog_.pop_front();
+    receive(frame, now);
+    ++n;
+  }
+  service(now);
+  if (!rx_backlog_.empty()) events_.push(now + n * kFrameNs, EventKind::kHostStall, index_, 2);
+}
+
+void SimHost::receive(uint32_t frame, uint64_t now) {
   Frame& f = frames_[frame];
   ++nic_.rx_frames;
   common::RocePacket pkt;
@@ -292,7 +375,6 @@ void SimHost::on_frame(uint32_t frame, uint64_t now) {
     }
   }
   frames_.release(frame);
-  service(now);
 }
 
 void SimHost::note_arrival_order(const common::RocePacket& pkt) noexcept {
@@ -320,10 +402,11 @@ void SimHost::on_nic_idle(uint64_t now) { kick_nic(now); }
 void SimHost::on_timer(uint64_t generation, uint64_t now) {
   if (generation != timer_gen_) return;  // superseded by an earlier deadline
   timer_at_ = kNever;
-  service(now);
+  service(now);  // a stalled host re-arms when it resumes
 }
 
 void SimHost::service(uint64_t now) {
+  if (stalled_) return;
   // Completions first (the application may post), then let the core run its
   // timers and queue what may go now, then the application again.
   for (int round = 0; round < 4; ++round) {
@@ -346,6 +429,8 @@ const std::vector<uint16_t>& SimHost::spray_set(uint32_t peer_host) {
 void SimHost::kick_nic(uint64_t now) {
   if (!fabric_.host_port_idle(index_)) return;
   TxQueue& tx = transport_->tx();
+  // A stalled loop queues nothing new; what it queued before still goes.
+  if (tx.empty() && stalled_) return;
   if (tx.empty()) {
     transport_->poll(now);
     if (tx.empty()) {
@@ -355,7 +440,7 @@ void SimHost::kick_nic(uint64_t now) {
   }
   TxDesc d = tx.front();
   tx.pop();
-  if (transport_->pending()) transport_->poll(now);  // room again in the TX queue
+  if (transport_->pending() && !stalled_) transport_->poll(now);  // room again in the TX queue
   const uint32_t peer_host = ip_host(d.peer);
   if (opt_.nic_spray && peer_host < fabric_.host_count()) {
     const auto& set = spray_set(peer_host);
@@ -383,11 +468,14 @@ void SimHost::kick_nic(uint64_t now) {
     ++nic_.rx_parse_drops;
     return;
   }
-  if (opt_.credit_jitter_ns && (d.bth.opcode == IBV_OPCODE_RC_ACKNOWLEDGE ||
-                                d.bth.opcode == IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE)) {
+  if ((opt_.credit_jitter_ns || jit_.ack_delay_ns) &&
+      (d.bth.opcode == IBV_OPCODE_RC_ACKNOWLEDGE || d.bth.opcode == IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE)) {
     // Processing delay in the credit loop: the ACK leaves up to
-    // credit_jitter later (the NIC goes on with other frames meanwhile).
-    events_.push(now + jitter_rng_.between(0, opt_.credit_jitter_ns), EventKind::kHostDelayedTx, index_, id);
+    // credit_jitter later (the NIC goes on with other frames meanwhile);
+    // host jitter's late ACK generation adds its own delay.
+    uint64_t delay = opt_.credit_jitter_ns ? jitter_rng_.between(0, opt_.credit_jitter_ns) : 0;
+    if (jit_.ack_delay_ns) delay += stall_clock_.uniform(jit_.ack_delay_ns);
+    events_.push(now + delay, EventKind::kHostDelayedTx, index_, id);
     kick_nic(now);  // the port is still idle: pull the next descriptor
     return;
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "rnic/sim/event_queue.h"
 #include "rnic/sim/fabric.h"
 #include "rnic/sim/frame_pool.h"
+#include "rnic/sim/host_jitter.h"
 #include "rnic/sim/rng.h"
 
 namespace tandem::rnic::sim {
@@ -47,6 +49,7 @@ struct HostOptions {
   uint32_t credit_headroom_pkts = 64;  // credit: with mitigation
   uint32_t credit_batch_pkts = 4;      // credit: with mitigation
   uint64_t credit_jitter_ns = 0;       // processing delay of each ACK (the credit loop), uniform [0, this]
+  bool host_jitter = true;  // the scenario's `hosts:` jitter applies (off: a same-run baseline without it)
   bool send_op = false;  // SEND/RECV instead of RDMA WRITE
   bool read_op = false;  // RDMA READ: the flow's source reads from its destination
 };
@@ -93,12 +96,17 @@ struct NicCounters {
   uint64_t rx_parse_drops = 0;  // frames that failed parse_roce (bad ICRC, ...)
   uint64_t rx_rejected = 0;     // frames on_packet refused
   uint32_t reorder_depth_max = 0;  // largest PSN distance a request arrived behind the highest seen
+  uint64_t stalls = 0;             // host jitter: times the loop stalled
+  uint64_t stalled_ns = 0;         // ... for how long in all
+  uint64_t rx_ring_drops = 0;      // frames the RX ring could not hold while stalled
+  uint32_t rx_backlog_max = 0;     // most frames waiting in the RX ring
 };
 
 class SimHost {
  public:
   SimHost(uint32_t index, const HostOptions& opt, Fabric& fabric, EventQueue& events, FramePool& frames,
-          std::vector<Conn>& conns, std::vector<std::unique_ptr<SimHost>>& hosts, WorkloadTotals& totals);
+          std::vector<Conn>& conns, std::vector<std::unique_ptr<SimHost>>& hosts, WorkloadTotals& totals,
+          const HostJitterSpec& jitter = {});
 
   // Set-up, in this order for all hosts: add_arena_bytes, finish_memory,
   // create_qps, connect_qps.
@@ -115,6 +123,8 @@ class SimHost {
   void start_conn(Conn& c, uint64_t now);  // the sender posts its first messages
   void post_initial_recvs(Conn& c);
   void send_delayed(uint32_t frame, uint64_t now);  // a jittered ACK leaves now
+  void on_stall_event(uint64_t what, uint64_t now);  // host jitter: stall (0), resume (1), backlog (2)
+  void on_app(uint64_t now);                         // the late application wakes up
 
   const Transport& transport() const noexcept { return *transport_; }
   const NicCounters& nic() const noexcept { return nic_; }
@@ -123,6 +133,8 @@ class SimHost {
 
  private:
   void service(uint64_t now);
+  void receive(uint32_t frame, uint64_t now);
+  void reap(uint64_t now);  // the application handles the completions it has polled
   void note_arrival_order(const common::RocePacket& pkt) noexcept;
   void drain_cq(uint64_t now);
   void post_message(Conn& c, uint64_t now);
@@ -154,6 +166,14 @@ class SimHost {
   Rng jitter_rng_;
   uint32_t qpn_base_ = 0;
   bool in_service_ = false;
+  // Host jitter (host_jitter.h).
+  HostJitterSpec jit_;
+  StallClock stall_clock_;
+  bool stalled_ = false;
+  bool app_armed_ = false;
+  std::deque<uint32_t> rx_backlog_;     // frames in the RX ring while the loop stalls or catches up
+  std::vector<Conn*> deferred_starts_;  // workload starts that fell into a stall
+  std::vector<Completion> cqes_;        // completions polled, not yet handled by the application
 };
 
 }  // namespace tandem::rnic::sim

@@ -83,8 +83,20 @@ Simulation::Simulation(const Scenario& scenario, const PolicySpec& policy, uint6
     throw ScenarioError("workload needs " + std::to_string(total >> 20) +
                         " MiB of registered memory (limit 8 GiB): lower outstanding or message sizes");
   }
+  for (const HostJitterSpec& j : scenario.hosts) {
+    if (j.host >= static_cast<int>(n_hosts)) {
+      throw ScenarioError("hosts[]: no host " + std::to_string(j.host) + " (the topology has " +
+                          std::to_string(n_hosts) + ")");
+    }
+  }
   for (uint32_t h = 0; h < n_hosts; ++h) {
-    hosts_.push_back(std::make_unique<SimHost>(h, opt_, fabric_, events_, frames_, conns_, hosts_, totals_));
+    // A host's own entry wins over an `all` entry.
+    HostJitterSpec jit;
+    for (const HostJitterSpec& j : opt_.host_jitter ? scenario.hosts : std::vector<HostJitterSpec>{})
+      if (j.host < 0) jit = j;
+    for (const HostJitterSpec& j : opt_.host_jitter ? scenario.hosts : std::vector<HostJitterSpec>{})
+      if (j.host == static_cast<int>(h)) jit = j;
+    hosts_.push_back(std::make_unique<SimHost>(h, opt_, fabric_, events_, frames_, conns_, hosts_, totals_, jit));
     hosts_.back()->add_arena_bytes(arena[h]);
     hosts_.back()->finish_memory(qps[h]);
   }
@@ -127,6 +139,12 @@ void Simulation::dispatch(const Event& e) {
     }
     case EventKind::kHostDelayedTx:
       hosts_[e.a]->send_delayed(static_cast<uint32_t>(e.b), e.time);
+      break;
+    case EventKind::kHostStall:
+      hosts_[e.a]->on_stall_event(e.b, e.time);
+      break;
+    case EventKind::kHostApp:
+      hosts_[e.a]->on_app(e.time);
       break;
     case EventKind::kLinkState:
       fabric_.set_link_state(e.a, (e.b & 1) != 0, e.time, e.b >> 1);
@@ -206,6 +224,10 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
     r.retx_bytes += n.retx_bytes;
     r.rx_rejected += n.rx_rejected + n.rx_parse_drops;
     r.reorder_depth_max = std::max(r.reorder_depth_max, n.reorder_depth_max);
+    r.host_stalls += n.stalls;
+    r.host_stalled_us += static_cast<double>(n.stalled_ns) / 1000.0;
+    r.rx_ring_drops += n.rx_ring_drops;
+    r.rx_backlog_max = std::max(r.rx_backlog_max, n.rx_backlog_max);
   }
   for (const Conn& c : conns_) {
     for (auto [host, qpn] : {std::pair{c.src, c.src_qpn}, std::pair{c.dst, c.dst_qpn}}) {
@@ -232,6 +254,9 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
         r.path_removals += ps.removals;
         r.path_returns += ps.returns;
         r.path_losses += ps.losses;
+        r.path_loss_removals += ps.loss_removals;
+        r.path_silent_removals += ps.silent_removals;
+        r.path_stall_excused += ps.stall_excused;
         r.last_path_return_us = std::max(r.last_path_return_us, static_cast<double>(ps.last_returned_ns) / 1000.0);
         if (ps.first_removed_ns) {
           const double t = static_cast<double>(ps.first_removed_ns) / 1000.0;
@@ -252,6 +277,8 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
   }
   for (const auto& h : hosts_) r.credits_granted += h->transport().credits_granted();
   for (const auto& h : hosts_) r.credit_kicks += h->transport().credit_kicks();
+  for (const auto& h : hosts_) r.credit_kicks_excused += h->transport().credit_kicks_excused();
+  for (const auto& h : hosts_) r.loop_gaps += h->transport().loop_gaps();
   const FabricStats fs = fabric_.stats();
   r.drops = fs.drops();
   r.drops_queue = fs.drops_queue;
@@ -276,17 +303,25 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
     // Which path a sender QP's i-th source port takes, by tracing its route.
     r.path_removals_per_path.assign(n, 0);
     r.path_silent_removals_per_path.assign(n, 0);
+    r.path_loss_removals_per_path.assign(n, 0);
+    r.path_stall_excused_per_path.assign(n, 0);
+    r.path_first_removal_us.assign(n, 0);
     for (const Conn& c : conns_) {
       const PathPolicy* pp = hosts_[c.src]->transport().path_policy(c.src_qpn);
       if (pp == nullptr) continue;
       for (uint32_t i = 0; i < pp->path_count(); ++i) {
         const PathStats ps = pp->path_stats(i);
-        if (ps.removals == 0) continue;
+        if (ps.removals == 0 && ps.stall_excused == 0) continue;
         for (uint32_t port : trace_route(fabric_, c.src, c.dst, pp->path_port(i))) {
           const auto k = std::find(links.begin(), links.end(), static_cast<int>(fabric_.ports()[port].link));
           if (k == links.end()) continue;
           r.path_removals_per_path[k - links.begin()] += ps.removals;
           r.path_silent_removals_per_path[k - links.begin()] += ps.silent_removals;
+          r.path_loss_removals_per_path[k - links.begin()] += ps.loss_removals;
+          r.path_stall_excused_per_path[k - links.begin()] += ps.stall_excused;
+          double& first = r.path_first_removal_us[k - links.begin()];
+          const double at = static_cast<double>(ps.first_removed_ns) / 1000.0;
+          if (ps.first_removed_ns && (first == 0 || at < first)) first = at;
         }
       }
     }
