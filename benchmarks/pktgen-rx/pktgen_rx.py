@@ -32,7 +32,9 @@ ROOT = os.path.join(HERE, "..", "..")
 
 class Pktgen:
     """pktgen as the memif client (the receiver is the server): TX lcore 0, main lcore 1, the pcap
-    replayed in a loop at 100 % rate. Its CLI reads stdin: "stop 0", "quit"."""
+    replayed in a loop at 100 % rate. Its CLI reads stdin: "stop 0", "quit". pktgen 23.03 makes five
+    24576 x 10 KiB mbuf pools per port and queue (~1.3 GB, fixed at build time): on ordinary pages
+    (--no-huge), so the receivers keep the VM's 2 GB of hugepages."""
     port = 0  # its memif port
 
     def __init__(self, path):
@@ -43,13 +45,13 @@ class Pktgen:
         with open(script, "w") as f:
             f.write(PKT_SCRIPT)
         return lab.start([self.path, "-l", "0,1", "--main-lcore=1", "--no-pci", f"--file-prefix={prefix}",
-                          "--socket-limit=512", "--huge-unlink", "--log-level=error",
+                          "--no-huge", "-m", "1536", "--log-level=error",
                           f"--vdev=net_memif0,role=client,socket={sock}", "--",
                           "-P", "-T", "-m", "0.0", "-s", f"0:{pcap}", "-f", script],
                          f"gen-{tag}", prefix, stdin=subprocess.PIPE)
 
     def go(self, p):
-        pass  # the script starts it
+        send(p, b"start 0\n")
 
     def halt(self, p):
         send(p, b"stop 0\n")
@@ -83,8 +85,19 @@ class TestpmdReplay:
         send(p, b"quit\n")
 
 
-# pktgen's unattended run (docs/pktgen.md "An unattended run"): replay port 0's pcap at full rate.
-PKT_SCRIPT = "set 0 rate 100\nenable 0 pcap\nstart 0\n"
+# pktgen's set-up (docs/pktgen.md "An unattended run"): replay port 0's pcap at full rate; "start 0"
+# comes on stdin once the link is up and the receiver's counters are read (a memif server's
+# port counters restart from 0 when its client leaves, so they are read while connected).
+PKT_SCRIPT = "set 0 rate 100\nenable 0 pcap\n"
+
+
+def remove_socket(sock):
+    """A memif server whose predecessor left its socket file behind fails to bind ("Address
+    already in use"): the receivers take turns on one socket path."""
+    try:
+        os.unlink(sock)
+    except FileNotFoundError:
+        pass
 
 
 def send(p, b):
@@ -96,19 +109,30 @@ def send(p, b):
 
 
 def run_generator(lab, gen, sock, pcap, tag, counts, seconds, warmup, link_up):
+    """run_once, tried a second time if the generator never got going (a busy VM can take
+    pktgen's 1.5 GB set-up past the deadline)."""
+    try:
+        return run_once(lab, gen, sock, pcap, tag, counts, seconds, warmup, link_up)
+    except RuntimeError as e:
+        print(f"pktgen-rx: {tag}: {str(e).splitlines()[0]}; once more", file=sys.stderr)
+        return run_once(lab, gen, sock, pcap, tag + "-again", counts, seconds, warmup, link_up)
+
+
+def run_once(lab, gen, sock, pcap, tag, counts, seconds, warmup, link_up):
     """Replays pcap with `gen` at the receiver; counts() gives the receiver's (counted, received)
     frames. Measures counted and the generator's opackets over `seconds` after `warmup`, stops
     it; returns counted Mpps, generator Mpps, and sent / received / lost over the whole send."""
     pre = f"pkg-{tag}-{os.getpid()}"
-    before = counts()[1]
     p = gen.start(lab, tag, pre, sock, pcap)
     try:
         tel = Telemetry(pre, ready=f"/ethdev/stats,{gen.port}", timeout=30)
-        deadline = time.time() + 30
+        deadline = time.time() + 60
         while not link_up():
             if p.poll() is not None or time.time() > deadline:
                 raise RuntimeError(f"{tag}: the memif link never came up:\n" + lab.text(f"gen-{tag}")[-3000:])
             time.sleep(0.1)
+        time.sleep(0.5)  # pktgen runs its -f script once its ports are up
+        before = counts()[1]
         gen.go(p)
         while (tel.opackets(gen.port) or 0) == 0:
             if p.poll() is not None or time.time() > deadline:
@@ -148,6 +172,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--qps", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=3, help="ours then the baseline, this many times (medians)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory (logs)")
     a = ap.parse_args()
     b = os.path.abspath(a.build)
@@ -161,109 +186,141 @@ def main():
     lab = Lab(tmp_prefix="tandem-pktgen-rx-", keep=a.keep)
     d = lab.d
     sock = f"{d}/rx.sock"
-    out = {}
+    kinds = (64, 1024, "malformed")
+    rounds = []
     try:
         with open(f"{d}/A.yaml", "w") as f:
             f.write(table_yaml(LAB_HOSTS[0], LAB_HOSTS[1], paths=4))
-        # --- ours: the worker, the sink's QPs, their profiles
-        wpre = f"pkr-w-{os.getpid()}"
-        w = lab.start([rnic, "--name", "A", "--host-socket", f"{d}/A.rnic", "--table", f"{d}/A.yaml",
-                       "--bench-any-psn", "--idle", "busy", "--link-wait-ms", "0", "--device-dir", "",
-                       "--stats-json", f"{d}/A.json", "--", "--no-pci", f"--file-prefix={wpre}", "-l", "1",
-                       "-m", "256", "--log-level=lib.eal:error", f"--vdev=net_memif0,role=server,socket={sock}"],
-                      "worker", wpre)
-        wtel = Telemetry(wpre, ready="/tandem/rnic/stats")
-        s = lab.start([perf, "sink", "-d", f"{d}/A.rnic", "--table", f"{d}/A.yaml", "--remote", "192.168.7.2",
-                       "--qps", str(a.qps), "--size", "65536", "--json", "--out", f"{d}/sink.json"],
-                      "sink", separate_stderr=True)
-        t0 = time.time()
-        while not os.path.exists(f"{d}/sink.json"):
-            if s.poll() is not None or time.time() - t0 > 30:
-                raise RuntimeError("sink did not start: " + lab.text("sink", "err"))
-            time.sleep(0.05)
-        pcaps = {}
-        for pay in (64, 1024):
-            r = subprocess.run([sys.executable, f"{ROOT}/scripts/make_profiles.py", wire, f"{d}/p{pay}",
-                                "--from", f"{d}/sink.json", "--payload", str(pay)], capture_output=True, text=True)
-            if r.returncode != 0:
-                raise RuntimeError(f"make_profiles {pay}: {r.stderr}")
-            pcaps[pay] = f"{d}/p{pay}/write-stream.pcap"
-        pcaps["malformed"] = f"{d}/p64/malformed.pcap"
-
-        def stat(name):
-            def counts():
-                st = wtel.cmd("/tandem/rnic/stats") or {}
-                return st.get(name, 0), st.get("rx_packets", 0)
-            return counts
-
-        def wlink():
-            return (wtel.cmd("/ethdev/link_status,0") or {}).get("status") == "UP"
-
-        ours = {}
-        for k in (64, 1024):
-            ours[k] = run_generator(lab, gen, sock, pcaps[k], f"w{k}", stat("rx_accepted"), a.seconds, a.warmup,
-                                    wlink)
-        ours["malformed"] = run_generator(lab, gen, sock, pcaps["malformed"], "wmal", stat("rx_packets"), a.seconds,
-                                          a.warmup, wlink)
-        st = wtel.cmd("/tandem/rnic/stats") or {}
-        wtel.s.close()
-        stop(s)
-        sink_res = json.loads(lab.text("sink").strip().splitlines()[-1])
-        stop(w)
-        remove_dpdk_files(wpre)
-        # --- baseline: testpmd rxonly, same socket, same pktgen
-        tpre = f"pkr-t-{os.getpid()}"
-        # Its forwarding lcore is 1 (the worker's); the main lcore waits on stdin.
-        t = lab.start([testpmd, "-l", "0,1", "--main-lcore=0", "--no-pci", f"--file-prefix={tpre}", "-m", "256", "--huge-unlink",
-                       "--log-level=error",
-                       f"--vdev=net_memif0,role=server,socket={sock}", "--", "--forward-mode=rxonly",
-                       "--no-lsc-interrupt"], "testpmd", tpre, stdin=subprocess.PIPE)
-        ttel = Telemetry(tpre, ready="/ethdev/stats,0")
-
-        def ipackets():
-            n = (ttel.cmd("/ethdev/stats,0") or {}).get("ipackets", 0)
-            return n, n
-
-        def tlink():
-            return (ttel.cmd("/ethdev/link_status,0") or {}).get("status") == "UP"
-
-        base = {}
-        for k in (64, 1024, "malformed"):
-            base[k] = run_generator(lab, gen, sock, pcaps[k], f"t{k}", ipackets, a.seconds, a.warmup, tlink)
-        ttel.s.close()
-        stop(t)
-
-        def r3(x):
-            return round(x, 3)
-        out = {"bench": "pktgen-rx", "unit": "Mpps", "ours": r3(ours[64]["mpps"]), "baseline": r3(base[64]["mpps"]),
-               "baseline_name": "dpdk-testpmd --forward-mode=rxonly on the same memif link, same pktgen, 64 B profile",
-               "ratio": r3(ours[64]["mpps"] / base[64]["mpps"]) if base[64]["mpps"] else None,
-               "ours_1024_mpps": r3(ours[1024]["mpps"]), "baseline_1024_mpps": r3(base[1024]["mpps"]),
-               "ratio_1024": r3(ours[1024]["mpps"] / base[1024]["mpps"]) if base[1024]["mpps"] else None,
-               "drop_path_mpps": r3(ours["malformed"]["mpps"]),
-               "baseline_malformed_mpps": r3(base["malformed"]["mpps"]),
-               "drop_path_ratio": r3(ours["malformed"]["mpps"] / base["malformed"]["mpps"])
-               if base["malformed"]["mpps"] else None,
-               "lost": {str(k): ours[k]["lost"] for k in ours},
-               "baseline_lost": {str(k): base[k]["lost"] for k in base},
-               "generator": a.generator, "generator_sent_mpps": {str(k): r3(ours[k]["gen_mpps"]) for k in ours},
-               "bench_duplicate": st.get("core_bench_duplicate"), "bench_gap": st.get("core_bench_gap"),
-               "bench_accepted": st.get("core_bench_accepted"),
-               "sink_verify": sink_res.get("verify"), "sink_write": sink_res.get("write"),
-               "seconds": a.seconds, "qps": a.qps, "pktgen": a.pktgen}
+        for rnd in range(a.rounds):
+            ours, st, sink_res = ours_phase(lab, a, gen, d, sock, rnd, rnic, perf, wire)
+            base = baseline_phase(lab, a, gen, d, sock, rnd, testpmd)
+            rounds.append({"ours": ours, "base": base, "stats": st, "sink": sink_res})
     finally:
         lab.cleanup()
+
+    def med(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+    def r3(x):
+        return round(x, 3)
+    o = {k: med([r["ours"][k]["mpps"] for r in rounds]) for k in kinds}
+    b = {k: med([r["base"][k]["mpps"] for r in rounds]) for k in kinds}
+    # The ratio of each round (ours and its baseline minutes apart), then the median.
+    ratio = {k: med([r["ours"][k]["mpps"] / r["base"][k]["mpps"] for r in rounds if r["base"][k]["mpps"]] or [0])
+             for k in kinds}
+    last = rounds[-1]
+    out = {"bench": "pktgen-rx", "unit": "Mpps", "ours": r3(o[64]), "baseline": r3(b[64]),
+           "baseline_name": "dpdk-testpmd --forward-mode=rxonly on the same memif link, same pktgen, 64 B profile",
+           "ratio": r3(ratio[64]), "ours_1024_mpps": r3(o[1024]), "baseline_1024_mpps": r3(b[1024]),
+           "ratio_1024": r3(ratio[1024]), "drop_path_mpps": r3(o["malformed"]),
+           "baseline_malformed_mpps": r3(b["malformed"]), "drop_path_ratio": r3(ratio["malformed"]),
+           "lost": sum(r["ours"][k]["lost"] for r in rounds for k in kinds),
+           "baseline_lost": sum(r["base"][k]["lost"] for r in rounds for k in kinds),
+           "rounds": [{str(k): {"ours": r3(r["ours"][k]["mpps"]), "baseline": r3(r["base"][k]["mpps"]),
+                               "sent_mpps": r3(r["ours"][k]["gen_mpps"]),
+                               "baseline_sent_mpps": r3(r["base"][k]["gen_mpps"]), "lost": r["ours"][k]["lost"]}
+                       for k in kinds} for r in rounds],
+           "generator": a.generator, "pktgen": a.pktgen, "seconds": a.seconds, "qps": a.qps,
+           "bench_accepted": last["stats"].get("core_bench_accepted"),
+           "bench_duplicate": last["stats"].get("core_bench_duplicate"),
+           "bench_gap": last["stats"].get("core_bench_gap"),
+           "sink_verify": [r["sink"].get("verify") for r in rounds], "sink_write": last["sink"].get("write")}
     if a.json:
         print(json.dumps(out))
-    else:
-        print(f"{'profile':<24}{'ours Mpps':>10}{'testpmd rxonly':>16}{'ratio':>8}{'lost':>8}")
-        for k, name in ((64, "WRITE 64 B (accepted)"), (1024, "WRITE 1 KiB (accepted)"),
-                        ("malformed", "malformed (dropped)")):
-            o, bb = out, None
-            ours_k = {64: o["ours"], 1024: o["ours_1024_mpps"], "malformed": o["drop_path_mpps"]}[k]
-            bb = {64: o["baseline"], 1024: o["baseline_1024_mpps"], "malformed": o["baseline_malformed_mpps"]}[k]
-            print(f"{name:<24}{ours_k:>10}{bb:>16}{(ours_k / bb if bb else 0):>8.3f}{o['lost'][str(k)]:>8}")
-        print(f"bench_duplicate {out['bench_duplicate']} bench_gap {out['bench_gap']} sink {out['sink_verify']}")
+        return
+    print(f"{'profile (median of rounds)':<28}{'ours Mpps':>10}{'testpmd rxonly':>16}{'ratio':>8}")
+    for k, name in ((64, "WRITE 64 B (accepted)"), (1024, "WRITE 1 KiB (accepted)"), ("malformed", "malformed (dropped)")):
+        print(f"{name:<28}{r3(o[k]):>10}{r3(b[k]):>16}{r3(ratio[k]):>8}")
+    print(f"lost {out['lost']} (baseline {out['baseline_lost']}); last round: bench_accepted {out['bench_accepted']} "
+          f"bench_duplicate {out['bench_duplicate']} bench_gap {out['bench_gap']}; sink {out['sink_verify']}")
+
+
+def ours_phase(lab, a, gen, d, sock, rnd, rnic, perf, wire):
+    """The worker (memif server), the sink's QPs and their profiles; pktgen replays each."""
+    wpre = f"pkr-w{rnd}-{os.getpid()}"
+    remove_socket(sock)
+    w = lab.start([rnic, "--name", "A", "--host-socket", f"{d}/A.rnic", "--table", f"{d}/A.yaml",
+                   "--bench-any-psn", "--idle", "busy", "--link-wait-ms", "0", "--device-dir", "",
+                   "--stats-json", f"{d}/A{rnd}.json", "--", "--no-pci", f"--file-prefix={wpre}", "-l", "1",
+                   "-m", "256", "--log-level=lib.eal:error", f"--vdev=net_memif0,role=server,socket={sock}"],
+                  f"worker{rnd}", wpre)
+    wtel = Telemetry(wpre, ready="/tandem/rnic/stats")
+    s = lab.start([perf, "sink", "-d", f"{d}/A.rnic", "--table", f"{d}/A.yaml", "--remote", "192.168.7.2",
+                   "--qps", str(a.qps), "--size", "65536", "--json", "--out", f"{d}/sink{rnd}.json"],
+                  f"sink{rnd}", separate_stderr=True)
+    t0 = time.time()
+    while not os.path.exists(f"{d}/sink{rnd}.json"):
+        if s.poll() is not None or time.time() - t0 > 30:
+            raise RuntimeError("sink did not start: " + lab.text(f"sink{rnd}", "err"))
+        time.sleep(0.05)
+    pcaps = {}
+    for pay in (64, 1024):
+        r = subprocess.run([sys.executable, f"{ROOT}/scripts/make_profiles.py", wire, f"{d}/p{pay}",
+                            "--from", f"{d}/sink{rnd}.json", "--payload", str(pay)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"make_profiles {pay}: {r.stderr}")
+        pcaps[pay] = f"{d}/p{pay}/write-stream.pcap"
+    pcaps["malformed"] = f"{d}/p64/malformed.pcap"
+
+    def counts(name):
+        def f():
+            # The worker's lcore fills the snapshot; under load a reply can be -EBUSY: ask again.
+            for _ in range(50):
+                st = wtel.cmd("/tandem/rnic/stats") or {}
+                if "rx_packets" in st:
+                    return st.get(name, 0), st["rx_packets"]
+                time.sleep(0.05)
+            raise RuntimeError("the worker's /tandem/rnic/stats did not answer")
+        return f
+
+    def link():
+        return (wtel.cmd("/ethdev/link_status,0") or {}).get("status") == "UP"
+
+    ours = {}
+    for k in (64, 1024, "malformed"):
+        ours[k] = run_generator(lab, gen, sock, pcaps[k], f"w{rnd}-{k}",
+                                counts("rx_packets" if k == "malformed" else "rx_accepted"), a.seconds, a.warmup,
+                                link)
+    st = wtel.cmd("/tandem/rnic/stats") or {}
+    wtel.s.close()
+    stop(s)
+    sink_res = json.loads(lab.text(f"sink{rnd}").strip().splitlines()[-1])
+    stop(w)
+    remove_dpdk_files(wpre)
+    # The profiles stay for the baseline (testpmd rxonly does not look inside).
+    lab.pcaps = pcaps
+    return ours, st, sink_res
+
+
+def baseline_phase(lab, a, gen, d, sock, rnd, testpmd):
+    """dpdk-testpmd rxonly as the memif server on the same socket: its forwarding lcore is 1 (the
+    worker's), its main lcore waits on stdin; the same pktgen replays the same pcaps."""
+    tpre = f"pkr-t{rnd}-{os.getpid()}"
+    remove_socket(sock)
+    t = lab.start([testpmd, "--lcores=0@1,1@1", "--main-lcore=0", "--no-pci", f"--file-prefix={tpre}", "-m", "256",
+                   "--huge-unlink", "--log-level=error", f"--vdev=net_memif0,role=server,socket={sock}", "--",
+                   "--forward-mode=rxonly", "--no-lsc-interrupt"], f"testpmd{rnd}", tpre, stdin=subprocess.PIPE)
+    ttel = Telemetry(tpre, ready="/ethdev/stats,0")
+
+    def ipackets():
+        for _ in range(50):
+            r = ttel.cmd("/ethdev/stats,0") or {}
+            if "ipackets" in r:
+                return r["ipackets"], r["ipackets"]
+            time.sleep(0.05)
+        raise RuntimeError("testpmd's /ethdev/stats did not answer")
+
+    def link():
+        return (ttel.cmd("/ethdev/link_status,0") or {}).get("status") == "UP"
+
+    base = {}
+    for k in (64, 1024, "malformed"):
+        base[k] = run_generator(lab, gen, sock, lab.pcaps[k], f"t{rnd}-{k}", ipackets, a.seconds, a.warmup, link)
+    ttel.s.close()
+    stop(t)
+    remove_dpdk_files(tpre)
+    return base
 
 
 if __name__ == "__main__":
