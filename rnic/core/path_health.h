@@ -190,6 +190,7 @@ class PathHealth {
     p.acked_sent = std::max(p.acked_sent, sent);
     // Something on the path answered: restart its silence clock.
     p.outstanding_since = 0;
+    p.lost_since_ack = false;
     if (rtt_ns) {
       if (p.srtt == 0) {
         p.srtt = rtt_ns;
@@ -211,7 +212,25 @@ class PathHealth {
     p.last_loss_at = now ? now : 1;
     // Evidence against the path only if a packet sent on it later arrived:
     // otherwise it may merely be late, overtaken by faster paths.
-    if (sent_at == 0 || sent_at >= p.acked_sent) return;
+    if (sent_at == 0 || sent_at >= p.acked_sent) {
+      // Declared lost, never to be answered: the first such loss since the
+      // path's last ACK restarts its silence clock at its newest packet (a
+      // sparse path that loses one packet is a loss, for the loss rule,
+      // not a silence); a second one with no ACK between keeps the clock
+      // running (a dead path loses every packet).
+      if (!p.lost_since_ack && p.outstanding_since != 0 && sent_at >= p.outstanding_since) {
+        p.lost_since_ack = true;
+        if (p.last_sent_at > sent_at) {
+          p.outstanding_since = p.last_sent_at;
+          p.silent_after = p.outstanding_since + silence_ns(i);
+          p.excused_ns = 0;
+          p.excused = false;
+        } else {
+          p.outstanding_since = 0;
+        }
+      }
+      return;
+    }
     ++p.s.confirmed_losses;
     p.last_loss_sent = std::max(p.last_loss_sent, sent_at);
     if (!p.down && ++p.consecutive_losses >= kLossesToRemove && alone_losing(i)) {
@@ -297,6 +316,7 @@ class PathHealth {
     uint32_t hold_shift = 0;
     bool down = false;
     bool excused = false;     // this silence was counted in stall_excused
+    bool lost_since_ack = false;  // a loss (unconfirmed) moved the silence clock since the last ACK
   };
   // Moves every running silence deadline by `ns` of stall ending at `end`.
   void excuse(uint64_t ns, uint64_t end) noexcept {
