@@ -344,9 +344,11 @@ uint32_t HostServer::apply_control(uint64_t now) noexcept {
 void HostServer::serve_control(uint64_t now, int timeout_ms) {
   now_ = now;
   ++serve_seq_;
-  release_retired();
+  // A few device unmaps per round, the sockets between: one rte_extmem_unregister
+  // of 4 KiB pages can take seconds; requests should not queue behind a pile of them.
+  const bool more = release_retired(4);
   epoll_event evs[64];
-  int n = epoll_wait(epoll_fd_, evs, 64, timeout_ms);
+  int n = epoll_wait(epoll_fd_, evs, 64, more ? 0 : timeout_ms);
   for (int i = 0; i < n; ++i) {
     uint64_t tag = evs[i].data.u64;
     if (tag == kTagListen) {
@@ -362,15 +364,19 @@ void HostServer::serve_control(uint64_t now, int timeout_ms) {
   }
 }
 
-void HostServer::release_retired() {
+bool HostServer::release_retired(int budget) {
   while (!retired_.empty() && retired_.front().serve_seq < serve_seq_ &&
          now_ - retired_.front().since >= config_.unmap_grace_ns) {
     Retired& r = retired_.front();
-    // The device lets go first, then the pages go.
-    if (r.device_mapped && config_.mapper != nullptr) config_.mapper->unmap(r.region.data());
+    // The device lets go first, then the pages go. Only the device's side is slow.
+    if (r.device_mapped && config_.mapper != nullptr) {
+      if (budget-- == 0) return true;
+      config_.mapper->unmap(r.region.data());
+    }
     retired_bytes_.fetch_sub(r.region.size(), std::memory_order_relaxed);
     retired_.pop_front();
   }
+  return false;
 }
 
 void HostServer::accept_apps() {

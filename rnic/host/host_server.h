@@ -297,7 +297,7 @@ class HostServer {
               Reply* rep, int* rfds, std::size_t* nrfds);
   void drop_app(uint32_t app_index, bool died);
   void retire(ShmRegion&& region, bool device_mapped = false);
-  void release_retired();
+  bool release_retired(int budget);  // budget: device unmaps; true if more are due
   // Hands msg to the fast half and waits until it is applied (threaded), or
   // applies it here (poll()). False if the lcore stopped before applying it.
   bool send_to_fast(ControlMsg& msg, ControlResult* result = nullptr);
