@@ -2,6 +2,8 @@
 
 #include <rte_lcore.h>
 
+#include "common/dpdk/unmap_guard.h"
+
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -17,6 +19,9 @@ HostControl::HostControl(host::HostServer& server, const char* name) : server_(s
 
 void* HostControl::run(void* self) noexcept {
   auto* h = static_cast<HostControl*>(self);
+  // Its munmaps are of tenant memory past its grace period (and DPDK's own for
+  // extmem), never of memif regions: no need to wait for, or IPI, the lcore.
+  common::dpdk::unmap_guard_exempt_this_thread();
   // Blocks in epoll_wait; wakes at least every 5 ms to release retired mappings and see stop().
   while (!h->stop_.load(std::memory_order_acquire)) h->server_.serve_control(h->clock_.now_ns(), 5);
   return nullptr;
