@@ -1,7 +1,6 @@
 #include "rnic/host/host_server.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -293,14 +292,13 @@ void HostServer::poll(uint64_t now) {
 
 bool HostServer::send_to_fast(ControlMsg& msg, ControlResult* result) {
   msg.seq = ++sent_seq_;
-  unsigned spins = 0;
-  auto backoff = [&spins] {
-    if (++spins < 64) {
-      sched_yield();
-    } else {
-      timespec ts{0, 20'000};  // the lcore looks at the queue every iteration
-      nanosleep(&ts, nullptr);
-    }
+  // Sleep, never spin or yield: the control thread shares a core with other
+  // busy pollers (the fabric's lcore in the lab), and a yield loop while the
+  // lcore is descheduled steals that core by the millisecond. The lcore looks
+  // at the queue every iteration; an answer comes within one of them.
+  auto backoff = [] {
+    timespec ts{0, 50'000};
+    nanosleep(&ts, nullptr);
   };
   while (!to_fast_->push(msg)) {
     if (stopping_.load(std::memory_order_acquire)) return false;
