@@ -10,7 +10,8 @@
 
 namespace tandem::rnic::dpdk {
 
-HostControl::HostControl(host::HostServer& server, const char* name) : server_(server) {
+HostControl::HostControl(host::HostServer& server, const char* name, const common::dpdk::TscClock& clock)
+    : server_(server), clock_(clock) {
   server_.set_threaded(true);
   const int rc = rte_ctrl_thread_create(&thread_, name, nullptr, &HostControl::run, this);
   if (rc != 0) throw std::runtime_error(std::string("cannot start the host control thread: ") + std::strerror(-rc));

@@ -17,7 +17,8 @@ namespace tandem::rnic::dpdk {
 class HostControl {
  public:
   // Puts `server` in threaded mode and starts serving it. Throws on failure.
-  HostControl(host::HostServer& server, const char* name);
+  // clock: the lcore's (apply_control's `now`), so grace periods compare.
+  HostControl(host::HostServer& server, const char* name, const common::dpdk::TscClock& clock);
   ~HostControl() { stop(); }
   HostControl(const HostControl&) = delete;
   HostControl& operator=(const HostControl&) = delete;
@@ -29,7 +30,7 @@ class HostControl {
   static void* run(void* self) noexcept;
 
   host::HostServer& server_;
-  common::dpdk::TscClock clock_;
+  const common::dpdk::TscClock& clock_;
   std::atomic<bool> stop_{false};
   pthread_t thread_{};
   bool running_ = false;

@@ -872,7 +872,7 @@ void Worker::loop() {
   cd::unmap_guard_init();
   // Sockets, mmap and DMA registration happen on this thread from now on;
   // the loop only applies what it finished (host_.apply_control).
-  HostControl control(host_, "tandem-host-ctl");
+  HostControl control(host_, "tandem-host-ctl", clock_);
   while (!cd::stop_requested()) {
     uint64_t now = clock_.now_ns();
     if (end_ns && now >= end_ns) break;

@@ -314,6 +314,9 @@ bool HostServer::send_to_fast(ControlMsg& msg, ControlResult* result) {
     if (stopping_.load(std::memory_order_acquire)) return false;
     backoff();
   }
+  // Retirements that follow count their grace from when the lcore let go,
+  // not from the start of this round (now_ may predate a long epoll_wait).
+  if (r.applied_ns > now_) now_ = r.applied_ns;
   if (result != nullptr) *result = r;
   return true;
 }
@@ -324,6 +327,7 @@ uint32_t HostServer::apply_control(uint64_t now) noexcept {
   while (to_fast_->pop(&m)) {
     ControlResult r;
     r.seq = m.seq;
+    r.applied_ns = now;
     apply(m, &r);
     while (!to_ctl_->push(r)) {
       // Cannot happen (one message in flight), but never drop an answer.

@@ -185,6 +185,7 @@ struct ControlResult {
   uint64_t seq = 0;
   uint32_t status = 0;      // Status of a modify_qp the fast half validated
   ibv_qp_state state = IBV_QPS_RESET;
+  uint64_t applied_ns = 0;  // the lcore's `now` when it applied the message (grace starts here)
 };
 
 class HostServer {
@@ -206,6 +207,7 @@ class HostServer {
   void set_threaded(bool threaded) noexcept { threaded_ = threaded; }
   // Accepts applications, answers their requests, notices the ones that went
   // away, releases retired mappings. Blocks in epoll_wait up to timeout_ms.
+  // `now` must come from the same clock as apply_control's.
   void serve_control(uint64_t now, int timeout_ms);
   // A control thread waiting for the fast half gives up (the lcore stopped).
   void stop_control() noexcept { stopping_.store(true, std::memory_order_release); }
