@@ -223,3 +223,40 @@ TEST_CASE("control changes reach the lcore in order, and modify_qp answers from 
   };
   CHECK(seen == want);
 }
+
+TEST_CASE("SRQs follow the split: the lcore gets them in order with their QPs, and query_qp answers from its state") {
+  Threaded t(nullptr, 0);
+  test::App app(t.path);
+  Srq* srq = create_srq(app.pd, 8, 1);
+  REQUIRE(srq != nullptr);
+  QpInitAttr init;
+  init.send_cq = app.cq;
+  init.recv_cq = app.cq;
+  init.srq = srq;
+  Qp* qp = create_qp(app.pd, &init);
+  REQUIRE(qp != nullptr);
+  REQUIRE(test::to_rts(qp, 2) == 0);
+  CHECK(destroy_srq(srq) == static_cast<int>(Status::kBusy));  // the control half's reference count
+  REQUIRE(query_qp_state(qp) == 0);
+  CHECK(qp->state == IBV_QPS_RTS);
+  t.error_qpn = qp->qp_num;  // the lcore's own move to ERR: only its state knows
+  while (t.error_qpn.load() != 0) std::this_thread::yield();
+  t.visible();
+  REQUIRE(query_qp_state(qp) == 0);
+  CHECK(qp->state == IBV_QPS_ERR);
+  const uint32_t qpn = qp->qp_num, handle = srq->handle;
+  REQUIRE(destroy_qp(qp) == 0);
+  REQUIRE(destroy_srq(srq) == 0);
+
+  // The worker creates the transport's SRQ before a QP on it, and destroys it after.
+  std::vector<HostEventKind> seen;
+  for (const HostEvent& e : t.events()) {
+    if ((e.kind == HostEventKind::kSrqCreated || e.kind == HostEventKind::kSrqDestroyed) && e.srq == handle)
+      seen.push_back(e.kind);
+    if ((e.kind == HostEventKind::kQpCreated || e.kind == HostEventKind::kQpDestroyed) && e.qpn == qpn)
+      seen.push_back(e.kind);
+  }
+  const std::vector<HostEventKind> want = {HostEventKind::kSrqCreated, HostEventKind::kQpCreated,
+                                           HostEventKind::kQpDestroyed, HostEventKind::kSrqDestroyed};
+  CHECK(seen == want);
+}
