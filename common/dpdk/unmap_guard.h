@@ -36,6 +36,10 @@ extern thread_local bool on_data_path;
 
 // Call once on the data-path thread before its loop (registers membarrier).
 void unmap_guard_init() noexcept;
+// Call on a thread whose munmaps never touch the port's regions (their memory
+// has its own grace period, e.g. the RNIC's host control thread): its munmap
+// then neither waits for the data path nor interrupts it with a membarrier.
+inline void unmap_guard_exempt_this_thread() noexcept { unmap_guard_detail::on_data_path = true; }
 
 class PortSection {
  public:

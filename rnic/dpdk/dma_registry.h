@@ -3,27 +3,33 @@
 // device (rte_dev_dma_map), so that zero-copy TX of external mbufs works on
 // PMDs that need it (mlx5 registers it with the HCA, VFIO programs the
 // IOMMU). Vdevs have no DMA to map (memif, af_packet, null copy or drop):
-// a refusal is counted, not an error. Control path only; a mapping shared
-// by several MRs is registered once and released with its last MR.
+// a refusal is counted, not an error. The host interface's control thread
+// calls it (host::DeviceMapper) before an MR is visible to the lcore and after
+// its grace period; a mapping shared by several MRs is registered once and
+// released with its last MR. The counters are atomics: the lcore's telemetry
+// snapshot reads them.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <unordered_map>
+
+#include "rnic/host/host_server.h"
 
 namespace tandem::rnic::dpdk {
 
 struct DmaCounters {
-  uint64_t mapped = 0;        // registered, and the device took the DMA map (vdevs
-                              // without DMA of their own accept it as a no-op)
-  uint64_t not_needed = 0;    // the device has no DMA map operation (ENOTSUP)
-  uint64_t no_iova = 0;       // IOVA-as-PA mode: registered, not mapped; zero-copy
-                              // TX then gives the NIC no IOVA (run with --iova-mode=va)
-  uint64_t failed = 0;        // rte_extmem_register or rte_dev_dma_map failed otherwise
-  uint64_t unmapped = 0;
-  uint64_t live = 0;          // mappings held now
+  std::atomic<uint64_t> mapped{0};      // registered, and the device took the DMA map (vdevs
+                                        // without DMA of their own accept it as a no-op)
+  std::atomic<uint64_t> not_needed{0};  // the device has no DMA map operation (ENOTSUP)
+  std::atomic<uint64_t> no_iova{0};     // IOVA-as-PA mode: registered, not mapped; zero-copy
+                                        // TX then gives the NIC no IOVA (run with --iova-mode=va)
+  std::atomic<uint64_t> failed{0};      // rte_extmem_register or rte_dev_dma_map failed otherwise
+  std::atomic<uint64_t> unmapped{0};
+  std::atomic<uint64_t> live{0};        // mappings held now
 };
 
-class DmaRegistry {
+class DmaRegistry final : public host::DeviceMapper {
  public:
   explicit DmaRegistry(uint16_t port_id) noexcept : port_id_(port_id) {}
   ~DmaRegistry();
@@ -33,6 +39,8 @@ class DmaRegistry {
   // map_addr/map_len: the page-aligned mapping; hugetlb: 2 MB pages.
   void add(void* map_addr, uint64_t map_len, bool hugetlb) noexcept;
   void remove(void* map_addr) noexcept;
+  void map(uint8_t* addr, uint64_t length, bool hugetlb) noexcept override { add(addr, length, hugetlb); }
+  void unmap(uint8_t* addr) noexcept override { remove(addr); }
   const DmaCounters& counters() const noexcept { return c_; }
 
  private:

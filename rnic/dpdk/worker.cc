@@ -45,6 +45,7 @@
 #include "rnic/dpdk/dma_registry.h"
 #include "rnic/dpdk/dpu_link.h"
 #include "rnic/dpdk/egress_route.h"
+#include "rnic/dpdk/host_control.h"
 #include "rnic/dpdk/rx_stage.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/dpdk/tx_payload_mode.h"
@@ -69,7 +70,6 @@ constexpr uint64_t kRecvTag = uint64_t{1} << 32;  // core wr_id = slot (| kRecvT
 // SRQ receives: wr_id = kRecvTag | kSrqTag | SrqCtx index << 16 | slot.
 constexpr uint64_t kSrqTag = uint64_t{1} << 33;
 constexpr uint32_t kMaxSrqs = 64;  // the core's (TransportConfig::max_srqs)
-constexpr uint64_t kHostPollNs = 20'000;
 // DPU mode: how long a QP's RTR waits for the agent to install its route.
 constexpr uint64_t kRouteWaitNs = 3'000'000'000;
 constexpr uint32_t kMaxHostQpSlots = 65536;
@@ -164,10 +164,12 @@ class Worker {
         st_(std::move(st)),
         table_(table_config(c, st_)),
         core_(TransportConfig{c.max_qps, kQpnBase, 8, 4, 1024}),
+        dma_(c.port_id),
         host_(host::ServerConfig{.socket_path = c.host_socket,
                                  .vnic_ips = vnic_ips(st_.vnics),
                                  .check_owners = !c.device_owners.empty(),
-                                 .vnic_owners = vnic_owners(c.device_owners, st_.vnics)}),
+                                 .vnic_owners = vnic_owners(c.device_owners, st_.vnics),
+                                 .mapper = &dma_}),
         vnics_(st_.vnics) {
     for (const DeviceOwner& o : c.device_owners)  // standalone vNICs are all known now
       if (c.dpu_channel.empty() &&
@@ -317,6 +319,7 @@ class Worker {
   StandaloneTable st_;
   Level2Table table_;
   Transport core_;
+  DmaRegistry dma_;  // MR mappings for the device: used by host_'s control thread (before host_: outlives it)
   host::HostServer host_;
   // The port's vNICs: the YAML's in standalone mode; in DPU mode the vNIC
   // entries of the committed table (refresh_vnics() right after the channel
@@ -333,7 +336,6 @@ class Worker {
   bool old_agent_warned_ = false;
   std::unique_ptr<TxEncap> encap_;
   TxPayloadMode tx_mode_;
-  DmaRegistry dma_{c_.port_id};
   uint32_t core_cq_ = 0;
   uint32_t ident_key_ = 0;
   std::vector<QpCtx> ctx_;              // index = core QPN - kQpnBase
@@ -353,7 +355,6 @@ class Worker {
       std::make_shared<port::SnapshotExchange<port::CounterRows>>();
   std::shared_ptr<port::SnapshotExchange<port::QpRows>> qps_x_ = std::make_shared<port::SnapshotExchange<port::QpRows>>();
   cd::TscClock clock_;
-  uint64_t last_host_poll_ = 0;
   uint16_t n_ports_ = 1;
   std::unique_ptr<DpuLink> dpu_;  // DPU mode only
 };
@@ -845,9 +846,9 @@ uint32_t Worker::host_events() {
       case host::HostEventKind::kQpCreated: on_qp_created(ev.qpn); break;
       case host::HostEventKind::kQpStateChanged: on_qp_state(ev.qpn, ev.state); break;
       case host::HostEventKind::kQpDestroyed: on_qp_destroyed(ev.qpn, ev.app_died); break;
-      // Zero-copy TX hands the NIC application memory: map it for its DMA.
-      case host::HostEventKind::kMrRegistered: dma_.add(ev.map_addr, ev.map_length, ev.hugetlb); break;
-      case host::HostEventKind::kMrDeregistered: dma_.remove(ev.map_addr); break;
+      // Mapped for the device by the control thread before it got here (DmaRegistry).
+      case host::HostEventKind::kMrRegistered: break;
+      case host::HostEventKind::kMrDeregistered: break;
       case host::HostEventKind::kSrqCreated: on_srq_created(ev.srq, ev.srq_depth); break;
       case host::HostEventKind::kSrqDestroyed: on_srq_destroyed(ev.srq); break;
     }
@@ -1026,6 +1027,9 @@ void Worker::loop() {
   cd::IdleLoop idle(c_.idle);
   const uint64_t end_ns = c_.duration_s > 0 ? clock_.now_ns() + static_cast<uint64_t>(c_.duration_s * 1e9) : 0;
   cd::unmap_guard_init();
+  // Sockets, mmap and DMA registration happen on this thread from now on;
+  // the loop only applies what it finished (host_.apply_control).
+  HostControl control(host_, "tandem-host-ctl", clock_);
   while (!cd::stop_requested()) {
     uint64_t now = clock_.now_ns();
     if (end_ns && now >= end_ns) break;
@@ -1033,13 +1037,10 @@ void Worker::loop() {
     // The port's regions (memif) stay mapped until the idle sleep (unmap_guard.h).
     cd::PortSection in_ports;
     uint32_t work = rx_burst(now);
-    // Control (epoll_wait, accept, recvmsg) at most every 20 us, also when the
-    // port is quiet: a busy-polling empty loop used to make one syscall per iteration.
-    if (now - last_host_poll_ >= kHostPollNs) {
-      host_.poll(now);
-      last_host_poll_ = now;
-      work += host_events();
-    }
+    // Objects the control thread finished (QPs, CQs, MRs mapped for the
+    // device, departures): one load when there are none, never a syscall.
+    work += host_.apply_control(now);
+    work += host_events();
     work += completions();
     work += pump_work();
     for (int i = 0; i < 8; ++i) {
@@ -1059,6 +1060,7 @@ void Worker::loop() {
     publish_snapshots();
     idle.after_iteration(work > 0 || !backlog_.empty());
   }
+  control.stop();  // before shutdown() drains what it left
 }
 
 void Worker::shutdown() {
@@ -1075,7 +1077,7 @@ void Worker::shutdown() {
   completions();
   for (QpCtx& q : ctx_)
     if (q.live) host_.qp_error(q.host_qpn);
-  host_.poll(clock_.now_ns());
+  host_.apply_control(clock_.now_ns());  // the control thread has stopped: nothing new comes
   host_events();
   for (QpCtx& q : ctx_)
     if (q.live) pump_qp(q);  // flushes the WQEs still queued in shared memory

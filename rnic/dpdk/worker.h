@@ -8,8 +8,10 @@
 //     tenant: underlay source, VNI and remote must match the table, else
 //     tenant_mismatch) -> RETH/XETH rkey+VA translated through
 //     HostServer::translate_remote -> core.on_packet(now)
-//   HostServer poll (every few us) -> events (QP create/modify/destroy, app
-//     death) onto the core's verbs -> new WQEs -> core.post_send/post_recv
+//   HostServer::apply_control -> what the control thread finished (sockets,
+//     mmap and DMA registration live there, host_control.h) -> events (QP
+//     create/modify/destroy, app death) onto the core's verbs -> new WQEs ->
+//     core.post_send/post_recv
 //   core.poll(now) -> TxQueue -> egress lookup (vNIC, remote overlay IP) ->
 //     TxEncap (headers, zero-copy payload, chained ICRC) -> tx_burst
 //   core.poll_cq -> HostServer completions

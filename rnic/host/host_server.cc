@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,10 +15,13 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "rnic/host/control_msg.h"
 #include "rnic/host/srq_slot.h"
 #include "rnic/host/unix_channel.h"
 
 namespace tandem::rnic::host {
+
+// ---- control half's records (the control thread's only)
 
 struct HostServer::App {
   uint32_t id = 0;
@@ -30,10 +34,55 @@ struct HostServer::App {
   uint16_t version = 0;
   uint32_t vnic_ip = 0;
   ShmRegion doorbell_memory;
-  DoorbellPage* doorbells = nullptr;
-  std::vector<uint32_t> qpn_by_bit;  // doorbell bit -> QPN (0: free)
+  uint32_t bits = 0;  // doorbell bits handed out so far
   std::vector<uint32_t> free_bits;
   uint32_t qps = 0;
+};
+
+struct HostServer::QpCtl {
+  bool used = false;
+  uint8_t gen = 0;
+  uint32_t app_id = 0;
+  uint32_t app_index = 0;
+  uint32_t doorbell_bit = 0;
+  uint32_t pd = 0;
+  uint32_t send_cq = 0;
+  uint32_t recv_cq = 0;
+  uint32_t srq = 0;  // the SRQ it holds a reference on; 0: none
+  ShmRegion memory;
+};
+
+struct HostServer::CqCtl {
+  bool used = false;
+  uint8_t gen = 0;
+  uint32_t app_id = 0;
+  uint32_t refs = 0;  // QPs using it
+  int event_fd = -1;  // the application's completion channel, or -1 (closed here, after the lcore let go)
+  ShmRegion memory;
+};
+
+struct HostServer::MrCtl {
+  bool used = false;
+  uint8_t gen = 0;
+  uint32_t app_id = 0;
+  uint32_t pd = 0;
+  bool device_mapped = false;  // given to config_.mapper
+  ShmRegion memory;
+};
+
+struct HostServer::PdSlot {
+  bool used = false;
+  uint8_t gen = 0;
+  uint32_t app_id = 0;
+  uint32_t refs = 0;  // MRs and QPs in it
+};
+
+// ---- fast half's records (the data lcore's only)
+
+struct HostServer::FastApp {
+  uint32_t id = 0;
+  DoorbellPage* doorbells = nullptr;
+  std::vector<uint32_t> qpn_by_bit;  // doorbell bit -> QPN (0: free)
 };
 
 struct HostServer::QpSlot {
@@ -42,7 +91,6 @@ struct HostServer::QpSlot {
   uint32_t app_index = 0;
   uint32_t doorbell_bit = 0;
   QpInfo info{};
-  ShmRegion memory;
   RingReader<SendWqe> sq;
   RingReader<RecvWqe> rq;
 };
@@ -51,12 +99,9 @@ struct HostServer::CqSlot {
   bool used = false;
   uint8_t gen = 0;
   uint32_t app_id = 0;
-  uint32_t depth = 0;
-  uint32_t refs = 0;  // QPs using it
-  ShmRegion memory;
   RingWriter<Cqe> ring;
   CqNotify* notify = nullptr;
-  int event_fd = -1;  // the application's completion channel, or -1
+  int event_fd = -1;
   bool overrun = false;  // a completion found it full: in error, takes nothing more
 };
 
@@ -69,14 +114,6 @@ struct HostServer::MrSlot {
   uint64_t addr = 0;  // application virtual address (what peers put in RETH)
   uint64_t length = 0;
   uint8_t* base = nullptr;  // worker address of addr
-  ShmRegion memory;
-};
-
-struct HostServer::PdSlot {
-  bool used = false;
-  uint8_t gen = 0;
-  uint32_t app_id = 0;
-  uint32_t refs = 0;  // MRs and QPs in it
 };
 
 namespace {
@@ -158,7 +195,10 @@ void copy_from_shared(T* dst, const T* src) noexcept {
 
 }  // namespace
 
-HostServer::HostServer(const ServerConfig& config) : config_(config) {
+HostServer::HostServer(const ServerConfig& config)
+    : config_(config),
+      to_fast_(std::make_unique<SpscQueue<ControlMsg, 64>>()),
+      to_ctl_(std::make_unique<SpscQueue<ControlResult, 64>>()) {
   if (config_.max_qps > 0xFFFF) config_.max_qps = 0xFFFF;
   if (config_.max_cqs > 0xFFFF) config_.max_cqs = 0xFFFF;
   if (config_.max_mrs > kMaxMrs - 1) config_.max_mrs = kMaxMrs - 1;
@@ -208,7 +248,7 @@ HostServer::~HostServer() {
   for (auto& a : apps_) {
     if (a && a->sock >= 0) close(a->sock);
   }
-  for (auto& cq : cqs_) {
+  for (auto& cq : cqs_ctl_) {
     if (cq.event_fd >= 0) close(cq.event_fd);
   }
   if (listen_fd_ >= 0) {
@@ -219,19 +259,74 @@ HostServer::~HostServer() {
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
+void HostServer::poll(uint64_t now) {
+  apply_control(now);
+  serve_control(now, 0);
+}
+
+// ---------------------------------------------------------------- the handoff
+
+bool HostServer::send_to_fast(ControlMsg& msg, ControlResult* result) {
+  msg.seq = ++sent_seq_;
+  // Sleep, never spin or yield: the control thread shares a core with other
+  // busy pollers (the fabric's lcore in the lab), and a yield loop while the
+  // lcore is descheduled steals that core by the millisecond. The lcore looks
+  // at the queue every iteration; an answer comes within one of them.
+  auto backoff = [] {
+    timespec ts{0, 50'000};
+    nanosleep(&ts, nullptr);
+  };
+  while (!to_fast_->push(msg)) {
+    if (stopping_.load(std::memory_order_acquire)) return false;
+    backoff();
+  }
+  if (!threaded_) apply_control(now_);
+  ControlResult r;
+  for (;;) {
+    if (to_ctl_->pop(&r)) {
+      if (r.seq == msg.seq) break;
+      continue;  // an answer to a message we gave up on
+    }
+    if (stopping_.load(std::memory_order_acquire)) return false;
+    backoff();
+  }
+  // Retirements that follow count their grace from when the lcore let go,
+  // not from the start of this round (now_ may predate a long epoll_wait).
+  if (r.applied_ns > now_) now_ = r.applied_ns;
+  if (result != nullptr) *result = r;
+  return true;
+}
+
+uint32_t HostServer::apply_control(uint64_t now) noexcept {
+  uint32_t n = 0;
+  ControlMsg m;
+  while (to_fast_->pop(&m)) {
+    ControlResult r;
+    r.seq = m.seq;
+    r.applied_ns = now;
+    apply(m, &r);
+    while (!to_ctl_->push(r)) {
+      // Cannot happen (one message in flight), but never drop an answer.
+    }
+    ++n;
+  }
+  if (now - last_beat_ >= 20'000) {
+    page_->heartbeat_ns.store(now, std::memory_order_relaxed);
+    last_beat_ = now;
+  }
+  return n;
+}
+
 // ---------------------------------------------------------------- control path
 
-void HostServer::poll(uint64_t now) {
+void HostServer::serve_control(uint64_t now, int timeout_ms) {
   now_ = now;
-  ++poll_seq_;
-  page_->heartbeat_ns.store(now, std::memory_order_relaxed);
-  while (!retired_.empty() && retired_.front().poll_seq < poll_seq_ &&
-         now - retired_.front().since >= config_.unmap_grace_ns) {
-    retired_bytes_ -= retired_.front().region.size();
-    retired_.pop_front();
-  }
+  ++serve_seq_;
+  // A few device unmaps per round, the sockets between: one rte_extmem_unregister
+  // of 4 KiB pages can take seconds; requests should not queue behind a pile of them.
+  const bool more = release_retired(4);
   epoll_event evs[64];
-  int n = epoll_wait(epoll_fd_, evs, 64, 0);
+  int n = epoll_wait(epoll_fd_, evs, 64, more ? 0 : timeout_ms);
   for (int i = 0; i < n; ++i) {
     uint64_t tag = evs[i].data.u64;
     if (tag == kTagListen) {
@@ -247,13 +342,28 @@ void HostServer::poll(uint64_t now) {
   }
 }
 
+bool HostServer::release_retired(int budget) {
+  while (!retired_.empty() && retired_.front().serve_seq < serve_seq_ &&
+         now_ - retired_.front().since >= config_.unmap_grace_ns) {
+    Retired& r = retired_.front();
+    // The device lets go first, then the pages go. Only the device's side is slow.
+    if (r.device_mapped && config_.mapper != nullptr) {
+      if (budget-- == 0) return true;
+      config_.mapper->unmap(r.region.data());
+    }
+    retired_bytes_.fetch_sub(r.region.size(), std::memory_order_relaxed);
+    retired_.pop_front();
+  }
+  return false;
+}
+
 void HostServer::accept_apps() {
   for (;;) {
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
     if (app_count() >= config_.max_apps) {
       close(fd);
-      ++counters_.requests_refused;
+      count_ctl(ctl_requests_refused_);
       continue;
     }
     uint32_t index = 0;
@@ -297,7 +407,7 @@ void HostServer::serve(uint32_t app_index) {
                      (!app.hello_done && req.hdr.type != static_cast<uint16_t>(MsgType::kHello));
     if (malformed) {
       for (std::size_t i = 0; i < nfds; ++i) close(fds[i]);
-      ++counters_.protocol_errors;
+      count_ctl(ctl_protocol_errors_);
       drop_app(app_index, true);
       return;
     }
@@ -311,7 +421,7 @@ void HostServer::serve(uint32_t app_index) {
     for (std::size_t i = 0; i < nfds; ++i) {
       if (fds[i] >= 0) close(fds[i]);  // descriptors no handler took
     }
-    if (rep.hdr.status != 0) ++counters_.requests_refused;
+    if (rep.hdr.status != 0) count_ctl(ctl_requests_refused_);
     if (send_message(app.sock, &rep, sizeof rep, rfds, nrfds) != static_cast<ssize_t>(sizeof rep)) {
       drop_app(app_index, true);
       return;
@@ -330,7 +440,7 @@ void HostServer::handle(uint32_t app_index, const Request& req, int* fds, std::s
   switch (static_cast<MsgType>(req.hdr.type)) {
     case MsgType::kHello:
       st = app.hello_done ? Status::kProtocolError
-                          : on_hello(app, req, fds, nfds, rep, rfds, nrfds);
+                          : on_hello(app, app_index, req, fds, nfds, rep, rfds, nrfds);
       break;
     case MsgType::kAllocPd:
       st = on_alloc_pd(app, rep);
@@ -351,7 +461,7 @@ void HostServer::handle(uint32_t app_index, const Request& req, int* fds, std::s
       st = on_destroy_cq(app, req);
       break;
     case MsgType::kCreateQp:
-      st = on_create_qp(app, req, fds, nfds, rep);
+      st = on_create_qp(app, app_index, req, fds, nfds, rep);
       break;
     case MsgType::kModifyQp:
       st = on_modify_qp(app, req, rep);
@@ -360,7 +470,7 @@ void HostServer::handle(uint32_t app_index, const Request& req, int* fds, std::s
       st = on_destroy_qp(app, req);
       break;
     case MsgType::kCreateSrq:
-      st = on_create_srq(app, req, fds, nfds, rep);
+      st = on_create_srq(app, app_index, req, fds, nfds, rep);
       break;
     case MsgType::kDestroySrq:
       st = on_destroy_srq(app, req);
@@ -375,10 +485,12 @@ void HostServer::handle(uint32_t app_index, const Request& req, int* fds, std::s
   rep->hdr.status = static_cast<uint32_t>(st);
 }
 
-bool HostServer::may_attach(const App& app, uint32_t vnic_ip) const {
+// Control half; the vNIC list and owners are set by the lcore (DPU mode), hence the lock.
+bool HostServer::may_attach(const App& app, uint32_t vnic_ip) {
   if (!config_.check_owners) return true;  // the socket's file permissions decided
   if (!app.cred_known) return false;
   if (app.uid == 0 || app.uid == geteuid()) return true;
+  std::lock_guard<std::mutex> g(vnic_mu_);
   const auto admitted = [&](uint32_t ip) {
     for (const VnicOwner& o : config_.vnic_owners)
       if (o.vnic_ip == ip && (o.uid == app.uid || (o.gid >= 0 && o.gid == app.gid))) return true;
@@ -390,28 +502,36 @@ bool HostServer::may_attach(const App& app, uint32_t vnic_ip) const {
   return !config_.vnic_ips.empty();
 }
 
-Status HostServer::on_hello(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep,
-                            int* rfds, std::size_t* nrfds) {
+Status HostServer::on_hello(App& app, uint32_t app_index, const Request& req, int* fds,
+                            std::size_t nfds, Reply* rep, int* rfds, std::size_t* nrfds) {
   const HelloRequest& h = req.body.hello;
   uint16_t version = std::min(h.version_max, kProtocolVersionMax);
   if (version < std::max(h.version_min, kProtocolVersionMin)) return Status::kVersionMismatch;
   if (nfds != 1) return Status::kProtocolError;
-  if (h.vnic_ip != 0 && std::find(config_.vnic_ips.begin(), config_.vnic_ips.end(), h.vnic_ip) ==
-                            config_.vnic_ips.end())
-    return Status::kNoSuchVnic;
+  if (h.vnic_ip != 0) {
+    std::lock_guard<std::mutex> g(vnic_mu_);
+    if (std::find(config_.vnic_ips.begin(), config_.vnic_ips.end(), h.vnic_ip) ==
+        config_.vnic_ips.end())
+      return Status::kNoSuchVnic;
+  }
   if (!may_attach(app, h.vnic_ip)) {
-    ++counters_.attach_denied;
+    count_ctl(ctl_attach_denied_);
     return Status::kAccessDenied;
   }
   Status st = ShmRegion::map_fd(fds[0], sizeof(DoorbellPage), 1u << 20, true, &app.doorbell_memory);
   fds[0] = -1;
   if (st != Status::kOk) return st;
   mapped_bytes_ += app.doorbell_memory.size();
-  app.doorbells = reinterpret_cast<DoorbellPage*>(app.doorbell_memory.data());
   app.version = version;
   app.vnic_ip = h.vnic_ip;
   std::memcpy(app.name, h.name, sizeof app.name);
   app.name[sizeof app.name - 1] = '\0';
+  ControlMsg m;
+  m.kind = MsgKind::kAttach;
+  m.index = app_index;
+  m.app_id = app.id;
+  m.doorbells = reinterpret_cast<DoorbellPage*>(app.doorbell_memory.data());
+  if (!send_to_fast(m)) return Status::kWorkerGone;
   app.hello_done = true;
   HelloReply& r = rep->body.hello;
   r.version = version;
@@ -424,11 +544,6 @@ Status HostServer::on_hello(App& app, const Request& req, int* fds, std::size_t 
   rfds[0] = worker_page_.fd();
   rfds[1] = wake_fd_;
   *nrfds = 2;
-  ++counters_.apps_attached;
-  HostEvent ev{};
-  ev.kind = HostEventKind::kAppAttached;
-  ev.app_id = app.id;
-  events_.push_back(ev);
   return Status::kOk;
 }
 
@@ -455,6 +570,8 @@ Status HostServer::on_dealloc_pd(App& app, const Request& req) {
   return Status::kOk;
 }
 
+// Maps the application's memory and the device's view of it here, on the
+// control thread; the lcore sees the MR only after both are done.
 Status HostServer::on_reg_mr(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep) {
   const RegMrRequest& m = req.body.reg_mr;
   uint32_t pdi = handle_index(m.pd);
@@ -475,68 +592,67 @@ Status HostServer::on_reg_mr(App& app, const Request& req, int* fds, std::size_t
   Status st = ShmRegion::map_fd(fds[0], m.fd_offset + m.length, config_.max_mr_bytes, true, &region);
   fds[0] = -1;
   if (st != Status::kOk) return st;
-  uint32_t index = alloc_slot(mrs_, free_mrs_, config_.max_mrs);
+  uint32_t index = alloc_slot(mrs_ctl_, free_mrs_, config_.max_mrs);
   if (index == UINT32_MAX) return Status::kNoResources;
-  MrSlot& mr = mrs_[index];
+  if (config_.mapper != nullptr) config_.mapper->map(region.data(), region.size(), region.hugetlb());
+  MrCtl& mr = mrs_ctl_[index];
   mr.app_id = app.id;
   mr.pd = m.pd;
-  mr.access = m.access;
-  mr.addr = m.addr;
-  mr.length = m.length;
-  mr.base = region.data() + m.fd_offset;
+  mr.device_mapped = config_.mapper != nullptr;
+  ControlMsg msg;
+  msg.kind = MsgKind::kMrRegister;
+  msg.index = index;
+  msg.gen = mr.gen;
+  msg.app_id = app.id;
+  msg.pd = m.pd;
+  msg.access = m.access;
+  msg.addr = m.addr;
+  msg.length = m.length;
+  msg.base = region.data() + m.fd_offset;
+  msg.map_addr = region.data();
+  msg.map_length = region.size();
+  msg.hugetlb = region.hugetlb();
   mapped_bytes_ += region.size();
   mr.memory = std::move(region);
   ++pds_[pdi].refs;
   ++mr_count_;
+  if (!send_to_fast(msg)) return Status::kWorkerGone;
   uint32_t key = make_key(mr.gen, index);
   rep->body.reg_mr.lkey = key;
   rep->body.reg_mr.rkey = key;
   rep->body.reg_mr.hugetlb = mr.memory.hugetlb() ? 1 : 0;
-  HostEvent ev{};
-  ev.kind = HostEventKind::kMrRegistered;
-  ev.app_id = app.id;
-  ev.lkey = key;
-  ev.addr = mr.base;
-  ev.length = mr.length;
-  ev.map_addr = mr.memory.data();
-  ev.map_length = mr.memory.size();
-  ev.hugetlb = mr.memory.hugetlb();
-  events_.push_back(ev);
   return Status::kOk;
 }
 
-HostServer::MrSlot* HostServer::find_mr(uint32_t key) noexcept {
+HostServer::MrCtl* HostServer::find_mr_ctl(uint32_t key) noexcept {
   uint32_t index = key >> 8;
-  if (index >= mrs_.size()) return nullptr;
-  MrSlot& mr = mrs_[index];
+  if (index >= mrs_ctl_.size()) return nullptr;
+  MrCtl& mr = mrs_ctl_[index];
   return mr.used && mr.gen == static_cast<uint8_t>(key) ? &mr : nullptr;
 }
 
+// Control-side release, once the fast half no longer has the MR: the
+// mapping (and the device's) go after the grace period.
 void HostServer::free_mr(uint32_t index) {
-  MrSlot& mr = mrs_[index];
-  HostEvent ev{};
-  ev.kind = HostEventKind::kMrDeregistered;
-  ev.app_id = mr.app_id;
-  ev.lkey = make_key(mr.gen, index);
-  ev.addr = mr.base;
-  ev.length = mr.length;
-  ev.map_addr = mr.memory.data();
-  ev.map_length = mr.memory.size();
-  ev.hugetlb = mr.memory.hugetlb();
-  events_.push_back(ev);
+  MrCtl& mr = mrs_ctl_[index];
   uint32_t pdi = handle_index(mr.pd);
   if (pdi < pds_.size() && pds_[pdi].used && pds_[pdi].refs > 0) --pds_[pdi].refs;
-  retire(std::move(mr.memory));
+  retire(std::move(mr.memory), mr.device_mapped);
   mr.used = false;
-  mr.base = nullptr;
+  mr.device_mapped = false;
   free_mrs_.push_back(index);
   --mr_count_;
 }
 
 Status HostServer::on_dereg_mr(App& app, const Request& req) {
-  MrSlot* mr = find_mr(req.body.dereg_mr.lkey);
+  MrCtl* mr = find_mr_ctl(req.body.dereg_mr.lkey);
   if (mr == nullptr || mr->app_id != app.id) return Status::kNotFound;
-  free_mr(static_cast<uint32_t>(mr - mrs_.data()));
+  auto index = static_cast<uint32_t>(mr - mrs_ctl_.data());
+  ControlMsg m;
+  m.kind = MsgKind::kMrDeregister;
+  m.index = index;
+  if (!send_to_fast(m)) return Status::kWorkerGone;
+  free_mr(index);
   return Status::kOk;
 }
 
@@ -552,38 +668,42 @@ Status HostServer::on_create_cq(App& app, const Request& req, int* fds, std::siz
   Status st = ShmRegion::map_fd(fds[0], layout.bytes, layout.bytes + huge_page_size(), true, &region);
   fds[0] = -1;
   if (st != Status::kOk) return st;
-  uint32_t index = alloc_slot(cqs_, free_cqs_, config_.max_cqs);
+  uint32_t index = alloc_slot(cqs_ctl_, free_cqs_, config_.max_cqs);
   if (index == UINT32_MAX) return Status::kNoResources;
-  CqSlot& cq = cqs_[index];
+  CqCtl& cq = cqs_ctl_[index];
   cq.app_id = app.id;
-  cq.depth = depth;
   cq.refs = 0;
-  uint8_t* base = region.data();
-  cq.ring = RingWriter<Cqe>(reinterpret_cast<RingControl*>(base + layout.control),
-                            reinterpret_cast<Cqe*>(base + layout.entries), depth);
-  cq.notify = reinterpret_cast<CqNotify*>(base + layout.notify);
   cq.event_fd = channel ? fds[1] : -1;
-  cq.overrun = false;  // the slot may be an overrun CQ's
   if (channel) fds[1] = -1;
+  uint8_t* base = region.data();
+  ControlMsg m;
+  m.kind = MsgKind::kCqCreate;
+  m.index = index;
+  m.gen = cq.gen;
+  m.app_id = app.id;
+  m.cq_ring = RingWriter<Cqe>(reinterpret_cast<RingControl*>(base + layout.control),
+                              reinterpret_cast<Cqe*>(base + layout.entries), depth);
+  m.notify = reinterpret_cast<CqNotify*>(base + layout.notify);
+  m.event_fd = cq.event_fd;
   mapped_bytes_ += region.size();
   cq.memory = std::move(region);
   ++cq_count_;
+  if (!send_to_fast(m)) return Status::kWorkerGone;
   rep->body.cq.cq = make_handle(cq.gen, index);
   return Status::kOk;
 }
 
-HostServer::CqSlot* HostServer::find_cq(uint32_t handle) noexcept {
+HostServer::CqCtl* HostServer::find_cq_ctl(uint32_t handle) noexcept {
   uint32_t index = handle_index(handle);
-  if (index >= cqs_.size()) return nullptr;
-  CqSlot& cq = cqs_[index];
+  if (index >= cqs_ctl_.size()) return nullptr;
+  CqCtl& cq = cqs_ctl_[index];
   return cq.used && cq.gen == handle_gen(handle) ? &cq : nullptr;
 }
 
+// Control-side release, once the fast half no longer writes the CQ.
 void HostServer::free_cq(uint32_t index) {
-  CqSlot& cq = cqs_[index];
+  CqCtl& cq = cqs_ctl_[index];
   retire(std::move(cq.memory));
-  cq.ring = RingWriter<Cqe>();
-  cq.notify = nullptr;
   if (cq.event_fd >= 0) close(cq.event_fd);
   cq.event_fd = -1;
   cq.used = false;
@@ -592,15 +712,20 @@ void HostServer::free_cq(uint32_t index) {
 }
 
 Status HostServer::on_destroy_cq(App& app, const Request& req) {
-  CqSlot* cq = find_cq(req.body.destroy_cq.cq);
+  CqCtl* cq = find_cq_ctl(req.body.destroy_cq.cq);
   if (cq == nullptr || cq->app_id != app.id) return Status::kNotFound;
   if (cq->refs != 0) return Status::kBusy;
-  free_cq(static_cast<uint32_t>(cq - cqs_.data()));
+  auto index = static_cast<uint32_t>(cq - cqs_ctl_.data());
+  ControlMsg m;
+  m.kind = MsgKind::kCqDestroy;
+  m.index = index;
+  if (!send_to_fast(m)) return Status::kWorkerGone;
+  free_cq(index);
   return Status::kOk;
 }
 
-Status HostServer::on_create_qp(App& app, const Request& req, int* fds, std::size_t nfds,
-                                Reply* rep) {
+Status HostServer::on_create_qp(App& app, uint32_t app_index, const Request& req, int* fds,
+                                std::size_t nfds, Reply* rep) {
   const CreateQpRequest& c = req.body.create_qp;
   if (nfds != 1) return Status::kProtocolError;
   uint32_t pdi = handle_index(c.pd);
@@ -608,100 +733,96 @@ Status HostServer::on_create_qp(App& app, const Request& req, int* fds, std::siz
       pds_[pdi].app_id != app.id) {
     return Status::kNotFound;
   }
-  CqSlot* scq = find_cq(c.send_cq);
-  CqSlot* rcq = find_cq(c.recv_cq);
+  CqCtl* scq = find_cq_ctl(c.send_cq);
+  CqCtl* rcq = find_cq_ctl(c.recv_cq);
   if (scq == nullptr || rcq == nullptr || scq->app_id != app.id || rcq->app_id != app.id) {
     return Status::kNotFound;
   }
   if (c.qp_type != IBV_QPT_RC) return Status::kUnsupported;
-  SrqSlot* srq = nullptr;
-  if (c.srq != 0 && ((srq = find_srq(c.srq)) == nullptr || srq->app_id != app.id)) return Status::kNotFound;
+  SrqCtl* srq = nullptr;
+  if (c.srq != 0 && ((srq = find_srq_ctl(c.srq)) == nullptr || srq->app_id != app.id)) return Status::kNotFound;
   if (!is_power_of_two(c.sq_depth) || !is_power_of_two(c.rq_depth) ||
       c.sq_depth > config_.max_queue_depth || c.rq_depth > config_.max_queue_depth) {
     return Status::kInvalidArgument;
   }
-  if (app.free_bits.empty() && app.qpn_by_bit.size() >= kMaxQpsPerApp) return Status::kNoResources;
+  if (app.free_bits.empty() && app.bits >= kMaxQpsPerApp) return Status::kNoResources;
   if (qp_count_ >= config_.max_qps) return Status::kNoResources;
   QpQueueLayout layout = qp_queue_layout(c.sq_depth, c.rq_depth);
   ShmRegion region;
   Status st = ShmRegion::map_fd(fds[0], layout.bytes, layout.bytes + huge_page_size(), true, &region);
   fds[0] = -1;
   if (st != Status::kOk) return st;
-  uint32_t index = alloc_slot(qps_, free_qps_, config_.max_qps);
+  uint32_t index = alloc_slot(qps_ctl_, free_qps_, config_.max_qps);
   if (index == UINT32_MAX) return Status::kNoResources;
-  // alloc_slot may have grown qps_, but CQ and PD pointers are into other tables.
   uint32_t bit;
   if (!app.free_bits.empty()) {
     bit = app.free_bits.back();
     app.free_bits.pop_back();
   } else {
-    bit = static_cast<uint32_t>(app.qpn_by_bit.size());
-    app.qpn_by_bit.push_back(0);
+    bit = app.bits++;
   }
-  QpSlot& qp = qps_[index];
+  QpCtl& qp = qps_ctl_[index];
   uint32_t qpn = make_handle(qp.gen, index);
-  app.qpn_by_bit[bit] = qpn;
   ++app.qps;
-  qp.app_index = static_cast<uint32_t>(
-      std::find_if(apps_.begin(), apps_.end(), [&](auto& a) { return a.get() == &app; }) -
-      apps_.begin());
+  qp.app_id = app.id;
+  qp.app_index = app_index;
   qp.doorbell_bit = bit;
-  qp.info = QpInfo{};
-  qp.info.qpn = qpn;
-  qp.info.app_id = app.id;
-  qp.info.vnic_ip = app.vnic_ip;
-  qp.info.pd = c.pd;
-  qp.info.send_cq = c.send_cq;
-  qp.info.recv_cq = c.recv_cq;
-  qp.info.state = IBV_QPS_RESET;
-  qp.info.path_mtu = IBV_MTU_1024;
-  qp.info.sq_sig_all = c.sq_sig_all != 0;
-  qp.info.sq_depth = c.sq_depth;
-  qp.info.rq_depth = c.rq_depth;
-  qp.info.srq = c.srq;
-  if (srq != nullptr) ++srq->refs;
+  qp.pd = c.pd;
+  qp.send_cq = c.send_cq;
+  qp.recv_cq = c.recv_cq;
+  ControlMsg m;
+  m.kind = MsgKind::kQpCreate;
+  m.index = index;
+  m.gen = qp.gen;
+  m.app_id = app.id;
+  m.app_index = app_index;
+  m.doorbell_bit = bit;
+  QpInfo& info = m.info;
+  info.qpn = qpn;
+  info.app_id = app.id;
+  info.vnic_ip = app.vnic_ip;
+  info.pd = c.pd;
+  info.send_cq = c.send_cq;
+  info.recv_cq = c.recv_cq;
+  info.state = IBV_QPS_RESET;
+  info.path_mtu = IBV_MTU_1024;
+  info.sq_sig_all = c.sq_sig_all != 0;
+  info.sq_depth = c.sq_depth;
+  info.rq_depth = c.rq_depth;
+  info.srq = c.srq;
+  qp.srq = c.srq;
   uint8_t* base = region.data();
-  qp.sq = RingReader<SendWqe>(reinterpret_cast<RingControl*>(base + layout.sq_control),
-                              reinterpret_cast<SendWqe*>(base + layout.sq_entries), c.sq_depth);
-  qp.rq = RingReader<RecvWqe>(reinterpret_cast<RingControl*>(base + layout.rq_control),
-                              reinterpret_cast<RecvWqe*>(base + layout.rq_entries), c.rq_depth);
+  m.sq = RingReader<SendWqe>(reinterpret_cast<RingControl*>(base + layout.sq_control),
+                             reinterpret_cast<SendWqe*>(base + layout.sq_entries), c.sq_depth);
+  m.rq = RingReader<RecvWqe>(reinterpret_cast<RingControl*>(base + layout.rq_control),
+                             reinterpret_cast<RecvWqe*>(base + layout.rq_entries), c.rq_depth);
   mapped_bytes_ += region.size();
   qp.memory = std::move(region);
   ++scq->refs;
   ++rcq->refs;
   ++pds_[pdi].refs;
+  if (srq != nullptr) ++srq->refs;
   ++qp_count_;
+  if (!send_to_fast(m)) return Status::kWorkerGone;
   rep->body.create_qp.qpn = qpn;
   rep->body.create_qp.doorbell_bit = bit;
-  HostEvent ev{};
-  ev.kind = HostEventKind::kQpCreated;
-  ev.app_id = app.id;
-  ev.qpn = qpn;
-  ev.state = IBV_QPS_RESET;
-  events_.push_back(ev);
   return Status::kOk;
 }
 
 uint32_t HostServer::app_id_of(const App& app) noexcept { return app.id; }
 
-uint32_t HostServer::app_index_of(const App& app) const noexcept {
-  return static_cast<uint32_t>(
-      std::find_if(apps_.begin(), apps_.end(), [&](auto& a) { return a.get() == &app; }) - apps_.begin());
+uint32_t HostServer::take_doorbell_bit(App& app) noexcept {
+  if (!app.free_bits.empty()) {
+    const uint32_t bit = app.free_bits.back();
+    app.free_bits.pop_back();
+    return bit;
+  }
+  return app.bits < kMaxQpsPerApp ? app.bits++ : UINT32_MAX;
 }
 
-uint32_t HostServer::bind_doorbell(App& app, uint32_t value) {
-  uint32_t bit;
-  if (!app.free_bits.empty()) {
-    bit = app.free_bits.back();
-    app.free_bits.pop_back();
-  } else if (app.qpn_by_bit.size() < kMaxQpsPerApp) {
-    bit = static_cast<uint32_t>(app.qpn_by_bit.size());
-    app.qpn_by_bit.push_back(0);
-  } else {
-    return UINT32_MAX;
-  }
-  app.qpn_by_bit[bit] = value;
-  return bit;
+void HostServer::give_doorbell_bit(uint32_t app_index, uint32_t app_id, uint32_t bit) {
+  if (app_index < apps_.size() && apps_[app_index] && apps_[app_index]->id == app_id)
+    apps_[app_index]->free_bits.push_back(bit);
 }
 
 bool HostServer::take_pd_ref(uint32_t pd, uint32_t app_id) noexcept {
@@ -716,31 +837,245 @@ void HostServer::drop_pd_ref(uint32_t pd) noexcept {
   if (i < pds_.size() && pds_[i].used && pds_[i].refs > 0) --pds_[i].refs;
 }
 
-void HostServer::unbind_doorbell(uint32_t app_index, uint32_t app_id, uint32_t bit) noexcept {
-  if (app_index >= apps_.size() || !apps_[app_index] || apps_[app_index]->id != app_id) return;
-  App& app = *apps_[app_index];
-  if (bit >= app.qpn_by_bit.size()) return;
-  app.qpn_by_bit[bit] = 0;
-  app.free_bits.push_back(bit);
-}
-
-HostServer::QpSlot* HostServer::find_qp(uint32_t qpn) noexcept {
+HostServer::QpCtl* HostServer::find_qp_ctl(uint32_t qpn) noexcept {
   uint32_t index = handle_index(qpn);
-  if (index >= qps_.size() || (qpn >> 24) != 0) return nullptr;
-  QpSlot& qp = qps_[index];
+  if (index >= qps_ctl_.size() || (qpn >> 24) != 0) return nullptr;
+  QpCtl& qp = qps_ctl_[index];
   return qp.used && qp.gen == handle_gen(qpn) ? &qp : nullptr;
 }
 
-const QpInfo* HostServer::qp_info(uint32_t qpn) const noexcept {
-  auto* self = const_cast<HostServer*>(this);
-  QpSlot* qp = self->find_qp(qpn);
-  return qp != nullptr ? &qp->info : nullptr;
+// The QP's state is the lcore's (it moves QPs to ERR on its own): the fast
+// half checks and applies the transition, and its answer is the reply.
+Status HostServer::on_modify_qp(App& app, const Request& req, Reply* rep) {
+  QpCtl* qp = find_qp_ctl(req.body.modify_qp.qpn);
+  if (qp == nullptr || qp->app_id != app.id) return Status::kNotFound;
+  ControlMsg m;
+  m.kind = MsgKind::kQpModify;
+  m.index = static_cast<uint32_t>(qp - qps_ctl_.data());
+  m.modify = req.body.modify_qp;
+  ControlResult r;
+  if (!send_to_fast(m, &r)) return Status::kWorkerGone;
+  if (static_cast<Status>(r.status) == Status::kOk) rep->body.modify_qp.qp_state = r.state;
+  return static_cast<Status>(r.status);
 }
 
-Status HostServer::on_modify_qp(App& app, const Request& req, Reply* rep) {
-  const ModifyQpRequest& m = req.body.modify_qp;
+// As modify_qp: the state is the lcore's (a QP it moved to ERR says ERR here).
+Status HostServer::on_query_qp(App& app, const Request& req, Reply* rep) {
+  QpCtl* qp = find_qp_ctl(req.body.query_qp.qpn);
+  if (qp == nullptr || qp->app_id != app.id) return Status::kNotFound;
+  ControlMsg m;
+  m.kind = MsgKind::kQpQuery;
+  m.index = static_cast<uint32_t>(qp - qps_ctl_.data());
+  m.info.qpn = req.body.query_qp.qpn;
+  ControlResult r;
+  if (!send_to_fast(m, &r)) return Status::kWorkerGone;
+  if (static_cast<Status>(r.status) == Status::kOk) rep->body.modify_qp.qp_state = r.state;
+  return static_cast<Status>(r.status);
+}
+
+// Control-side release, once the fast half dropped the QP.
+void HostServer::free_qp(uint32_t index, bool) {
+  QpCtl& qp = qps_ctl_[index];
+  if (qp.app_index < apps_.size() && apps_[qp.app_index] && apps_[qp.app_index]->id == qp.app_id) {
+    App& app = *apps_[qp.app_index];
+    app.free_bits.push_back(qp.doorbell_bit);
+    --app.qps;
+  }
+  if (CqCtl* cq = find_cq_ctl(qp.send_cq); cq != nullptr && cq->refs > 0) --cq->refs;
+  if (CqCtl* cq = find_cq_ctl(qp.recv_cq); cq != nullptr && cq->refs > 0) --cq->refs;
+  if (SrqCtl* srq = qp.srq != 0 ? find_srq_ctl(qp.srq) : nullptr; srq != nullptr && srq->refs > 0) --srq->refs;
+  qp.srq = 0;
+  uint32_t pdi = handle_index(qp.pd);
+  if (pdi < pds_.size() && pds_[pdi].used && pds_[pdi].refs > 0) --pds_[pdi].refs;
+  retire(std::move(qp.memory));
+  qp.used = false;
+  free_qps_.push_back(index);
+  --qp_count_;
+}
+
+Status HostServer::on_destroy_qp(App& app, const Request& req) {
+  QpCtl* qp = find_qp_ctl(req.body.destroy_qp.qpn);
+  if (qp == nullptr || qp->app_id != app.id) return Status::kNotFound;
+  auto index = static_cast<uint32_t>(qp - qps_ctl_.data());
+  ControlMsg m;
+  m.kind = MsgKind::kQpDestroy;
+  m.index = index;
+  if (!send_to_fast(m)) return Status::kWorkerGone;
+  free_qp(index, false);
+  return Status::kOk;
+}
+
+void HostServer::drop_app(uint32_t app_index, bool died) {
+  App& app = *apps_[app_index];
+  uint32_t id = app.id;
+  if (app.hello_done) {
+    // One message: the fast half flushes and forgets the application's QPs,
+    // SRQs, CQs and MRs; only then are their mappings retired here.
+    ControlMsg m;
+    m.kind = MsgKind::kDetach;
+    m.index = app_index;
+    m.app_id = id;
+    m.died = died;
+    send_to_fast(m);  // if the lcore stopped, everything is torn down with the server anyway
+  }
+  // QPs first (they hold CQ and PD references), then CQs, MRs and PDs.
+  for (uint32_t i = 0; i < qps_ctl_.size(); ++i) {
+    if (qps_ctl_[i].used && qps_ctl_[i].app_id == id) free_qp(i, died);
+  }
+  for (uint32_t i = 0; i < srqs_ctl_.size(); ++i) {
+    if (srqs_ctl_[i].used && srqs_ctl_[i].app_id == id) free_srq(i);  // after its QPs
+  }
+  for (uint32_t i = 0; i < cqs_ctl_.size(); ++i) {
+    if (cqs_ctl_[i].used && cqs_ctl_[i].app_id == id) free_cq(i);
+  }
+  for (uint32_t i = 0; i < mrs_ctl_.size(); ++i) {
+    if (mrs_ctl_[i].used && mrs_ctl_[i].app_id == id) free_mr(i);
+  }
+  for (uint32_t i = 0; i < pds_.size(); ++i) {
+    if (pds_[i].used && pds_[i].app_id == id) {
+      pds_[i].used = false;
+      free_pds_.push_back(i);
+    }
+  }
+  if (app.doorbell_memory.valid()) retire(std::move(app.doorbell_memory));
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, app.sock, nullptr);
+  close(app.sock);
+  apps_[app_index].reset();
+}
+
+void HostServer::retire(ShmRegion&& region, bool device_mapped) {
+  if (!region.valid()) return;
+  mapped_bytes_ -= region.size();
+  retired_bytes_ += region.size();
+  retired_.push_back(Retired{std::move(region), now_, serve_seq_, device_mapped});
+}
+
+// ---------------------------------------------------------------- fast half: applying control
+
+void HostServer::apply(const ControlMsg& m, ControlResult* r) noexcept {
+  switch (m.kind) {
+    case MsgKind::kAttach: {
+      if (m.index >= fast_apps_.size()) fast_apps_.resize(m.index + 1);
+      FastApp& a = fast_apps_[m.index];
+      a.id = m.app_id;
+      a.qpn_by_bit.clear();
+      a.doorbells = m.doorbells;  // ready_qps reads it from now on
+      ++counters_.apps_attached;
+      HostEvent ev{};
+      ev.kind = HostEventKind::kAppAttached;
+      ev.app_id = m.app_id;
+      events_.push_back(ev);
+      break;
+    }
+    case MsgKind::kDetach: {
+      for (uint32_t i = 0; i < qps_.size(); ++i) {
+        if (qps_[i].used && qps_[i].info.app_id == m.app_id) fast_free_qp(i, m.died);
+      }
+      for (uint32_t i = 0; i < srqs_.size(); ++i) {  // after its QPs (kSrqDestroyed promises that)
+        if (srqs_[i].used && srqs_[i].app_id == m.app_id) fast_free_srq(i);
+      }
+      for (CqSlot& cq : cqs_) {
+        if (cq.used && cq.app_id == m.app_id) cq = CqSlot{.gen = cq.gen};
+      }
+      for (uint32_t i = 0; i < mrs_.size(); ++i) {
+        if (mrs_[i].used && mrs_[i].app_id == m.app_id) fast_free_mr(i);
+      }
+      if (m.index < fast_apps_.size()) fast_apps_[m.index] = FastApp{};
+      ++counters_.apps_detached;
+      HostEvent ev{};
+      ev.kind = HostEventKind::kAppDetached;
+      ev.app_id = m.app_id;
+      ev.app_died = m.died;
+      events_.push_back(ev);
+      break;
+    }
+    case MsgKind::kCqCreate: {
+      if (m.index >= cqs_.size()) cqs_.resize(m.index + 1);
+      CqSlot& cq = cqs_[m.index];
+      cq.gen = m.gen;
+      cq.app_id = m.app_id;
+      cq.ring = m.cq_ring;
+      cq.notify = m.notify;
+      cq.event_fd = m.event_fd;
+      cq.overrun = false;  // the slot may be an overrun CQ's
+      cq.used = true;
+      break;
+    }
+    case MsgKind::kCqDestroy:
+      if (m.index < cqs_.size()) cqs_[m.index] = CqSlot{.gen = cqs_[m.index].gen};
+      break;
+    case MsgKind::kMrRegister: {
+      if (m.index >= mrs_.size()) mrs_.resize(m.index + 1);
+      MrSlot& mr = mrs_[m.index];
+      mr.gen = m.gen;
+      mr.app_id = m.app_id;
+      mr.pd = m.pd;
+      mr.access = m.access;
+      mr.addr = m.addr;
+      mr.length = m.length;
+      mr.base = m.base;
+      mr.used = true;
+      HostEvent ev{};
+      ev.kind = HostEventKind::kMrRegistered;
+      ev.app_id = m.app_id;
+      ev.lkey = make_key(m.gen, m.index);
+      ev.addr = m.base;
+      ev.length = m.length;
+      ev.map_addr = m.map_addr;
+      ev.map_length = m.map_length;
+      ev.hugetlb = m.hugetlb;
+      events_.push_back(ev);
+      break;
+    }
+    case MsgKind::kMrDeregister:
+      if (m.index < mrs_.size() && mrs_[m.index].used) fast_free_mr(m.index);
+      break;
+    case MsgKind::kQpCreate: {
+      if (m.index >= qps_.size()) qps_.resize(m.index + 1);
+      QpSlot& qp = qps_[m.index];
+      qp.gen = m.gen;
+      qp.app_index = m.app_index;
+      qp.doorbell_bit = m.doorbell_bit;
+      qp.info = m.info;
+      qp.sq = m.sq;
+      qp.rq = m.rq;
+      qp.used = true;
+      if (m.app_index < fast_apps_.size()) {
+        std::vector<uint32_t>& by_bit = fast_apps_[m.app_index].qpn_by_bit;
+        if (m.doorbell_bit >= by_bit.size()) by_bit.resize(m.doorbell_bit + 1, 0);
+        by_bit[m.doorbell_bit] = m.info.qpn;
+      }
+      HostEvent ev{};
+      ev.kind = HostEventKind::kQpCreated;
+      ev.app_id = m.app_id;
+      ev.qpn = m.info.qpn;
+      ev.state = IBV_QPS_RESET;
+      events_.push_back(ev);
+      break;
+    }
+    case MsgKind::kQpModify:
+      r->status = static_cast<uint32_t>(apply_modify(m, &r->state));
+      break;
+    case MsgKind::kQpDestroy:
+      if (m.index < qps_.size() && qps_[m.index].used) fast_free_qp(m.index, false);
+      break;
+    case MsgKind::kQpQuery: {
+      const QpSlot* qp = find_qp(m.info.qpn);
+      r->status = static_cast<uint32_t>(qp != nullptr ? Status::kOk : Status::kNotFound);
+      if (qp != nullptr) r->state = qp->info.state;
+      break;
+    }
+    case MsgKind::kSrqCreate:
+    case MsgKind::kSrqDestroy:
+      apply_srq(m);  // host_server_srq.cc
+      break;
+  }
+}
+
+Status HostServer::apply_modify(const ControlMsg& msg, ibv_qp_state* state) noexcept {
+  const ModifyQpRequest& m = msg.modify;
   QpSlot* qp = find_qp(m.qpn);
-  if (qp == nullptr || qp->info.app_id != app.id) return Status::kNotFound;
+  if (qp == nullptr) return Status::kNotFound;
   QpInfo& q = qp->info;
   uint32_t mask = m.attr_mask;
   ibv_qp_state cur = q.state;
@@ -782,24 +1117,17 @@ Status HostServer::on_modify_qp(App& app, const Request& req, Reply* rep) {
     qp->rq.discard();
   }
   q.state = target;
-  rep->body.modify_qp.qp_state = target;
+  *state = target;
   HostEvent ev{};
   ev.kind = HostEventKind::kQpStateChanged;
-  ev.app_id = app.id;
+  ev.app_id = q.app_id;
   ev.qpn = q.qpn;
   ev.state = target;
   events_.push_back(ev);
   return Status::kOk;
 }
 
-Status HostServer::on_query_qp(App& app, const Request& req, Reply* rep) {
-  const QpSlot* qp = find_qp(req.body.query_qp.qpn);
-  if (qp == nullptr || qp->info.app_id != app.id) return Status::kNotFound;
-  rep->body.modify_qp.qp_state = qp->info.state;
-  return Status::kOk;
-}
-
-void HostServer::free_qp(uint32_t index, bool died) {
+void HostServer::fast_free_qp(uint32_t index, bool died) noexcept {
   QpSlot& qp = qps_[index];
   HostEvent ev{};
   ev.kind = HostEventKind::kQpDestroyed;
@@ -808,76 +1136,66 @@ void HostServer::free_qp(uint32_t index, bool died) {
   ev.state = qp.info.state;
   ev.app_died = died;
   events_.push_back(ev);
-  if (qp.app_index < apps_.size() && apps_[qp.app_index] &&
-      apps_[qp.app_index]->id == qp.info.app_id) {
-    App& app = *apps_[qp.app_index];
-    app.qpn_by_bit[qp.doorbell_bit] = 0;
-    app.free_bits.push_back(qp.doorbell_bit);
-    --app.qps;
+  if (qp.app_index < fast_apps_.size() && fast_apps_[qp.app_index].id == qp.info.app_id) {
+    std::vector<uint32_t>& by_bit = fast_apps_[qp.app_index].qpn_by_bit;
+    if (qp.doorbell_bit < by_bit.size()) by_bit[qp.doorbell_bit] = 0;
   }
-  if (CqSlot* cq = find_cq(qp.info.send_cq); cq != nullptr && cq->refs > 0) --cq->refs;
-  if (CqSlot* cq = find_cq(qp.info.recv_cq); cq != nullptr && cq->refs > 0) --cq->refs;
-  if (SrqSlot* srq = qp.info.srq != 0 ? find_srq(qp.info.srq) : nullptr; srq != nullptr && srq->refs > 0)
-    --srq->refs;
-  uint32_t pdi = handle_index(qp.info.pd);
-  if (pdi < pds_.size() && pds_[pdi].used && pds_[pdi].refs > 0) --pds_[pdi].refs;
-  retire(std::move(qp.memory));
   qp.sq = RingReader<SendWqe>();
   qp.rq = RingReader<RecvWqe>();
   qp.used = false;
-  free_qps_.push_back(index);
-  --qp_count_;
 }
 
-Status HostServer::on_destroy_qp(App& app, const Request& req) {
-  QpSlot* qp = find_qp(req.body.destroy_qp.qpn);
-  if (qp == nullptr || qp->info.app_id != app.id) return Status::kNotFound;
-  free_qp(static_cast<uint32_t>(qp - qps_.data()), false);
-  return Status::kOk;
+void HostServer::fast_bind_doorbell(uint32_t app_index, uint32_t app_id, uint32_t bit, uint32_t value) noexcept {
+  if (app_index >= fast_apps_.size() || fast_apps_[app_index].id != app_id) return;
+  std::vector<uint32_t>& by_bit = fast_apps_[app_index].qpn_by_bit;
+  if (bit >= by_bit.size()) {
+    if (value == 0) return;
+    by_bit.resize(bit + 1, 0);  // control message, not the data path
+  }
+  by_bit[bit] = value;
 }
 
-void HostServer::drop_app(uint32_t app_index, bool died) {
-  App& app = *apps_[app_index];
-  uint32_t id = app.id;
-  // QPs first (they hold CQ and PD references), then CQs, MRs and PDs.
-  for (uint32_t i = 0; i < qps_.size(); ++i) {
-    if (qps_[i].used && qps_[i].info.app_id == id) free_qp(i, died);
-  }
-  for (uint32_t i = 0; i < srqs_.size(); ++i) {
-    if (srqs_[i].used && srqs_[i].app_id == id) free_srq(i);  // after its QPs
-  }
-  for (uint32_t i = 0; i < cqs_.size(); ++i) {
-    if (cqs_[i].used && cqs_[i].app_id == id) free_cq(i);
-  }
-  for (uint32_t i = 0; i < mrs_.size(); ++i) {
-    if (mrs_[i].used && mrs_[i].app_id == id) free_mr(i);
-  }
-  for (uint32_t i = 0; i < pds_.size(); ++i) {
-    if (pds_[i].used && pds_[i].app_id == id) {
-      pds_[i].used = false;
-      free_pds_.push_back(i);
-    }
-  }
-  if (app.doorbell_memory.valid()) retire(std::move(app.doorbell_memory));
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, app.sock, nullptr);
-  close(app.sock);
-  if (app.hello_done) {
-    ++counters_.apps_detached;
-    HostEvent ev{};
-    ev.kind = HostEventKind::kAppDetached;
-    ev.app_id = id;
-    ev.app_died = died;
-    events_.push_back(ev);
-  }
-  apps_[app_index].reset();
+void HostServer::fast_free_mr(uint32_t index) noexcept {
+  MrSlot& mr = mrs_[index];
+  HostEvent ev{};
+  ev.kind = HostEventKind::kMrDeregistered;
+  ev.app_id = mr.app_id;
+  ev.lkey = make_key(mr.gen, index);
+  ev.addr = mr.base;
+  ev.length = mr.length;
+  events_.push_back(ev);
+  mr.used = false;
+  mr.base = nullptr;
 }
 
-void HostServer::retire(ShmRegion&& region) {
-  if (!region.valid()) return;
-  mapped_bytes_ -= region.size();
-  retired_bytes_ += region.size();
-  retired_.push_back(Retired{std::move(region), now_, poll_seq_});
+const QpInfo* HostServer::qp_info(uint32_t qpn) const noexcept {
+  auto* self = const_cast<HostServer*>(this);
+  QpSlot* qp = self->find_qp(qpn);
+  return qp != nullptr ? &qp->info : nullptr;
 }
+
+HostServer::QpSlot* HostServer::find_qp(uint32_t qpn) noexcept {
+  uint32_t index = handle_index(qpn);
+  if (index >= qps_.size() || (qpn >> 24) != 0) return nullptr;
+  QpSlot& qp = qps_[index];
+  return qp.used && qp.gen == handle_gen(qpn) ? &qp : nullptr;
+}
+
+HostServer::CqSlot* HostServer::find_cq(uint32_t handle) noexcept {
+  uint32_t index = handle_index(handle);
+  if (index >= cqs_.size()) return nullptr;
+  CqSlot& cq = cqs_[index];
+  return cq.used && cq.gen == handle_gen(handle) ? &cq : nullptr;
+}
+
+HostServer::MrSlot* HostServer::find_mr(uint32_t key) noexcept {
+  uint32_t index = key >> 8;
+  if (index >= mrs_.size()) return nullptr;
+  MrSlot& mr = mrs_[index];
+  return mr.used && mr.gen == static_cast<uint8_t>(key) ? &mr : nullptr;
+}
+
+// ---------------------------------------------------------------- fast path
 
 bool HostServer::next_event(HostEvent* out) {
   if (events_.empty()) return false;
@@ -886,13 +1204,10 @@ bool HostServer::next_event(HostEvent* out) {
   return true;
 }
 
-// ---------------------------------------------------------------- fast path
-
 std::size_t HostServer::ready_qps(std::span<uint32_t> out) noexcept {
   std::size_t n = 0;
-  for (auto& ap : apps_) {
-    if (!ap || ap->doorbells == nullptr) continue;
-    App& app = *ap;
+  for (FastApp& app : fast_apps_) {
+    if (app.doorbells == nullptr) continue;
     DoorbellPage* db = app.doorbells;
     for (uint32_t s = 0; s < DoorbellPage::kSummaryWords; ++s) {
       if (db->summary[s].load(std::memory_order_relaxed) == 0) continue;
@@ -1261,9 +1576,9 @@ uint8_t* HostServer::translate_remote(uint32_t qpn, uint32_t rkey, uint64_t remo
 bool HostServer::begin_idle() noexcept {
   page_->sleeping.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  for (auto& ap : apps_) {
-    if (!ap || ap->doorbells == nullptr) continue;
-    for (auto& s : ap->doorbells->summary) {
+  for (FastApp& app : fast_apps_) {
+    if (app.doorbells == nullptr) continue;
+    for (auto& s : app.doorbells->summary) {
       if (s.load(std::memory_order_relaxed) != 0) {
         page_->sleeping.store(0, std::memory_order_relaxed);
         return false;
@@ -1311,21 +1626,30 @@ std::size_t HostServer::srq_count() const noexcept { return srq_count_; }
 HostMemory HostServer::memory() const noexcept {
   HostMemory m{};
   m.qps = qp_count_;
-  m.table_bytes = qps_.capacity() * sizeof(QpSlot) + free_qps_.capacity() * sizeof(uint32_t) +
-                  cqs_.capacity() * sizeof(CqSlot) + free_cqs_.capacity() * sizeof(uint32_t) +
-                  mrs_.capacity() * sizeof(MrSlot) + free_mrs_.capacity() * sizeof(uint32_t) +
-                  pds_.capacity() * sizeof(PdSlot) + free_pds_.capacity() * sizeof(uint32_t) +
-                  apps_.capacity() * sizeof(void*);
+  m.table_bytes = qps_.capacity() * sizeof(QpSlot) + qps_ctl_.capacity() * sizeof(QpCtl) +
+                  free_qps_.capacity() * sizeof(uint32_t) + cqs_.capacity() * sizeof(CqSlot) +
+                  cqs_ctl_.capacity() * sizeof(CqCtl) + free_cqs_.capacity() * sizeof(uint32_t) +
+                  mrs_.capacity() * sizeof(MrSlot) + mrs_ctl_.capacity() * sizeof(MrCtl) +
+                  free_mrs_.capacity() * sizeof(uint32_t) + pds_.capacity() * sizeof(PdSlot) +
+                  free_pds_.capacity() * sizeof(uint32_t) + apps_.capacity() * sizeof(void*) +
+                  fast_apps_.capacity() * sizeof(FastApp) + srqs_.capacity() * sizeof(SrqSlot) +
+                  srqs_ctl_.capacity() * sizeof(SrqCtl) + free_srqs_.capacity() * sizeof(uint32_t);
   for (auto& a : apps_) {
-    if (a) {
-      m.table_bytes += sizeof(App) + a->qpn_by_bit.capacity() * sizeof(uint32_t) +
-                       a->free_bits.capacity() * sizeof(uint32_t);
-    }
+    if (a) m.table_bytes += sizeof(App) + a->free_bits.capacity() * sizeof(uint32_t);
   }
-  m.mapped_bytes = mapped_bytes_;
-  m.retired_bytes = retired_bytes_;
-  m.bytes_per_qp_slot = sizeof(QpSlot);
+  for (auto& a : fast_apps_) m.table_bytes += a.qpn_by_bit.capacity() * sizeof(uint32_t);
+  m.mapped_bytes = mapped_bytes_.load(std::memory_order_relaxed);
+  m.retired_bytes = retired_bytes_.load(std::memory_order_relaxed);
+  m.bytes_per_qp_slot = sizeof(QpSlot) + sizeof(QpCtl);
   return m;
+}
+
+HostCounters HostServer::counters() const noexcept {
+  HostCounters c = counters_;
+  c.protocol_errors = ctl_protocol_errors_.load(std::memory_order_relaxed);
+  c.requests_refused = ctl_requests_refused_.load(std::memory_order_relaxed);
+  c.attach_denied = ctl_attach_denied_.load(std::memory_order_relaxed);
+  return c;
 }
 
 }  // namespace tandem::rnic::host

@@ -1,16 +1,21 @@
 // Worker side of the host interface: accepts tenant applications on a Unix
 // socket, maps their registered memory and queue rings, and hands the worker
 // loop validated work (WQEs with SGEs translated to worker pointers) and a
-// way back (completions). Polled, never blocking: poll(now) from the worker
-// loop does all socket work; the fast-path calls touch only shared memory.
+// way back (completions). Two halves: the control half (sockets, mmap, DMA
+// registration, unmapping) runs on a control thread via serve_control(); the
+// fast half (QP/CQ/MR tables, rings) belongs to the data lcore, which applies
+// the control half's finished objects from an SPSC queue in apply_control().
+// poll(now) runs both on one thread (tests, simple loops).
 #pragma once
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,6 +24,7 @@
 #include "rnic/host/host_status.h"
 #include "rnic/host/queue_layout.h"
 #include "rnic/host/shm_region.h"
+#include "rnic/host/spsc_queue.h"
 #include "rnic/host/spsc_ring.h"
 
 namespace tandem::rnic::host {
@@ -27,6 +33,16 @@ struct VnicOwner {
   uint32_t vnic_ip;   // overlay IPv4, host order
   uint32_t uid;
   int64_t gid = -1;   // -1: any group; else the peer's primary gid also admits it
+};
+
+// Makes MR mappings reachable by the port's device (rte_extmem_register +
+// rte_dev_dma_map in the DPDK layer). Called on the control thread only: map()
+// before an MR becomes visible to the lcore, unmap() after its grace period.
+class DeviceMapper {
+ public:
+  virtual ~DeviceMapper() = default;
+  virtual void map(uint8_t* addr, uint64_t length, bool hugetlb) noexcept = 0;
+  virtual void unmap(uint8_t* addr) noexcept = 0;
 };
 
 struct ServerConfig {
@@ -51,6 +67,7 @@ struct ServerConfig {
   // primary gids); an application bound to no vNIC must be admitted to all.
   bool check_owners = false;
   std::vector<VnicOwner> vnic_owners;
+  DeviceMapper* mapper = nullptr;  // MR mappings for the device; nullptr: none needed
 };
 
 // A piece of application memory, translated and bounds-checked.
@@ -115,8 +132,8 @@ enum class HostEventKind : uint8_t {
   kQpCreated,
   kQpStateChanged, // by modify_qp, or to IBV_QPS_ERR after a bad WQE / qp_error()
   kQpDestroyed,    // by destroy_qp or because its application went away: flush it
-  kMrRegistered,   // addr/length/hugetlb: for rte_extmem_register in the DPDK layer
-  kMrDeregistered,
+  kMrRegistered,   // visible to the fast path now (already given to the DeviceMapper)
+  kMrDeregistered, // gone from the fast path; unmapped after the grace period
   kSrqCreated,     // srq, srq_depth: create the transport's SRQ
   kSrqDestroyed,   // srq: its QPs are gone already (destroyed or their application died)
 };
@@ -181,6 +198,17 @@ struct HostMemory {
   std::size_t bytes_per_qp_slot;
 };
 
+// What the control half hands the fast half (one message per change of the
+// tables), and the fast half's answer. Heavy work (accept, recvmsg, mmap,
+// device mapping) is done before the message is sent.
+struct ControlMsg;
+struct ControlResult {
+  uint64_t seq = 0;
+  uint32_t status = 0;      // Status of a modify_qp the fast half validated
+  ibv_qp_state state = IBV_QPS_RESET;
+  uint64_t applied_ns = 0;  // the lcore's `now` when it applied the message (grace starts here)
+};
+
 class HostServer {
  public:
   // Binds and listens (an existing socket file is replaced). Throws
@@ -190,9 +218,26 @@ class HostServer {
   HostServer(const HostServer&) = delete;
   HostServer& operator=(const HostServer&) = delete;
 
-  // Accepts applications, answers their requests, notices the ones that went
-  // away, releases retired mappings. Never blocks.
+  // One thread does everything: apply_control(now) then serve_control(now, 0).
+  // Never blocks.
   void poll(uint64_t now);
+
+  // ---- control half (the control thread, after set_threaded(true))
+  // Each control change then waits for the fast half to apply it (so a reply
+  // never precedes what it promises): call before starting the threads.
+  void set_threaded(bool threaded) noexcept { threaded_ = threaded; }
+  // Accepts applications, answers their requests, notices the ones that went
+  // away, releases retired mappings. Blocks in epoll_wait up to timeout_ms.
+  // `now` must come from the same clock as apply_control's.
+  void serve_control(uint64_t now, int timeout_ms);
+  // A control thread waiting for the fast half gives up (the lcore stopped).
+  void stop_control() noexcept { stopping_.store(true, std::memory_order_release); }
+
+  // ---- fast half (the data lcore)
+  // Applies what the control half sent (QPs, CQs, MRs, attach/detach) and
+  // beats the heartbeat. One acquire load when nothing is queued. Returns
+  // how many messages were applied.
+  uint32_t apply_control(uint64_t now) noexcept;
 
   // QPs whose doorbell rang since the last call (edge-triggered: the worker
   // keeps QPs it has not drained itself). Returns how many were written.
@@ -241,16 +286,25 @@ class HostServer {
   // Adaptive idle: begin_idle() announces sleep to applications and returns
   // false if a doorbell is already pending (then do not sleep). If it
   // returns true, block on wait_fd() (epoll: sockets + wake eventfd) and call
-  // end_idle() afterwards.
+  // end_idle() afterwards. Single-thread mode (poll()) only.
   bool begin_idle() noexcept;
   void end_idle() noexcept;
   int wait_fd() const noexcept { return epoll_fd_; }
 
-  const HostCounters& counters() const noexcept { return counters_; }
+  // Both halves' counters (the control half's read with relaxed loads): any thread.
+  HostCounters counters() const noexcept;
   // The port's vNICs changed (DPU mode: the agent added or removed one): the
   // next application that binds itself to a vNIC is checked against `ips`.
-  void set_vnic_ips(std::vector<uint32_t> ips) { config_.vnic_ips = std::move(ips); }
-  void set_vnic_owners(std::vector<VnicOwner> owners) { config_.vnic_owners = std::move(owners); }
+  void set_vnic_ips(std::vector<uint32_t> ips) {
+    std::lock_guard<std::mutex> g(vnic_mu_);
+    config_.vnic_ips = std::move(ips);
+  }
+  // Who owns which vNIC (--device-owner, re-resolved when the vNICs change).
+  void set_vnic_owners(std::vector<VnicOwner> owners) {
+    std::lock_guard<std::mutex> g(vnic_mu_);
+    config_.vnic_owners = std::move(owners);
+  }
+  // Control-half accounting: the control thread, or poll()'s thread.
   HostMemory memory() const noexcept;
   std::size_t app_count() const noexcept;
   std::size_t list_apps(std::span<AppInfo> out) const noexcept;
@@ -259,20 +313,83 @@ class HostServer {
   std::size_t mr_count() const noexcept;
   std::size_t srq_count() const noexcept;
 
+  // Control half's records.
   struct App;
+  struct QpCtl;
+  struct CqCtl;
+  struct MrCtl;
+  struct PdSlot;
+  struct SrqCtl;
+  // Fast half's records.
+  struct FastApp;
   struct QpSlot;
   struct CqSlot;
   struct MrSlot;
-  struct PdSlot;
   struct SrqSlot;
 
  private:
+  // control half
   void accept_apps();
   void serve(uint32_t app_index);
   void handle(uint32_t app_index, const Request& req, int* fds, std::size_t nfds,
               Reply* rep, int* rfds, std::size_t* nrfds);
   void drop_app(uint32_t app_index, bool died);
-  void retire(ShmRegion&& region);
+  void retire(ShmRegion&& region, bool device_mapped = false);
+  bool release_retired(int budget);  // budget: device unmaps; true if more are due
+  // Hands msg to the fast half and waits until it is applied (threaded), or
+  // applies it here (poll()). False if the lcore stopped before applying it.
+  bool send_to_fast(ControlMsg& msg, ControlResult* result = nullptr);
+  QpCtl* find_qp_ctl(uint32_t qpn) noexcept;
+  CqCtl* find_cq_ctl(uint32_t handle) noexcept;
+  MrCtl* find_mr_ctl(uint32_t key) noexcept;
+  void count_ctl(std::atomic<uint64_t>& c) noexcept { c.fetch_add(1, std::memory_order_relaxed); }
+
+  // Control-path handlers (each fills the reply body, returns its status).
+  Status on_hello(App& app, uint32_t app_index, const Request& req, int* fds, std::size_t nfds,
+                  Reply* rep, int* rfds, std::size_t* nrfds);
+  Status on_alloc_pd(App& app, Reply* rep);
+  Status on_dealloc_pd(App& app, const Request& req);
+  Status on_reg_mr(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep);
+  Status on_dereg_mr(App& app, const Request& req);
+  Status on_create_cq(App& app, const Request& req, int* fds, std::size_t nfds,
+                      Reply* rep);
+  Status on_destroy_cq(App& app, const Request& req);
+  Status on_create_qp(App& app, uint32_t app_index, const Request& req, int* fds, std::size_t nfds,
+                      Reply* rep);
+  Status on_modify_qp(App& app, const Request& req, Reply* rep);
+  Status on_destroy_qp(App& app, const Request& req);
+  Status on_query_qp(App& app, const Request& req, Reply* rep);
+  bool may_attach(const App& app, uint32_t vnic_ip);  // takes vnic_mu_
+  // host_server_srq.cc (control half)
+  Status on_create_srq(App& app, uint32_t app_index, const Request& req, int* fds, std::size_t nfds,
+                       Reply* rep);
+  Status on_destroy_srq(App& app, const Request& req);
+  SrqCtl* find_srq_ctl(uint32_t handle) noexcept;
+  void free_srq(uint32_t index);
+  // Helpers over records host_server.cc defines. An application's doorbell
+  // bits (QPs and SRQs share them): take one (UINT32_MAX: none left), give it back.
+  static uint32_t app_id_of(const App& app) noexcept;
+  static uint32_t take_doorbell_bit(App& app) noexcept;
+  void give_doorbell_bit(uint32_t app_index, uint32_t app_id, uint32_t bit);
+  // A reference on the application's PD `pd` (false: not its PD), and its release.
+  bool take_pd_ref(uint32_t pd, uint32_t app_id) noexcept;
+  void drop_pd_ref(uint32_t pd) noexcept;
+  void free_qp(uint32_t index, bool died);
+  void free_cq(uint32_t index);
+  void free_mr(uint32_t index);
+
+  // fast half
+  void apply(const ControlMsg& m, ControlResult* r) noexcept;
+  Status apply_modify(const ControlMsg& m, ibv_qp_state* state) noexcept;
+  void fast_free_qp(uint32_t index, bool died) noexcept;
+  void fast_free_mr(uint32_t index) noexcept;
+  void apply_srq(const ControlMsg& m) noexcept;  // host_server_srq.cc
+  void fast_free_srq(uint32_t index) noexcept;
+  // ready_qps reports `bit` of the application as `value` (0: nothing).
+  void fast_bind_doorbell(uint32_t app_index, uint32_t app_id, uint32_t bit, uint32_t value) noexcept;
+  SrqSlot* find_srq(uint32_t handle) noexcept;
+  bool translate_for(uint32_t app_id, uint32_t pd, const WqeSge& s, bool local_write, Segment* out,
+                     uint32_t* vendor_err) noexcept;
   void set_error(QpSlot& qp) noexcept;
   bool write_cqe(uint32_t cq_handle, const Cqe& cqe) noexcept;
   bool cq_in_error(uint32_t cq_handle) noexcept;  // overrun (or gone): flushes to it are dropped
@@ -284,78 +401,62 @@ class HostServer {
   bool translate(const QpSlot& qp, const WqeSge& s, bool local_write, Segment* out,
                  uint32_t* vendor_err) noexcept;
 
-  // Control-path handlers (each fills the reply body, returns its status).
-  bool may_attach(const App& app, uint32_t vnic_ip) const;
-  Status on_hello(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep,
-                  int* rfds, std::size_t* nrfds);
-  Status on_alloc_pd(App& app, Reply* rep);
-  Status on_dealloc_pd(App& app, const Request& req);
-  Status on_reg_mr(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep);
-  Status on_dereg_mr(App& app, const Request& req);
-  Status on_create_cq(App& app, const Request& req, int* fds, std::size_t nfds,
-                      Reply* rep);
-  Status on_destroy_cq(App& app, const Request& req);
-  Status on_create_qp(App& app, const Request& req, int* fds, std::size_t nfds,
-                      Reply* rep);
-  Status on_modify_qp(App& app, const Request& req, Reply* rep);
-  Status on_destroy_qp(App& app, const Request& req);
-  Status on_query_qp(App& app, const Request& req, Reply* rep);
-  // host_server_srq.cc
-  Status on_create_srq(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep);
-  Status on_destroy_srq(App& app, const Request& req);
-  SrqSlot* find_srq(uint32_t handle) noexcept;
-  void free_srq(uint32_t index);
-  bool translate_for(uint32_t app_id, uint32_t pd, const WqeSge& s, bool local_write, Segment* out,
-                     uint32_t* vendor_err) noexcept;
-  // An application's doorbell bits (QPs and SRQs share them): takes one that
-  // ready_qps will report as `value` (UINT32_MAX: none left), gives one back.
-  static uint32_t app_id_of(const App& app) noexcept;
-  uint32_t app_index_of(const App& app) const noexcept;
-  uint32_t bind_doorbell(App& app, uint32_t value);
-  // A reference on the application's PD `pd` (false: not its PD), and its release.
-  bool take_pd_ref(uint32_t pd, uint32_t app_id) noexcept;
-  void drop_pd_ref(uint32_t pd) noexcept;
-  void unbind_doorbell(uint32_t app_index, uint32_t app_id, uint32_t bit) noexcept;
-  void free_qp(uint32_t index, bool died);
-  void free_cq(uint32_t index);
-  void free_mr(uint32_t index);
-
   ServerConfig config_;
+  std::mutex vnic_mu_;  // config_.vnic_ips/vnic_owners: set by the lcore (DPU mode), read by on_hello
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   ShmRegion worker_page_;
   WorkerPage* page_ = nullptr;
+
+  // ---- control half
+  bool threaded_ = false;
+  std::atomic<bool> stopping_{false};
   uint64_t now_ = 0;
   uint32_t next_app_id_ = 1;
-
-  std::vector<std::unique_ptr<App>> apps_;  // index = epoll tag - 1; nullptr when free
-  std::vector<QpSlot> qps_;
+  uint64_t sent_seq_ = 0;
+  std::vector<std::unique_ptr<App>> apps_;  // index = epoll tag - 2; nullptr when free
+  std::vector<QpCtl> qps_ctl_;
   std::vector<uint32_t> free_qps_;
-  std::vector<CqSlot> cqs_;
+  std::vector<CqCtl> cqs_ctl_;
   std::vector<uint32_t> free_cqs_;
-  std::vector<MrSlot> mrs_;
+  std::vector<MrCtl> mrs_ctl_;
   std::vector<uint32_t> free_mrs_;
   std::vector<PdSlot> pds_;
   std::vector<uint32_t> free_pds_;
-  std::vector<SrqSlot> srqs_;
+  std::vector<SrqCtl> srqs_ctl_;
   std::vector<uint32_t> free_srqs_;
   std::size_t srq_count_ = 0;
   std::size_t qp_count_ = 0;
   std::size_t cq_count_ = 0;
   std::size_t mr_count_ = 0;
-  std::size_t mapped_bytes_ = 0;
-
+  std::atomic<std::size_t> mapped_bytes_{0};
+  std::atomic<std::size_t> retired_bytes_{0};
   struct Retired {
     ShmRegion region;
-    uint64_t since;     // now_ when retired
-    uint64_t poll_seq;  // poll_seq_ when retired: released at a later poll only
+    uint64_t since;       // now_ when retired (after the fast half dropped it)
+    uint64_t serve_seq;   // serve_seq_ when retired: released at a later serve only
+    bool device_mapped;   // an MR mapping given to the DeviceMapper
   };
-  uint64_t poll_seq_ = 0;
+  uint64_t serve_seq_ = 0;
   std::deque<Retired> retired_;
-  std::size_t retired_bytes_ = 0;
+  std::atomic<uint64_t> ctl_protocol_errors_{0};
+  std::atomic<uint64_t> ctl_requests_refused_{0};
+  std::atomic<uint64_t> ctl_attach_denied_{0};
+
+  // ---- the handoff: control -> fast messages, fast -> control answers
+  std::unique_ptr<SpscQueue<ControlMsg, 64>> to_fast_;
+  std::unique_ptr<SpscQueue<ControlResult, 64>> to_ctl_;
+
+  // ---- fast half
+  std::vector<FastApp> fast_apps_;  // same index as apps_
+  std::vector<QpSlot> qps_;
+  std::vector<CqSlot> cqs_;
+  std::vector<MrSlot> mrs_;
+  std::vector<SrqSlot> srqs_;
+  uint64_t last_beat_ = 0;
   std::deque<HostEvent> events_;
-  HostCounters counters_;
+  HostCounters counters_;  // the fast half's (apps_* and the control ones come from ctl_*)
 };
 
 }  // namespace tandem::rnic::host

@@ -1,11 +1,15 @@
-// HostServer's shared receive queues: creation and destruction (control
-// path) and fetching their WQEs (fast path). An SRQ is a receive ring any QP
-// created on it may consume; it has a doorbell bit of its own, reported by
-// ready_qps as kSrqDoorbell | handle, and the worker hands its WQEs to the
-// transport's SRQ, which gives each one to the QP whose message needs it.
+// HostServer's shared receive queues. An SRQ is a receive ring any QP created
+// on it may consume; it has a doorbell bit of its own, reported by ready_qps
+// as kSrqDoorbell | handle, and the worker hands its WQEs to the transport's
+// SRQ, which gives each one to the QP whose message needs it.
+// Split as the rest of HostServer (README "Two halves"): the control half
+// maps the ring, takes the handle, doorbell bit and PD reference, and sends
+// the finished SrqSlot; the fast half installs it (and the kSrq* events) and
+// fetches its WQEs.
 #include <algorithm>
 #include <cstring>
 
+#include "rnic/host/control_msg.h"
 #include "rnic/host/srq_slot.h"
 
 namespace tandem::rnic::host {
@@ -19,96 +23,134 @@ constexpr uint32_t kMaxSrqs = 0xFFFF;
 
 }  // namespace
 
-HostServer::SrqSlot* HostServer::find_srq(uint32_t handle) noexcept {
+// ---------------------------------------------------------------- control half
+
+HostServer::SrqCtl* HostServer::find_srq_ctl(uint32_t handle) noexcept {
   const uint32_t index = handle & 0xFFFF;
-  if (index >= srqs_.size() || (handle >> 24) != 0) return nullptr;
-  SrqSlot& s = srqs_[index];
+  if (index >= srqs_ctl_.size() || (handle >> 24) != 0) return nullptr;
+  SrqCtl& s = srqs_ctl_[index];
   return s.used && s.gen == static_cast<uint8_t>(handle >> 16) ? &s : nullptr;
 }
 
-Status HostServer::on_create_srq(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep) {
+Status HostServer::on_create_srq(App& app, uint32_t app_index, const Request& req, int* fds, std::size_t nfds,
+                                 Reply* rep) {
   const CreateSrqRequest& c = req.body.create_srq;
   if (nfds != 1) return Status::kProtocolError;
   const uint32_t app_id = app_id_of(app);
   if (!is_power_of_two(c.depth) || c.depth > config_.max_queue_depth) return Status::kInvalidArgument;
+  if (free_srqs_.empty() && srqs_ctl_.size() >= kMaxSrqs) return Status::kNoResources;
+  const SrqLayout layout = srq_layout(c.depth);
+  ShmRegion region;
+  const Status st = ShmRegion::map_fd(fds[0], layout.bytes, layout.bytes + huge_page_size(), true, &region);
+  fds[0] = -1;
+  if (st != Status::kOk) return st;
   if (!take_pd_ref(c.pd, app_id)) return Status::kNotFound;
+  const uint32_t bit = take_doorbell_bit(app);
+  if (bit == UINT32_MAX) {
+    drop_pd_ref(c.pd);
+    return Status::kNoResources;  // the application's doorbell bits are all taken
+  }
   uint32_t index;
   if (!free_srqs_.empty()) {
     index = free_srqs_.back();
     free_srqs_.pop_back();
   } else {
-    if (srqs_.size() >= kMaxSrqs) {
-      drop_pd_ref(c.pd);
-      return Status::kNoResources;
-    }
-    index = static_cast<uint32_t>(srqs_.size());
-    srqs_.emplace_back();
+    index = static_cast<uint32_t>(srqs_ctl_.size());
+    srqs_ctl_.emplace_back();
   }
-  const SrqLayout layout = srq_layout(c.depth);
-  ShmRegion region;
-  const Status st = ShmRegion::map_fd(fds[0], layout.bytes, layout.bytes + huge_page_size(), true, &region);
-  fds[0] = -1;
-  if (st != Status::kOk) {
-    free_srqs_.push_back(index);
-    drop_pd_ref(c.pd);
-    return st;
-  }
-  SrqSlot& s = srqs_[index];
-  const uint8_t gen = srq_next_gen(s.gen);
-  const uint32_t handle = srq_handle(gen, index);
-  const uint32_t bit = bind_doorbell(app, kSrqDoorbell | handle);
-  if (bit == UINT32_MAX) {
-    free_srqs_.push_back(index);
-    drop_pd_ref(c.pd);
-    return Status::kNoResources;  // the application's doorbell bits are all taken
-  }
+  SrqCtl& s = srqs_ctl_[index];
   s.used = true;
-  s.gen = gen;
+  s.gen = srq_next_gen(s.gen);
   s.app_id = app_id;
-  s.app_index = app_index_of(app);
+  s.app_index = app_index;
   s.pd = c.pd;
-  s.depth = c.depth;
   s.doorbell_bit = bit;
   s.refs = 0;
+  const uint32_t handle = srq_handle(s.gen, index);
+  // The fast half's record, finished here: the lcore only stores it.
+  ControlMsg m;
+  m.kind = MsgKind::kSrqCreate;
+  m.index = index;
+  SrqSlot& f = m.srq;
+  f.used = true;
+  f.gen = s.gen;
+  f.app_id = app_id;
+  f.app_index = app_index;
+  f.pd = c.pd;
+  f.depth = c.depth;
+  f.doorbell_bit = bit;
   uint8_t* base = region.data();
-  s.ring = RingReader<RecvWqe>(reinterpret_cast<RingControl*>(base + layout.control),
+  f.ring = RingReader<RecvWqe>(reinterpret_cast<RingControl*>(base + layout.control),
                                reinterpret_cast<RecvWqe*>(base + layout.entries), c.depth);
   mapped_bytes_ += region.size();
   s.memory = std::move(region);
   ++srq_count_;
+  if (!send_to_fast(m)) return Status::kWorkerGone;
   rep->body.create_srq.srq = handle;
   rep->body.create_srq.doorbell_bit = bit;
-  HostEvent ev{};
-  ev.kind = HostEventKind::kSrqCreated;
-  ev.app_id = app_id;
-  ev.srq = handle;
-  ev.srq_depth = c.depth;
-  events_.push_back(ev);
   return Status::kOk;
 }
 
+// Control-side release, once the fast half dropped the SRQ (by kSrqDestroy or kDetach).
 void HostServer::free_srq(uint32_t index) {
-  SrqSlot& s = srqs_[index];
-  HostEvent ev{};
-  ev.kind = HostEventKind::kSrqDestroyed;
-  ev.app_id = s.app_id;
-  ev.srq = srq_handle(s.gen, index);
-  events_.push_back(ev);
-  unbind_doorbell(s.app_index, s.app_id, s.doorbell_bit);
+  SrqCtl& s = srqs_ctl_[index];
+  give_doorbell_bit(s.app_index, s.app_id, s.doorbell_bit);
   drop_pd_ref(s.pd);
   retire(std::move(s.memory));
-  s.ring = RingReader<RecvWqe>();
   s.used = false;
   free_srqs_.push_back(index);
   --srq_count_;
 }
 
 Status HostServer::on_destroy_srq(App& app, const Request& req) {
-  SrqSlot* s = find_srq(req.body.destroy_srq.srq);
+  SrqCtl* s = find_srq_ctl(req.body.destroy_srq.srq);
   if (s == nullptr || s->app_id != app_id_of(app)) return Status::kNotFound;
   if (s->refs != 0) return Status::kBusy;  // verbs: EBUSY while QPs use it
-  free_srq(static_cast<uint32_t>(s - srqs_.data()));
+  const auto index = static_cast<uint32_t>(s - srqs_ctl_.data());
+  ControlMsg m;
+  m.kind = MsgKind::kSrqDestroy;
+  m.index = index;
+  if (!send_to_fast(m)) return Status::kWorkerGone;
+  free_srq(index);
   return Status::kOk;
+}
+
+// ---------------------------------------------------------------- fast half
+
+void HostServer::apply_srq(const ControlMsg& m) noexcept {
+  if (m.kind == MsgKind::kSrqDestroy) {
+    if (m.index < srqs_.size() && srqs_[m.index].used) fast_free_srq(m.index);
+    return;
+  }
+  if (m.index >= srqs_.size()) srqs_.resize(m.index + 1);
+  SrqSlot& s = srqs_[m.index];
+  s = m.srq;
+  const uint32_t handle = srq_handle(s.gen, m.index);
+  fast_bind_doorbell(s.app_index, s.app_id, s.doorbell_bit, kSrqDoorbell | handle);
+  HostEvent ev{};
+  ev.kind = HostEventKind::kSrqCreated;
+  ev.app_id = s.app_id;
+  ev.srq = handle;
+  ev.srq_depth = s.depth;
+  events_.push_back(ev);
+}
+
+void HostServer::fast_free_srq(uint32_t index) noexcept {
+  SrqSlot& s = srqs_[index];
+  HostEvent ev{};
+  ev.kind = HostEventKind::kSrqDestroyed;
+  ev.app_id = s.app_id;
+  ev.srq = srq_handle(s.gen, index);
+  events_.push_back(ev);
+  fast_bind_doorbell(s.app_index, s.app_id, s.doorbell_bit, 0);
+  s = SrqSlot{.gen = s.gen};
+}
+
+HostServer::SrqSlot* HostServer::find_srq(uint32_t handle) noexcept {
+  const uint32_t index = handle & 0xFFFF;
+  if (index >= srqs_.size() || (handle >> 24) != 0) return nullptr;
+  SrqSlot& s = srqs_[index];
+  return s.used && s.gen == static_cast<uint8_t>(handle >> 16) ? &s : nullptr;
 }
 
 std::size_t HostServer::fetch_srq_recv(uint32_t srq, std::span<RecvWork> out) noexcept {

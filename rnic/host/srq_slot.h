@@ -1,5 +1,5 @@
-// The worker's record of a shared receive queue (HostServer's SRQ table):
-// the application's ring, mapped, and who may use it. Internal to HostServer.
+// The worker's records of a shared receive queue, one per half of HostServer
+// (rnic/host/README.md "Two halves"). Internal to HostServer.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,21 @@
 
 namespace tandem::rnic::host {
 
+// Control half (the control thread's only): the mapping, the doorbell bit
+// handed out, and the references that decide whether destroy_srq may go.
+struct HostServer::SrqCtl {
+  bool used = false;
+  uint8_t gen = 0;
+  uint32_t app_id = 0;
+  uint32_t app_index = 0;
+  uint32_t pd = 0;
+  uint32_t doorbell_bit = 0;
+  uint32_t refs = 0;  // QPs created on it
+  ShmRegion memory;
+};
+
+// Fast half (the data lcore's only): what fetch_srq_recv reads. Built by the
+// control half over the finished mapping and handed over in one message.
 struct HostServer::SrqSlot {
   bool used = false;
   uint8_t gen = 0;
@@ -16,8 +31,6 @@ struct HostServer::SrqSlot {
   uint32_t pd = 0;
   uint32_t depth = 0;
   uint32_t doorbell_bit = 0;
-  uint32_t refs = 0;  // QPs created on it
-  ShmRegion memory;
   RingReader<RecvWqe> ring;
 };
 
