@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test suite: setup, build, then meson's suites (unit, conformance,
-# dpdk, system) and a short libFuzzer run of each parser. Exits non-zero if
+# dpdk, system), the unit suite again under ASan+UBSan (clang, build-asan/)
+# and a short libFuzzer run of each parser. Exits non-zero if
 # anything fails and ends with one summary line "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,16 @@ PY
   passed=$((passed + p)); failed=$((failed + f))
 fi
 if ((mrc != 0)) && ((failed == 0)); then failed=1; failures+=("meson test exited $mrc"); fi
+
+# The unit suite again, built with clang and ASan+UBSan into build-asan/ (its
+# own tests count in the summary; a build failure counts as one failure).
+./scripts/test_sanitized.sh 2>&1 | tee /tmp/tandem-sanitized.log
+if read -r sp sf < <(sed -nE 's/^sanitized: ([0-9]+) passed, ([0-9]+) failed$/\1 \2/p' /tmp/tandem-sanitized.log | tail -1); then
+  passed=$((passed + sp)); failed=$((failed + sf))
+  ((sf == 0)) || failures+=("sanitized unit tests: $sf")
+else
+  failed=$((failed + 1)); failures+=("sanitized unit tests (no summary)")
+fi
 
 # Fuzzers are built with clang (libFuzzer) outside meson, and run briefly.
 if [[ -x tests/fuzz/run.sh ]]; then

@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -59,7 +60,14 @@ struct Row {
   double ours_bpe = 0, base_bpe = 0;          // bytes per entry
   double ours_build = 0, base_build = 0;      // M inserts/s
   double ours_lookup = 0, base_lookup = 0;    // M lookups/s (best of reps)
+  double hash_ns_keyed = 0, hash_ns_unkeyed = 0;  // level 2: ns per key hash
 };
+
+double thread_cpu_ns() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) * 1e9 + double(t.tv_nsec);
+}
 
 rte_hash* make_rte_hash(const char* name, std::size_t entries, uint32_t key_len) {
   rte_hash_parameters p{};
@@ -214,6 +222,25 @@ Row bench_level2(std::size_t n, std::size_t lookups, int reps, std::mt19937_64& 
     row.base_lookup = std::max(row.base_lookup, b);
   }
   rte_hash_free(h);
+  // What keying the hash costs (rnic/table/key_hash.h): ns per key of the
+  // table's SipHash-1-3 and of the unkeyed mix it replaced, same keys, turns
+  // taken, best of reps; set against the ns per lookup above.
+  const tandem::rnic::TableHashKey secret{rng(), rng()};
+  for (int r = 0; r < reps; ++r) {
+    uint64_t acc = 0;
+    // 4096 keys (48 KiB) over and over: the hash's cost, not the memory's;
+    // this thread's CPU time, so that other processes' turns do not count.
+    double c0 = thread_cpu_ns();
+    for (std::size_t i = 0; i < order.size(); ++i) acc += tandem::rnic::keyed_hash(secret, keys[i & 4095]);
+    const double keyed = (thread_cpu_ns() - c0) / double(order.size());
+    c0 = thread_cpu_ns();
+    for (std::size_t i = 0; i < order.size(); ++i) acc += tandem::rnic::unkeyed_hash(keys[i & 4095]);
+    const double unkeyed = (thread_cpu_ns() - c0) / double(order.size());
+    static volatile uint64_t sink;
+    sink = acc;
+    row.hash_ns_keyed = r == 0 ? keyed : std::min(row.hash_ns_keyed, keyed);
+    row.hash_ns_unkeyed = r == 0 ? unkeyed : std::min(row.hash_ns_unkeyed, unkeyed);
+  }
   return row;
 }
 
@@ -337,6 +364,11 @@ int main(int argc, char** argv) {
       t["bytes_per_entry"] = {{"ours", r.ours_bpe}, {"baseline", r.base_bpe}};
       t["build_Minserts_per_s"] = {{"ours", r.ours_build}, {"baseline", r.base_build}};
       t["lookup_Mlookups_per_s"] = {{"ours", r.ours_lookup}, {"baseline", r.base_lookup}};
+      if (r.hash_ns_keyed > 0) {
+        t["hash_ns"] = {{"keyed_siphash13", r.hash_ns_keyed}, {"unkeyed_mix", r.hash_ns_unkeyed}};
+        // Extra time of the keyed hash over the old one, as a share of a lookup.
+        t["keying_share_of_lookup"] = (r.hash_ns_keyed - r.hash_ns_unkeyed) / (1e3 / r.ours_lookup);
+      }
       j[r.table.substr(0, 7)] = t;
     }
     if (store_rows)
@@ -352,6 +384,11 @@ int main(int argc, char** argv) {
       std::printf("%-24s %10zu | %8.1f %8.1f | %9.2f %9.2f | %9.2f %9.2f %6.2f\n", r.table.c_str(), r.entries,
                   r.ours_bpe, r.base_bpe, r.ours_build, r.base_build, r.ours_lookup, r.base_lookup,
                   r.ours_lookup / r.base_lookup);
+    for (const Row& r : rows)
+      if (r.hash_ns_keyed > 0)
+        std::printf("level-2 key hash: SipHash-1-3 (keyed) %.2f ns, unkeyed mix %.2f ns per key: %.1f %% of a "
+                    "%.1f ns lookup\n", r.hash_ns_keyed, r.hash_ns_unkeyed,
+                    100 * (r.hash_ns_keyed - r.hash_ns_unkeyed) / (1e3 / r.ours_lookup), 1e3 / r.ours_lookup);
     if (store_rows)
       std::printf("SQLite store, %zu mappings: bulk import %.1f s (%.0f rows/s), reload %.1f s (%.0f rows/s), "
                   "%.0f bytes/row on disk\n",

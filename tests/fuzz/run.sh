@@ -5,7 +5,15 @@
 # a seed corpus made on the fly, after replaying tests/fuzz/regressions/. Exits non-zero if a
 # target crashes.
 # Output: build/fuzz/ (or $FUZZ_OUT); crash inputs are kept there.
+# --long SECONDS (scripts/fuzz.sh): each target that long in libFuzzer's fork
+# mode, which goes on past a crash, and one line per target
+# "TARGET: N executions, M crashes" (M counts crashes, timeouts and OOMs).
 set -euo pipefail
+LONG=0
+if [[ ${1:-} == --long ]]; then
+  [[ ${2:-} =~ ^[0-9]+$ ]] || { echo "usage: $0 [--long SECONDS]"; exit 2; }
+  LONG=1; FUZZ_SECONDS=$2
+fi
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 OUT=${FUZZ_OUT:-$ROOT/build/fuzz}
@@ -82,9 +90,28 @@ run_one() {
     echo "fuzz: $name ok: $(grep -E '^stat::number_of_executed_units' "$OUT/$name.log" | awk '{print $2}') inputs, $(grep -E '^#[0-9]+.*cov:' "$OUT/$name.log" | tail -1 | grep -oE 'cov: [0-9]+')"
   fi
 }
+# Long mode: fork mode keeps fuzzing past crashes (each kept as an artifact)
+# and reports totals over its jobs on "#N: cov: ... oom/timeout/crash: a/b/c" lines.
+run_long() {
+  local name=$1 corpus=$2 seeds=$3 log=$OUT/$1.long.log
+  "$OUT/$name" -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
+    -max_total_time="$SECONDS_EACH" -max_len=9100 -timeout=10 -rss_limit_mb=1024 \
+    -artifact_prefix="$OUT/$name-" "$corpus" "$seeds" >"$log" 2>&1 || true
+  local last execs found
+  last=$(grep -E '^#[0-9]+: cov:' "$log" | tail -1)
+  execs=$(sed -E 's/^#([0-9]+):.*/\1/' <<<"$last")
+  found=$(grep -oE 'oom/timeout/crash: [0-9]+/[0-9]+/[0-9]+' <<<"$last" | awk '{split($2, a, "/"); print a[1] + a[2] + a[3]}')
+  if [[ -z $execs ]]; then
+    echo "$name: 0 executions, 1 crashes (no fuzzing stats; log: $log)"; fail=1; return
+  fi
+  echo "$name: $execs executions, ${found:-0} crashes"
+  ((${found:-0} == 0)) || fail=1
+}
 for t in fuzz_parse_roce fuzz_pcap_reader fuzz_rnic_channel fuzz_icrc; do replay "$t"; done
-run_one fuzz_parse_roce "$WORK/new-frames" "$WORK/frames"
-run_one fuzz_pcap_reader "$WORK/new-pcaps" "$WORK/pcaps"
-run_one fuzz_rnic_channel "$WORK/new-cmds" "$WORK/cmds"
-run_one fuzz_icrc "$WORK/new-crc" "$WORK/frames"
+run=run_one
+((LONG)) && run=run_long
+$run fuzz_parse_roce "$WORK/new-frames" "$WORK/frames"
+$run fuzz_pcap_reader "$WORK/new-pcaps" "$WORK/pcaps"
+$run fuzz_rnic_channel "$WORK/new-cmds" "$WORK/cmds"
+$run fuzz_icrc "$WORK/new-crc" "$WORK/frames"
 exit $fail
