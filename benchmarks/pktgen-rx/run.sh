@@ -6,7 +6,7 @@ cd "$(dirname "$0")/../.."
 if [[ -z ${PKTGEN:-} || ! -x ${PKTGEN:-} ]]; then
   cat >&2 <<'MSG'
 pktgen-rx: set PKTGEN=/path/to/pktgen (the dpdk-pktgen binary). pktgen is not in Debian: build
-pktgen-dpdk 23.03.x from https://github.com/pktgen/Pktgen-DPDK against Debian's libdpdk-dev
+pktgen-dpdk 23.03.x (the pktgen/Pktgen-DPDK project's sources) against Debian's libdpdk-dev
 (22.11), with the one-line memif MTU fix, as docs/pktgen.md "Building pktgen" shows, then:
   PKTGEN=/work/pktgen/build/app/pktgen scripts/bench.sh pktgen-rx --json
 MSG
