@@ -137,6 +137,17 @@ Status ShmRegion::adopt(void* addr, std::size_t bytes, ShmRegion* out) {
   if (addr == nullptr || bytes == 0 || reinterpret_cast<uintptr_t>(addr) % page || bytes % page)
     return Status::kInvalidArgument;
   const bool huge_vma = page > static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  // The memfd now holds the pages at addr: out borrows them (they stay the application's).
+  auto adopted = [&](int memfd, bool hugetlb) {
+    keep_from_fork(addr, bytes);
+    out->reset();
+    out->data_ = static_cast<uint8_t*>(addr);
+    out->size_ = bytes;
+    out->fd_ = memfd;
+    out->hugetlb_ = hugetlb;
+    out->borrowed_ = true;
+    return Status::kOk;
+  };
   int fd = huge_vma ? huge_copy(addr, bytes, page) : -1;
   if (fd >= 0) {
     if (fcntl(fd, F_ADD_SEALS, kSeals) != 0 ||
@@ -144,14 +155,7 @@ Status ShmRegion::adopt(void* addr, std::size_t bytes, ShmRegion* out) {
       close(fd);
       return Status::kBadRegion;
     }
-    keep_from_fork(addr, bytes);
-    out->reset();
-    out->data_ = static_cast<uint8_t*>(addr);
-    out->size_ = bytes;
-    out->fd_ = fd;
-    out->hugetlb_ = true;
-    out->borrowed_ = true;
-    return Status::kOk;
+    return adopted(fd, true);
   }
   fd = memfd_create("tandem-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Status::kNoMemory;
@@ -172,14 +176,7 @@ Status ShmRegion::adopt(void* addr, std::size_t bytes, ShmRegion* out) {
     close(fd);
     return Status::kBadRegion;
   }
-  keep_from_fork(addr, bytes);
-  out->reset();
-  out->data_ = static_cast<uint8_t*>(addr);
-  out->size_ = bytes;
-  out->fd_ = fd;
-  out->hugetlb_ = false;
-  out->borrowed_ = true;
-  return Status::kOk;
+  return adopted(fd, false);
 }
 
 void ShmRegion::protect_from_fork() noexcept { g_dontfork.store(true, std::memory_order_relaxed); }

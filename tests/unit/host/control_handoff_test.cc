@@ -168,6 +168,9 @@ TEST_CASE("a registration stuck in the device mapper stalls neither the lcore no
   REQUIRE(dereg_mr(mr) == 0);
   // dereg_mr returned: the lcore already refuses the rkey.
   CHECK_FALSE(t.visible());
+  REQUIRE(destroy_qp(qp) == 0);
+  REQUIRE(destroy_cq(cq) == 0);
+  REQUIRE(dealloc_pd(pd) == 0);
   close_device(ctx);
 }
 
