@@ -250,6 +250,7 @@ class Worker {
   uint32_t host_events();
   uint32_t pump_work() noexcept;
   uint32_t pump_qp(QpCtx& q) noexcept;
+  RecvWr core_recv(const host::RecvWork& w, uint64_t wr_id) const noexcept;
   uint32_t pump_srq(SrqCtx& s) noexcept;
   SrqCtx* srq_by_host(uint32_t host_srq) noexcept {
     for (SrqCtx& s : srqs_)
@@ -811,6 +812,16 @@ void Worker::on_srq_destroyed(uint32_t host_srq) {
   --live_srqs_;
 }
 
+// A validated receive WQE as the core's RecvWr (QP and SRQ receives alike).
+RecvWr Worker::core_recv(const host::RecvWork& w, uint64_t wr_id) const noexcept {
+  RecvWr wr;
+  wr.wr_id = wr_id;
+  wr.num_sge = w.num_sge;
+  for (uint32_t g = 0; g < w.num_sge; ++g)
+    wr.sg_list[g] = Sge{reinterpret_cast<uint64_t>(w.sge[g].addr), w.sge[g].length, ident_key_};
+  return wr;
+}
+
 uint32_t Worker::pump_srq(SrqCtx& s) noexcept {
   host::RecvWork rw[kBurst];
   const std::size_t rn = host_.fetch_srq_recv(s.host_srq, std::span(rw, std::min<std::size_t>(kBurst, s.free.size())));
@@ -819,12 +830,7 @@ uint32_t Worker::pump_srq(SrqCtx& s) noexcept {
     const uint32_t slot = s.free.back();
     s.free.pop_back();
     s.slots[slot] = rw[i];
-    RecvWr wr;
-    wr.wr_id = tag | slot;
-    wr.num_sge = rw[i].num_sge;
-    for (uint32_t g = 0; g < rw[i].num_sge; ++g)
-      wr.sg_list[g] = Sge{reinterpret_cast<uint64_t>(rw[i].sge[g].addr), rw[i].sge[g].length, ident_key_};
-    if (core_.post_srq_recv(s.core_srq, wr) != 0) {
+    if (core_.post_srq_recv(s.core_srq, core_recv(rw[i], tag | slot)) != 0) {
       ++k_.wqe_refused;  // cannot happen with the identity MR; no QP owns it to fail
       s.free.push_back(slot);
     } else {
@@ -868,12 +874,7 @@ uint32_t Worker::pump_qp(QpCtx& q) noexcept {
     const uint32_t slot = q.recv_free.back();
     q.recv_free.pop_back();
     q.recv_slots[slot] = rw[i];
-    RecvWr wr;
-    wr.wr_id = slot | kRecvTag;
-    wr.num_sge = rw[i].num_sge;
-    for (uint32_t s = 0; s < rw[i].num_sge; ++s)
-      wr.sg_list[s] = Sge{reinterpret_cast<uint64_t>(rw[i].sge[s].addr), rw[i].sge[s].length, ident_key_};
-    if (core_.post_recv(q.core_qpn, wr) != 0) {
+    if (core_.post_recv(q.core_qpn, core_recv(rw[i], slot | kRecvTag)) != 0) {
       ++k_.wqe_refused;
       host_.complete_recv(q.host_qpn, rw[i], IBV_WC_LOC_QP_OP_ERR, 0, IBV_WC_RECV, false, 0, 0);
       q.recv_free.push_back(slot);
