@@ -10,21 +10,11 @@
 #include "rnic/sim/run.h"
 #include "rnic/sim/scenario.h"
 #include "rnic/sim/simulation.h"
+#include "tests/unit/sim/run_policy.h"
 
 using namespace tandem::rnic::sim;
 
-namespace {
-RunResult run_policy(const Scenario& s, const std::string& name) {
-  for (const PolicySpec& p : s.policies) {
-    if (p.name == name) {
-      Simulation sim(s, p, s.seed);
-      return sim.run();
-    }
-  }
-  FAIL("no policy " << name);
-  return {};
-}
-}  // namespace
+using tandem::rnic::sim::test::run_policy;
 
 TEST_CASE("hosts: entries parse, and bad ones are refused by name") {
   const std::string base =

@@ -7,21 +7,11 @@
 
 #include "rnic/sim/run.h"
 #include "rnic/sim/simulation.h"
+#include "tests/unit/sim/run_policy.h"
 
 using namespace tandem::rnic::sim;
 
-namespace {
-RunResult run_policy(Scenario s, const std::string& name) {
-  for (const PolicySpec& p : s.policies) {
-    if (p.name == name) {
-      Simulation sim(s, p, s.seed);
-      return sim.run();
-    }
-  }
-  FAIL("no policy " << name);
-  return {};
-}
-}  // namespace
+using tandem::rnic::sim::test::run_policy;
 
 TEST_CASE("round_robin spraying puts packets of one QP on every path of its set") {
   Scenario s = resolve_scenario("ecmp-collisions");
