@@ -22,6 +22,7 @@
 #include "rnic/perf/pattern.h"
 #include "rnic/perf/perf_report.h"
 #include "rnic/perf/perf_stats.h"
+#include "rnic/perf/verbs_objects.h"
 
 namespace tandem::rnic::perf {
 
@@ -118,26 +119,8 @@ Plan plan_from(const Options& o) {
 
 // One side's verbs objects; released in reverse order (close_device would
 // free them anyway).
-struct Resources {
-  host::Context* ctx = nullptr;
-  host::Pd* pd = nullptr;
-  uint8_t* buf = nullptr;
-  uint64_t buf_len = 0;
-  host::Mr* mr = nullptr;
-  host::Cq* cq = nullptr;
-  std::vector<host::Qp*> qps;
+struct Resources : VerbsObjects {
   std::vector<uint32_t> psn;
-  std::unordered_map<uint32_t, uint32_t> index_of;  // QPN -> QP index
-
-  ~Resources() {
-    for (auto* q : qps)
-      if (q) host::destroy_qp(q);
-    if (cq) host::destroy_cq(cq);
-    if (mr) host::dereg_mr(mr);
-    if (buf) host::free_buf(ctx, buf);
-    if (pd) host::dealloc_pd(pd);
-    if (ctx) host::close_device(ctx);
-  }
 
   uint8_t* target(uint32_t q, const Plan& p) const { return buf + q * p.per_qp_bytes(); }
   uint8_t* slot(uint32_t q, uint32_t s, const Plan& p) const { return target(q, p) + s * p.size; }

@@ -21,6 +21,7 @@
 #include "rnic/dpdk/standalone_table.h"
 #include "rnic/host/verbs.h"
 #include "rnic/perf/pattern.h"
+#include "rnic/perf/verbs_objects.h"
 
 namespace tandem::rnic::perf {
 
@@ -92,24 +93,7 @@ Addressing resolve(const SinkOptions& o, const dpdk::StandaloneTable& st) {
   return a;
 }
 
-struct Sink {
-  host::Context* ctx = nullptr;
-  host::Pd* pd = nullptr;
-  uint8_t* buf = nullptr;
-  uint64_t buf_len = 0;
-  host::Mr* mr = nullptr;
-  host::Cq* cq = nullptr;
-  std::vector<host::Qp*> qps;
-  std::unordered_map<uint32_t, uint32_t> index_of;  // QPN -> index
-  ~Sink() {
-    for (host::Qp* q : qps) host::destroy_qp(q);
-    if (cq) host::destroy_cq(cq);
-    if (mr) host::dereg_mr(mr);
-    if (buf) host::free_buf(ctx, buf);
-    if (pd) host::dealloc_pd(pd);
-    if (ctx) host::close_device(ctx);
-  }
-};
+using Sink = VerbsObjects;
 
 [[noreturn]] void host_fail(const char* what) { throw std::runtime_error(std::string(what) + ": " + host::last_error()); }
 
