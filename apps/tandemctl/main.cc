@@ -102,7 +102,14 @@ int main(int argc, char** argv) {
   CLI::App* s = leaf(tenant, "add", "Add a tenant", "tenant.add");
   s->add_option("vni", vni, "VNI")->required();
   s->add_option("name", name, "Name")->required();
-  s->final_callback([&] { req["vni"] = vni; req["name"] = name; });
+  CLI::Option* part = s->add_option("--partition", paths,
+                "Partition 1..32766: its RNICs stamp P_Key 0x8000|N on the tenant's packets and drop\n"
+                "packets of other partitions (docs/partitions.md). Default: the lowest free one");
+  s->final_callback([&, part] {
+    req["vni"] = vni;
+    req["name"] = name;
+    if (part->count()) req["partition"] = paths;
+  });
   s = leaf(tenant, "del", "Remove a tenant (refused while it has vNICs or mappings)", "tenant.del");
   s->add_option("vni", vni, "VNI")->required();
   s->final_callback([&] { req["vni"] = vni; });

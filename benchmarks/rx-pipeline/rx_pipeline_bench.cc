@@ -182,6 +182,7 @@ int main(int argc, char** argv) {
   struct BenchQp {
     bool routed = true;
     uint32_t vni = 100;
+    uint16_t pkey = 0xFFFF;
     uint32_t vnic = 1;
     uint32_t remote_overlay = 0xC0A80001;
     uint32_t core_qpn = 0;

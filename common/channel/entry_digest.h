@@ -38,7 +38,7 @@ inline uint64_t entry_hash(const Level2Entry& e) noexcept {
   } else if (e.key.kind == EntryKind::kVnic) {
     const VnicAction& a = e.vnic;
     h = digest_mix(h ^ ((uint64_t{a.vnic_id} << 32) | a.overlay_ip));
-    h = digest_mix(h ^ a.vni);
+    h = digest_mix(h ^ (uint64_t{a.pkey} << 32 | a.vni));  // pkey 0 (below v4): as before
     h = digest_mix(h ^ detail::mac_word(a.overlay_mac));
   } else {
     const IngressAction& a = e.ingress;

@@ -30,10 +30,15 @@ namespace tandem::common {
 //       into the table with the flows, so a worker learns them from the agent
 //       instead of its YAML. Never sent on a channel that negotiated v1 or v2
 //       (the RNIC refuses them there as kBadEntry).
-inline constexpr uint16_t kProtocolVersionCurrent = 3;
+//   v4: vNIC entries carry the tenant's partition key (VnicAction::pkey): the
+//       RNIC stamps it into the BTH of every packet of the vNIC's QPs and drops
+//       arriving packets whose P_Key is not their QP's (docs/partitions.md).
+//       Below v4 the field is zero and the RNIC refuses an entry that sets it.
+inline constexpr uint16_t kProtocolVersionCurrent = 4;
 inline constexpr uint16_t kProtocolVersionOldest = 1;
 inline constexpr uint16_t kProtocolVersionDigest = 2;  // first version with digest reconcile
 inline constexpr uint16_t kProtocolVersionVnic = 3;    // first version with vNIC entries
+inline constexpr uint16_t kProtocolVersionPkey = 4;    // first version with partition keys
 
 inline constexpr std::size_t kMessageSize = 64;
 
@@ -125,10 +130,18 @@ struct VnicAction {
   uint32_t overlay_ip = 0;      // the vNIC's overlay IPv4 (host order): what its applications bind to
   uint32_t vni = 0;             // owning tenant (24 bits)
   MacAddr overlay_mac{};        // the vNIC's overlay MAC
-  uint16_t reserved = 0;        // zero
+  uint16_t pkey = 0;            // v4: tenant's BTH P_Key (full member, 0x8001..0xFFFE); 0 = none (0xFFFF)
   uint32_t reserved2 = 0;       // zero
 };
 static_assert(sizeof(VnicAction) == 24);
+
+// A partition key an entry may carry: none (0), or a full member's key of a
+// real partition (not 0x8000, which is invalid, nor the default 0xFFFF).
+constexpr bool valid_entry_pkey(uint16_t pkey) noexcept {
+  return pkey == 0 || ((pkey & 0x8000) != 0 && (pkey & 0x7FFF) != 0 && (pkey & 0x7FFF) != 0x7FFF);
+}
+// The BTH P_Key a vNIC's packets carry: its tenant's, or the default partition.
+constexpr uint16_t wire_pkey(uint16_t entry_pkey) noexcept { return entry_pkey ? entry_pkey : 0xFFFF; }
 static_assert(offsetof(VnicAction, overlay_mac) == 12);
 
 // 36 bytes (alignment 4): one level-2 table entry. Which action is valid follows key.kind.
@@ -158,7 +171,7 @@ inline bool operator==(const IngressAction& a, const IngressAction& b) noexcept 
 }
 inline bool operator==(const VnicAction& a, const VnicAction& b) noexcept {
   return a.vnic_id == b.vnic_id && a.overlay_ip == b.overlay_ip && a.vni == b.vni &&
-         a.overlay_mac == b.overlay_mac;
+         a.overlay_mac == b.overlay_mac && a.pkey == b.pkey;
 }
 inline bool operator==(const Level2Entry& a, const Level2Entry& b) noexcept {
   if (!(a.key == b.key)) return false;

@@ -39,5 +39,9 @@ constexpr bool has_digest_reconcile(uint16_t version) noexcept {
 constexpr bool has_vnic_entries(uint16_t version) noexcept {
   return version >= kProtocolVersionVnic;
 }
+// Whether a vNIC entry may carry a partition key (VnicAction::pkey != 0).
+constexpr bool has_partition_keys(uint16_t version) noexcept {
+  return version >= kProtocolVersionPkey;
+}
 
 }  // namespace tandem::common

@@ -31,7 +31,8 @@ namespace tandem::common {
   X(kNoCredits, "no_credits")                                          \
   X(kNoBuffer, "no_buffer")                                            \
   X(kAccessViolation, "access_violation")                              \
-  X(kInvalidRequest, "invalid_request")
+  X(kInvalidRequest, "invalid_request")                                \
+  X(kPkeyViolation, "pkey_violation")
 
 enum class DropReason : uint8_t {
 #define TANDEM_DROP_ENUM(name, str) name,

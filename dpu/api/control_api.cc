@@ -1,5 +1,6 @@
 #include "dpu/api/control_api.h"
 
+#include <cstdio>
 #include <fstream>
 
 #include "dpu/model/address.h"
@@ -66,7 +67,15 @@ json error(const std::string& msg, const char* code = "bad_request") {
 
 }  // namespace
 
-json tenant_json(const Tenant& t) { return {{"vni", t.vni}, {"name", t.name}}; }
+std::string pkey_str(uint16_t entry_pkey) {
+  char b[8];
+  std::snprintf(b, sizeof b, "0x%04x", common::wire_pkey(entry_pkey));
+  return b;
+}
+
+json tenant_json(const Tenant& t) {
+  return {{"vni", t.vni}, {"name", t.name}, {"partition", t.partition}, {"pkey", pkey_str(t.entry_pkey())}};
+}
 
 json rnic_json(const Rnic& r) {
   return {{"name", r.name}, {"underlay_ip", format_ipv4(r.underlay_ip)}, {"mac", format_mac(r.mac)},
@@ -98,7 +107,7 @@ json level2_entry_json(const common::Level2Entry& e) {
       break;
     case common::EntryKind::kVnic:
       j = {{"kind", "vnic"}, {"vnic", e.vnic.vnic_id}, {"overlay_ip", format_ipv4(e.vnic.overlay_ip)},
-           {"overlay_mac", format_mac(e.vnic.overlay_mac)}, {"vni", e.vnic.vni}};
+           {"overlay_mac", format_mac(e.vnic.overlay_mac)}, {"vni", e.vnic.vni}, {"pkey", pkey_str(e.vnic.pkey)}};
       break;
     default:
       j = {{"kind", "invalid"}};
@@ -200,7 +209,9 @@ json ControlApi::accept(const Change& c) {
 
 json ControlApi::dispatch(const std::string& cmd, const json& r) {
   constexpr uint64_t kVniMax = 0xFFFFFF;
-  if (cmd == "tenant.add") return accept(AddTenant{static_cast<uint32_t>(u64(r, "vni", kVniMax)), str(r, "name")});
+  if (cmd == "tenant.add")
+    return accept(AddTenant{static_cast<uint32_t>(u64(r, "vni", kVniMax)), str(r, "name"),
+                            static_cast<uint16_t>(u64_or(r, "partition", kMaxPartition, 0))});
   if (cmd == "tenant.del") return accept(RemoveTenant{static_cast<uint32_t>(u64(r, "vni", kVniMax))});
   if (cmd == "tenant.list") {
     json a = json::array();

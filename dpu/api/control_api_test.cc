@@ -211,5 +211,7 @@ TEST_CASE("a level-2 table dump shows vNIC entries readably") {
   a.overlay_mac = {2, 0, 0, 0, 1, 5};
   json j = tandem::dpu::level2_entry_json(tandem::common::make_vnic_entry(a));
   CHECK(j == json{{"kind", "vnic"}, {"vnic", 5}, {"overlay_ip", "192.168.7.5"},
-                  {"overlay_mac", "02:00:00:00:01:05"}, {"vni", 100}});
+                  {"overlay_mac", "02:00:00:00:01:05"}, {"vni", 100}, {"pkey", "0xffff"}});
+  a.pkey = 0x8003;
+  CHECK(tandem::dpu::level2_entry_json(tandem::common::make_vnic_entry(a))["pkey"] == "0x8003");
 }

@@ -152,6 +152,9 @@ void AgentChannel::maybe_start_txn(uint64_t now) {
   }
   if (!has_vnic_entries(version_))  // an older RNIC cannot take them: it keeps its own vNICs
     stats_.vnic_ops_withheld += std::erase_if(ops, [](const Level2Op& op) { return op.entry.key.kind == EntryKind::kVnic; });
+  if (!has_partition_keys(version_))  // nor partition keys below v4: its vNICs stay unpartitioned
+    for (Level2Op& op : ops)
+      if (op.entry.key.kind == EntryKind::kVnic) op.entry.vnic.pkey = 0;
   std::deque<RawMessage> msgs;
   if (behind) {
     next_ = TxnBuilder::build_after(shadow_, *inflight_, next_txn_++, std::move(ops), msgs);

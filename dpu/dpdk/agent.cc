@@ -139,7 +139,7 @@ class Agent final : public AgentHooks {
       if (it != links_.end() && added) {
         ChangeSet cs;
         cs.tag = next_tag_++;
-        cs.put(vnic_entry(*added));
+        cs.put(vnic_entry(state_, *added, common::has_partition_keys(it->second->ch->version())));
         it->second->ch->submit(std::move(cs));
       }
     } else if (auto* m = std::get_if<AddMapping>(&c)) {
@@ -229,7 +229,7 @@ class Agent final : public AgentHooks {
       // the RNIC's vNIC entries level 1's (queued behind a replay, if any).
       l.vnic_session = l.ch->session();
       if (common::has_vnic_entries(l.ch->version())) {
-        ChangeSet cs = changes_for_vnics(state_, l.ch->shadow(), l.name);
+        ChangeSet cs = changes_for_vnics(state_, l.ch->shadow(), l.name, common::has_partition_keys(l.ch->version()));
         if (!cs.ops.empty()) {
           cs.tag = next_tag_++;
           l.ch->submit(std::move(cs));

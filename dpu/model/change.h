@@ -16,7 +16,13 @@ using common::MacAddr;
 struct AddTenant {
   uint32_t vni = 0;  // 1..2^24-1
   std::string name;
+  // Partition (1..kMaxPartition, unique among tenants): the RNICs stamp
+  // 0x8000 | partition as the BTH P_Key of the tenant's packets and drop
+  // others (docs/partitions.md). accept_change turns 0 into the lowest free
+  // one; a state that applies 0 directly leaves the tenant unpartitioned.
+  uint16_t partition = 0;
 };
+inline constexpr uint16_t kMaxPartition = 0x7FFE;  // 0x7FFF is the default partition
 struct RemoveTenant {
   uint32_t vni = 0;  // refused while the tenant still has vNICs or mappings
 };

@@ -84,7 +84,22 @@ ModelResult Level1State::check(const Change& c) const {
 ModelResult Level1State::check_one(const AddTenant& c) const {
   if (!valid_vni(c.vni)) return fail(ModelErrc::kBadValue, "VNI " + std::to_string(c.vni) + " is outside 1..16777215");
   if (tenants_.count(c.vni)) return fail(ModelErrc::kDuplicate, vni_str(c.vni) + " already exists");
+  if (c.partition > kMaxPartition)
+    return fail(ModelErrc::kBadValue, "partition " + std::to_string(c.partition) + " is outside 1.." +
+                                          std::to_string(kMaxPartition));
+  if (auto it = partition_owner_.find(c.partition); c.partition != 0 && it != partition_owner_.end())
+    return fail(ModelErrc::kDuplicate, "partition " + std::to_string(c.partition) + " already belongs to " +
+                                           vni_str(it->second));
   return {};
+}
+
+uint16_t Level1State::free_partition() const {
+  uint16_t p = 1;
+  for (const auto& [used, vni] : partition_owner_) {  // ascending
+    if (used != p) break;
+    ++p;
+  }
+  return p <= kMaxPartition ? p : 0;
 }
 
 ModelResult Level1State::check_one(const RemoveTenant& c) const {
@@ -187,9 +202,14 @@ uint16_t Level1State::intern_rnic(const std::string& name) {
   return it->second;
 }
 
-void Level1State::apply_one(const AddTenant& c) { tenants_[c.vni] = Tenant{c.vni, c.name}; }
+void Level1State::apply_one(const AddTenant& c) {
+  tenants_[c.vni] = Tenant{c.vni, c.name, c.partition};
+  if (c.partition) partition_owner_[c.partition] = c.vni;
+}
 
 void Level1State::apply_one(const RemoveTenant& c) {
+  if (auto it = tenants_.find(c.vni); it != tenants_.end() && it->second.partition)
+    partition_owner_.erase(it->second.partition);
   tenants_.erase(c.vni);
   tenant_refs_.erase(c.vni);
   for (uint32_t peer : peers_[c.vni]) {

@@ -42,6 +42,9 @@ struct ModelResult {
 struct Tenant {
   uint32_t vni = 0;
   std::string name;
+  uint16_t partition = 0;  // 0: none (wire P_Key 0xFFFF); else P_Key 0x8000 | partition
+
+  uint16_t entry_pkey() const noexcept { return partition ? static_cast<uint16_t>(0x8000 | partition) : 0; }
 };
 
 struct Rnic {
@@ -93,6 +96,8 @@ class Level1State {
   uint64_t generation() const noexcept { return generation_.value; }
 
   const Tenant* tenant(uint32_t vni) const;
+  // The lowest partition no tenant has, 0 if all kMaxPartition are taken.
+  uint16_t free_partition() const;
   const Rnic* rnic(const std::string& name) const;
   const Vnic* vnic(uint32_t id) const;
   std::optional<Mapping> mapping(uint32_t vni, uint32_t overlay_ip) const {
@@ -142,6 +147,7 @@ class Level1State {
 
   std::map<uint32_t, Tenant> tenants_;
   std::map<uint32_t, uint32_t> tenant_refs_;  // vni -> vNICs + mappings referencing it
+  std::map<uint16_t, uint32_t> partition_owner_;  // partition -> vni
   std::map<std::string, Rnic> rnics_;
   std::map<uint32_t, Vnic> vnics_;
   std::unordered_map<uint64_t, uint32_t> vnic_by_addr_;  // (vni << 32 | overlay IP) -> vNIC id

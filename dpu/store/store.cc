@@ -15,11 +15,13 @@ namespace tandem::dpu {
 
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// 2: tenants have a partition (P_Key); a version-1 store is migrated on open.
+constexpr int kSchemaVersion = 2;
 
 const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS tenants(vni INTEGER PRIMARY KEY, name TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tenants(vni INTEGER PRIMARY KEY, name TEXT NOT NULL,
+  partition_key INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS rnics(seq INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL,
   underlay_ip INTEGER NOT NULL, mac INTEGER NOT NULL, path_base_port INTEGER NOT NULL,
   path_count INTEGER NOT NULL);
@@ -144,12 +146,33 @@ Store::Store(const std::string& path) : path_(path) {
   exec(kSchema);
   Stmt get(db_, "SELECT value FROM meta WHERE key='schema_version'");
   if (get.row()) {
-    if (get.i64(0) != kSchemaVersion)
+    if (get.i64(0) == 1) {
+      migrate_v1();
+    } else if (get.i64(0) != kSchemaVersion)
       throw StoreError("store: " + path + " has schema version " + std::to_string(get.i64(0)) +
                        ", this agent needs " + std::to_string(kSchemaVersion));
   } else {
     Stmt(db_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)").bind(1, kSchemaVersion).run();
   }
+}
+
+// Version 1 had no partitions: every tenant gets one, the lowest free in VNI
+// order, in one transaction with the version bump.
+void Store::migrate_v1() {
+  Txn t(db_);
+  exec("ALTER TABLE tenants ADD COLUMN partition_key INTEGER NOT NULL DEFAULT 0");
+  std::vector<uint32_t> vnis;
+  {
+    Stmt s(db_, "SELECT vni FROM tenants ORDER BY vni");
+    while (s.row()) vnis.push_back(s.u32(0));
+  }
+  if (vnis.size() > kMaxPartition)
+    throw StoreError("store: " + std::to_string(vnis.size()) + " tenants, more than the " +
+                     std::to_string(kMaxPartition) + " partitions");
+  Stmt up(db_, "UPDATE tenants SET partition_key=? WHERE vni=?");
+  for (std::size_t i = 0; i < vnis.size(); ++i) up.bind(1, static_cast<int64_t>(i + 1)).bind(2, vnis[i]).run();
+  Stmt(db_, "UPDATE meta SET value=? WHERE key='schema_version'").bind(1, kSchemaVersion).run();
+  t.commit();
 }
 
 Store::~Store() {
@@ -171,7 +194,8 @@ void Store::persist_one(const Change& c) {
       [this](const auto& x) {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, AddTenant>) {
-          Stmt(db_, "INSERT INTO tenants(vni, name) VALUES(?, ?)").bind(1, x.vni).bind(2, x.name).run();
+          Stmt(db_, "INSERT INTO tenants(vni, name, partition_key) VALUES(?, ?, ?)")
+              .bind(1, x.vni).bind(2, x.name).bind(3, x.partition).run();
         } else if constexpr (std::is_same_v<T, RemoveTenant>) {
           Stmt(db_, "DELETE FROM tenants WHERE vni=?").bind(1, x.vni).run();
           Stmt(db_, "DELETE FROM peerings WHERE vni_a=? OR vni_b=?").bind(1, x.vni).bind(2, x.vni).run();
@@ -223,8 +247,8 @@ void Store::load(Level1State& state) const {
     if (!r.ok()) throw StoreError("store: stored state does not replay: " + r.message);
   };
   {
-    Stmt s(db_, "SELECT vni, name FROM tenants ORDER BY vni");
-    while (s.row()) replay(AddTenant{s.u32(0), s.text(1)});
+    Stmt s(db_, "SELECT vni, name, partition_key FROM tenants ORDER BY vni");
+    while (s.row()) replay(AddTenant{s.u32(0), s.text(1), static_cast<uint16_t>(s.i64(2))});
   }
   {
     Stmt s(db_, "SELECT name, underlay_ip, mac, path_base_port, path_count FROM rnics ORDER BY seq");
@@ -399,6 +423,14 @@ Level2Snapshot Store::load_level2(const std::string& rnic) const {
 }
 
 ModelResult accept_change(Level1State& state, Store& store, const Change& c) {
+  if (const auto* t = std::get_if<AddTenant>(&c); t && t->partition == 0) {
+    AddTenant filled = *t;  // what is stored and applied names its partition
+    filled.partition = state.free_partition();
+    if (filled.partition == 0)
+      return {ModelErrc::kBadValue, "all " + std::to_string(kMaxPartition) +
+                                        " partitions are taken: remove a tenant first (docs/partitions.md)"};
+    return accept_change(state, store, Change{std::move(filled)});
+  }
   ModelResult r = state.check(c);
   if (!r.ok()) return r;
   store.persist(c);

@@ -100,6 +100,7 @@ class Store {
 
  private:
   void exec(const char* sql) const;
+  void migrate_v1();
   sqlite3_stmt* prepare(const char* sql) const;
   void persist_one(const Change& c);
   void bulk_end() noexcept;

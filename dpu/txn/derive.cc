@@ -155,20 +155,23 @@ ChangeSet deletions_for_vnic(const Level2Shadow& installed, uint32_t vnic, uint3
   return cs;
 }
 
-common::Level2Entry vnic_entry(const Vnic& v) noexcept {
+common::Level2Entry vnic_entry(const Level1State& state, const Vnic& v, bool with_pkey) noexcept {
   common::VnicAction a;
   a.vnic_id = v.id;
   a.overlay_ip = v.overlay_ip;
   a.vni = v.vni;
   a.overlay_mac = v.overlay_mac;
+  const Tenant* t = state.tenant(v.vni);
+  a.pkey = with_pkey && t ? t->entry_pkey() : 0;
   return common::make_vnic_entry(a);
 }
 
-ChangeSet changes_for_vnics(const Level1State& state, const Level2Shadow& installed, const std::string& rnic) {
+ChangeSet changes_for_vnics(const Level1State& state, const Level2Shadow& installed, const std::string& rnic,
+                            bool with_pkeys) {
   ChangeSet cs;
   for (const auto& [id, v] : state.vnics()) {
     if (v.rnic != rnic) continue;
-    Level2Entry want = vnic_entry(v);
+    Level2Entry want = vnic_entry(state, v, with_pkeys);
     const Level2Entry* have = installed.find(want.key);
     if (!have || !(*have == want)) cs.put(want);
   }

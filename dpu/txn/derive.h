@@ -93,11 +93,12 @@ ChangeSet changes_for_replaced_mappings(const Level1State& state, const Level2Sh
 ChangeSet deletions_for_vnic(const Level2Shadow& installed, uint32_t vnic, uint32_t vni, uint32_t overlay_ip);
 
 // The vNIC entry (v3) level 1 means for vNIC v, installed on v.rnic.
-common::Level2Entry vnic_entry(const Vnic& v) noexcept;
+common::Level2Entry vnic_entry(const Level1State& state, const Vnic& v, bool with_pkey = true) noexcept;
 // What makes the vNIC entries `installed` on `rnic` equal level 1's vNICs
 // bound to that RNIC: PUT those missing or different, DEL the others (vNICs
 // removed or unknown). Empty when they agree. For an agent that starts with a
 // shadow from an older agent, or a channel that moves to v3.
-ChangeSet changes_for_vnics(const Level1State& state, const Level2Shadow& installed, const std::string& rnic);
+ChangeSet changes_for_vnics(const Level1State& state, const Level2Shadow& installed, const std::string& rnic,
+                            bool with_pkeys = true);
 
 }  // namespace tandem::dpu

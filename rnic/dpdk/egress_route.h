@@ -35,11 +35,13 @@ struct EgressRoute {
   }
   void invalidate() noexcept { version = kUnresolved; }
 
-  // `path_sets`: explicit sets, indexed by EgressAction::path_set_id - 1.
+  // `path_sets`: explicit sets, indexed by EgressAction::path_set_id - 1;
+  // `pkey`: the BTH P_Key of the QP's tenant.
   void resolve(const common::EgressAction& a, const common::MacAddr& src_mac,
                const std::vector<std::vector<uint16_t>>& path_sets, uint64_t table_version,
-               uint32_t remote) noexcept {
+               uint32_t remote, uint16_t pkey = 0xFFFF) noexcept {
     EncapAddrs addrs;
+    addrs.pkey = pkey;
     addrs.src_mac = src_mac;
     addrs.dst_mac = a.dst_mac;
     addrs.src_ip = a.underlay_src_ip;

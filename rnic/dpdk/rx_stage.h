@@ -34,7 +34,7 @@ namespace tandem::rnic::dpdk {
 // apart by their QPs: the ingress entry (underlay source, VNI), which cannot
 // tell them apart, is only the gate for packets that carry a VNI on the wire.
 //
-// `qp_of(wire_qpn)` gives the QP (a Q* with `routed`, `vni`), nullptr if
+// `qp_of(wire_qpn)` gives the QP (a Q* with `routed`, `vni`, `pkey`), nullptr if
 // unknown; `route_of(Q&)` its route in `snap` (egress_route.h), nullptr if
 // the entry is gone. On kNone *out is the QP.
 template <class Q, class QpOf, class RouteOf>
@@ -50,6 +50,9 @@ common::DropReason check_ingress(const common::RocePacket& pkt, uint32_t local_u
   Q* q = qp_of(pkt.bth.dqpn);
   if (q == nullptr) return DropReason::kUnknownQpn;
   if (!q->routed) return DropReason::kBadQpState;
+  // The sending RNIC stamped its QP's tenant's partition: another tenant's
+  // packet aimed at this QPN is dropped here, never ACKed nor NAKed.
+  if (pkt.bth.pkey != q->pkey) [[unlikely]] return DropReason::kPkeyViolation;
   if (pkt.has_outer && (pkt.outer.vxlan.vni & 0xFFFFFF) != q->vni) return DropReason::kTenantMismatch;
   const EgressRoute* r = route_of(*q);
   if (r == nullptr) return DropReason::kTableMiss;  // withdrawn

@@ -64,6 +64,11 @@ StandaloneTable load_standalone_table(const std::string& path, bool vnics_option
       v.overlay_ip = parse_ipv4(need(vnics[i], "ip", where).as<std::string>());
       v.overlay_mac = vnics[i]["mac"] ? parse_mac(vnics[i]["mac"].as<std::string>()) : common::MacAddr{};
       v.vni = need(vnics[i], "vni", where).as<uint32_t>();
+      if (vnics[i]["partition"]) {
+        const uint32_t part = vnics[i]["partition"].as<uint32_t>();
+        if (part == 0 || part > 0x7FFE) throw std::invalid_argument(where + ": partition must be 1..32766");
+        v.pkey = static_cast<uint16_t>(0x8000 | part);
+      }
       if (v.vni > 0xFFFFFF) throw std::invalid_argument(where + ": vni must fit 24 bits");
       if (t.vnic(v.id) != nullptr) throw std::invalid_argument(where + ": duplicate vNIC id");
       t.vnics.push_back(v);

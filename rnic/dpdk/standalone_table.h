@@ -23,6 +23,7 @@ struct Vnic {
   uint32_t overlay_ip = 0;  // host order
   common::MacAddr overlay_mac{};
   uint32_t vni = 0;
+  uint16_t pkey = 0;  // entry P_Key (0x8000 | partition), 0: default partition 0xFFFF
 };
 
 struct StandaloneTable {

@@ -32,7 +32,7 @@ void no_free(void*, void*) noexcept {}
   const common::Bth& b = d.bth;
   uint8_t* bth = base + kL2L4Len;
   const uint32_t b1 = (uint32_t{b.se} << 7) | (uint32_t{b.mig} << 6) | (pad << 4) | (b.tver & 0x0Fu);
-  common::store_be32(bth, uint32_t{b.opcode} << 24 | b1 << 16 | b.pkey);
+  common::store_be32(bth, uint32_t{b.opcode} << 24 | b1 << 16 | t.pkey);
   if (b.dqpn != t.dqpn || b.fecn || b.becn) [[unlikely]]
     common::store_be32(bth + 4, (uint32_t{b.fecn} << 31) | (uint32_t{b.becn} << 30) | (b.dqpn & 0xFFFFFFu));
   common::store_be32(bth + 8, (uint32_t{b.ack_req} << 31) | (b.psn & 0xFFFFFFu));
@@ -99,7 +99,9 @@ EncapTemplate make_encap_template(const EncapAddrs& a, uint32_t dqpn) noexcept {
   common::write_udp(t.hdr + kUdp, udp);
   // Constant IPv4 words (length, id and checksum are zero here).
   for (uint32_t i = 0; i < common::kIpv4HdrLen; i += 2) t.ip_sum += common::load_be16(t.hdr + kIp + i);
-  // BTH: everything but the destination QP is per packet.
+  // BTH: everything but the P_Key and destination QP is per packet.
+  t.pkey = a.pkey;
+  common::store_be16(t.hdr + kL2L4Len + 2, a.pkey);
   set_template_dqpn(t, dqpn);
   return t;
 }

@@ -44,7 +44,8 @@ struct EncapAddrs {
   uint32_t src_ip = 0;
   uint32_t dst_ip = 0;
   uint16_t sport = 0;
-  uint8_t tos = 0x02;  // ECT(0)
+  uint8_t tos = 0x02;     // ECT(0)
+  uint16_t pkey = 0xFFFF; // BTH P_Key: the QP's tenant's, stamped by the RNIC (never the application's)
 };
 
 // What every frame of one QP toward one destination shares: the Ethernet/
@@ -57,7 +58,8 @@ struct EncapAddrs {
 struct alignas(64) EncapTemplate {
   uint8_t hdr[kTemplateLen] = {};
   uint32_t ip_sum = 0;
-  uint32_t dqpn = 0;  // the BTH destination QP in hdr
+  uint32_t dqpn = 0;       // the BTH destination QP in hdr
+  uint16_t pkey = 0xFFFF;  // the BTH P_Key every frame gets, whatever the descriptor says
 };
 
 EncapTemplate make_encap_template(const EncapAddrs& a, uint32_t dqpn = 0) noexcept;
@@ -91,7 +93,9 @@ class TxEncap {
     if (pending_n_) finish_pending();
   }
   // Same bytes, building the template on the spot (tools and tests).
-  rte_mbuf* build(const TxDesc& d, const EncapAddrs& a) noexcept {
+  // Tools build what the descriptor says, its P_Key included.
+  rte_mbuf* build(const TxDesc& d, EncapAddrs a) noexcept {
+    a.pkey = d.bth.pkey;
     const EncapTemplate t = make_encap_template(a, d.bth.dqpn);
     return build(d, t, a.sport);
   }

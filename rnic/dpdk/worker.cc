@@ -102,6 +102,12 @@ Level2TableConfig table_config(const WorkerConfig& c, const StandaloneTable& st)
   return tc;
 }
 
+std::string hex16(uint16_t v) {
+  char b[8];
+  std::snprintf(b, sizeof b, "0x%04x", v);
+  return b;
+}
+
 uint32_t mtu_bytes(ibv_mtu m) noexcept {
   return (m >= IBV_MTU_256 && m <= IBV_MTU_4096) ? (128u << m) : 1024u;
 }
@@ -130,6 +136,7 @@ struct QpCtx {
   ibv_qp_state state = IBV_QPS_RESET;
   uint32_t vnic = 0;
   uint32_t vni = 0;
+  uint16_t pkey = 0xFFFF;  // BTH P_Key: stamped on its packets, required of arriving ones
   uint32_t remote_overlay = 0;
   uint32_t remote_underlay = 0;
   uint32_t mtu = 0;
@@ -405,7 +412,7 @@ EgressRoute* Worker::fresh_route(QpCtx& q, uint32_t peer, const Level2Table::Sna
     if (dpu_) dpu_->punt(common::egress_key(q.vnic, peer), nullptr, 0, 0, clock_.now_ns());
     return nullptr;
   }
-  r.resolve(e->egress, st_.underlay_mac, st_.path_sets, snap.version, peer);
+  r.resolve(e->egress, st_.underlay_mac, st_.path_sets, snap.version, peer, q.pkey);
   q.remote_underlay = r.underlay;
   return &r;
 }
@@ -622,6 +629,7 @@ const Level2Entry* Worker::find_route(QpCtx& q, const host::QpInfo& info, uint32
     if (const Level2Entry* e = table_.lookup(snap, common::egress_key(v.id, remote))) {
       q.vnic = v.id;
       q.vni = v.vni;
+      q.pkey = common::wire_pkey(v.pkey);
       return e;
     }
   }
@@ -674,7 +682,7 @@ void Worker::update_vnics(const RnicChannel& ch) {
   std::vector<Vnic> next;
   if (agent) {
     for (const common::VnicAction& a : ch.vnics().committed())
-      next.push_back(Vnic{a.vnic_id, a.overlay_ip, a.overlay_mac, a.vni});
+      next.push_back(Vnic{a.vnic_id, a.overlay_ip, a.overlay_mac, a.vni, a.pkey});
     if (!st_.vnics.empty() && !yaml_vnics_warned_) {
       std::fprintf(stderr, "%s: warning: the agent programs this port's vNICs (protocol v%u); the %zu vNICs in %s are ignored\n",
                    c_.name.c_str(), unsigned{ch.negotiated_version()}, st_.vnics.size(), c_.table_file.c_str());
@@ -698,13 +706,24 @@ void Worker::update_vnics(const RnicChannel& ch) {
     std::lock_guard<std::mutex> g(vnics_mu_);
     vnics_.swap(next);
   }
+  // A vNIC's partition can arrive later (an agent that moved to v4): its
+  // QPs stamp and require the new key from their next packet on.
+  for (QpCtx& q : ctx_)
+    for (const Vnic& v : vnics_)
+      if (q.live && q.routed && q.vnic == v.id && q.pkey != common::wire_pkey(v.pkey)) {
+        q.pkey = common::wire_pkey(v.pkey);
+        q.route.invalidate();
+      }
   vnics_from_agent_ = agent;
   vnics_generation_ = ch.vnics().generation();
   vnics_version_ = ch.vnics().version();
   host_.set_vnic_ips(vnic_ips(vnics_));
   host_.set_vnic_owners(vnic_owners(c_.device_owners, vnics_));
   std::string list;
-  for (const Vnic& v : vnics_) list += (list.empty() ? "" : ", ") + std::to_string(v.id) + "=" + format_ipv4(v.overlay_ip);
+  for (const Vnic& v : vnics_) {
+    list += (list.empty() ? "" : ", ") + std::to_string(v.id) + "=" + format_ipv4(v.overlay_ip);
+    if (v.pkey) list += " pkey " + hex16(v.pkey);
+  }
   if (agent)
     std::printf("%s: vNICs from the agent (table v%llu): %s\n", c_.name.c_str(),
                 static_cast<unsigned long long>(vnics_version_), list.empty() ? "none" : list.c_str());

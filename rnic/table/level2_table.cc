@@ -19,7 +19,7 @@ bool entry_well_formed(const Level2Entry& e) noexcept {
     return false;
   // A vNIC entry names its vNIC twice (key and action); they must agree.
   if (e.key.kind == EntryKind::kVnic &&
-      (e.key.word1 != 0 || e.vnic.vnic_id != e.key.word0 || e.vnic.reserved != 0 || e.vnic.reserved2 != 0))
+      (e.key.word1 != 0 || e.vnic.vnic_id != e.key.word0 || !common::valid_entry_pkey(e.vnic.pkey) || e.vnic.reserved2 != 0))
     return false;
   return e.key.reserved[0] == 0 && e.key.reserved[1] == 0 && e.key.reserved[2] == 0;
 }

@@ -140,7 +140,7 @@ void RnicChannel::on_command(const RawMessage& raw, uint64_t now) noexcept {
       auto m = as<PutMsg>(raw);
       bool mine = txn_open_ && m.txn == txn_;
       TableStatus st = TableStatus::kNoTxn;
-      if (mine) st = vnic_refused(m.entry.key) ? TableStatus::kBadEntry : table_.put(m.entry);
+      if (mine) st = vnic_refused(m.entry) ? TableStatus::kBadEntry : table_.put(m.entry);
       if (st == TableStatus::kOk && m.entry.key.kind == EntryKind::kVnic) vnics_.put(m.entry.vnic);
       on_op(m.txn, st, m.entry.key);
       break;

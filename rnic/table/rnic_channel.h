@@ -87,9 +87,17 @@ class RnicChannel {
   void on_begin(uint32_t txn, uint64_t base, bool from_empty) noexcept;
   void on_op(uint32_t txn, TableStatus st, const common::EntryKey& key) noexcept;
   void on_commit(const common::CommitMsg& m, bool sync_end) noexcept;
-  // vNIC entries exist from v3 on: an agent that negotiated less never sends them.
+  // vNIC entries exist from v3 on, partition keys in them from v4: an agent
+  // that negotiated less never sends them.
   bool vnic_refused(const common::EntryKey& k) noexcept {
     if (k.kind != common::EntryKind::kVnic || common::has_vnic_entries(version_)) return false;
+    ++stats_.vnic_entries_refused;
+    return true;
+  }
+  bool vnic_refused(const common::Level2Entry& e) noexcept {
+    if (vnic_refused(e.key)) return true;
+    if (e.key.kind != common::EntryKind::kVnic || e.vnic.pkey == 0 || common::has_partition_keys(version_))
+      return false;
     ++stats_.vnic_entries_refused;
     return true;
   }

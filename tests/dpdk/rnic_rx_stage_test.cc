@@ -69,6 +69,7 @@ struct Pair {
   struct TestQp {
     bool routed = true;
     uint32_t vni = 100;
+    uint16_t pkey = 0xFFFF;
     uint32_t core_qpn = 0;
     EgressRoute route;
   } qp;
@@ -262,6 +263,29 @@ TEST_CASE("each frame of a burst is accepted, or dropped once at its stage and f
   }
   // The dropped ones placed nothing.
   for (uint32_t i : {3u, 5u, 7u, 9u, 11u, 13u}) {
+    const uint8_t* got = p.rmem.data() + i * 2048;
+    CHECK(std::all_of(got, got + 64, [](uint8_t b) { return b == 0; }));
+  }
+}
+
+TEST_CASE("a frame stamped with another partition's P_Key is dropped as pkey_violation and places nothing") {
+  Pair p;
+  p.qp.pkey = 0x8005;  // the QP's tenant's partition, as its vNIC entry gives it
+  std::vector<std::vector<uint8_t>> f = p.frames(6, 64);
+  // Frames 0-2 carry the QP's key; 3 the default partition (an unpartitioned
+  // sender); 4 another tenant's key; 5 the same partition as a limited member.
+  for (int i = 0; i < 3; ++i) f[i] = rebuilt(f[i], [](common::RocePacket& k) { k.bth.pkey = 0x8005; });
+  f[4] = rebuilt(f[4], [](common::RocePacket& k) { k.bth.pkey = 0x8006; });
+  f[5] = rebuilt(f[5], [](common::RocePacket& k) { k.bth.pkey = 0x0005; });
+  RxStage stage;
+  WorkerCounters k;
+  std::vector<rte_mbuf*> ms;
+  for (const auto& x : f) ms.push_back(to_mbuf(x));
+  CHECK(p.run(stage, ms, k) == 3);
+  CHECK(k.dropped(Stage::kIngress, DropReason::kPkeyViolation) == 3);
+  CHECK(total_drops(k) == 3);
+  CHECK(p.rx.counters().rx_pkts == 3);
+  for (uint32_t i : {3u, 4u, 5u}) {
     const uint8_t* got = p.rmem.data() + i * 2048;
     CHECK(std::all_of(got, got + 64, [](uint8_t b) { return b == 0; }));
   }

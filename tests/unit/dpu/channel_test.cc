@@ -108,18 +108,34 @@ TEST_CASE("vNIC entries are their own kind: key, equality and digest see every f
   look_alike.key = egress_key(5, 0);
   CHECK_FALSE(look_alike == e);
   CHECK(entry_hash(look_alike) != entry_hash(e));
-  for (int field = 0; field < 3; ++field) {
+  for (int field = 0; field < 4; ++field) {
     VnicAction b = a;
     if (field == 0) b.overlay_ip ^= 1;
     if (field == 1) b.vni ^= 1;
     if (field == 2) b.overlay_mac[5] ^= 1;
+    if (field == 3) b.pkey = 0x8005;
     CHECK_FALSE(make_vnic_entry(b) == e);
     CHECK(entry_hash(make_vnic_entry(b)) != entry_hash(e));
   }
 }
 
+TEST_CASE("partition keys travel from protocol v4; an entry carries none or a full member's real partition") {
+  CHECK(kProtocolVersionCurrent == kProtocolVersionPkey);
+  CHECK(has_partition_keys(kProtocolVersionPkey));
+  CHECK_FALSE(has_partition_keys(kProtocolVersionPkey - 1));
+  CHECK_FALSE(has_partition_keys(*negotiate_version(kOurVersions, {1, 3})));
+  CHECK(valid_entry_pkey(0));
+  CHECK(valid_entry_pkey(0x8001));
+  CHECK(valid_entry_pkey(0xFFFE));
+  CHECK_FALSE(valid_entry_pkey(0x0001));  // limited member: the RNIC stamps full members only
+  CHECK_FALSE(valid_entry_pkey(0x8000));  // invalid partition
+  CHECK_FALSE(valid_entry_pkey(0xFFFF));  // the default partition is "none" (0)
+  CHECK(wire_pkey(0) == 0xFFFF);
+  CHECK(wire_pkey(0x8005) == 0x8005);
+}
+
 TEST_CASE("vNIC entries exist from protocol v3, so an agent and an RNIC one version apart meet at v2 without them") {
-  CHECK(kProtocolVersionCurrent == kProtocolVersionVnic);
+  CHECK(kProtocolVersionCurrent >= kProtocolVersionVnic);
   CHECK(has_vnic_entries(kProtocolVersionVnic));
   CHECK_FALSE(has_vnic_entries(kProtocolVersionVnic - 1));
   // New agent (1..3) with an old RNIC (1..2), and an old agent with a new RNIC.

@@ -495,9 +495,24 @@ TEST_CASE("skipping revalidation never skips an undo: random level-1 changes bet
 
 // --- vNIC entries (protocol v3) ----------------------------------------------
 
+TEST_CASE("a vNIC's entry carries its tenant's partition key, withheld from an RNIC below v4") {
+  Level1State s = state();  // tenants applied without a partition: unpartitioned
+  CHECK(vnic_entry(s, *s.vnic(1)).vnic.pkey == 0);
+  Level1State p;
+  REQUIRE(p.apply(AddTenant{100, "blue", 5}).ok());
+  REQUIRE(p.apply(AddRnic{"rnic0", ip("10.0.0.1"), mac("02:00:00:00:00:01"), 0xC000, 4}).ok());
+  REQUIRE(p.apply(AddVnic{1, 100, "rnic0", ip("192.168.0.1"), mac("02:aa:00:00:00:01")}).ok());
+  CHECK(vnic_entry(p, *p.vnic(1)).vnic.pkey == 0x8005);
+  CHECK(vnic_entry(p, *p.vnic(1), false).vnic.pkey == 0);
+  Level2Shadow installed;
+  ChangeSet cs = changes_for_vnics(p, installed, "rnic0", false);
+  REQUIRE(cs.ops.size() == 1);
+  CHECK(cs.ops[0].entry.vnic.pkey == 0);
+}
+
 TEST_CASE("a vNIC's entry carries its id, overlay address, MAC and tenant") {
   Level1State s = state();
-  Level2Entry e = vnic_entry(*s.vnic(1));
+  Level2Entry e = vnic_entry(s, *s.vnic(1));
   CHECK(e.key == vnic_key(1));
   CHECK(e.vnic.vnic_id == 1);
   CHECK(e.vnic.overlay_ip == ip("192.168.0.1"));
@@ -509,8 +524,8 @@ TEST_CASE("removing a vNIC withdraws its own entry in the same change set as its
   Level1State s = state();
   Level2Shadow installed;
   ChangeSet setup;
-  setup.put(vnic_entry(*s.vnic(1)));
-  setup.put(vnic_entry(*s.vnic(2)));
+  setup.put(vnic_entry(s, *s.vnic(1)));
+  setup.put(vnic_entry(s, *s.vnic(2)));
   installed.apply(setup.ops, 1);
   auto flow = change_set_for_miss(s, egress_key(1, ip("192.168.1.9")), 1, nullptr, nullptr, &installed);
   REQUIRE(flow);
@@ -534,7 +549,7 @@ TEST_CASE("withdrawing or replacing a mapping never touches vNIC entries") {
   Level1State s = state();
   Level2Shadow installed;
   ChangeSet setup;
-  setup.put(vnic_entry(*s.vnic(1)));
+  setup.put(vnic_entry(s, *s.vnic(1)));
   installed.apply(setup.ops, 1);
   auto flow = change_set_for_miss(s, egress_key(1, ip("192.168.1.9")), 1, nullptr, nullptr, &installed);
   REQUIRE(flow);
@@ -554,23 +569,23 @@ TEST_CASE("reconciling vNIC entries puts the missing, fixes the stale and delete
   REQUIRE(s.apply(AddVnic{3, 200, "rnic1", ip("172.16.0.3"), mac("02:aa:00:00:00:03")}).ok());
   Level2Shadow installed;
   CHECK(changes_for_vnics(s, installed, "rnic0").ops.size() == 2);  // vNICs 1 and 2, not rnic1's 3
-  Level2Entry stale = vnic_entry(*s.vnic(2));
+  Level2Entry stale = vnic_entry(s, *s.vnic(2));
   stale.vnic.overlay_mac = mac("02:bb:00:00:00:02");
   VnicAction gone;
   gone.vnic_id = 9;
   gone.overlay_ip = ip("192.168.0.9");
   gone.vni = 100;
   ChangeSet setup;
-  setup.put(vnic_entry(*s.vnic(1)));
+  setup.put(vnic_entry(s, *s.vnic(1)));
   setup.put(stale);
   setup.put(make_vnic_entry(gone));
-  setup.put(vnic_entry(*s.vnic(3)));  // installed on the wrong RNIC
+  setup.put(vnic_entry(s, *s.vnic(3)));  // installed on the wrong RNIC
   installed.apply(setup.ops, 1);
   ChangeSet cs = changes_for_vnics(s, installed, "rnic0");
   REQUIRE(cs.ops.size() == 3);
   installed.apply(cs.ops, 2);
-  CHECK(*installed.find(vnic_key(1)) == vnic_entry(*s.vnic(1)));
-  CHECK(*installed.find(vnic_key(2)) == vnic_entry(*s.vnic(2)));
+  CHECK(*installed.find(vnic_key(1)) == vnic_entry(s, *s.vnic(1)));
+  CHECK(*installed.find(vnic_key(2)) == vnic_entry(s, *s.vnic(2)));
   CHECK(installed.find(vnic_key(9)) == nullptr);
   CHECK(installed.find(vnic_key(3)) == nullptr);
   CHECK(changes_for_vnics(s, installed, "rnic0").ops.empty());  // in agreement: nothing to send
@@ -584,8 +599,8 @@ TEST_CASE("a shadow forgets the vNIC entries an older RNIC cannot hold, digest i
   with.apply(flow->ops, 1);
   without.apply(flow->ops, 1);
   ChangeSet v;
-  v.put(vnic_entry(*s.vnic(1)));
-  v.put(vnic_entry(*s.vnic(2)));
+  v.put(vnic_entry(s, *s.vnic(1)));
+  v.put(vnic_entry(s, *s.vnic(2)));
   with.apply(v.ops, 2);
   CHECK(with.forget(EntryKind::kVnic) == 2);
   CHECK(with.digest() == without.digest());

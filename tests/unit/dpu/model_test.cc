@@ -206,3 +206,23 @@ TEST_CASE("replace adds a missing mapping, refuses a vNIC's own address, and cou
   REQUIRE(s.apply(RemoveVnic{1}).ok());
   CHECK(s.apply(RemoveTenant{100}).ok());
 }
+
+TEST_CASE("each tenant's partition is its own: duplicates and out-of-range ones are refused, removal frees it") {
+  Level1State s;
+  CHECK(s.free_partition() == 1);
+  REQUIRE(s.apply(AddTenant{100, "blue", 1}).ok());
+  REQUIRE(s.apply(AddTenant{200, "red", 3}).ok());
+  CHECK(s.free_partition() == 2);
+  CHECK(s.tenant(200)->entry_pkey() == 0x8003);
+  ModelResult r = s.apply(AddTenant{300, "green", 3});
+  CHECK(r.code == ModelErrc::kDuplicate);
+  CHECK(r.message.find("tenant 200") != std::string::npos);
+  CHECK(s.apply(AddTenant{300, "green", kMaxPartition + 1}).code == ModelErrc::kBadValue);
+  REQUIRE(s.apply(AddTenant{300, "green", 2}).ok());
+  CHECK(s.free_partition() == 4);
+  REQUIRE(s.apply(RemoveTenant{100}).ok());
+  CHECK(s.free_partition() == 1);
+  REQUIRE(s.apply(AddTenant{400, "yellow", 1}).ok());  // a removed tenant's partition is reusable
+  CHECK(s.apply(AddTenant{500, "none"}).ok());       // applied directly with 0: unpartitioned
+  CHECK(s.tenant(500)->entry_pkey() == 0);
+}

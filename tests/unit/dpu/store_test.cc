@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <sqlite3.h>
 
 #include <filesystem>
 #include <sstream>
@@ -360,4 +361,51 @@ TEST_CASE("level-2 saves during an import's open transaction wait and are writte
 
 TEST_CASE("opening a path that cannot be created is a clear error") {
   CHECK_THROWS_AS(Store("/nonexistent-dir/agent.db"), StoreError);
+}
+
+TEST_CASE("accept_change gives a tenant the lowest free partition, stored so a reload gives it the same") {
+  TempDb db;
+  Level1State live;
+  {
+    Store store(db.path());
+    REQUIRE(accept_change(live, store, AddTenant{300, "c"}).ok());
+    REQUIRE(accept_change(live, store, AddTenant{100, "a", 7}).ok());
+    REQUIRE(accept_change(live, store, AddTenant{200, "b"}).ok());
+    CHECK(accept_change(live, store, AddTenant{400, "d", 7}).code == ModelErrc::kDuplicate);
+  }
+  CHECK(live.tenant(300)->partition == 1);
+  CHECK(live.tenant(100)->partition == 7);
+  CHECK(live.tenant(200)->partition == 2);
+  Level1State reloaded;
+  Store(db.path()).load(reloaded);  // replayed in VNI order: the stored partitions, not a new choice
+  CHECK(reloaded.tenant(300)->partition == 1);
+  CHECK(reloaded.tenant(100)->partition == 7);
+  CHECK(reloaded.tenant(200)->partition == 2);
+}
+
+TEST_CASE("a schema-1 store (no partitions) is migrated on open: tenants get partitions in VNI order") {
+  TempDb db;
+  {
+    sqlite3* raw = nullptr;
+    REQUIRE(sqlite3_open(db.path().c_str(), &raw) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(raw,
+                         "CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+                         "INSERT INTO meta VALUES('schema_version', 1);"
+                         "CREATE TABLE tenants(vni INTEGER PRIMARY KEY, name TEXT NOT NULL);"
+                         "INSERT INTO tenants VALUES(200, 'red'), (100, 'blue');",
+                         nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  Level1State s;
+  {
+    Store store(db.path());
+    store.load(s);
+    REQUIRE(accept_change(s, store, AddTenant{300, "green"}).ok());
+  }
+  CHECK(s.tenant(100)->partition == 1);
+  CHECK(s.tenant(200)->partition == 2);
+  CHECK(s.tenant(300)->partition == 3);
+  Level1State again;
+  Store(db.path()).load(again);  // version 2 now: opened without migrating twice
+  CHECK(again.tenant(200)->partition == 2);
 }

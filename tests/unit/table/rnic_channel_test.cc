@@ -296,6 +296,32 @@ TEST_CASE("a vNIC entry whose key and action name different vNICs is a bad entry
   CHECK(t.put(vnic_entry(1, 0xC0A80001)) == TableStatus::kOk);
 }
 
+TEST_CASE("a vNIC entry's partition key must be a real full-member key, and travels only from v4") {
+  Level2Table t(Level2TableConfig{8});
+  REQUIRE(t.begin() == TableStatus::kOk);
+  Level2Entry e = vnic_entry(1, 0xC0A80001);
+  for (uint16_t bad : {0x0005, 0x8000, 0xFFFF}) {
+    e.vnic.pkey = bad;
+    CHECK(t.put(e) == TableStatus::kBadEntry);
+  }
+  e.vnic.pkey = 0x8005;
+  CHECK(t.put(e) == TableStatus::kOk);
+
+  // An agent that negotiated v3 sends no keys: a v3 channel refuses one.
+  Rnic r;
+  HelloMsg h;
+  h.agent_instance = 5;
+  h.current_version = kProtocolVersionVnic;
+  r.send(h);
+  REQUIRE(r.ch.negotiated_version() == kProtocolVersionVnic);
+  r.events();
+  r.begin_put(1, e);
+  const auto ev = r.events();
+  REQUIRE(!ev.empty());
+  CHECK(ev.back().type() == MessageType::kAborted);
+  CHECK(r.ch.stats().vnic_entries_refused == 1);
+}
+
 // Regression (fuzz finding 6cfec604): a SYNC_END to version 2^64-1 committed, and at that version
 // every entry's remove_version (kNever, "not removed") is not above it, so the table counted two
 // entries that no lookup found. It is now refused and the committed table stays readable.
