@@ -1,0 +1,248 @@
+"""System test: a hostile tenant sharing both RNIC ports cannot reach another tenant's QP.
+
+DPU mode, real processes: tandem-dpu, tandem-fabric and workers A (10.0.0.1) and B
+(10.0.0.2). Tenant red (the victim) has vNICs 192.168.7.1 and 192.168.7.3 (victim-only,
+the target) on A and 192.168.7.2 on B; tenant blue (the attacker) has 192.168.8.1 on A
+and 192.168.8.2 on B. While red's own write_bw --verify runs 7.2 -> 7.1 for the whole
+test, each attack is made:
+
+QPN aiming (WRITE, then SEND): a red tandem-perf server on the target vNIC waits for a
+peer; blue's tandem-perf client, bound to blue's 8.2, connects through a relay that
+passes the out-of-band exchange through with only the GIDs changed (the server is told
+its peer is red's 7.2, the client that the server is blue's 8.1). Both QPs are then
+legal: blue's goes 8.2 -> 8.1 (its own tenant), red's 7.3 -> 7.2. Blue's packets leave B
+for red's QPN on A, from the underlay address red's QP expects. Without partitions they
+are accepted into red's QP and memory (the test fails on a main without them); with
+them, A drops every one as ingress pkey_violation, so the target QP receives nothing.
+
+Prints the table benchmarks/RESULTS.md holds ("adversary"): per attack, packets the
+attacker sent, delivered cross-tenant (goal 0), pkey_violation drops, victim verified.
+
+usage: adversary_test.py TANDEM_DPU TANDEMCTL TANDEM_FABRIC TANDEM_RNIC TANDEM_PERF [--keep]"""
+import argparse
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tandem_harness import (Checks, Lab, Tandemctl, free_port, lab_fabric_argv, lab_worker_argv,  # noqa: E402
+                            run_checked, telemetry_query, wait_fabric_started, wait_for)
+
+ap = argparse.ArgumentParser()
+ap.add_argument("bins", nargs=5)
+ap.add_argument("--keep", action="store_true")
+opt = ap.parse_args()
+DPU, CTL, FABRIC, RNIC, PERF = opt.bins
+TAG = f"adv{os.getpid()}"
+lab = Lab(tmp_prefix="tandem-adversary-", keep=opt.keep)
+D = lab.d
+CH = f"{D}/ch"
+os.makedirs(CH)
+ctl = Tandemctl(CTL, f"{D}/ctl.sock")
+checks = Checks()
+check = checks.check
+
+UNDERLAY = {"A": ("10.0.0.1", "02:00:00:00:00:01"), "B": ("10.0.0.2", "02:00:00:00:00:02")}
+TENANTS = [(100, "red"), (200, "blue")]
+# (vnic id, tenant, rnic, overlay ip, mac)
+VNICS = [(1, 100, "A", "192.168.7.1", "02:00:00:00:01:01"), (2, 100, "B", "192.168.7.2", "02:00:00:00:01:02"),
+         (3, 100, "A", "192.168.7.3", "02:00:00:00:01:03"),
+         (4, 200, "A", "192.168.8.1", "02:00:00:00:02:01"), (5, 200, "B", "192.168.8.2", "02:00:00:00:02:02")]
+PREFIX = {"A": f"{TAG}-a", "B": f"{TAG}-b"}
+
+
+def gid(ip):
+    """tandem-perf's GID: the IPv4-mapped IPv6 address (oob_messages.h QpDest.gid)."""
+    return bytes(10) + b"\xff\xff" + socket.inet_aton(ip)
+
+
+class Relay:
+    """Accepts one TCP connection and relays it to the real server, replacing GIDs in
+    each direction; records the server's QPNs (QpDest: qpn at +4, gid at +32)."""
+
+    def __init__(self, server_port, to_server, to_client, server_gid):
+        self.port = free_port()
+        self.server_port = server_port
+        self.rules = {"up": to_server, "down": to_client}
+        self.server_gid = server_gid
+        self.qpns = []
+        self.ls = socket.socket()
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind(("127.0.0.1", self.port))
+        self.ls.listen(1)
+        self.ls.settimeout(30)
+        threading.Thread(target=self.run, daemon=True).start()
+
+    def pump(self, src, dst, way):
+        try:
+            while True:
+                b = src.recv(65536)
+                if not b:
+                    break
+                if way == "down":
+                    at = b.find(self.server_gid)
+                    while at >= 32:
+                        self.qpns.append(int.from_bytes(b[at - 28:at - 24], "little"))
+                        at = b.find(self.server_gid, at + 1)
+                for old, new in self.rules[way]:
+                    b = b.replace(old, new)
+                dst.sendall(b)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def run(self):
+        try:
+            c, _ = self.ls.accept()
+            s = socket.create_connection(("127.0.0.1", self.server_port), timeout=30)
+        except OSError:
+            return
+        c.settimeout(None)
+        s.settimeout(None)
+        threading.Thread(target=self.pump, args=(c, s, "up"), daemon=True).start()
+        self.pump(s, c, "down")
+
+
+def worker_stats(n):
+    return telemetry_query(PREFIX[n], "/tandem/rnic/stats")
+
+
+def pkey_drops(n):
+    s = worker_stats(n)
+    return int(s.get("drop_ingress_pkey_violation", 0)) if s else 0
+
+
+def qp_rx(n, qpn):
+    """rx_pkts of host QP `qpn` on worker n, None if the worker does not list it."""
+    row = telemetry_query(PREFIX[n], f"/tandem/rnic/qps,{qpn:#x}").get(f"{qpn:#x}")
+    return None if row is None else int(row.get("rx_pkts", 0))
+
+
+def perf(test, name, device, gid_ip, port, extra, server=None):
+    argv = ["nice", "-n", "10", PERF, test, "-p", str(port), "--json", "--device", f"{D}/{device}.rnic",
+            "--gid", gid_ip] + extra + ([server] if server else [])
+    return lab.start(argv, name, separate_stderr=True)
+
+
+def finish(p, timeout):
+    try:
+        return p.wait(timeout)
+    except Exception:
+        p.kill()
+        p.wait()
+        return None
+
+
+def attack(test, table):
+    """Blue's client aims `test` at red's target QP. Returns what the table row needs."""
+    port = free_port()
+    target = perf(test, f"{test}-target", "A", "192.168.7.3", port,
+                  ["--timeout", "6", "--verify"])
+    time.sleep(0.4)
+    relay = Relay(port, to_server=[(gid("192.168.8.2"), gid("192.168.7.2"))],
+                  to_client=[(gid("192.168.7.3"), gid("192.168.8.1"))], server_gid=gid("192.168.7.3"))
+    drops0 = pkey_drops("A")
+    att = perf(test, f"{test}-attacker", "B", "192.168.8.2", relay.port,
+               ["-n", "2000", "-s", "4096", "--timeout", "4", "--verify"], server="127.0.0.1")
+    # The target QP's receive counter while it exists (it goes with its QP).
+    rx = 0
+    deadline = time.time() + 20
+    while time.time() < deadline and (att.poll() is None or target.poll() is None):
+        for q in relay.qpns[:1]:
+            v = qp_rx("A", q)
+            if v is not None:
+                rx = max(rx, v)
+        time.sleep(0.05)
+    ac, tc = finish(att, 10), finish(target, 10)
+    try:
+        aj = json.loads(lab.text(f"{test}-attacker"))
+    except ValueError:
+        aj = {}
+    try:  # what the target's server says it received (its QP row goes with the QP)
+        tj = json.loads(lab.text(f"{test}-target"))
+    except ValueError:
+        tj = {}
+    rx = max(rx, int(tj.get("messages", 0) or 0), int(tj.get("iterations", 0) or 0) if tc == 0 else 0)
+    drops = pkey_drops("A") - drops0
+    sent = aj.get("iterations")
+    table.append((f"QPN aiming, {test}", relay.qpns[:1], rx, drops, ac, tc))
+    check(bool(relay.qpns), f"{test}: the relay saw red's target QPN in the exchange ({relay.qpns[:1]})")
+    check(rx == 0, f"{test}: red's target QP received {rx} packets from blue (goal 0)")
+    check(drops > 0, f"{test}: worker A dropped {drops} of blue's packets as ingress pkey_violation")
+    check(ac != 0, f"{test}: blue's client did not complete against red's QP (exit {ac}, iterations {sent})")
+    return rx, drops
+
+
+def main():
+    pre = f"{TAG}-dpu"
+    agent = lab.start([DPU, "--db", f"{D}/dpu.sqlite", "--control-socket", f"{D}/ctl.sock", "--channel-dir", CH,
+                       "--idle", "adaptive", "--", "--no-pci", "--no-huge", "-m", "64", f"--file-prefix={pre}",
+                       "-l", "0", "--log-level=lib.eal:error"], "agent", pre)
+    wait_for(lambda: ctl("tenant", "list")[0] == 0 or agent.poll() is not None, "the agent did not start")
+    for n, (ip, mac) in UNDERLAY.items():
+        ctl("rnic", "add", n, "--underlay-ip", ip, "--mac", mac, "--path-base-port", 0xC000, "--path-count", 4)
+    for vni, name in TENANTS:
+        rc, _ = ctl("tenant", "add", vni, name)
+        check(rc == 0, f"tenant {name} added")
+    rc, tl = ctl("tenant", "list")
+    keys = {t["name"]: t.get("pkey") for t in tl.get("tenants", [])}
+    check(len(set(keys.values())) == 2 and None not in keys.values(),
+          f"each tenant got its own partition key: {keys}")
+    for v, t, r, o, m in VNICS:
+        ctl("vnic", "add", v, "--vni", t, "--rnic", r, "--ip", o, "--mac", m)
+    fab_pre = f"{TAG}-fab"
+    fab = lab.start(lab_fabric_argv(FABRIC, fab_pre, D), "fabric", fab_pre)
+    wait_fabric_started(lab, fab)
+    workers = []
+    for n, sock in (("A", "h0.sock"), ("B", "h1.sock")):
+        ip, mac = UNDERLAY[n]
+        with open(f"{D}/{n}.yaml", "w") as f:
+            f.write(f"underlay: {{ip: {ip}, mac: {mac}, gateway_mac: 02:00:00:00:00:fe}}\n")
+        workers.append(lab.start(lab_worker_argv(RNIC, n, PREFIX[n], D, sock, [
+            "--dpu-channel", f"{CH}/tandem-{n}.chan", "--spray", "round_robin", "--mtu", "4096",
+            "--timeout-us", "20000"]), n, PREFIX[n]))
+    wait_for(lambda: all(ctl.channel(n).get("state") == "ACTIVE" for n in "AB")
+             or any(p.poll() is not None for p in workers), "the workers did not reach ACTIVE", timeout=40)
+    wait_for(lambda: all(len(ctl.l2_vnics(n)) == sum(1 for v in VNICS if v[2] == n) for n in "AB"),
+             "the workers did not get their vNIC entries", timeout=20)
+    pkeys = {e["vnic"]: e.get("pkey") for n in "AB" for e in ctl.l2_entries(n) if e.get("kind") == "vnic"}
+    check(pkeys.get(1) == pkeys.get(3) == keys["red"] and pkeys.get(4) == keys["blue"],
+          f"the vNIC entries carry their tenant's key: {pkeys}")
+
+    # The victim's own transfer, verified, for the length of both attacks.
+    vport = free_port()
+    vsrv = perf("write_bw", "victim-server", "A", "192.168.7.1", vport, ["--timeout", "20"])
+    time.sleep(0.4)
+    vcli = perf("write_bw", "victim-client", "B", "192.168.7.2", vport,
+                ["-D", "14", "-s", "65536", "--verify", "--timeout", "20"], server="127.0.0.1")
+    time.sleep(1.5)
+    table = []
+    attack("write_bw", table)
+    attack("send_bw", table)
+    vc, vs = finish(vcli, 60), finish(vsrv, 20)
+    try:
+        vj = json.loads(lab.text("victim-client"))
+    except ValueError:
+        vj = {}
+    victim_ok = vc == 0 and vs == 0 and vj.get("verify") == "ok" and vj.get("server_verify") == "ok"
+    check(victim_ok, f"red's write_bw --verify ran through the attacks: exit {vc}/{vs}, "
+          f"{vj.get('iterations')} x 64 KiB, verify {vj.get('verify')}/{vj.get('server_verify')}"
+          + ("" if victim_ok else f" ({lab.text('victim-client', 'err').strip()[-300:]})"))
+    print("\nattack                 | target QPN | delivered cross-tenant | pkey_violation drops | "
+          "attacker exit | victim verified")
+    for what, q, rx, drops, ac, tc in table:
+        print(f"{what:22} | {hex(q[0]) if q else '?':10} | {rx:22} | {drops:20} | {ac!s:13} | "
+              f"{'yes' if victim_ok else 'no'}")
+    for p in workers + [agent]:
+        lab.stop(p)
+    lab.stop(fab)
+
+
+run_checked("adversary", main, checks, lab, logs=("agent", "fabric", "A", "B"))
