@@ -105,10 +105,14 @@ int main(int argc, char** argv) {
   CLI::Option* part = s->add_option("--partition", paths,
                 "Partition 1..32766: its RNICs stamp P_Key 0x8000|N on the tenant's packets and drop\n"
                 "packets of other partitions (docs/partitions.md). Default: the lowest free one");
-  s->final_callback([&, part] {
+  CLI::Option* share = s->add_option("--share-partition-with", peer,
+                                     "Give it tenant VNI's partition: the two tenants' QPs may then reach\n"
+                                     "each other's (routes and isolation still decide)")->excludes(part);
+  s->final_callback([&, part, share] {
     req["vni"] = vni;
     req["name"] = name;
     if (part->count()) req["partition"] = paths;
+    if (share->count()) req["share_partition_with"] = peer;
   });
   s = leaf(tenant, "del", "Remove a tenant (refused while it has vNICs or mappings)", "tenant.del");
   s->add_option("vni", vni, "VNI")->required();

@@ -209,9 +209,19 @@ json ControlApi::accept(const Change& c) {
 
 json ControlApi::dispatch(const std::string& cmd, const json& r) {
   constexpr uint64_t kVniMax = 0xFFFFFF;
-  if (cmd == "tenant.add")
-    return accept(AddTenant{static_cast<uint32_t>(u64(r, "vni", kVniMax)), str(r, "name"),
-                            static_cast<uint16_t>(u64_or(r, "partition", kMaxPartition, 0))});
+  if (cmd == "tenant.add") {
+    AddTenant c{static_cast<uint32_t>(u64(r, "vni", kVniMax)), str(r, "name"),
+                static_cast<uint16_t>(u64_or(r, "partition", kMaxPartition, 0))};
+    if (r.contains("share_partition_with")) {
+      const auto with = static_cast<uint32_t>(u64(r, "share_partition_with", kVniMax));
+      const Tenant* t = state_.tenant(with);
+      if (t == nullptr) return error("tenant " + std::to_string(with) + " does not exist", "unknown_tenant");
+      if (t->partition == 0) return error("tenant " + std::to_string(with) + " has no partition", "bad_value");
+      c.partition = t->partition;
+      c.shared = true;
+    }
+    return accept(c);
+  }
   if (cmd == "tenant.del") return accept(RemoveTenant{static_cast<uint32_t>(u64(r, "vni", kVniMax))});
   if (cmd == "tenant.list") {
     json a = json::array();

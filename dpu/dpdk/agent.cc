@@ -132,16 +132,10 @@ class Agent final : public AgentHooks {
   void changed(const Change& c, const std::optional<Vnic>& removed) override {
     if (auto* r = std::get_if<AddRnic>(&c)) {
       open_link(r->name);
-    } else if (auto* v = std::get_if<AddVnic>(&c)) {
-      // The vNIC's RNIC learns it from its table (v3; withheld from an older one).
-      auto it = links_.find(v->rnic);
-      const Vnic* added = state_.vnic(v->id);
-      if (it != links_.end() && added) {
-        ChangeSet cs;
-        cs.tag = next_tag_++;
-        cs.put(vnic_entry(state_, *added, common::has_partition_keys(it->second->ch->version())));
-        it->second->ch->submit(std::move(cs));
-      }
+    } else if (std::holds_alternative<AddVnic>(c)) {
+      // The vNIC's RNIC learns it from its table (v3; withheld from an older
+      // one); a vNIC on an RNIC below v4 also takes its tenant's key away.
+      sync_vnic_entries();
     } else if (auto* m = std::get_if<AddMapping>(&c)) {
       if (m->replace)
         mappings_replaced({MappingKey{m->vni, m->overlay_ip}});  // new entries in place, no window without
@@ -157,6 +151,7 @@ class Agent final : public AgentHooks {
           l->ch->submit(std::move(cs));
         }
       }
+      sync_vnic_entries();  // its tenant may now be keyed everywhere
     }
   }
 
@@ -190,6 +185,34 @@ class Agent final : public AgentHooks {
     std::string state, rnic_state;
     uint64_t version = 0, table_version = 0, entries = 0, committed = 0, punts = 0;
   };
+
+  // A tenant's partition key is stamped and checked only once every RNIC with
+  // one of its vNICs speaks v4 (an older one sends 0xFFFF, which a keyed peer
+  // would drop); an RNIC not seen yet counts as current. docs/partitions.md.
+  bool tenant_keyed(uint32_t vni) const {
+    for (const auto& [id, v] : state_.vnics()) {
+      if (v.vni != vni) continue;
+      auto it = rnic_version_.find(v.rnic);
+      if (it != rnic_version_.end() && !common::has_partition_keys(it->second)) return false;
+    }
+    return true;
+  }
+
+  // Makes every connected RNIC's vNIC entries what level 1 and the versions
+  // say (the channel withholds them from one below v3, and counts it); one
+  // not connected yet is synced when its session starts.
+  void sync_vnic_entries() {
+    for (auto& [n, l] : links_) {
+      if (l->ch->version() == 0) continue;
+      const bool v4 = common::has_partition_keys(l->ch->version());
+      ChangeSet cs = changes_for_vnics(state_, l->ch->shadow(), n,
+                                       [&](const Vnic& v) { return v4 && tenant_keyed(v.vni); });
+      if (!cs.ops.empty()) {
+        cs.tag = next_tag_++;
+        l->ch->submit(std::move(cs));
+      }
+    }
+  }
 
   void open_link(const std::string& name) {
     if (links_.count(name)) return;
@@ -226,15 +249,11 @@ class Agent final : public AgentHooks {
     did |= n > 0;
     if (l.ch->session() != l.vnic_session) {
       // A new session (agent start, RNIC restart, re-HELLO): from v3 on, make
-      // the RNIC's vNIC entries level 1's (queued behind a replay, if any).
+      // the RNIC's vNIC entries level 1's (queued behind a replay, if any). Its
+      // version may key or unkey tenants on the other RNICs too.
       l.vnic_session = l.ch->session();
-      if (common::has_vnic_entries(l.ch->version())) {
-        ChangeSet cs = changes_for_vnics(state_, l.ch->shadow(), l.name, common::has_partition_keys(l.ch->version()));
-        if (!cs.ops.empty()) {
-          cs.tag = next_tag_++;
-          l.ch->submit(std::move(cs));
-        }
-      }
+      rnic_version_[l.name] = l.ch->version();
+      sync_vnic_entries();
     }
     l.ch->on_bar(sample_bar(common::channel_bar(l.file->base())), now);
     l.ch->tick(now);
@@ -392,6 +411,7 @@ class Agent final : public AgentHooks {
   uint32_t instance_ = 1;
   AgentChannelConfig ch_cfg_;
   std::map<std::string, std::unique_ptr<Link>> links_;
+  std::map<std::string, uint16_t> rnic_version_;  // last negotiated channel version per RNIC
   std::unique_ptr<ControlSocket> socket_;
   uint64_t next_tag_ = 1;
   std::string target_;                                // resolve_punt's target RNIC name, reused

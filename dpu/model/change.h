@@ -21,6 +21,10 @@ struct AddTenant {
   // others (docs/partitions.md). accept_change turns 0 into the lowest free
   // one; a state that applies 0 directly leaves the tenant unpartitioned.
   uint16_t partition = 0;
+  // The partition may already be another tenant's (tandemctl tenant add
+  // --share-partition-with): their QPs may then reach each other's, as members
+  // of one InfiniBand partition do. Without it a taken partition is refused.
+  bool shared = false;
 };
 inline constexpr uint16_t kMaxPartition = 0x7FFE;  // 0x7FFF is the default partition
 struct RemoveTenant {

@@ -87,15 +87,17 @@ ModelResult Level1State::check_one(const AddTenant& c) const {
   if (c.partition > kMaxPartition)
     return fail(ModelErrc::kBadValue, "partition " + std::to_string(c.partition) + " is outside 1.." +
                                           std::to_string(kMaxPartition));
-  if (auto it = partition_owner_.find(c.partition); c.partition != 0 && it != partition_owner_.end())
-    return fail(ModelErrc::kDuplicate, "partition " + std::to_string(c.partition) + " already belongs to " +
-                                           vni_str(it->second));
+  if (c.partition != 0 && !c.shared && partition_users_.count(c.partition))
+    for (const auto& [vni, t] : tenants_)
+      if (t.partition == c.partition)
+        return fail(ModelErrc::kDuplicate, "partition " + std::to_string(c.partition) + " already belongs to " +
+                                               vni_str(vni) + " (share it on purpose with --share-partition-with)");
   return {};
 }
 
 uint16_t Level1State::free_partition() const {
   uint16_t p = 1;
-  for (const auto& [used, vni] : partition_owner_) {  // ascending
+  for (const auto& [used, n] : partition_users_) {  // ascending
     if (used != p) break;
     ++p;
   }
@@ -204,12 +206,12 @@ uint16_t Level1State::intern_rnic(const std::string& name) {
 
 void Level1State::apply_one(const AddTenant& c) {
   tenants_[c.vni] = Tenant{c.vni, c.name, c.partition};
-  if (c.partition) partition_owner_[c.partition] = c.vni;
+  if (c.partition) ++partition_users_[c.partition];
 }
 
 void Level1State::apply_one(const RemoveTenant& c) {
   if (auto it = tenants_.find(c.vni); it != tenants_.end() && it->second.partition)
-    partition_owner_.erase(it->second.partition);
+    if (--partition_users_[it->second.partition] == 0) partition_users_.erase(it->second.partition);
   tenants_.erase(c.vni);
   tenant_refs_.erase(c.vni);
   for (uint32_t peer : peers_[c.vni]) {

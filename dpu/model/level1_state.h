@@ -147,7 +147,7 @@ class Level1State {
 
   std::map<uint32_t, Tenant> tenants_;
   std::map<uint32_t, uint32_t> tenant_refs_;  // vni -> vNICs + mappings referencing it
-  std::map<uint16_t, uint32_t> partition_owner_;  // partition -> vni
+  std::map<uint16_t, uint32_t> partition_users_;  // partition -> tenants that have it
   std::map<std::string, Rnic> rnics_;
   std::map<uint32_t, Vnic> vnics_;
   std::unordered_map<uint64_t, uint32_t> vnic_by_addr_;  // (vni << 32 | overlay IP) -> vNIC id

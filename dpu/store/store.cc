@@ -247,8 +247,9 @@ void Store::load(Level1State& state) const {
     if (!r.ok()) throw StoreError("store: stored state does not replay: " + r.message);
   };
   {
+    // shared: a partition two tenants were given on purpose replays in any order.
     Stmt s(db_, "SELECT vni, name, partition_key FROM tenants ORDER BY vni");
-    while (s.row()) replay(AddTenant{s.u32(0), s.text(1), static_cast<uint16_t>(s.i64(2))});
+    while (s.row()) replay(AddTenant{s.u32(0), s.text(1), static_cast<uint16_t>(s.i64(2)), true});
   }
   {
     Stmt s(db_, "SELECT name, underlay_ip, mac, path_base_port, path_count FROM rnics ORDER BY seq");

@@ -167,11 +167,11 @@ common::Level2Entry vnic_entry(const Level1State& state, const Vnic& v, bool wit
 }
 
 ChangeSet changes_for_vnics(const Level1State& state, const Level2Shadow& installed, const std::string& rnic,
-                            bool with_pkeys) {
+                            const std::function<bool(const Vnic&)>& with_pkey) {
   ChangeSet cs;
   for (const auto& [id, v] : state.vnics()) {
     if (v.rnic != rnic) continue;
-    Level2Entry want = vnic_entry(state, v, with_pkeys);
+    Level2Entry want = vnic_entry(state, v, !with_pkey || with_pkey(v));
     const Level2Entry* have = installed.find(want.key);
     if (!have || !(*have == want)) cs.put(want);
   }

@@ -13,6 +13,8 @@
 // and reconciled against level 1 whenever a channel (re)negotiates v3.
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -98,7 +100,9 @@ common::Level2Entry vnic_entry(const Level1State& state, const Vnic& v, bool wit
 // bound to that RNIC: PUT those missing or different, DEL the others (vNICs
 // removed or unknown). Empty when they agree. For an agent that starts with a
 // shadow from an older agent, or a channel that moves to v3.
+// `with_pkey(v)`: whether v's entry carries its tenant's partition key
+// (empty: always).
 ChangeSet changes_for_vnics(const Level1State& state, const Level2Shadow& installed, const std::string& rnic,
-                            bool with_pkeys = true);
+                            const std::function<bool(const Vnic&)>& with_pkey = {});
 
 }  // namespace tandem::dpu

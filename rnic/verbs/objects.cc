@@ -386,6 +386,9 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* a) {
 
 int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   if (qp == nullptr || attr == nullptr) return EINVAL;
+  // One P_Key table entry: the vNIC's tenant's partition, which the worker
+  // stamps whatever the application asks (docs/partitions.md).
+  if ((mask & IBV_QP_PKEY_INDEX) && attr->pkey_index != 0) return EINVAL;
   TandemQp* q = of<TandemQp>(qp);
   const int rc = to_errno(th::modify_qp(q->h, attr, mask));
   if (rc != 0) return rc;

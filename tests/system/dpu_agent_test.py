@@ -171,8 +171,8 @@ def main():
     tel = {n: worker_vnics(n) for n in "AB"}
     check(learned and all(tel[n].get("vnic_source") == "agent" for n in "AB") and
           l2_vnics("A") == [1, 4] and l2_vnics("B") == [2, 3] and
-          all(channel(n).get("protocol_version") == 3 for n in "AB"),
-          f"workers whose YAML lists no vNICs learn them from the agent (protocol v3 vNIC entries): "
+          all(channel(n).get("protocol_version") == 4 for n in "AB"),
+          f"workers whose YAML lists no vNICs learn them from the agent (vNIC entries, protocol v3 on; v4 here): "
           f"A {tel['A'].get('vnic_list')}, B {tel['B'].get('vnic_list')}; table dump A {l2_vnics('A')}, B {l2_vnics('B')}")
     want_devs = ["tandem_A_v1.dev", "tandem_A_v4.dev", "tandem_B_v2.dev", "tandem_B_v3.dev"]
     devs = lambda: sorted(f for f in os.listdir(f"{D}/devices") if f.endswith(".dev")) if os.path.isdir(f"{D}/devices") else []

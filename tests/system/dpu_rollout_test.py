@@ -1,15 +1,16 @@
-"""System test of a rollout across channel protocol v3 (vNIC entries): an agent
+"""System test of a rollout across channel protocols v3 (vNIC entries) and v4
+(partition keys, withheld from a tenant while any of its RNICs is older): an agent
 and workers one release apart still carry verified traffic, with processes
 (tandem-dpu --max-protocol, tandem-rnic --dpu-max-protocol stand in for the
 previous release):
 
   1. new agent; worker A of the previous release (v2), worker B new: A meets
      the agent at v2, gets no vNIC entries (the agent withholds them, counted)
-     and uses its YAML vNIC; B meets it at v3 and takes its vNICs from the
+     and uses its YAML vNIC; B meets it at v4 and takes its vNICs (unkeyed) from the
      agent, ignoring its YAML's with one warning; A <-> B verifies;
   2. the agent is replaced by the previous release (v2): B falls back to its
      YAML vNIC (replayed table without vNIC entries); A <-> B verifies;
-  3. the new agent returns: B is back at v3 and, although the store the old
+  3. the new agent returns: B is back at v4 and, although the store the old
      agent left holds no vNIC entries, the agent reconciles them from level 1;
      A <-> B verifies.
 
@@ -137,12 +138,13 @@ def main():
           l2_vnics("A") == [] and ta.get("vnic_source") == "yaml" and ta.get("vnic_list") == {"1": "192.168.7.1"},
           f"new agent + previous-release worker A meet at v{ca.get('protocol_version')}: vNIC entries withheld "
           f"({ca.get('stats', {}).get('vnic_ops_withheld')}), none in A's table, A uses its YAML vNIC {ta.get('vnic_list')}")
-    check(ok and cb.get("protocol_version") == 3 and tb.get("vnic_list") == {"2": "192.168.7.2"} and
-          log("B").count("are ignored") == 1,
+    pk = {e["vnic"]: e.get("pkey") for e in l2_entries("B") if e.get("kind") == "vnic"}
+    check(ok and cb.get("protocol_version") == 4 and tb.get("vnic_list") == {"2": "192.168.7.2"} and
+          log("B").count("are ignored") == 1 and pk == {2: "0xffff"},
           f"new agent + new worker B meet at v{cb.get('protocol_version')}: B's vNICs come from the agent "
-          f"{tb.get('vnic_list')}, its YAML's ignored with one warning")
+          f"{tb.get('vnic_list')}, its YAML's ignored with one warning; the tenant is unkeyed while A is at v2 {pk}")
     ra, rb = verify("p1", 2)
-    check(ra == 0 and rb == 0, f"A (v2) <-> B (v3) verify WRITE/SEND/READ both ways (exit {ra}, {rb})")
+    check(ra == 0 and rb == 0, f"A (v2) <-> B (v4) verify WRITE/SEND/READ both ways (exit {ra}, {rb})")
 
     # 2. The agent of the previous release replaces it.
     stop(ag)
@@ -162,7 +164,7 @@ def main():
     ok = poll_until(lambda: both_active() and worker_vnics("B").get("vnic_source") == "agent" and
                   l2_vnics("B") == [2], 30)
     tb = worker_vnics("B")
-    check(ok and channel("B").get("protocol_version") == 3 and tb.get("vnic_list") == {"2": "192.168.7.2"},
+    check(ok and channel("B").get("protocol_version") == 4 and tb.get("vnic_list") == {"2": "192.168.7.2"},
           f"new agent back: B at v{channel('B').get('protocol_version')} gets its vNIC entry reconciled from level 1 "
           f"{tb.get('vnic_list')}")
     ra, rb = verify("p3", 6)

@@ -247,7 +247,9 @@ def main():
              ("rnic", "add", "B", "--underlay-ip", "10.0.0.2", "--mac", "02:00:00:00:00:02", "--path-base-port",
               0xC000, "--path-count", 4)]
     for _, vni, ib, va, ia, vb, vnib in MEMBERS:
-        steps += [("tenant", "add", vni, f"t{vni}"), ("tenant", "add", vnib, f"t{vnib}"),
+        # B's receivers are in tenant vnib, A's senders in vni: one partition, or
+        # the workers drop each other's packets as pkey_violation.
+        steps += [("tenant", "add", vni, f"t{vni}"), ("tenant", "add", vnib, f"t{vnib}", "--share-partition-with", vni),
                   ("vnic", "add", va, "--vni", vni, "--rnic", "A", "--ip", ia, "--mac", f"02:00:00:00:01:0{va}"),
                   ("vnic", "add", vb, "--vni", vnib, "--rnic", "B", "--ip", ib, "--mac", f"02:00:00:00:01:0{vb}"),
                   ("mapping", "add", "--vni", vnib, "--overlay-ip", ia, "--underlay-ip", "10.0.0.1",

@@ -505,7 +505,7 @@ TEST_CASE("a vNIC's entry carries its tenant's partition key, withheld from an R
   CHECK(vnic_entry(p, *p.vnic(1)).vnic.pkey == 0x8005);
   CHECK(vnic_entry(p, *p.vnic(1), false).vnic.pkey == 0);
   Level2Shadow installed;
-  ChangeSet cs = changes_for_vnics(p, installed, "rnic0", false);
+  ChangeSet cs = changes_for_vnics(p, installed, "rnic0", [](const Vnic&) { return false; });
   REQUIRE(cs.ops.size() == 1);
   CHECK(cs.ops[0].entry.vnic.pkey == 0);
 }

@@ -133,6 +133,12 @@ TEST_CASE("bad arguments get EINVAL and verbs not built yet EOPNOTSUPP, never a 
   CHECK(ibv_create_qp(nullptr, nullptr) == nullptr);
   CHECK(ibv_dealloc_pd(nullptr) == EINVAL);
   CHECK(ibv_modify_qp(nullptr, nullptr, 0) == EINVAL);
+  {  // one P_Key table entry: an application cannot ask for another partition
+    ibv_qp not_looked_at{};
+    ibv_qp_attr a{};
+    a.pkey_index = 1;
+    CHECK(ibv_modify_qp(&not_looked_at, &a, IBV_QP_PKEY_INDEX) == EINVAL);
+  }
   errno = 0;
   CHECK(ibv_create_srq(nullptr, nullptr) == nullptr);
   CHECK(errno == EINVAL);
