@@ -225,4 +225,10 @@ TEST_CASE("each tenant's partition is its own: duplicates and out-of-range ones 
   REQUIRE(s.apply(AddTenant{400, "yellow", 1}).ok());  // a removed tenant's partition is reusable
   CHECK(s.apply(AddTenant{500, "none"}).ok());       // applied directly with 0: unpartitioned
   CHECK(s.tenant(500)->entry_pkey() == 0);
+  // Shared on purpose: both keep it until the last one goes.
+  REQUIRE(s.apply(AddTenant{600, "shares red's", 3, true}).ok());
+  REQUIRE(s.apply(RemoveTenant{200}).ok());
+  CHECK(s.free_partition() == 4);  // 3 still has tenant 600
+  REQUIRE(s.apply(RemoveTenant{600}).ok());
+  CHECK(s.free_partition() == 3);
 }
