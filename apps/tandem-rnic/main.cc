@@ -105,8 +105,27 @@ int main(int argc, char** argv) {
                  "it in a shadow of about 64 bytes per entry. A PUT beyond it aborts the txn as table full.")
       ->check(CLI::Range(64u, 1u << 24));
   app.add_option("--dpu-max-protocol", c.dpu_max_protocol,
-                 "DPU mode: newest channel protocol version to offer (default: the current one, 3). Rollout\n"
-                 "drills: 2 behaves as the previous release (takes no vNIC entries, uses the YAML's vNICs)");
+                 "DPU mode: newest channel protocol version to offer (default: the current one, 4). Rollout\n"
+                 "drills: 2 behaves as the previous release (takes no vNIC entries, uses the YAML's vNICs), 3 takes\n"
+                 "no partition keys");
+  app.add_option("--insecure-table-hash-key", [&c](const CLI::results_t& r) {
+        // K0:K1, 64-bit hex words. Tests only: see --help.
+        const std::string& v = r[0];
+        const auto colon = v.find(':');
+        if (colon == std::string::npos) return false;
+        try {
+          std::size_t a = 0, b = 0;
+          const uint64_t k0 = std::stoull(v.substr(0, colon), &a, 16);
+          const uint64_t k1 = std::stoull(v.substr(colon + 1), &b, 16);
+          if (a != colon || b != v.size() - colon - 1) return false;
+          c.insecure_table_hash_key = tandem::rnic::TableHashKey{k0, k1};
+        } catch (const std::exception&) {
+          return false;
+        }
+        return true;
+      }, "TESTS ONLY: K0:K1 (hex) as the level-2 table's hash secret instead of one drawn at start. A\n"
+         "known secret lets a tenant choose overlay addresses whose entries fill another tenant's buckets\n"
+         "(tests/system/adversary_test.py shows it); never use it in a deployment");
   app.add_option("--rxd", c.port.rx_desc, "RX ring size (default 512)");
   app.add_option("--txd", c.port.tx_desc, "TX ring size (default 512)");
   app.add_option("--link-wait-ms", c.port.link_wait_ms, "How long to wait for the link (default 2000)");

@@ -99,6 +99,10 @@ Level2TableConfig table_config(const WorkerConfig& c, const StandaloneTable& st)
   auto word = [&rd] { return uint64_t{rd()} << 32 | rd(); };
   Level2TableConfig tc{table_capacity(c, st)};
   tc.hash_key = TableHashKey{word(), word()};
+  if (c.insecure_table_hash_key) {
+    tc.hash_key = *c.insecure_table_hash_key;
+    std::fprintf(stderr, "%s: warning: --insecure-table-hash-key: the level-2 hash secret is known\n", c.name.c_str());
+  }
   return tc;
 }
 
@@ -1163,6 +1167,8 @@ void Worker::visit_counters(F&& f) const {
 #undef TANDEM_HOST_COUNTER_VISIT
   f("table", "version", table_.version(), "committed level-2 table version");
   f("table", "entries", table_.size(), "committed level-2 table entries");
+  f("table", "full_buckets", table_.stats().full_buckets, "PUTs refused: both buckets of the key full (collisions)");
+  f("table", "full_capacity", table_.stats().full_capacity, "PUTs refused: the table at --table-capacity");
   f("vnics", "count", vnics_.size(), "vNICs of the port");
   f("vnics", "withdrawn", vnics_withdrawn_, "vNICs the agent removed");
   f("vnics", "qps_on_withdrawn_vnic", qps_on_withdrawn_vnic_, "live QPs routed over a vNIC when it was removed");
@@ -1400,6 +1406,7 @@ void Worker::register_telemetry() {
                          [this, x = stats_x_](std::string_view, TelemetryDict& out) {
                            out.str("underlay_ip", format_ipv4(st_.underlay_ip));
                            out.u64("capacity", table_.capacity());
+                           out.u64("buckets", table_.buckets());  // fixed at start
                            const int rc = read_snapshot(*x, [&](const port::CounterRows& rows) {
                              for (std::size_t i = 0; i < rows.n; ++i)
                                if (std::strcmp(rows.rows[i].group, "table") == 0) out.u64(rows.rows[i].name, rows.rows[i].value);

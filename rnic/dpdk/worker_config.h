@@ -2,12 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/dpdk/idle_loop.h"
 #include "common/dpdk/port.h"
 #include "rnic/core/verbs_types.h"
+#include "rnic/table/key_hash.h"
 
 namespace tandem::rnic::dpdk {
 
@@ -53,6 +55,9 @@ struct WorkerConfig {
   // Level-2 entries the table holds; 0: 65536 in DPU mode, twice the YAML's
   // entries (at least 64) standalone. The agent sizes its shadow to it.
   uint32_t table_capacity = 0;
+  // The level-2 hash secret; unset (the default): drawn from the OS at start.
+  // Set only by tests that show what a known secret lets a tenant do.
+  std::optional<TableHashKey> insecure_table_hash_key;
   // Newest channel protocol version offered (0: current). A rollout drill: 2
   // behaves as the previous release (takes no vNIC entries; YAML vNICs).
   uint16_t dpu_max_protocol = 0;

@@ -18,7 +18,14 @@ them, A drops every one as ingress pkey_violation, so the target QP receives not
 Prints the table benchmarks/RESULTS.md holds ("adversary"): per attack, packets the
 attacker sent, delivered cross-tenant (goal 0), pkey_violation drops, victim verified.
 
-usage: adversary_test.py TANDEM_DPU TANDEMCTL TANDEM_FABRIC TANDEM_RNIC TANDEM_PERF [--keep]"""
+Crafted collisions: blue picks overlay addresses in its own VPC whose egress entries on B
+land in the two buckets of red's next new flow (7.2 -> 7.3), computed with SipHash-1-3
+under a secret the test knows: with B run under that secret (--insecure-table-hash-key)
+blue's 16 flows fill both buckets and red's flow is refused (TABLE_FULL, full_buckets);
+with B restarted under a secret of its own, the same 16 flows scatter and red's flow is
+installed and verifies.
+
+usage: adversary_test.py TANDEM_DPU TANDEMCTL TANDEM_FABRIC TANDEM_RNIC TANDEM_PERF MANY_QPS_APP [--keep]"""
 import argparse
 import json
 import os
@@ -28,14 +35,14 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from tandem_harness import (Checks, Lab, Tandemctl, free_port, lab_fabric_argv, lab_worker_argv,  # noqa: E402
-                            run_checked, telemetry_query, wait_fabric_started, wait_for)
+from tandem_harness import (Checks, Lab, Tandemctl, free_port, ip2int, lab_fabric_argv,  # noqa: E402
+                            lab_worker_argv, run_checked, telemetry_query, wait_fabric_started, wait_for)
 
 ap = argparse.ArgumentParser()
-ap.add_argument("bins", nargs=5)
+ap.add_argument("bins", nargs=6)
 ap.add_argument("--keep", action="store_true")
 opt = ap.parse_args()
-DPU, CTL, FABRIC, RNIC, PERF = opt.bins
+DPU, CTL, FABRIC, RNIC, PERF, MANY = opt.bins
 TAG = f"adv{os.getpid()}"
 lab = Lab(tmp_prefix="tandem-adversary-", keep=opt.keep)
 D = lab.d
@@ -57,6 +64,47 @@ PREFIX = {"A": f"{TAG}-a", "B": f"{TAG}-b"}
 def gid(ip):
     """tandem-perf's GID: the IPv4-mapped IPv6 address (oob_messages.h QpDest.gid)."""
     return bytes(10) + b"\xff\xff" + socket.inet_aton(ip)
+
+
+# ---- the level-2 table's placement (rnic/table/key_hash.h, Level2Table::buckets_of) ----
+M64 = (1 << 64) - 1
+KNOWN_KEY = (0x0123456789ABCDEF, 0xFEDCBA9876543210)
+
+
+def _rotl(x, b):
+    return ((x << b) | (x >> (64 - b))) & M64
+
+
+def _sip_round(v):
+    v0, v1, v2, v3 = v
+    v0 = (v0 + v1) & M64; v1 = _rotl(v1, 13); v1 ^= v0; v0 = _rotl(v0, 32)
+    v2 = (v2 + v3) & M64; v3 = _rotl(v3, 16); v3 ^= v2
+    v0 = (v0 + v3) & M64; v3 = _rotl(v3, 21); v3 ^= v0
+    v2 = (v2 + v1) & M64; v1 = _rotl(v1, 17); v1 ^= v2; v2 = _rotl(v2, 32)
+    return [v0, v1, v2, v3]
+
+
+def keyed_hash(key, kind, w0, w1):
+    """SipHash-1-3 of an EntryKey's 12 bytes under key = (k0, k1)."""
+    k0, k1 = key
+    v = [k0 ^ 0x736f6d6570736575, k1 ^ 0x646f72616e646f6d, k0 ^ 0x6c7967656e657261, k1 ^ 0x7465646279746573]
+    for m in (kind | w0 << 32, 12 << 56 | w1):
+        v[3] ^= m
+        v = _sip_round(v)
+        v[0] ^= m
+    v[2] ^= 0xFF
+    for _ in range(3):
+        v = _sip_round(v)
+    return v[0] ^ v[1] ^ v[2] ^ v[3]
+
+
+def buckets_of(h, nb):
+    tag, b1 = h >> 32, h & (nb - 1)
+    return frozenset((b1, (b1 ^ (((tag * 0x5BD1E995) & M64) >> 7)) & (nb - 1)))
+
+
+KIND_EGRESS = 1
+assert keyed_hash((0, 0), 1, 0, 0) == 0x812b00d8d1d44dcd  # the unit test's vector (keyed_hash_test.cc)
 
 
 class Relay:
@@ -108,6 +156,15 @@ class Relay:
         s.settimeout(None)
         threading.Thread(target=self.pump, args=(c, s, "up"), daemon=True).start()
         self.pump(s, c, "down")
+
+
+def start_worker(n, sock, extra=()):
+    ip, mac = UNDERLAY[n]
+    with open(f"{D}/{n}.yaml", "w") as f:
+        f.write(f"underlay: {{ip: {ip}, mac: {mac}, gateway_mac: 02:00:00:00:00:fe}}\n")
+    return lab.start(lab_worker_argv(RNIC, n, PREFIX[n], D, sock, [
+        "--dpu-channel", f"{CH}/tandem-{n}.chan", "--spray", "round_robin", "--mtu", "4096",
+        "--timeout-us", "20000", "--table-capacity", "128"] + list(extra)), n, PREFIX[n])
 
 
 def worker_stats(n):
@@ -180,6 +237,45 @@ def attack(test, table):
     return rx, drops
 
 
+def collision_phase(known, victim_name):
+    """Worker B restarted under KNOWN_KEY (known) or a secret of its own; blue's flows to
+    the crafted addresses, then red's new flow 7.2 -> 7.3. Returns (refused, verified)."""
+    global workers
+    lab.stop(workers[1])
+    workers[1] = start_worker("B", "h1.sock", ["--insecure-table-hash-key", "%x:%x" % KNOWN_KEY] if known else [])
+    def back():  # the new process: its host socket, and its vNICs from the agent
+        t = telemetry_query(PREFIX["B"], "/tandem/rnic/table", timeout=1)
+        return (os.path.exists(f"{D}/B.rnic") and t.get("vnic_source") == "agent" and t.get("vnics") == 2
+                and ctl.channel("B").get("state") == "ACTIVE")
+    wait_for(back, "worker B did not come back ACTIVE with its vNICs", timeout=40)
+    full0 = ctl.channel("B").get("stats", {}).get("table_full", 0)
+    name = f"blue-{victim_name}"
+    app = lab.start([MANY, f"{D}/B.rnic", D, name, str(len(CRAFTED)), ",".join(CRAFTED)], name)
+    wait_for(lambda: os.path.exists(f"{D}/{name}.ready") or app.poll() is not None,
+             "blue's QPs did not connect", timeout=60)
+    installed = sum(1 for e in ctl.l2_entries("B") if e.get("kind") == "egress" and e.get("vnic") == 5
+                    and e.get("dst_overlay_ip") in CRAFTED)
+    port = free_port()
+    srv = perf("write_bw", f"{victim_name}-server", "A", "192.168.7.3", port, ["--timeout", "8"])
+    time.sleep(0.4)
+    cli = perf("write_bw", f"{victim_name}-client", "B", "192.168.7.2", port,
+               ["-n", "200", "-s", "4096", "--verify", "--timeout", "8"], server="127.0.0.1")
+    cc, sc = finish(cli, 30), finish(srv, 15)
+    open(f"{D}/{name}.stop", "w").close()
+    finish(app, 10)
+    try:
+        j = json.loads(lab.text(f"{victim_name}-client"))
+    except ValueError:
+        j = {}
+    table = telemetry_query(PREFIX["B"], "/tandem/rnic/table")
+    full = ctl.channel("B").get("stats", {}).get("table_full", 0) - full0
+    verified = cc == 0 and sc == 0 and j.get("verify") == "ok"
+    return installed, full, int(table.get("full_buckets", 0)), verified, cc
+
+
+CRAFTED = []
+
+
 def main():
     pre = f"{TAG}-dpu"
     agent = lab.start([DPU, "--db", f"{D}/dpu.sqlite", "--control-socket", f"{D}/ctl.sock", "--channel-dir", CH,
@@ -200,14 +296,7 @@ def main():
     fab_pre = f"{TAG}-fab"
     fab = lab.start(lab_fabric_argv(FABRIC, fab_pre, D), "fabric", fab_pre)
     wait_fabric_started(lab, fab)
-    workers = []
-    for n, sock in (("A", "h0.sock"), ("B", "h1.sock")):
-        ip, mac = UNDERLAY[n]
-        with open(f"{D}/{n}.yaml", "w") as f:
-            f.write(f"underlay: {{ip: {ip}, mac: {mac}, gateway_mac: 02:00:00:00:00:fe}}\n")
-        workers.append(lab.start(lab_worker_argv(RNIC, n, PREFIX[n], D, sock, [
-            "--dpu-channel", f"{CH}/tandem-{n}.chan", "--spray", "round_robin", "--mtu", "4096",
-            "--timeout-us", "20000"]), n, PREFIX[n]))
+    workers[:] = [start_worker("A", "h0.sock"), start_worker("B", "h1.sock")]
     wait_for(lambda: all(ctl.channel(n).get("state") == "ACTIVE" for n in "AB")
              or any(p.poll() is not None for p in workers), "the workers did not reach ACTIVE", timeout=40)
     wait_for(lambda: all(len(ctl.l2_vnics(n)) == sum(1 for v in VNICS if v[2] == n) for n in "AB"),
@@ -235,9 +324,36 @@ def main():
     check(victim_ok, f"red's write_bw --verify ran through the attacks: exit {vc}/{vs}, "
           f"{vj.get('iterations')} x 64 KiB, verify {vj.get('verify')}/{vj.get('server_verify')}"
           + ("" if victim_ok else f" ({lab.text('victim-client', 'err').strip()[-300:]})"))
+
+    # Crafted collisions against red's next flow on B (vNIC 2 -> 192.168.7.3).
+    nb = int(telemetry_query(PREFIX["B"], "/tandem/rnic/table").get("buckets", 0))
+    check(nb > 0, f"worker B's level-2 table has {nb} buckets (--table-capacity 128)")
+    victim = buckets_of(keyed_hash(KNOWN_KEY, KIND_EGRESS, 2, ip2int("192.168.7.3")), nb)
+    ip = ip2int("10.200.0.1")
+    while len(CRAFTED) < 16 and nb:
+        if buckets_of(keyed_hash(KNOWN_KEY, KIND_EGRESS, 5, ip), nb) == victim:
+            CRAFTED.append(socket.inet_ntoa(ip.to_bytes(4, "big")))
+        ip += 1
+    for x in CRAFTED:  # blue's own VPC: addresses blue may choose, behind A
+        ctl("mapping", "add", "--vni", 200, "--overlay-ip", x, "--underlay-ip", UNDERLAY["A"][0],
+            "--next-hop-mac", UNDERLAY["A"][1], "--rnic", "A")
+    k_inst, k_full, k_buckets, k_ok, k_exit = collision_phase(True, "known")
+    check(k_inst >= 15 and k_full > 0 and k_buckets > 0 and not k_ok,
+          f"under a known secret blue's {k_inst} crafted flows fill red's buckets: red's flow refused "
+          f"(agent table_full +{k_full}, B full_buckets {k_buckets}, red's client exit {k_exit})")
+    s_inst, s_full, s_buckets, s_ok, s_exit = collision_phase(False, "secret")
+    check(s_inst == len(CRAFTED) and s_full == 0 and s_buckets == 0 and s_ok,
+          f"under B's own secret the same {s_inst} flows scatter: red's flow installed and verified "
+          f"(table_full +{s_full}, full_buckets {s_buckets}, exit {s_exit})")
+    table.append(("crafted collisions, known secret", None, 0, None, k_inst, "refused" if not k_ok else "installed"))
+    table.append(("crafted collisions, B's secret", None, 0, None, s_inst, "installed" if s_ok else "refused"))
+
     print("\nattack                 | target QPN | delivered cross-tenant | pkey_violation drops | "
           "attacker exit | victim verified")
     for what, q, rx, drops, ac, tc in table:
+        if q is None:  # a collision row: flows blue installed, what became of red's flow
+            print(f"{what}: blue's flows installed {ac}, red's new flow {tc}")
+            continue
         print(f"{what:22} | {hex(q[0]) if q else '?':10} | {rx:22} | {drops:20} | {ac!s:13} | "
               f"{'yes' if victim_ok else 'no'}")
     for p in workers + [agent]:
@@ -245,4 +361,5 @@ def main():
     lab.stop(fab)
 
 
+workers = []
 run_checked("adversary", main, checks, lab, logs=("agent", "fabric", "A", "B"))

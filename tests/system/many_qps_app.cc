@@ -1,6 +1,7 @@
 // A tenant application that holds many idle RC QPs on one tandem-rnic worker
 // (the 10,000 QPs per worker): attaches, creates COUNT QPs on one CQ,
-// moves each through INIT, RTR (toward PEER_OVERLAY_IP, remote QPN 0x10000+i)
+// moves each through INIT, RTR (toward PEER_OVERLAY_IP, or the i-th of a
+// comma-separated list, cyclically; remote QPN 0x10000+i)
 // and RTS, writes DIR/NAME.ready with the count, then waits for DIR/NAME.stop
 // (or to be killed: the worker must then free every one of them).
 // Exit 0 = all created and connected, 2 = set-up failed (the message says
@@ -20,13 +21,20 @@ using namespace tandem::rnic::host::test_app;
 int main(int argc, char** argv) {
   g_prog = "many_qps_app";
   if (argc != 6) {
-    std::fprintf(stderr, "usage: %s SOCKET DIR NAME COUNT PEER_OVERLAY_IP\n", argv[0]);
+    std::fprintf(stderr, "usage: %s SOCKET DIR NAME COUNT PEER_OVERLAY_IP[,IP...]\n", argv[0]);
     return 2;
   }
   const std::string sock = argv[1], dir = argv[2], name = argv[3];
   const long count = std::strtol(argv[4], nullptr, 10);
-  in_addr peer_ip{};
-  if (count < 1 || inet_pton(AF_INET, argv[5], &peer_ip) != 1) die(2, "bad COUNT or peer IP");
+  std::vector<in_addr> peers;
+  for (std::string rest = argv[5]; !rest.empty();) {
+    const std::size_t comma = rest.find(',');
+    in_addr a{};
+    if (inet_pton(AF_INET, rest.substr(0, comma).c_str(), &a) != 1) die(2, "bad peer IP " + rest.substr(0, comma));
+    peers.push_back(a);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
+  if (count < 1 || peers.empty()) die(2, "bad COUNT or peer IP");
 
   // The first QP comes with the app's PD, MR and CQ; the rest share them.
   const RcApp app = open_rc_app(sock, name, 1 << 16, 4, 1);
@@ -48,7 +56,7 @@ int main(int argc, char** argv) {
     to_init(qps[i]);
     Peer p;
     p.qpn = 0x10000 + static_cast<uint32_t>(i);
-    connect_rc(qps[i], p, peer_ip, 14);
+    connect_rc(qps[i], p, peers[i % peers.size()], 14);
   }
   touch(dir + "/" + name + ".ready", std::to_string(qps.size()));
   std::printf("%s: %zu QPs in RTS\n", name.c_str(), qps.size());
