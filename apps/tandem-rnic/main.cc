@@ -10,6 +10,7 @@
 #include "common/dpdk/eal_args.h"
 #include "rnic/dpdk/worker.h"
 #include "rnic/host/device_registry.h"
+#include "rnic/host/resource_quota.h"
 
 namespace rd = tandem::rnic::dpdk;
 
@@ -90,7 +91,33 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false)
       ->type_name("VNIC=UID[:GID]");
   app.add_option("--stats-json", c.stats_json, "Write the counters to this file at exit");
-  app.add_option("--max-qps", c.max_qps, "QPs this worker can run (default 16384; a created QP costs ~90 KiB of worker memory, mostly its 1024-PSN window; an unused slot a few hundred bytes)");
+  app.add_option("--max-qps", c.max_qps, "QPs this worker can run (default 16384; a created QP costs ~90 KiB of worker memory, mostly its 1024-PSN window; an unused slot a few hundred bytes); also the base of --limit-per-vnic's defaults");
+  const auto limit_option = [&app](const char* name, std::vector<tandem::rnic::host::LimitSetting>& into,
+                                   const char* help) {
+    app.add_option(name, [&into, name](const CLI::results_t& r) {
+          for (const std::string& s : r) {
+            std::string err;
+            if (!tandem::rnic::host::parse_limits(s, &into, &err)) throw CLI::ValidationError(name, err);
+          }
+          return true;
+        }, help)
+        ->take_all()
+        ->allow_extra_args(false)
+        ->type_name("RES=N[,RES=N]");
+  };
+  limit_option("--limit-per-vnic", c.vnic_limits,
+               "Fair share of one vNIC (its applications together; applications bound to no vNIC are one more\n"
+               "group): RES is qps, cqs, mrs, pds or bytes, N a count (K/M/G/T suffixes) or none; repeatable.\n"
+               "Default 3/4 of the worker's capacity, so one tenant always leaves a quarter to the others: qps\n"
+               "and cqs 3/4 of --max-qps, mrs 3/2 of it (QP, CQ and MR mappings together stay under Linux's\n"
+               "65,530 per process), pds 3/4 of it, bytes 3/4 of the host's memory (what the worker maps and\n"
+               "DMA-maps: an MR's whole memfd). A create over it fails in the application with EAGAIN (as the\n"
+               "kernel's rdma cgroup answers), one over bytes with ENOMEM (as RLIMIT_MEMLOCK does), and is\n"
+               "counted per vNIC: host_refused_<RES> in /tandem/rnic/stats, per vNIC in /tandem/rnic/limits\n"
+               "and --stats-json \"limits\"");
+  limit_option("--limit-per-app", c.app_limits,
+               "Limit of one application (one attached process context), same RES=N form and errors as\n"
+               "--limit-per-vnic; default none beyond its vNIC's share");
   app.add_option("--dpu-channel", c.dpu_channel,
                  "DPU mode: tandem-dpu's channel file for this port (e.g. /dev/shm/tandem-h0.chan); the agent\n"
                  "programs the level-2 table and the port's vNICs (protocol v3) and resolves misses; --table then\n"

@@ -46,6 +46,7 @@
 #include "rnic/dpdk/dpu_link.h"
 #include "rnic/dpdk/egress_route.h"
 #include "rnic/dpdk/host_control.h"
+#include "rnic/dpdk/host_limits.h"
 #include "rnic/dpdk/rx_stage.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/dpdk/tx_payload_mode.h"
@@ -166,10 +167,12 @@ class Worker {
         core_(TransportConfig{c.max_qps, kQpnBase, 8, 4, 1024}),
         dma_(c.port_id),
         host_(host::ServerConfig{.socket_path = c.host_socket,
+                                 .max_qps = c.max_qps,  // the core's: a QP over it is refused at create
                                  .vnic_ips = vnic_ips(st_.vnics),
                                  .check_owners = !c.device_owners.empty(),
                                  .vnic_owners = vnic_owners(c.device_owners, st_.vnics),
-                                 .mapper = &dma_}),
+                                 .mapper = &dma_,
+                                 .limits = host_limits(c)}),
         vnics_(st_.vnics) {
     for (const DeviceOwner& o : c.device_owners)  // standalone vNICs are all known now
       if (c.dpu_channel.empty() &&
@@ -289,6 +292,11 @@ class Worker {
       for (const Vnic& v : vnics)
         if (v.id == o.vnic_id) out.push_back({v.overlay_ip, o.uid, o.gid});
     return out;
+  }
+  static uint32_t vnic_id(const std::vector<Vnic>& vnics, uint32_t ip) {
+    for (const Vnic& v : vnics)
+      if (v.overlay_ip == ip) return v.id;
+    return 0;
   }
   static std::vector<uint32_t> vnic_ips(const std::vector<Vnic>& vnics) {
     std::vector<uint32_t> ips;
@@ -1214,6 +1222,7 @@ nlohmann::json Worker::counters_json() const {
   j["tx_encap"]["zero_copy"] = encap_->zero_copy();
   j["tx_encap"]["mode_reason"] = tx_mode_.why;
   j["vnics"]["source"] = vnics_from_agent_ ? "agent" : "yaml";
+  j["limits"] = limits_json(host_.quotas(), [this](uint32_t ip) { return vnic_id(vnics_, ip); });  // lcore stopped
   return j;
 }
 
@@ -1377,6 +1386,10 @@ void Worker::register_telemetry() {
                            }
                            return 0;
                          });
+  register_limits_telemetry(host_.quotas(), [this](uint32_t ip) {
+    std::lock_guard<std::mutex> g(vnics_mu_);
+    return vnic_id(vnics_, ip);
+  });
   cd::telemetry_register("/tandem/rnic/table", "tandem-rnic level-2 table and the port's vNICs",
                          [this, x = stats_x_](std::string_view, TelemetryDict& out) {
                            out.str("underlay_ip", format_ipv4(st_.underlay_ip));

@@ -1,0 +1,33 @@
+// The worker's fair shares of its host interface (rnic/host/resource_quota.h):
+// the limits its flags and defaults give HostServer, and the per-vNIC usage
+// and refusals as --stats-json and /tandem/rnic/limits show them. The quota
+// table is atomics the control thread writes, so any thread may read it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "rnic/dpdk/worker_config.h"
+#include "rnic/host/resource_quota.h"
+
+namespace tandem::rnic::dpdk {
+
+// What the worker can hold of each resource: QPs and CQs --max-qps, MRs twice
+// that, PDs --max-qps (together a worker stays under Linux's vm.max_map_count
+// of 65,530 mappings: one per QP, CQ and MR), bytes the machine's memory.
+host::ResourceAmounts worker_capacity(const WorkerConfig& c);
+// Per vNIC: --limit-per-vnic, else 3/4 of worker_capacity (default_vnic_share).
+// Per application: --limit-per-app, else none beyond its vNIC's.
+host::ResourceLimits host_limits(const WorkerConfig& c);
+
+// A vNIC's name in the output: its IPv4 ("unbound" for 0) and the worker's id
+// of it (0: not one of the port's vNICs now).
+using VnicIdOf = std::function<uint32_t(uint32_t vnic_ip)>;
+nlohmann::json limits_json(const host::TenantQuotas& quotas, const VnicIdOf& id_of);
+// /tandem/rnic/limits: the limits and, per vNIC account, used_* and refused_*.
+void register_limits_telemetry(const host::TenantQuotas& quotas, VnicIdOf id_of);
+
+}  // namespace tandem::rnic::dpdk
