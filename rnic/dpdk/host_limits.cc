@@ -16,7 +16,15 @@ using host::kResourceCount;
 using host::kResourceNames;
 using host::kUnlimited;
 
-std::string account_name(uint32_t vnic_ip) { return vnic_ip == 0 ? "unbound" : format_ipv4(vnic_ip); }
+// "vnic<id>" for a vNIC of the port, "ip_a_b_c_d" for one it no longer has,
+// "unbound": DPDK telemetry names take letters, digits, '_' and '/' only.
+std::string account_name(uint32_t vnic_ip, uint32_t id) {
+  if (vnic_ip == 0) return "unbound";
+  if (id != 0) return "vnic" + std::to_string(id);
+  std::string ip = format_ipv4(vnic_ip);
+  std::replace(ip.begin(), ip.end(), '.', '_');
+  return "ip_" + ip;
+}
 
 std::vector<host::TenantQuotas::Row> rows_of(const host::TenantQuotas& q) {
   std::vector<host::TenantQuotas::Row> rows(q.account_count());
@@ -59,8 +67,10 @@ nlohmann::json limits_json(const host::TenantQuotas& quotas, const VnicIdOf& id_
   j["per_vnic"] = amounts(quotas.limits().per_vnic);
   j["vnics"] = nlohmann::json::object();
   for (const host::TenantQuotas::Row& r : rows_of(quotas)) {
-    nlohmann::json& v = j["vnics"][account_name(r.vnic_ip)];
-    v["vnic"] = r.vnic_ip == 0 ? 0 : id_of(r.vnic_ip);
+    const uint32_t id = r.vnic_ip == 0 ? 0 : id_of(r.vnic_ip);
+    nlohmann::json& v = j["vnics"][account_name(r.vnic_ip, id)];
+    v["vnic"] = id;
+    v["ip"] = r.vnic_ip == 0 ? "" : format_ipv4(r.vnic_ip);
     for (std::size_t i = 0; i < kResourceCount; ++i) {
       v[std::string("used_") + kResourceNames[i]] = r.used[i];
       v[host::kRefusedNames[i]] = r.refused[i];
@@ -73,9 +83,8 @@ void register_limits_telemetry(const host::TenantQuotas& quotas, VnicIdOf id_of)
   using common::dpdk::TelemetryDict;
   common::dpdk::telemetry_register(
       "/tandem/rnic/limits",
-      "tandem-rnic fair shares: per-application and per-vNIC limits, and per vNIC what its applications "
-      "hold (used_*) and the creates refused at a limit (refused_*), keyed by its IPv4 (or unbound); "
-      "the first 40 vNICs",
+      // DPDK takes at most 127 bytes of help.
+      "tandem-rnic fair shares: limits, and per vNIC (vnic<id>) used_<res> and refused_<res>; first 40 vNICs",
       [&quotas, id_of = std::move(id_of)](std::string_view, TelemetryDict& out) {
         // One level of nesting only (DPDK telemetry does not nest containers deeper).
         const auto limits = [&out](const char* scope, const host::ResourceAmounts& a) {
@@ -92,8 +101,10 @@ void register_limits_telemetry(const host::TenantQuotas& quotas, VnicIdOf id_of)
         std::vector<host::TenantQuotas::Row> rows = rows_of(quotas);
         if (rows.size() > 40) rows.resize(40);  // a telemetry reply is 16 KiB
         for (const host::TenantQuotas::Row& r : rows) {
-          out.dict(account_name(r.vnic_ip).c_str(), [&](TelemetryDict& d) {
-            d.u64("vnic", r.vnic_ip == 0 ? 0 : id_of(r.vnic_ip));
+          const uint32_t id = r.vnic_ip == 0 ? 0 : id_of(r.vnic_ip);
+          out.dict(account_name(r.vnic_ip, id).c_str(), [&](TelemetryDict& d) {
+            d.u64("vnic", id);
+            d.str("ip", r.vnic_ip == 0 ? "" : format_ipv4(r.vnic_ip));
             for (std::size_t i = 0; i < kResourceCount; ++i) {
               d.u64((std::string("used_") + kResourceNames[i]).c_str(), r.used[i]);
               d.u64(host::kRefusedNames[i], r.refused[i]);

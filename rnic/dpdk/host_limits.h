@@ -23,8 +23,8 @@ host::ResourceAmounts worker_capacity(const WorkerConfig& c);
 // Per application: --limit-per-app, else none beyond its vNIC's.
 host::ResourceLimits host_limits(const WorkerConfig& c);
 
-// A vNIC's name in the output: its IPv4 ("unbound" for 0) and the worker's id
-// of it (0: not one of the port's vNICs now).
+// The worker's id of the vNIC with that overlay IPv4 (0: not one of the
+// port's vNICs now); accounts are keyed vnic<id>, ip_a_b_c_d or unbound.
 using VnicIdOf = std::function<uint32_t(uint32_t vnic_ip)>;
 nlohmann::json limits_json(const host::TenantQuotas& quotas, const VnicIdOf& id_of);
 // /tandem/rnic/limits: the limits and, per vNIC account, used_* and refused_*.
