@@ -122,6 +122,23 @@ int main(int argc, char** argv) {
                  "DPU mode: tandem-dpu's channel file for this port (e.g. /dev/shm/tandem-h0.chan); the agent\n"
                  "programs the level-2 table and the port's vNICs (protocol v3) and resolves misses; --table then\n"
                  "only gives the underlay address (its vNICs serve only an older agent). Without the agent's heartbeat the worker goes HEADLESS and keeps forwarding.");
+  app.add_option("--punt-budget", [&c](const CLI::results_t& r) {
+        unsigned long long rate = 0;
+        unsigned burst = 0;
+        char tail = 0;
+        const int n = std::sscanf(r[0].c_str(), "%llu:%u%c", &rate, &burst, &tail);
+        if ((n != 1 && n != 2) || (n == 2 && burst == 0))
+          throw CLI::ValidationError("--punt-budget", "want RATE[:BURST], got " + r[0]);
+        c.punt_budget.rate_per_s = rate;
+        if (n == 2) c.punt_budget.burst = burst;
+        return true;
+      }, "DPU mode: table misses each vNIC may punt to the agent, per second and at once (a token bucket per\n"
+         "vNIC, before the channel): default 1000:128, well above a tenant's rate of new flows, while a storm of\n"
+         "misses from one vNIC is held to it instead of filling the channel's slots and the agent's event queue\n"
+         "ahead of the other tenants' new flows. A miss over it is not punted (its key is tried again 2 ms\n"
+         "later) and is counted per vNIC:\n"
+         "dpu_punts_over_budget in /tandem/rnic/stats, /tandem/rnic/punts, the agent's punts_dropped. 0: no budget")
+      ->type_name("RATE[:BURST]");
   app.add_option("--dpu-agent-timeout-ms", [&c](const CLI::results_t& r) {
         c.dpu_agent_timeout_ns = std::stoull(r[0]) * 1'000'000;
         return true;

@@ -46,7 +46,7 @@
 #include "rnic/dpdk/dpu_link.h"
 #include "rnic/dpdk/egress_route.h"
 #include "rnic/dpdk/host_control.h"
-#include "rnic/dpdk/host_limits.h"
+#include "rnic/dpdk/fair_shares.h"
 #include "rnic/dpdk/rx_stage.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/dpdk/tx_payload_mode.h"
@@ -182,7 +182,7 @@ class Worker {
       commit_standalone_table(st_, table_);
     else  // DPU mode: the agent programs the table (its YAML entries are ignored)
       dpu_ = std::make_unique<DpuLink>(c.dpu_channel, table_, (rte_rdtsc() ^ (uint64_t(getpid()) << 32)) | 1,
-                                       c.dpu_agent_timeout_ns, c.dpu_max_protocol);
+                                       c.dpu_agent_timeout_ns, c.dpu_max_protocol, c.punt_budget);
     core_cq_ = core_.create_cq(1u << 16);
     const MemoryRegion mr = core_.reg_mr(kIdentityBase, reinterpret_cast<uint8_t*>(kIdentityBase), kIdentityLen,
                                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
@@ -1155,6 +1155,7 @@ void Worker::visit_counters(F&& f) const {
   f("vnics", "count", vnics_.size(), "vNICs of the port");
   f("vnics", "withdrawn", vnics_withdrawn_, "vNICs the agent removed");
   f("vnics", "qps_on_withdrawn_vnic", qps_on_withdrawn_vnic_, "live QPs routed over a vNIC when it was removed");
+  if (dpu_) f("dpu", "punts_over_budget", dpu_->budget().refused_total(), "punts refused: their vNIC over --punt-budget");
   f("", "live_qps", live_qps(), "QPs live now");
 }
 
@@ -1223,6 +1224,7 @@ nlohmann::json Worker::counters_json() const {
   j["tx_encap"]["mode_reason"] = tx_mode_.why;
   j["vnics"]["source"] = vnics_from_agent_ ? "agent" : "yaml";
   j["limits"] = limits_json(host_.quotas(), [this](uint32_t ip) { return vnic_id(vnics_, ip); });  // lcore stopped
+  if (dpu_) j["punt_budget"] = punt_budget_json(dpu_->budget());
   return j;
 }
 
@@ -1390,6 +1392,7 @@ void Worker::register_telemetry() {
     std::lock_guard<std::mutex> g(vnics_mu_);
     return vnic_id(vnics_, ip);
   });
+  if (dpu_) register_punt_telemetry(dpu_->budget());
   cd::telemetry_register("/tandem/rnic/table", "tandem-rnic level-2 table and the port's vNICs",
                          [this, x = stats_x_](std::string_view, TelemetryDict& out) {
                            out.str("underlay_ip", format_ipv4(st_.underlay_ip));

@@ -9,6 +9,7 @@
 #include "common/dpdk/port.h"
 #include "rnic/core/verbs_types.h"
 #include "rnic/host/resource_quota.h"
+#include "rnic/port/punt_budget.h"
 
 namespace tandem::rnic::dpdk {
 
@@ -48,9 +49,11 @@ struct WorkerConfig {
   uint16_t port_id = 0;      // the data port (first EAL port)
   uint32_t max_qps = 16384;
   // --limit-per-app / --limit-per-vnic: fair shares of the host interface
-  // (host_limits.h); a resource not named keeps its default.
+  // (fair_shares.h); a resource not named keeps its default.
   std::vector<host::LimitSetting> app_limits;
   std::vector<host::LimitSetting> vnic_limits;
+  // --punt-budget RATE[:BURST]: DPU mode, punts each vNIC may make (rnic/port/punt_budget.h).
+  port::PuntBudgetConfig punt_budget;
   // DPU mode: the level-2 table comes from tandem-dpu over this channel file
   // (--table then only names the port's underlay identity and vNICs).
   std::string dpu_channel;

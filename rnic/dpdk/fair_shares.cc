@@ -1,4 +1,4 @@
-#include "rnic/dpdk/host_limits.h"
+#include "rnic/dpdk/fair_shares.h"
 
 #include <unistd.h>
 
@@ -111,6 +111,51 @@ void register_limits_telemetry(const host::TenantQuotas& quotas, VnicIdOf id_of)
             }
           });
         }
+        return 0;
+      });
+}
+
+namespace {
+
+std::string punt_name(uint32_t vnic_id) {
+  return vnic_id == port::PuntBudget::kOverflowId ? "overflow" : "vnic" + std::to_string(vnic_id);
+}
+
+std::vector<port::PuntBudget::Row> punt_rows(const port::PuntBudget& b) {
+  std::vector<port::PuntBudget::Row> rows(port::PuntBudget::kBuckets);
+  rows.resize(b.rows(rows));
+  std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.vnic_id < y.vnic_id; });
+  return rows;
+}
+
+}  // namespace
+
+nlohmann::json punt_budget_json(const port::PuntBudget& budget) {
+  nlohmann::json j;
+  j["rate_per_s"] = budget.config().rate_per_s;
+  j["burst"] = budget.config().burst;
+  j["refused"] = budget.refused_total();
+  j["vnics"] = nlohmann::json::object();
+  for (const port::PuntBudget::Row& r : punt_rows(budget))
+    j["vnics"][punt_name(r.vnic_id)] = {{"admitted", r.admitted}, {"refused", r.refused}};
+  return j;
+}
+
+void register_punt_telemetry(const port::PuntBudget& budget) {
+  using common::dpdk::TelemetryDict;
+  common::dpdk::telemetry_register(
+      "/tandem/rnic/punts", "tandem-rnic punt budget: rate, burst, per vNIC (vnic<id>) admitted and refused; first 40",
+      [&budget](std::string_view, TelemetryDict& out) {
+        out.u64("rate_per_s", budget.config().rate_per_s);
+        out.u64("burst", budget.config().burst);
+        out.u64("refused", budget.refused_total());
+        std::vector<port::PuntBudget::Row> rows = punt_rows(budget);
+        if (rows.size() > 40) rows.resize(40);  // a telemetry reply is 16 KiB
+        for (const port::PuntBudget::Row& r : rows)
+          out.dict(punt_name(r.vnic_id).c_str(), [&](TelemetryDict& d) {
+            d.u64("admitted", r.admitted);
+            d.u64("refused", r.refused);
+          });
         return 0;
       });
 }

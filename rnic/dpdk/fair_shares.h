@@ -1,7 +1,9 @@
-// The worker's fair shares of its host interface (rnic/host/resource_quota.h):
+// The worker's fair shares: of its host interface (rnic/host/resource_quota.h),
 // the limits its flags and defaults give HostServer, and the per-vNIC usage
-// and refusals as --stats-json and /tandem/rnic/limits show them. The quota
-// table is atomics the control thread writes, so any thread may read it.
+// and refusals; of the agent's slow path, the per-vNIC punt budgets
+// (rnic/port/punt_budget.h). As --stats-json, /tandem/rnic/limits and
+// /tandem/rnic/punts show them. Both tables are atomics with one writer (the
+// control thread, the lcore), so any thread may read them.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -12,6 +14,7 @@
 
 #include "rnic/dpdk/worker_config.h"
 #include "rnic/host/resource_quota.h"
+#include "rnic/port/punt_budget.h"
 
 namespace tandem::rnic::dpdk {
 
@@ -29,5 +32,10 @@ using VnicIdOf = std::function<uint32_t(uint32_t vnic_ip)>;
 nlohmann::json limits_json(const host::TenantQuotas& quotas, const VnicIdOf& id_of);
 // /tandem/rnic/limits: the limits and, per vNIC account, used_* and refused_*.
 void register_limits_telemetry(const host::TenantQuotas& quotas, VnicIdOf id_of);
+
+// Per vNIC (vnic<id>; "overflow" for those past the table) punts admitted and
+// refused by the budget. Telemetry: /tandem/rnic/punts.
+nlohmann::json punt_budget_json(const port::PuntBudget& budget);
+void register_punt_telemetry(const port::PuntBudget& budget);
 
 }  // namespace tandem::rnic::dpdk
