@@ -100,8 +100,10 @@ void DpuLink::punt(const common::EntryKey& key, const uint8_t* hdr, std::size_t 
                    uint64_t now) noexcept {
   ++counters_[static_cast<std::size_t>(common::BarCounter::kTableMisses)];
   if (!ch_) return;
+  // Egress keys (the only ones punted) carry the local vNIC in word0.
+  const uint32_t vnic = budget_.index_of(key.word0, now);
   uint64_t h = (uint64_t{key.word0} << 32 | key.word1) * 0x9E3779B97F4A7C15ull ^ static_cast<uint8_t>(key.kind);
-  Recent& r = recent_[(h >> 56) % recent_.size()];
+  Recent& r = recent_[vnic * kRecentPerVnic + (h >> 60) % kRecentPerVnic];
   const uint64_t version = table_.version();
   uint64_t wait = kRepuntNs;
   if (r.key == key && r.version == version) {
@@ -112,10 +114,9 @@ void DpuLink::punt(const common::EntryKey& key, const uint8_t* hdr, std::size_t 
   r.key = key;
   r.version = version;
   r.at = now;
-  // Egress keys (the only ones punted) carry the local vNIC in word0. Over its
-  // budget: no slot, no agent work; the key comes back after kRepuntNs, not on
-  // every loop iteration, so a refusal is counted a few hundred times a second at most.
-  if (!budget_.admit(key.word0, now)) {
+  // Over its vNIC's budget: no slot, no agent work; the key comes back after
+  // kRepuntNs, not on every loop iteration.
+  if (!budget_.admit_at(vnic, now)) {
     r.wait = kRepuntNs;
     ++counters_[static_cast<std::size_t>(common::BarCounter::kPuntsDropped)];
     return;

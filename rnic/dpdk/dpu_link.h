@@ -75,7 +75,12 @@ class DpuLink {
     uint64_t wait = 0;
     uint64_t version = 0;  // table version at the last punt
   };
-  std::array<Recent, 256> recent_{};  // last punt per hashed key
+  // Last punt per hashed key, kRecentPerVnic entries for each of the budget's
+  // vNIC buckets: a vNIC's storm of keys evicts only its own entries, so it
+  // cannot make another vNIC's pending key be asked again (and spend that
+  // vNIC's budget) on every loop iteration.
+  static constexpr std::size_t kRecentPerVnic = 16;
+  std::array<Recent, port::PuntBudget::kBuckets * kRecentPerVnic> recent_{};
   std::array<uint64_t, common::kBarCounterCount> counters_{};
   std::array<common::RawMessage, 64> unsent_{};
   std::array<common::RawMessage, 64> in_{};  // a member: RawMessage zero-initialises

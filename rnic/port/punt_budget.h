@@ -34,8 +34,17 @@ class PuntBudget {
 
   // A punt of vNIC `vnic_id` at `now_ns`: true if its bucket has a token (taken),
   // false if not (the punt is refused and counted for the vNIC).
-  bool admit(uint32_t vnic_id, uint64_t now_ns) noexcept {
-    Bucket& b = bucket(vnic_id, now_ns);
+  bool admit(uint32_t vnic_id, uint64_t now_ns) noexcept { return admit_at(index_of(vnic_id, now_ns), now_ns); }
+
+  // The vNIC's bucket (made on first use), < kBuckets: callers may keep state
+  // per vNIC beside it (DpuLink's recent punts, so one vNIC's many keys only
+  // ever evict its own).
+  uint32_t index_of(uint32_t vnic_id, uint64_t now_ns) noexcept {
+    return static_cast<uint32_t>(&bucket(vnic_id, now_ns) - buckets_.data());
+  }
+  // admit() for a bucket index_of() gave.
+  bool admit_at(uint32_t index, uint64_t now_ns) noexcept {
+    Bucket& b = buckets_[index % kBuckets];
     if (cost_ns_ != 0) {
       // Credit is time: a token costs cost_ns_, the bucket holds depth_ns_.
       const uint64_t since = now_ns >= b.last_ns ? now_ns - b.last_ns : 0;

@@ -87,7 +87,7 @@ def main():
         time.sleep(0.1)
 
     # 1. Tenant A exhausts its vNIC's shares on worker A, and holds what it got.
-    adv = lab.start([EXHAUST, "tandem_A_v1", D, "adversary"], "adversary", env=ENV)
+    adv = lab.start([EXHAUST, "exhaust", "tandem_A_v1", D, "adversary"], "adversary", env=ENV)
     t0 = time.time()
     while not os.path.exists(f"{D}/adversary.ready") and adv.poll() is None and time.time() - t0 < 120:
         time.sleep(0.1)

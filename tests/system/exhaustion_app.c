@@ -1,5 +1,7 @@
 /* An adversarial tenant (plain libibverbs C, linked against the drop-in
- * rnic/verbs) for tests/system/adversary_exhaustion_test.py: on device DEV it
+ * rnic/verbs) for tests/system/adversary_exhaustion_test.py.
+ *
+ * exhaustion_app exhaust DEV DIR NAME: on device DEV it
  * takes PDs, CQs, QPs, registered bytes (8 MiB MRs) and MRs (4 KiB ones), each
  * until the worker refuses, then tries 9 more (all must be refused with the
  * same errno), frees one and creates one again (must succeed). One line per
@@ -8,6 +10,12 @@
  * then it writes DIR/NAME.ready and holds everything until DIR/NAME.stop
  * exists (or it is killed). Exit 0 = every resource was refused cleanly at
  * some count below the cap and the freed one came back, 1 = not, 2 = set-up.
+ *
+ * exhaustion_app storm DEV DIR NAME COUNT: a punt storm (DPU mode). COUNT QPs
+ * are moved to RTR toward COUNT different remote addresses (10.200.x.y) no
+ * route leads to, so the worker punts each miss to the agent; every 4 s they
+ * are destroyed and made again, until DIR/NAME.stop. Prints "storm rounds=R
+ * qps=N" at the end; writes DIR/NAME.ready after the first round.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -136,21 +144,86 @@ static void exhaust(const char* name, make_fn make, free_fn fr, int base, int re
   /* else: held until exit, on purpose */
 }
 
+static int stop_requested(const char* dir, const char* name) {
+  char path[4096];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/%s.stop", dir, name);
+  return stat(path, &st) == 0;
+}
+
+static void touch_ready(const char* dir, const char* name) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s.ready", dir, name);
+  FILE* f = fopen(path, "w");
+  if (!f) die("ready file");
+  fclose(f);
+}
+
+/* INIT, then RTR toward ::ffff:10.200.(i/256).(i%256): a remote no route leads to. */
+static int to_rtr(struct ibv_qp* qp, int i) {
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) return -1;
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = 0x100 + (uint32_t)i;
+  a.rq_psn = 1;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 1;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.port_num = 1;
+  uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 200, (uint8_t)(i / 256), (uint8_t)(i % 256)};
+  memcpy(a.ah_attr.grh.dgid.raw, gid, 16);
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+}
+
+static int storm(const char* dir, const char* name, int count) {
+  struct ibv_qp** qps = calloc((size_t)count, sizeof *qps);
+  if (!qps) die("calloc");
+  int rounds = 0;
+  while (!stop_requested(dir, name)) {
+    for (int i = 0; i < count; ++i) {
+      char what[64];
+      qps[i] = make_qp();
+      snprintf(what, sizeof what, "round %d: create_qp #%d", rounds + 1, i);
+      if (!qps[i]) die(what);
+      const int rc = to_rtr(qps[i], i);
+      snprintf(what, sizeof what, "round %d: QP #%d to INIT/RTR (%d)", rounds + 1, i, rc);
+      if (rc != 0) {
+        errno = rc > 0 ? rc : errno;
+        die(what);
+      }
+    }
+    if (++rounds == 1) touch_ready(dir, name);
+    for (int t = 0; t < 80 && !stop_requested(dir, name); ++t) usleep(50000);
+    for (int i = 0; i < count; ++i) ibv_destroy_qp(qps[i]);
+  }
+  printf("storm rounds=%d qps=%d\n", rounds, count);
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: exhaustion_app DEV DIR NAME\n");
+  const int is_storm = argc == 6 && strcmp(argv[1], "storm") == 0;
+  if (!is_storm && !(argc == 5 && strcmp(argv[1], "exhaust") == 0)) {
+    fprintf(stderr, "usage: exhaustion_app exhaust DEV DIR NAME | storm DEV DIR NAME COUNT\n");
     return 2;
   }
   int n = 0;
   struct ibv_device** l = ibv_get_device_list(&n);
   if (!l) die("ibv_get_device_list");
   for (int i = 0; i < n && !ctx; ++i)
-    if (strcmp(ibv_get_device_name(l[i]), argv[1]) == 0) ctx = ibv_open_device(l[i]);
+    if (strcmp(ibv_get_device_name(l[i]), argv[2]) == 0) ctx = ibv_open_device(l[i]);
   ibv_free_device_list(l);
   if (!ctx) die("ibv_open_device");
   pd0 = ibv_alloc_pd(ctx);
   cq0 = ibv_create_cq(ctx, 16, NULL, NULL, 0);
   if (!pd0 || !cq0) die("base PD/CQ");
+  if (is_storm) return storm(argv[3], argv[4], atoi(argv[5]));
 
   exhaust("pds", make_pd, free_pd, 1, 0);
   exhaust("cqs", make_cq, free_cq, 1, 0);
@@ -158,13 +231,7 @@ int main(int argc, char** argv) {
   exhaust("bytes", make_big_mr, free_mr, 0, 1);
   exhaust("mrs", make_small_mr, free_mr, 0, 0);
 
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s.ready", argv[2], argv[3]);
-  FILE* f = fopen(path, "w");
-  if (!f) die("ready file");
-  fclose(f);
-  snprintf(path, sizeof path, "%s/%s.stop", argv[2], argv[3]);
-  struct stat st;
-  for (int i = 0; i < 6000 && stat(path, &st) != 0; ++i) usleep(50000);
+  touch_ready(argv[3], argv[4]);
+  for (int i = 0; i < 6000 && !stop_requested(argv[3], argv[4]); ++i) usleep(50000);
   return failures ? 1 : 0;
 }

@@ -83,3 +83,13 @@ TEST_CASE("rate 0 admits every punt; vNICs past the table share one counted buck
   CHECK(rows.size() <= PuntBudget::kBuckets);
   CHECK(row_of(b, PuntBudget::kOverflowId).refused > 0);  // the overflow bucket is shared, and counted
 }
+
+TEST_CASE("a vNIC keeps its bucket index, and different vNICs get different ones") {
+  PuntBudget b;
+  const uint32_t i1 = b.index_of(1, kMs), i2 = b.index_of(2, kMs);
+  CHECK(i1 != i2);
+  CHECK(b.index_of(1, 2 * kMs) == i1);
+  CHECK(i1 < PuntBudget::kBuckets);
+  CHECK(b.admit_at(i1, 2 * kMs));
+  CHECK(row_of(b, 1).admitted == 1);
+}
