@@ -18,9 +18,10 @@
 
 namespace tandem::rnic::dpdk {
 
-// What the worker can hold of each resource: QPs and CQs --max-qps, MRs twice
-// that, PDs --max-qps (together a worker stays under Linux's vm.max_map_count
-// of 65,530 mappings: one per QP, CQ and MR), bytes the machine's memory.
+// What the worker can hold of each resource, the base of the default shares:
+// QPs and CQs --max-qps, MRs twice that, PDs --max-qps (so one vNIC's share of
+// mappings, one per QP, CQ and MR, stays under Linux's vm.max_map_count of
+// 65,530 at the default --max-qps), bytes the machine's memory.
 host::ResourceAmounts worker_capacity(const WorkerConfig& c);
 // Per vNIC: --limit-per-vnic, else 3/4 of worker_capacity (default_vnic_share).
 // Per application: --limit-per-app, else none beyond its vNIC's.
