@@ -10,6 +10,7 @@
 #include "common/dpdk/eal_args.h"
 #include "rnic/dpdk/worker.h"
 #include "rnic/host/device_registry.h"
+#include "rnic/host/resource_quota.h"
 
 namespace rd = tandem::rnic::dpdk;
 
@@ -90,11 +91,54 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false)
       ->type_name("VNIC=UID[:GID]");
   app.add_option("--stats-json", c.stats_json, "Write the counters to this file at exit");
-  app.add_option("--max-qps", c.max_qps, "QPs this worker can run (default 16384; a created QP costs ~90 KiB of worker memory, mostly its 1024-PSN window; an unused slot a few hundred bytes)");
+  app.add_option("--max-qps", c.max_qps, "QPs this worker can run (default 16384; a created QP costs ~90 KiB of worker memory, mostly its 1024-PSN window; an unused slot a few hundred bytes); also the base of --limit-per-vnic's defaults");
+  const auto limit_option = [&app](const char* name, std::vector<tandem::rnic::host::LimitSetting>& into,
+                                   const char* help) {
+    app.add_option(name, [&into, name](const CLI::results_t& r) {
+          for (const std::string& s : r) {
+            std::string err;
+            if (!tandem::rnic::host::parse_limits(s, &into, &err)) throw CLI::ValidationError(name, err);
+          }
+          return true;
+        }, help)
+        ->take_all()
+        ->allow_extra_args(false)
+        ->type_name("RES=N[,RES=N]");
+  };
+  limit_option("--limit-per-vnic", c.vnic_limits,
+               "Fair share of one vNIC (its applications together; applications bound to no vNIC are one more\n"
+               "group): RES is qps, cqs, mrs, pds or bytes, N a count (K/M/G/T suffixes) or none; repeatable.\n"
+               "Default 3/4 of the worker's capacity, so one tenant always leaves a quarter to the others:\n"
+               "qps and cqs 3/4 of --max-qps, mrs 3/2 of it (one vNIC's QP, CQ and MR mappings, one each, then\n"
+               "stay under Linux's 65,530 per process at the default --max-qps), pds 3/4 of it, bytes 3/4 of\n"
+               "the host's memory (what the worker maps and DMA-maps: an MR's whole memfd). A create over it\n"
+               "fails in the application with EAGAIN (as the kernel's rdma cgroup answers), one over bytes with\n"
+               "ENOMEM (as RLIMIT_MEMLOCK does), and is counted per vNIC: host_refused_<RES> in\n"
+               "/tandem/rnic/stats, per vNIC in /tandem/rnic/limits and --stats-json \"limits\"");
+  limit_option("--limit-per-app", c.app_limits,
+               "Limit of one application (one attached process context), same RES=N form and errors as\n"
+               "--limit-per-vnic; default none beyond its vNIC's share");
   app.add_option("--dpu-channel", c.dpu_channel,
                  "DPU mode: tandem-dpu's channel file for this port (e.g. /dev/shm/tandem-h0.chan); the agent\n"
                  "programs the level-2 table and the port's vNICs (protocol v3) and resolves misses; --table then\n"
                  "only gives the underlay address (its vNICs serve only an older agent). Without the agent's heartbeat the worker goes HEADLESS and keeps forwarding.");
+  app.add_option("--punt-budget", [&c](const CLI::results_t& r) {
+        unsigned long long rate = 0;
+        unsigned burst = 0;
+        char tail = 0;
+        const int n = std::sscanf(r[0].c_str(), "%llu:%u%c", &rate, &burst, &tail);
+        if ((n != 1 && n != 2) || (n == 2 && burst == 0))
+          throw CLI::ValidationError("--punt-budget", "want RATE[:BURST], got " + r[0]);
+        c.punt_budget.rate_per_s = rate;
+        if (n == 2) c.punt_budget.burst = burst;
+        return true;
+      }, "DPU mode: table misses each vNIC may punt to the agent, per second and at once (a token bucket per\n"
+         "vNIC, before the channel): default 1000:128, well above a tenant's rate of new flows, while a storm of\n"
+         "misses from one vNIC is held to it instead of filling the channel's slots and the agent's event queue\n"
+         "ahead of the other tenants' new flows. A miss over it is not punted (its key is tried again 2 ms\n"
+         "later) and is counted per vNIC:\n"
+         "dpu_punts_over_budget in /tandem/rnic/stats, /tandem/rnic/punts, the agent's punts_dropped. 0: no budget")
+      ->type_name("RATE[:BURST]");
   app.add_option("--dpu-agent-timeout-ms", [&c](const CLI::results_t& r) {
         c.dpu_agent_timeout_ns = std::stoull(r[0]) * 1'000'000;
         return true;

@@ -128,7 +128,7 @@ enum class BarCounter : uint32_t {
   kTableHits,
   kTableMisses,
   kPunts,
-  kPuntsDropped,  // slot area or event ring full
+  kPuntsDropped,  // punts the RNIC did not send: their vNIC over its punt budget (tandem-rnic --punt-budget)
   kTableFull,     // PUTs refused for lack of space
   kCommits,
   kAborts,

@@ -15,8 +15,8 @@
 namespace tandem::rnic::dpdk {
 
 DpuLink::DpuLink(std::string path, Level2Table& table, uint64_t rnic_instance, uint64_t agent_timeout_ns,
-                 uint16_t max_protocol)
-    : path_(std::move(path)), table_(table) {
+                 uint16_t max_protocol, port::PuntBudgetConfig budget)
+    : path_(std::move(path)), table_(table), budget_(budget) {
   cfg_.rnic_instance = rnic_instance;
   cfg_.agent_timeout_ns = agent_timeout_ns;
   if (max_protocol != 0) cfg_.versions.current = max_protocol;
@@ -100,19 +100,28 @@ void DpuLink::punt(const common::EntryKey& key, const uint8_t* hdr, std::size_t 
                    uint64_t now) noexcept {
   ++counters_[static_cast<std::size_t>(common::BarCounter::kTableMisses)];
   if (!ch_) return;
+  // Egress keys (the only ones punted) carry the local vNIC in word0.
+  const uint32_t vnic = budget_.index_of(key.word0, now);
   uint64_t h = (uint64_t{key.word0} << 32 | key.word1) * 0x9E3779B97F4A7C15ull ^ static_cast<uint8_t>(key.kind);
-  Recent& r = recent_[(h >> 56) % recent_.size()];
+  Recent& r = recent_[vnic * kRecentPerVnic + (h >> 60) % kRecentPerVnic];
   const uint64_t version = table_.version();
+  uint64_t wait = kRepuntNs;
   if (r.key == key && r.version == version) {
     if (now - r.at < r.wait) return;
     // Asked again right away: back off; quiet for a while: a fresh miss.
-    r.wait = now - r.at > 2 * r.wait ? kRepuntNs : std::min(2 * r.wait, kRepuntMaxNs);
-  } else {
-    r.key = key;
-    r.wait = kRepuntNs;
+    wait = now - r.at > 2 * r.wait ? kRepuntNs : std::min(2 * r.wait, kRepuntMaxNs);
   }
+  r.key = key;
   r.version = version;
   r.at = now;
+  // Over its vNIC's budget: no slot, no agent work; the key comes back after
+  // kRepuntNs, not on every loop iteration.
+  if (!budget_.admit_at(vnic, now)) {
+    r.wait = kRepuntNs;
+    ++counters_[static_cast<std::size_t>(common::BarCounter::kPuntsDropped)];
+    return;
+  }
+  r.wait = wait;
   auto* hd = static_cast<common::ChannelHeader*>(base_);
   uint32_t slot = next_slot_++ % hd->geometry.slot_count;
   uint32_t gen = common::slot_write(base_, slot, hdr, len);

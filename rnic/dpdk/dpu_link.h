@@ -3,7 +3,8 @@
 // and each loop iteration moves commands into rnic::table's RnicChannel,
 // events back, and publishes the BAR (heartbeat, state, version, digest,
 // counters). Table misses are punted to the agent through the slots, each
-// key at most once per kRepuntNs. DPDK types stay out of this header.
+// key at most once per kRepuntNs and each vNIC within its punt budget. DPDK
+// types stay out of this header.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "common/channel/messages.h"
+#include "rnic/port/punt_budget.h"
 #include "rnic/table/level2_table.h"
 #include "rnic/table/rnic_channel.h"
 
@@ -23,14 +25,15 @@ class DpuLink {
   // The file may not exist yet (agent not started): service() keeps trying.
   // max_protocol: newest channel protocol version offered (0: current).
   DpuLink(std::string path, Level2Table& table, uint64_t rnic_instance, uint64_t agent_timeout_ns,
-          uint16_t max_protocol = 0);
+          uint16_t max_protocol = 0, port::PuntBudgetConfig budget = {});
   ~DpuLink();
   DpuLink(const DpuLink&) = delete;
   DpuLink& operator=(const DpuLink&) = delete;
 
   // One loop iteration's channel work; returns messages moved.
   uint32_t service(uint64_t now) noexcept;
-  // A packet (headers `hdr`) missed `key`: tell the agent (rate-limited per key).
+  // A packet (headers `hdr`) missed `key`: tell the agent (rate-limited per key,
+  // and per vNIC by the budget: a refusal is counted, and the key asked again later).
   void punt(const common::EntryKey& key, const uint8_t* hdr, std::size_t len, uint16_t port, uint64_t now) noexcept;
   // Worker counters mirrored into the BAR (the channel publishes commits/aborts/table_full).
   void set(common::BarCounter c, uint64_t v) noexcept { counters_[static_cast<std::size_t>(c)] = v; }
@@ -40,6 +43,7 @@ class DpuLink {
   const RnicChannel* channel() const noexcept { return ch_.get(); }
   const std::string& path() const noexcept { return path_; }
   const std::string& attach_error() const noexcept { return attach_error_; }
+  const port::PuntBudget& budget() const noexcept { return budget_; }
 
  private:
   static constexpr uint64_t kRetryNs = 200'000'000;
@@ -71,11 +75,17 @@ class DpuLink {
     uint64_t wait = 0;
     uint64_t version = 0;  // table version at the last punt
   };
-  std::array<Recent, 256> recent_{};  // last punt per hashed key
+  // Last punt per hashed key, kRecentPerVnic entries for each of the budget's
+  // vNIC buckets: a vNIC's storm of keys evicts only its own entries, so it
+  // cannot make another vNIC's pending key be asked again (and spend that
+  // vNIC's budget) on every loop iteration.
+  static constexpr std::size_t kRecentPerVnic = 16;
+  std::array<Recent, port::PuntBudget::kBuckets * kRecentPerVnic> recent_{};
   std::array<uint64_t, common::kBarCounterCount> counters_{};
   std::array<common::RawMessage, 64> unsent_{};
   std::array<common::RawMessage, 64> in_{};  // a member: RawMessage zero-initialises
   uint32_t unsent_n_ = 0;
+  port::PuntBudget budget_;  // per vNIC (an egress key's word0)
 };
 
 }  // namespace tandem::rnic::dpdk

@@ -46,6 +46,7 @@
 #include "rnic/dpdk/dpu_link.h"
 #include "rnic/dpdk/egress_route.h"
 #include "rnic/dpdk/host_control.h"
+#include "rnic/dpdk/fair_shares.h"
 #include "rnic/dpdk/rx_stage.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/dpdk/tx_payload_mode.h"
@@ -177,10 +178,12 @@ class Worker {
         core_(TransportConfig{c.max_qps, kQpnBase, 8, 4, 1024}),
         dma_(c.port_id),
         host_(host::ServerConfig{.socket_path = c.host_socket,
+                                 .max_qps = c.max_qps,  // the core's: a QP over it is refused at create
                                  .vnic_ips = vnic_ips(st_.vnics),
                                  .check_owners = !c.device_owners.empty(),
                                  .vnic_owners = vnic_owners(c.device_owners, st_.vnics),
-                                 .mapper = &dma_}),
+                                 .mapper = &dma_,
+                                 .limits = host_limits(c)}),
         vnics_(st_.vnics) {
     for (const DeviceOwner& o : c.device_owners)  // standalone vNICs are all known now
       if (c.dpu_channel.empty() &&
@@ -190,7 +193,7 @@ class Worker {
       commit_standalone_table(st_, table_);
     else  // DPU mode: the agent programs the table (its YAML entries are ignored)
       dpu_ = std::make_unique<DpuLink>(c.dpu_channel, table_, (rte_rdtsc() ^ (uint64_t(getpid()) << 32)) | 1,
-                                       c.dpu_agent_timeout_ns, c.dpu_max_protocol);
+                                       c.dpu_agent_timeout_ns, c.dpu_max_protocol, c.punt_budget);
     core_cq_ = core_.create_cq(1u << 16);
     const MemoryRegion mr = core_.reg_mr(kIdentityBase, reinterpret_cast<uint8_t*>(kIdentityBase), kIdentityLen,
                                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
@@ -300,6 +303,11 @@ class Worker {
       for (const Vnic& v : vnics)
         if (v.id == o.vnic_id) out.push_back({v.overlay_ip, o.uid, o.gid});
     return out;
+  }
+  static uint32_t vnic_id(const std::vector<Vnic>& vnics, uint32_t ip) {
+    for (const Vnic& v : vnics)
+      if (v.overlay_ip == ip) return v.id;
+    return 0;
   }
   static std::vector<uint32_t> vnic_ips(const std::vector<Vnic>& vnics) {
     std::vector<uint32_t> ips;
@@ -1172,6 +1180,7 @@ void Worker::visit_counters(F&& f) const {
   f("vnics", "count", vnics_.size(), "vNICs of the port");
   f("vnics", "withdrawn", vnics_withdrawn_, "vNICs the agent removed");
   f("vnics", "qps_on_withdrawn_vnic", qps_on_withdrawn_vnic_, "live QPs routed over a vNIC when it was removed");
+  if (dpu_) f("dpu", "punts_over_budget", dpu_->budget().refused_total(), "punts refused: their vNIC over --punt-budget");
   f("", "live_qps", live_qps(), "QPs live now");
 }
 
@@ -1239,6 +1248,8 @@ nlohmann::json Worker::counters_json() const {
   j["tx_encap"]["zero_copy"] = encap_->zero_copy();
   j["tx_encap"]["mode_reason"] = tx_mode_.why;
   j["vnics"]["source"] = vnics_from_agent_ ? "agent" : "yaml";
+  j["limits"] = limits_json(host_.quotas(), [this](uint32_t ip) { return vnic_id(vnics_, ip); });  // lcore stopped
+  if (dpu_) j["punt_budget"] = punt_budget_json(dpu_->budget());
   return j;
 }
 
@@ -1402,6 +1413,11 @@ void Worker::register_telemetry() {
                            }
                            return 0;
                          });
+  register_limits_telemetry(host_.quotas(), [this](uint32_t ip) {
+    std::lock_guard<std::mutex> g(vnics_mu_);
+    return vnic_id(vnics_, ip);
+  });
+  if (dpu_) register_punt_telemetry(dpu_->budget());
   cd::telemetry_register("/tandem/rnic/table", "tandem-rnic level-2 table and the port's vNICs",
                          [this, x = stats_x_](std::string_view, TelemetryDict& out) {
                            out.str("underlay_ip", format_ipv4(st_.underlay_ip));

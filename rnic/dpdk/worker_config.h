@@ -9,6 +9,8 @@
 #include "common/dpdk/idle_loop.h"
 #include "common/dpdk/port.h"
 #include "rnic/core/verbs_types.h"
+#include "rnic/host/resource_quota.h"
+#include "rnic/port/punt_budget.h"
 #include "rnic/table/key_hash.h"
 
 namespace tandem::rnic::dpdk {
@@ -48,6 +50,12 @@ struct WorkerConfig {
   std::string stats_json;
   uint16_t port_id = 0;      // the data port (first EAL port)
   uint32_t max_qps = 16384;
+  // --limit-per-app / --limit-per-vnic: fair shares of the host interface
+  // (fair_shares.h); a resource not named keeps its default.
+  std::vector<host::LimitSetting> app_limits;
+  std::vector<host::LimitSetting> vnic_limits;
+  // --punt-budget RATE[:BURST]: DPU mode, punts each vNIC may make (rnic/port/punt_budget.h).
+  port::PuntBudgetConfig punt_budget;
   // DPU mode: the level-2 table comes from tandem-dpu over this channel file
   // (--table then only names the port's underlay identity and vNICs).
   std::string dpu_channel;

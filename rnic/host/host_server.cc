@@ -25,6 +25,7 @@ namespace tandem::rnic::host {
 
 struct HostServer::App {
   uint32_t id = 0;
+  uint32_t index = 0;  // in apps_
   int sock = -1;
   uint32_t pid = 0;
   uint32_t uid = 0, gid = 0;  // the peer's, from SO_PEERCRED at accept
@@ -37,6 +38,8 @@ struct HostServer::App {
   uint32_t bits = 0;  // doorbell bits handed out so far
   std::vector<uint32_t> free_bits;
   uint32_t qps = 0;
+  uint32_t account = TenantQuotas::kNoAccount;  // its vNIC's (set at hello)
+  ResourceAmounts used{};                        // what it holds against ServerConfig::limits
 };
 
 struct HostServer::QpCtl {
@@ -49,6 +52,7 @@ struct HostServer::QpCtl {
   uint32_t send_cq = 0;
   uint32_t recv_cq = 0;
   uint32_t srq = 0;  // the SRQ it holds a reference on; 0: none
+  uint32_t account = TenantQuotas::kNoAccount;
   ShmRegion memory;
 };
 
@@ -58,6 +62,8 @@ struct HostServer::CqCtl {
   uint32_t app_id = 0;
   uint32_t refs = 0;  // QPs using it
   int event_fd = -1;  // the application's completion channel, or -1 (closed here, after the lcore let go)
+  uint32_t app_index = 0;
+  uint32_t account = TenantQuotas::kNoAccount;
   ShmRegion memory;
 };
 
@@ -67,6 +73,9 @@ struct HostServer::MrCtl {
   uint32_t app_id = 0;
   uint32_t pd = 0;
   bool device_mapped = false;  // given to config_.mapper
+  uint32_t app_index = 0;
+  uint32_t account = TenantQuotas::kNoAccount;
+  uint64_t charged_bytes = 0;  // taken from the quotas (the mapping's size)
   ShmRegion memory;
 };
 
@@ -75,6 +84,8 @@ struct HostServer::PdSlot {
   uint8_t gen = 0;
   uint32_t app_id = 0;
   uint32_t refs = 0;  // MRs and QPs in it
+  uint32_t app_index = 0;
+  uint32_t account = TenantQuotas::kNoAccount;
 };
 
 // ---- fast half's records (the data lcore's only)
@@ -193,12 +204,19 @@ void copy_from_shared(T* dst, const T* src) noexcept {
   asm volatile("" ::: "memory");
 }
 
+// The usage of the application at `index` if it is still `id` (else it is
+// gone, and only its vNIC gets the resource back).
+ResourceAmounts* usage_of(std::vector<std::unique_ptr<HostServer::App>>& apps, uint32_t index, uint32_t id) noexcept {
+  return index < apps.size() && apps[index] && apps[index]->id == id ? &apps[index]->used : nullptr;
+}
+
 }  // namespace
 
 HostServer::HostServer(const ServerConfig& config)
     : config_(config),
       to_fast_(std::make_unique<SpscQueue<ControlMsg, 64>>()),
       to_ctl_(std::make_unique<SpscQueue<ControlResult, 64>>()) {
+  quotas_ = std::make_unique<TenantQuotas>(config_.limits);
   if (config_.max_qps > 0xFFFF) config_.max_qps = 0xFFFF;
   if (config_.max_cqs > 0xFFFF) config_.max_cqs = 0xFFFF;
   if (config_.max_mrs > kMaxMrs - 1) config_.max_mrs = kMaxMrs - 1;
@@ -371,6 +389,7 @@ void HostServer::accept_apps() {
     if (index == apps_.size()) apps_.emplace_back();
     auto app = std::make_unique<App>();
     app->id = next_app_id_++;
+    app->index = index;
     app->sock = fd;
     ucred cred{};
     socklen_t len = sizeof cred;
@@ -518,6 +537,8 @@ Status HostServer::on_hello(App& app, uint32_t app_index, const Request& req, in
     count_ctl(ctl_attach_denied_);
     return Status::kAccessDenied;
   }
+  app.account = quotas_->account(h.vnic_ip);
+  if (app.account == TenantQuotas::kNoAccount) return Status::kNoResources;
   Status st = ShmRegion::map_fd(fds[0], sizeof(DoorbellPage), 1u << 20, true, &app.doorbell_memory);
   fds[0] = -1;
   if (st != Status::kOk) return st;
@@ -548,11 +569,17 @@ Status HostServer::on_hello(App& app, uint32_t app_index, const Request& req, in
 }
 
 Status HostServer::on_alloc_pd(App& app, Reply* rep) {
+  if (!quotas_->take(app.used, app.account, Resource::kPds, 1)) return Status::kOverLimit;
   uint32_t index = alloc_slot(pds_, free_pds_, 0xFFFF);
-  if (index == UINT32_MAX) return Status::kNoResources;
+  if (index == UINT32_MAX) {
+    quotas_->give(&app.used, app.account, Resource::kPds, 1);
+    return Status::kNoResources;
+  }
   PdSlot& pd = pds_[index];
   pd.app_id = app.id;
   pd.refs = 0;
+  pd.app_index = app.index;
+  pd.account = app.account;
   rep->body.pd.pd = make_handle(pd.gen, index);
   return Status::kOk;
 }
@@ -565,8 +592,7 @@ Status HostServer::on_dealloc_pd(App& app, const Request& req) {
     return Status::kNotFound;
   }
   if (pds_[index].refs != 0) return Status::kBusy;
-  pds_[index].used = false;
-  free_pds_.push_back(index);
+  free_pd(index);
   return Status::kOk;
 }
 
@@ -588,17 +614,31 @@ Status HostServer::on_reg_mr(App& app, const Request& req, int* fds, std::size_t
   if ((m.access & IBV_ACCESS_REMOTE_WRITE) != 0 && (m.access & IBV_ACCESS_LOCAL_WRITE) == 0) {
     return Status::kInvalidArgument;
   }
+  if (!quotas_->take(app.used, app.account, Resource::kMrs, 1)) return Status::kOverLimit;
   ShmRegion region;
   Status st = ShmRegion::map_fd(fds[0], m.fd_offset + m.length, config_.max_mr_bytes, true, &region);
   fds[0] = -1;
-  if (st != Status::kOk) return st;
-  uint32_t index = alloc_slot(mrs_ctl_, free_mrs_, config_.max_mrs);
-  if (index == UINT32_MAX) return Status::kNoResources;
+  // The worker's cost is the mapping (and its device mapping) of the whole
+  // memfd, so that is what is charged; checked before the device sees it.
+  if (st == Status::kOk && !quotas_->take(app.used, app.account, Resource::kBytes, region.size()))
+    st = Status::kOverByteLimit;
+  const uint32_t index = st == Status::kOk ? alloc_slot(mrs_ctl_, free_mrs_, config_.max_mrs) : UINT32_MAX;
+  if (st == Status::kOk && index == UINT32_MAX) {
+    quotas_->give(&app.used, app.account, Resource::kBytes, region.size());
+    st = Status::kNoResources;
+  }
+  if (st != Status::kOk) {
+    quotas_->give(&app.used, app.account, Resource::kMrs, 1);
+    return st;
+  }
   if (config_.mapper != nullptr) config_.mapper->map(region.data(), region.size(), region.hugetlb());
   MrCtl& mr = mrs_ctl_[index];
   mr.app_id = app.id;
   mr.pd = m.pd;
   mr.device_mapped = config_.mapper != nullptr;
+  mr.app_index = app.index;
+  mr.account = app.account;
+  mr.charged_bytes = region.size();
   ControlMsg msg;
   msg.kind = MsgKind::kMrRegister;
   msg.index = index;
@@ -638,10 +678,21 @@ void HostServer::free_mr(uint32_t index) {
   uint32_t pdi = handle_index(mr.pd);
   if (pdi < pds_.size() && pds_[pdi].used && pds_[pdi].refs > 0) --pds_[pdi].refs;
   retire(std::move(mr.memory), mr.device_mapped);
+  ResourceAmounts* used = usage_of(apps_, mr.app_index, mr.app_id);
+  quotas_->give(used, mr.account, Resource::kMrs, 1);
+  quotas_->give(used, mr.account, Resource::kBytes, mr.charged_bytes);
+  mr.charged_bytes = 0;
   mr.used = false;
   mr.device_mapped = false;
   free_mrs_.push_back(index);
   --mr_count_;
+}
+
+void HostServer::free_pd(uint32_t index) {
+  PdSlot& pd = pds_[index];
+  quotas_->give(usage_of(apps_, pd.app_index, pd.app_id), pd.account, Resource::kPds, 1);
+  pd.used = false;
+  free_pds_.push_back(index);
 }
 
 Status HostServer::on_dereg_mr(App& app, const Request& req) {
@@ -663,15 +714,21 @@ Status HostServer::on_create_cq(App& app, const Request& req, int* fds, std::siz
   if (nfds != (channel ? 2u : 1u)) return Status::kProtocolError;
   if (channel && !is_eventfd(fds[1])) return Status::kInvalidArgument;
   if (!is_power_of_two(depth) || depth > config_.max_queue_depth) return Status::kInvalidArgument;
+  if (!quotas_->take(app.used, app.account, Resource::kCqs, 1)) return Status::kOverLimit;
   CqLayout layout = cq_layout(depth);
   ShmRegion region;
   Status st = ShmRegion::map_fd(fds[0], layout.bytes, layout.bytes + huge_page_size(), true, &region);
   fds[0] = -1;
-  if (st != Status::kOk) return st;
-  uint32_t index = alloc_slot(cqs_ctl_, free_cqs_, config_.max_cqs);
-  if (index == UINT32_MAX) return Status::kNoResources;
+  const uint32_t index = st == Status::kOk ? alloc_slot(cqs_ctl_, free_cqs_, config_.max_cqs) : UINT32_MAX;
+  if (st == Status::kOk && index == UINT32_MAX) st = Status::kNoResources;
+  if (st != Status::kOk) {
+    quotas_->give(&app.used, app.account, Resource::kCqs, 1);
+    return st;
+  }
   CqCtl& cq = cqs_ctl_[index];
   cq.app_id = app.id;
+  cq.app_index = app.index;
+  cq.account = app.account;
   cq.refs = 0;
   cq.event_fd = channel ? fds[1] : -1;
   if (channel) fds[1] = -1;
@@ -706,6 +763,7 @@ void HostServer::free_cq(uint32_t index) {
   retire(std::move(cq.memory));
   if (cq.event_fd >= 0) close(cq.event_fd);
   cq.event_fd = -1;
+  quotas_->give(usage_of(apps_, cq.app_index, cq.app_id), cq.account, Resource::kCqs, 1);
   cq.used = false;
   free_cqs_.push_back(index);
   --cq_count_;
@@ -747,13 +805,17 @@ Status HostServer::on_create_qp(App& app, uint32_t app_index, const Request& req
   }
   if (app.free_bits.empty() && app.bits >= kMaxQpsPerApp) return Status::kNoResources;
   if (qp_count_ >= config_.max_qps) return Status::kNoResources;
+  if (!quotas_->take(app.used, app.account, Resource::kQps, 1)) return Status::kOverLimit;
   QpQueueLayout layout = qp_queue_layout(c.sq_depth, c.rq_depth);
   ShmRegion region;
   Status st = ShmRegion::map_fd(fds[0], layout.bytes, layout.bytes + huge_page_size(), true, &region);
   fds[0] = -1;
-  if (st != Status::kOk) return st;
-  uint32_t index = alloc_slot(qps_ctl_, free_qps_, config_.max_qps);
-  if (index == UINT32_MAX) return Status::kNoResources;
+  const uint32_t index = st == Status::kOk ? alloc_slot(qps_ctl_, free_qps_, config_.max_qps) : UINT32_MAX;
+  if (st == Status::kOk && index == UINT32_MAX) st = Status::kNoResources;
+  if (st != Status::kOk) {
+    quotas_->give(&app.used, app.account, Resource::kQps, 1);
+    return st;
+  }
   uint32_t bit;
   if (!app.free_bits.empty()) {
     bit = app.free_bits.back();
@@ -770,6 +832,7 @@ Status HostServer::on_create_qp(App& app, uint32_t app_index, const Request& req
   qp.pd = c.pd;
   qp.send_cq = c.send_cq;
   qp.recv_cq = c.recv_cq;
+  qp.account = app.account;
   ControlMsg m;
   m.kind = MsgKind::kQpCreate;
   m.index = index;
@@ -876,6 +939,7 @@ Status HostServer::on_query_qp(App& app, const Request& req, Reply* rep) {
 // Control-side release, once the fast half dropped the QP.
 void HostServer::free_qp(uint32_t index, bool) {
   QpCtl& qp = qps_ctl_[index];
+  quotas_->give(usage_of(apps_, qp.app_index, qp.app_id), qp.account, Resource::kQps, 1);
   if (qp.app_index < apps_.size() && apps_[qp.app_index] && apps_[qp.app_index]->id == qp.app_id) {
     App& app = *apps_[qp.app_index];
     app.free_bits.push_back(qp.doorbell_bit);
@@ -932,10 +996,7 @@ void HostServer::drop_app(uint32_t app_index, bool died) {
     if (mrs_ctl_[i].used && mrs_ctl_[i].app_id == id) free_mr(i);
   }
   for (uint32_t i = 0; i < pds_.size(); ++i) {
-    if (pds_[i].used && pds_[i].app_id == id) {
-      pds_[i].used = false;
-      free_pds_.push_back(i);
-    }
+    if (pds_[i].used && pds_[i].app_id == id) free_pd(i);
   }
   if (app.doorbell_memory.valid()) retire(std::move(app.doorbell_memory));
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, app.sock, nullptr);
@@ -1649,6 +1710,12 @@ HostCounters HostServer::counters() const noexcept {
   c.protocol_errors = ctl_protocol_errors_.load(std::memory_order_relaxed);
   c.requests_refused = ctl_requests_refused_.load(std::memory_order_relaxed);
   c.attach_denied = ctl_attach_denied_.load(std::memory_order_relaxed);
+  const ResourceAmounts refused = quotas_->refused_total();
+  c.refused_qps = refused[resource_index(Resource::kQps)];
+  c.refused_cqs = refused[resource_index(Resource::kCqs)];
+  c.refused_mrs = refused[resource_index(Resource::kMrs)];
+  c.refused_pds = refused[resource_index(Resource::kPds)];
+  c.refused_bytes = refused[resource_index(Resource::kBytes)];
   return c;
 }
 

@@ -23,6 +23,7 @@
 #include "rnic/host/host_protocol.h"
 #include "rnic/host/host_status.h"
 #include "rnic/host/queue_layout.h"
+#include "rnic/host/resource_quota.h"
 #include "rnic/host/shm_region.h"
 #include "rnic/host/spsc_queue.h"
 #include "rnic/host/spsc_ring.h"
@@ -68,6 +69,10 @@ struct ServerConfig {
   bool check_owners = false;
   std::vector<VnicOwner> vnic_owners;
   DeviceMapper* mapper = nullptr;  // MR mappings for the device; nullptr: none needed
+  // Fair shares (resource_quota.h): per application and per vNIC. A create
+  // over one is answered kOverLimit (kOverByteLimit for registered bytes) and
+  // counted for the vNIC. Default: none (the worker sets its own).
+  ResourceLimits limits;
 };
 
 // A piece of application memory, translated and bounds-checked.
@@ -172,7 +177,12 @@ struct HostEvent {
   X(bad_rkey, "remote accesses refused (rkey, bounds or access flags)")        \
   X(cq_events, "completion channel wake-ups (armed CQs)")                          \
   X(srq_wqes, "SRQ receive WQEs handed to the transport")                          \
-  X(srq_wqes_dropped, "SRQ receive WQEs skipped as bad (no QP to fail)")
+  X(srq_wqes_dropped, "SRQ receive WQEs skipped as bad (no QP to fail)")          \
+  X(refused_qps, "create_qp refused: the application or its vNIC at its QP limit")  \
+  X(refused_cqs, "create_cq refused: the application or its vNIC at its CQ limit")  \
+  X(refused_mrs, "reg_mr refused: the application or its vNIC at its MR limit")     \
+  X(refused_pds, "alloc_pd refused: the application or its vNIC at its PD limit")   \
+  X(refused_bytes, "reg_mr refused: the application or its vNIC at its byte limit")
 
 struct HostCounters {
 #define TANDEM_HOST_COUNTER_FIELD(name, doc) uint64_t name = 0;
@@ -312,6 +322,8 @@ class HostServer {
   std::size_t cq_count() const noexcept;
   std::size_t mr_count() const noexcept;
   std::size_t srq_count() const noexcept;
+  // Per-vNIC usage and refusals against ServerConfig::limits: any thread.
+  const TenantQuotas& quotas() const noexcept { return *quotas_; }
 
   // Control half's records.
   struct App;
@@ -377,6 +389,7 @@ class HostServer {
   void free_qp(uint32_t index, bool died);
   void free_cq(uint32_t index);
   void free_mr(uint32_t index);
+  void free_pd(uint32_t index);  // gives its quota back
 
   // fast half
   void apply(const ControlMsg& m, ControlResult* r) noexcept;
@@ -443,6 +456,7 @@ class HostServer {
   std::atomic<uint64_t> ctl_protocol_errors_{0};
   std::atomic<uint64_t> ctl_requests_refused_{0};
   std::atomic<uint64_t> ctl_attach_denied_{0};
+  std::unique_ptr<TenantQuotas> quotas_;  // the fair shares: taken at create, given back at free
 
   // ---- the handoff: control -> fast messages, fast -> control answers
   std::unique_ptr<SpscQueue<ControlMsg, 64>> to_fast_;

@@ -26,7 +26,9 @@ namespace tandem::rnic::host {
   X(kUnsupported, "unsupported operation or flag")                                \
   X(kNoSuchVnic, "the worker has no vNIC with that overlay IP")                   \
   X(kCqOverrun, "CQ overrun: a completion found it full, the CQ is in error")      \
-  X(kAccessDenied, "the worker does not let this user open that vNIC")
+  X(kAccessDenied, "the worker does not let this user open that vNIC")            \
+  X(kOverLimit, "the application or its vNIC holds its limit of QPs, CQs, MRs or PDs") \
+  X(kOverByteLimit, "the application or its vNIC holds its limit of registered bytes")
 
 enum class Status : uint32_t {
 #define TANDEM_HOST_STATUS_ENUM(name, str) name,

@@ -76,6 +76,11 @@ int to_errno(int st) {
     case th::Status::kBadRegion: return EFAULT;
     case th::Status::kUnsupported: return EOPNOTSUPP;
     case th::Status::kCqOverrun: return EIO;
+    // A tenant's share used up: EAGAIN as the kernel's rdma cgroup answers a
+    // charge over its hca_object limit; bytes: ENOMEM as ib_umem_get does over
+    // RLIMIT_MEMLOCK. The worker's own tables full stay ENOMEM (kNoResources).
+    case th::Status::kOverLimit: return EAGAIN;
+    case th::Status::kOverByteLimit: return ENOMEM;
     default: return EINVAL;
   }
 }
