@@ -44,6 +44,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"busy", "adaptive"}));
   app.add_option("--heartbeat-timeout-ms", c.heartbeat_timeout_ms,
                  "An RNIC whose BAR heartbeat stalls this long is DEGRADED (default 1000)");
+  app.add_option("--tenant-flow-quota", c.tenant_flow_quota,
+                 "Flows (egress entries) one tenant may hold on each RNIC unless `tandemctl tenant quota` sets\n"
+                 "its own (default 0: a quarter of the RNIC's --table-capacity, so a tenant's flows and their\n"
+                 "ingress entries fill at most half of it). A punt beyond it is refused, counted per tenant");
+  app.add_option("--punts-per-round", c.punts_per_round,
+                 "Punts served per RNIC per loop iteration, one per tenant in turn (default 64): a punt storm\n"
+                 "from one tenant waits behind itself, not in front of the others")->check(CLI::Range(1u, 65536u));
   app.add_option("--max-protocol", c.max_protocol,
                  "Newest channel protocol version to offer (default: the current one, 3). Rollout drills: 2 behaves\n"
                  "as the previous release, which sends no vNIC entries (workers then use their YAML vNICs)");

@@ -118,6 +118,13 @@ int main(int argc, char** argv) {
   s->add_option("vni", vni, "VNI")->required();
   s->final_callback([&] { req["vni"] = vni; });
   leaf(tenant, "list", "List tenants", "tenant.list")->final_callback([&] { list_key = "tenants"; });
+  s = leaf(tenant, "quota", "Set a tenant's fair share of each RNIC's level-2 table, in flows (egress entries)",
+           "tenant.quota");
+  s->add_option("vni", vni, "VNI")->required();
+  s->add_option("flows", limit,
+                "Flows per RNIC; 0: the agent's default (tandem-dpu --tenant-flow-quota). A punt beyond it is\n"
+                "refused and counted for the tenant (rnic show: punts.tenants)")->required();
+  s->final_callback([&] { req["vni"] = vni; req["flows"] = limit; });
   s = leaf(tenant, "peer", "Let two tenants reach each other (isolation exception)", "peering.allow");
   s->add_option("a", vni, "VNI")->required();
   s->add_option("b", peer, "VNI")->required();

@@ -74,7 +74,8 @@ std::string pkey_str(uint16_t entry_pkey) {
 }
 
 json tenant_json(const Tenant& t) {
-  return {{"vni", t.vni}, {"name", t.name}, {"partition", t.partition}, {"pkey", pkey_str(t.entry_pkey())}};
+  return {{"vni", t.vni}, {"name", t.name}, {"partition", t.partition}, {"pkey", pkey_str(t.entry_pkey())},
+          {"flow_quota", t.flow_quota}};
 }
 
 json rnic_json(const Rnic& r) {
@@ -222,6 +223,9 @@ json ControlApi::dispatch(const std::string& cmd, const json& r) {
     }
     return accept(c);
   }
+  if (cmd == "tenant.quota")
+    return accept(SetTenantQuota{static_cast<uint32_t>(u64(r, "vni", kVniMax)),
+                                 static_cast<uint32_t>(u64(r, "flows", 0xFFFFFFFF))});
   if (cmd == "tenant.del") return accept(RemoveTenant{static_cast<uint32_t>(u64(r, "vni", kVniMax))});
   if (cmd == "tenant.list") {
     json a = json::array();

@@ -26,6 +26,7 @@
 #include "dpu/dpdk/control_socket.h"
 #include "dpu/store/store.h"
 #include "dpu/txn/derive.h"
+#include "dpu/txn/fair_punts.h"
 #include "dpu/txn/pending_punts.h"
 
 namespace tandem::dpu::dpdk {
@@ -62,6 +63,7 @@ struct PuntStats {
   uint64_t duplicate = 0;    // already being installed
   uint64_t slot_lost = 0;    // slot overwritten before it was read
   uint64_t revoked = 0;      // resolutions undone after commit: level 1 changed meanwhile
+  uint64_t over_quota = 0;   // of refused: the tenant's flow quota on the target RNIC was used up
 };
 
 // One managed RNIC: its file, rings and protocol state machine.
@@ -74,6 +76,8 @@ struct Link {
   PuntStats punts;
   uint64_t save_errors = 0;
   uint64_t vnic_session = 0;              // channel session whose vNIC entries were reconciled
+  FairPunts fair;                         // punts waiting, per tenant
+  std::unordered_map<uint32_t, uint32_t> inflight;  // tenant -> resolutions submitted, not answered
 };
 
 class Agent final : public AgentHooks {
@@ -288,16 +292,36 @@ class Agent final : public AgentHooks {
         const PendingPunts::Entry* pp = l.pending.find(tag);
         if (!pp) continue;
         if (o.committed) revalidate(l, *pp);
+        if (auto it = l.inflight.find(tenant_of(pp->missed)); it != l.inflight.end() && it->second) --it->second;
         l.pending.erase(tag);
       }
     }
     std::vector<common::PuntMsg> punts = l.ch->take_punts();
     warm_for_punts(state_, &l.ch->shadow(), punts);
-    for (const common::PuntMsg& p : punts) {
-      did = true;
-      resolve_punt(l, p);
-    }
+    for (const common::PuntMsg& p : punts) l.fair.push(tenant_of(p.missed), p);
+    did |= !punts.empty();
+    did |= l.fair.serve(c_.punts_per_round, [&](uint32_t vni, const common::PuntMsg& p) { resolve_punt(l, vni, p); }) > 0;
     return did;
+  }
+
+  // The tenant a missed key is charged to: its local vNIC's (egress keys), 0 if none.
+  uint32_t tenant_of(const common::EntryKey& k) const {
+    if (k.kind != common::EntryKind::kEgress) return 0;
+    const Vnic* v = state_.vnic(k.word0);
+    return v ? v->vni : 0;
+  }
+
+  // Whether tenant vni may install one more flow on `to` (its fair share).
+  bool within_quota(Link& to, uint32_t vni) {
+    const Tenant* t = state_.tenant(vni);
+    uint64_t quota = t && t->flow_quota ? t->flow_quota : c_.tenant_flow_quota;
+    if (quota == 0) quota = std::max<uint32_t>(1, to.ch->table_capacity() / 4);
+    uint64_t used = to.inflight[vni];
+    for (uint32_t id : state_.vnics_of(vni)) {
+      const Vnic* v = state_.vnic(id);
+      if (v && v->rnic == to.name) used += to.ch->shadow().egress_of_vnic(id);
+    }
+    return used < quota;
   }
 
   // A resolution committed: undo it if level 1 changed meanwhile (derive.h).
@@ -311,7 +335,7 @@ class Agent final : public AgentHooks {
     l.ch->submit(std::move(undo));
   }
 
-  void resolve_punt(Link& l, const common::PuntMsg& p) {
+  void resolve_punt(Link& l, uint32_t vni, const common::PuntMsg& p) {
     ++l.punts.received;
     // The key travels in the message; the slot only carries the headers for
     // diagnostics, so a reused slot does not lose the punt.
@@ -345,9 +369,32 @@ class Agent final : public AgentHooks {
       ++l.punts.refused;
       return;
     }
+    if (vni != 0 && !within_quota(*to, vni)) {
+      ++l.punts.refused;
+      ++l.punts.over_quota;
+      l.fair.note_over_quota(vni);
+      return;
+    }
     ++l.punts.resolved;
+    ++to->inflight[vni];
     to->pending.add(p.missed, *cs, state_.generation());
     to->ch->submit(std::move(*cs));
+  }
+
+  // Per tenant: punts taken, served, dropped (queue full), refused over quota,
+  // and the tenant's flows on this RNIC.
+  json tenant_punts_json(const Link& l) const {
+    json t = json::object();
+    for (const auto& [vni, st] : l.fair.stats()) {
+      uint64_t flows = 0;
+      for (uint32_t id : state_.vnics_of(vni)) {
+        const Vnic* v = state_.vnic(id);
+        if (v && v->rnic == l.name) flows += l.ch->shadow().egress_of_vnic(id);
+      }
+      t[std::to_string(vni)] = {{"queued", st.queued}, {"served", st.served}, {"dropped", st.dropped},
+                                {"over_quota", st.over_quota}, {"flows", flows}};
+    }
+    return t;
   }
 
   json link_json(const Link& l) const {
@@ -387,7 +434,8 @@ class Agent final : public AgentHooks {
                        {"vnic_ops_withheld", s.vnic_ops_withheld}}},
             {"punts", {{"received", l.punts.received}, {"resolved", l.punts.resolved},
                        {"refused", l.punts.refused}, {"denied", l.punts.denied},
-                       {"duplicate", l.punts.duplicate}, {"slot_lost", l.punts.slot_lost}, {"revoked", l.punts.revoked}}},
+                       {"duplicate", l.punts.duplicate}, {"slot_lost", l.punts.slot_lost}, {"revoked", l.punts.revoked},
+                       {"over_quota", l.punts.over_quota}, {"waiting", l.fair.size()}, {"tenants", tenant_punts_json(l)}}},
             {"bar", jbar}};
   }
 

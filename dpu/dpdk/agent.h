@@ -22,6 +22,13 @@ struct AgentConfig {
   // Newest channel protocol version offered (0: current). A rollout drill: 2
   // makes this agent behave as the previous release (no vNIC entries).
   uint16_t max_protocol = 0;
+  // Fair shares of the slow path and the tables: a tenant's flows per RNIC
+  // unless tandemctl tenant quota says otherwise (0: a quarter of the RNIC's
+  // table capacity, so one tenant's flows and their ingress entries take at
+  // most half of it), and punts served per RNIC per loop iteration, one per
+  // tenant per round.
+  uint32_t tenant_flow_quota = 0;
+  uint32_t punts_per_round = 64;
   std::vector<std::string> eal_args;
 };
 

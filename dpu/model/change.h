@@ -25,6 +25,7 @@ struct AddTenant {
   // --share-partition-with): their QPs may then reach each other's, as members
   // of one InfiniBand partition do. Without it a taken partition is refused.
   bool shared = false;
+  uint32_t flow_quota = 0;  // flows per RNIC (SetTenantQuota); 0: the agent's default
 };
 inline constexpr uint16_t kMaxPartition = 0x7FFE;  // 0x7FFF is the default partition
 struct RemoveTenant {
@@ -74,7 +75,15 @@ struct AllowPeering {
   uint32_t vni_b = 0;
 };
 
+// The tenant's fair share of each RNIC's level-2 table: at most this many
+// flows (egress entries; each may bring an ingress entry) per RNIC; 0: the
+// agent's default (tandem-dpu --tenant-flow-quota).
+struct SetTenantQuota {
+  uint32_t vni = 0;
+  uint32_t flow_quota = 0;
+};
+
 using Change = std::variant<AddTenant, RemoveTenant, AddRnic, AddVnic, RemoveVnic, BindQp,
-                            AddMapping, RemoveMapping, AllowPeering>;
+                            AddMapping, RemoveMapping, AllowPeering, SetTenantQuota>;
 
 }  // namespace tandem::dpu

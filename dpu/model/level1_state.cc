@@ -95,6 +95,13 @@ ModelResult Level1State::check_one(const AddTenant& c) const {
   return {};
 }
 
+ModelResult Level1State::check_one(const SetTenantQuota& c) const {
+  if (!tenants_.count(c.vni)) return fail(ModelErrc::kUnknownTenant, vni_str(c.vni) + " does not exist");
+  return {};
+}
+
+void Level1State::apply_one(const SetTenantQuota& c) { tenants_[c.vni].flow_quota = c.flow_quota; }
+
 uint16_t Level1State::free_partition() const {
   uint16_t p = 1;
   for (const auto& [used, n] : partition_users_) {  // ascending
@@ -205,7 +212,7 @@ uint16_t Level1State::intern_rnic(const std::string& name) {
 }
 
 void Level1State::apply_one(const AddTenant& c) {
-  tenants_[c.vni] = Tenant{c.vni, c.name, c.partition};
+  tenants_[c.vni] = Tenant{c.vni, c.name, c.partition, c.flow_quota};
   if (c.partition) ++partition_users_[c.partition];
 }
 
@@ -235,6 +242,13 @@ void Level1State::apply_one(const AddVnic& c) {
   // A vNIC's own address is a mapping too: peers resolve it like any other.
   mappings_.upsert({c.vni, c.overlay_ip}, Mapping{r.underlay_ip, r.mac, intern_rnic(c.rnic)});
   ++tenant_refs_[c.vni];
+  vnics_by_tenant_[c.vni].push_back(c.id);
+}
+
+const std::vector<uint32_t>& Level1State::vnics_of(uint32_t vni) const {
+  static const std::vector<uint32_t> kNone;
+  auto it = vnics_by_tenant_.find(vni);
+  return it == vnics_by_tenant_.end() ? kNone : it->second;
 }
 
 void Level1State::apply_one(const RemoveVnic& c) {
@@ -243,6 +257,9 @@ void Level1State::apply_one(const RemoveVnic& c) {
   mappings_.erase({v.vni, v.overlay_ip});
   vnic_by_addr_.erase(uint64_t{v.vni} << 32 | v.overlay_ip);
   --tenant_refs_[v.vni];
+  std::vector<uint32_t>& mine = vnics_by_tenant_[v.vni];
+  mine.erase(std::remove(mine.begin(), mine.end(), c.id), mine.end());
+  if (mine.empty()) vnics_by_tenant_.erase(v.vni);
   vnics_.erase(c.id);
 }
 

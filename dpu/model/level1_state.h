@@ -43,6 +43,7 @@ struct Tenant {
   uint32_t vni = 0;
   std::string name;
   uint16_t partition = 0;  // 0: none (wire P_Key 0xFFFF); else P_Key 0x8000 | partition
+  uint32_t flow_quota = 0;  // flows per RNIC; 0: the agent's default
 
   uint16_t entry_pkey() const noexcept { return partition ? static_cast<uint16_t>(0x8000 | partition) : 0; }
 };
@@ -96,6 +97,8 @@ class Level1State {
   uint64_t generation() const noexcept { return generation_.value; }
 
   const Tenant* tenant(uint32_t vni) const;
+  // The tenant's vNIC ids (on every RNIC), in the order they were added.
+  const std::vector<uint32_t>& vnics_of(uint32_t vni) const;
   // The lowest partition no tenant has, 0 if all kMaxPartition are taken.
   uint16_t free_partition() const;
   const Rnic* rnic(const std::string& name) const;
@@ -131,6 +134,7 @@ class Level1State {
   ModelResult check_one(const AddMapping&) const;
   ModelResult check_one(const RemoveMapping&) const;
   ModelResult check_one(const AllowPeering&) const;
+  ModelResult check_one(const SetTenantQuota&) const;
   void apply_one(const AddTenant&);
   void apply_one(const RemoveTenant&);
   void apply_one(const AddRnic&);
@@ -140,6 +144,7 @@ class Level1State {
   void apply_one(const AddMapping&);
   void apply_one(const RemoveMapping&);
   void apply_one(const AllowPeering&);
+  void apply_one(const SetTenantQuota&);
   uint16_t intern_rnic(const std::string& name);
   const Vnic* vnic_at(uint32_t vni, uint32_t overlay_ip) const;
   common::Level2Entry ingress_for(const Vnic& v, uint32_t remote_vni, uint32_t remote_ip,
@@ -147,7 +152,8 @@ class Level1State {
 
   std::map<uint32_t, Tenant> tenants_;
   std::map<uint32_t, uint32_t> tenant_refs_;  // vni -> vNICs + mappings referencing it
-  std::map<uint16_t, uint32_t> partition_users_;  // partition -> tenants that have it
+  std::map<uint16_t, uint32_t> partition_users_;
+  std::unordered_map<uint32_t, std::vector<uint32_t>> vnics_by_tenant_;  // vni -> vNIC ids  // partition -> tenants that have it
   std::map<std::string, Rnic> rnics_;
   std::map<uint32_t, Vnic> vnics_;
   std::unordered_map<uint64_t, uint32_t> vnic_by_addr_;  // (vni << 32 | overlay IP) -> vNIC id

@@ -15,13 +15,14 @@ namespace tandem::dpu {
 
 namespace {
 
-// 2: tenants have a partition (P_Key); a version-1 store is migrated on open.
+// 2: tenants have a partition (P_Key) and a flow quota; a version-1 store is
+// migrated on open.
 constexpr int kSchemaVersion = 2;
 
 const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS tenants(vni INTEGER PRIMARY KEY, name TEXT NOT NULL,
-  partition_key INTEGER NOT NULL DEFAULT 0);
+  partition_key INTEGER NOT NULL DEFAULT 0, flow_quota INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS rnics(seq INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL,
   underlay_ip INTEGER NOT NULL, mac INTEGER NOT NULL, path_base_port INTEGER NOT NULL,
   path_count INTEGER NOT NULL);
@@ -161,6 +162,7 @@ Store::Store(const std::string& path) : path_(path) {
 void Store::migrate_v1() {
   Txn t(db_);
   exec("ALTER TABLE tenants ADD COLUMN partition_key INTEGER NOT NULL DEFAULT 0");
+  exec("ALTER TABLE tenants ADD COLUMN flow_quota INTEGER NOT NULL DEFAULT 0");
   std::vector<uint32_t> vnis;
   {
     Stmt s(db_, "SELECT vni FROM tenants ORDER BY vni");
@@ -194,8 +196,8 @@ void Store::persist_one(const Change& c) {
       [this](const auto& x) {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, AddTenant>) {
-          Stmt(db_, "INSERT INTO tenants(vni, name, partition_key) VALUES(?, ?, ?)")
-              .bind(1, x.vni).bind(2, x.name).bind(3, x.partition).run();
+          Stmt(db_, "INSERT INTO tenants(vni, name, partition_key, flow_quota) VALUES(?, ?, ?, ?)")
+              .bind(1, x.vni).bind(2, x.name).bind(3, x.partition).bind(4, x.flow_quota).run();
         } else if constexpr (std::is_same_v<T, RemoveTenant>) {
           Stmt(db_, "DELETE FROM tenants WHERE vni=?").bind(1, x.vni).run();
           Stmt(db_, "DELETE FROM peerings WHERE vni_a=? OR vni_b=?").bind(1, x.vni).bind(2, x.vni).run();
@@ -222,6 +224,8 @@ void Store::persist_one(const Change& c) {
           Stmt(db_, "DELETE FROM mappings WHERE vni=? AND overlay_ip=?").bind(1, x.vni).bind(2, x.overlay_ip).run();
         } else if constexpr (std::is_same_v<T, AllowPeering>) {
           Stmt(db_, "INSERT INTO peerings(vni_a, vni_b) VALUES(?, ?)").bind(1, x.vni_a).bind(2, x.vni_b).run();
+        } else if constexpr (std::is_same_v<T, SetTenantQuota>) {
+          Stmt(db_, "UPDATE tenants SET flow_quota=? WHERE vni=?").bind(1, x.flow_quota).bind(2, x.vni).run();
         }
       },
       c);
@@ -248,8 +252,8 @@ void Store::load(Level1State& state) const {
   };
   {
     // shared: a partition two tenants were given on purpose replays in any order.
-    Stmt s(db_, "SELECT vni, name, partition_key FROM tenants ORDER BY vni");
-    while (s.row()) replay(AddTenant{s.u32(0), s.text(1), static_cast<uint16_t>(s.i64(2)), true});
+    Stmt s(db_, "SELECT vni, name, partition_key, flow_quota FROM tenants ORDER BY vni");
+    while (s.row()) replay(AddTenant{s.u32(0), s.text(1), static_cast<uint16_t>(s.i64(2)), true, s.u32(3)});
   }
   {
     Stmt s(db_, "SELECT name, underlay_ip, mac, path_base_port, path_count FROM rnics ORDER BY seq");

@@ -251,6 +251,7 @@ void Level2Shadow::apply(const std::vector<Level2Op>& ops, uint64_t new_version,
     if (op.del) {
       if (const Level2Entry* e = entries_.find(op.entry.key)) {
         digest_.remove(*e);
+        count(op.entry.key, -1);
         entries_.erase(op.entry.key);
       }
       continue;
@@ -258,6 +259,7 @@ void Level2Shadow::apply(const std::vector<Level2Op>& ops, uint64_t new_version,
     auto [e, inserted] = entries_.find_or_insert(op.entry.key);
     if (inserted) {
       digest_.add(op.entry);
+      count(op.entry.key, +1);
       *e = op.entry;
     } else if (!(*e == op.entry)) {
       digest_.remove(*e);
@@ -295,8 +297,19 @@ void Level2Shadow::reset(uint64_t version, const std::vector<Level2Entry>& entri
     if (e.key.kind == EntryKind::kInvalid) continue;
     *entries_.find_or_insert(e.key).first = e;
   }
-  for (const auto& [k, e] : entries_) digest_.add(e);
+  egress_by_vnic_.clear();
+  for (const auto& [k, e] : entries_) {
+    digest_.add(e);
+    count(k, +1);
+  }
   version_ = version;
+}
+
+void Level2Shadow::count(const EntryKey& k, int d) {
+  if (k.kind != EntryKind::kEgress) return;
+  auto it = egress_by_vnic_.try_emplace(k.word0, 0).first;
+  it->second += d;
+  if (it->second == 0) egress_by_vnic_.erase(it);
 }
 
 std::size_t Level2Shadow::forget(EntryKind kind) {
@@ -305,6 +318,7 @@ std::size_t Level2Shadow::forget(EntryKind kind) {
     if (k.kind == kind) gone.push_back(k);
   for (const EntryKey& k : gone) {
     digest_.remove(*entries_.find(k));
+    count(k, -1);
     entries_.erase(k);
   }
   return gone.size();

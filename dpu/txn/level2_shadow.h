@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -151,6 +152,11 @@ class Level2Shadow {
   // shadow must stay what it holds.
   std::size_t forget(common::EntryKind kind);
   std::vector<common::Level2Entry> snapshot() const;
+  // Egress entries (flows) of local vNIC `vnic`: what a tenant's quota counts.
+  uint32_t egress_of_vnic(uint32_t vnic) const noexcept {
+    auto it = egress_by_vnic_.find(vnic);
+    return it == egress_by_vnic_.end() ? 0 : static_cast<uint32_t>(it->second);
+  }
   // Sizes the shadow for what the RNIC can hold (its HELLO_ACK table
   // capacity, at most kPresizeLimit) and faults the memory in now: the shadow
   // mirrors a fixed-capacity table, and growing it by doubling while new flows
@@ -166,7 +172,10 @@ class Level2Shadow {
   common::TableDigest digest_after(const std::vector<Level2Op>& ops, const std::vector<Level2Op>* earlier,
                                    common::TableDigest from) const;
 
+  void count(const common::EntryKey& k, int d);
+
   Map entries_;
+  std::unordered_map<uint32_t, int64_t> egress_by_vnic_;  // egress key word0 -> entries
   common::TableDigest digest_;
   uint64_t version_ = 0;
 };

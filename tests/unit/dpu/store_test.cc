@@ -381,6 +381,16 @@ TEST_CASE("accept_change gives a tenant the lowest free partition, stored so a r
   CHECK(reloaded.tenant(300)->partition == 1);
   CHECK(reloaded.tenant(100)->partition == 7);
   CHECK(reloaded.tenant(200)->partition == 2);
+  // A flow quota is a change of its own, stored with the tenant.
+  {
+    Store store(db.path());
+    REQUIRE(accept_change(reloaded, store, SetTenantQuota{200, 500}).ok());
+    CHECK(accept_change(reloaded, store, SetTenantQuota{999, 5}).code == ModelErrc::kUnknownTenant);
+  }
+  Level1State again;
+  Store(db.path()).load(again);
+  CHECK(again.tenant(200)->flow_quota == 500);
+  CHECK(again.tenant(100)->flow_quota == 0);
 }
 
 TEST_CASE("a schema-1 store (no partitions) is migrated on open: tenants get partitions in VNI order") {
