@@ -73,9 +73,11 @@ constexpr uint64_t kSrqTag = uint64_t{1} << 33;
 constexpr uint32_t kMaxSrqs = 64;  // the core's (TransportConfig::max_srqs)
 // DPU mode: how long a QP's RTR waits for the agent to install its route.
 constexpr uint64_t kRouteWaitNs = 3'000'000'000;
+constexpr uint64_t kRouteRescanNs = 1'000'000;  // waiting QPs re-checked (and re-punted) at least this often
 constexpr uint32_t kMaxHostQpSlots = 65536;
-// A /tandem/rnic/qps reply: DPDK's 16 KiB telemetry buffer holds about 45 QPs.
-constexpr std::size_t kQpsPerReply = 40;
+// A /tandem/rnic/qps reply: DPDK's 16 KiB telemetry buffer cuts off what
+// does not fit, silently; a row is ~0.6 KiB with 4 paths, ~1 KiB with 16.
+constexpr std::size_t kQpsPerReply = 16;
 // Rows of the counter snapshot: every named counter plus every drop reason of 4 stages and the core.
 constexpr std::size_t kMaxCounterRows = 128 + 5 * common::kDropReasonCount;
 
@@ -155,6 +157,8 @@ struct QpCtx {
   bool route_pending = false;
   bool rts_pending = false;    // the application already moved it to RTS
   uint64_t route_deadline = 0;
+  uint64_t route_asked_ns = 0;  // when its RTR punted (DPU mode)
+  uint64_t route_wait_ns = 0;   // RTR to route installed: the tenant's new-flow set-up time
   EgressRoute route;  // egress entry, resolved once per table version
 };
 
@@ -362,6 +366,8 @@ class Worker {
   std::vector<uint32_t> host_index_;    // host QPN slot -> ctx index
   std::vector<uint32_t> backlog_;       // host QPNs with WQEs left to fetch
   std::vector<uint32_t> route_wait_;    // host QPNs whose RTR waits for the agent
+  uint64_t routes_seen_version_ = ~uint64_t{0};  // table version pending_routes last looked at
+  uint64_t next_route_scan_ns_ = 0;
   std::vector<SrqCtx> srqs_ = std::vector<SrqCtx>(kMaxSrqs);
   uint32_t live_srqs_ = 0;
   rte_mbuf* tx_buf_[kBurst];
@@ -600,6 +606,7 @@ void Worker::on_qp_state(uint32_t host_qpn, ibv_qp_state state) {
         q->route_pending = true;
         q->rts_pending = false;
         q->route_deadline = now + kRouteWaitNs;
+        q->route_asked_ns = now;
         route_wait_.push_back(host_qpn);
         return;
       } else {
@@ -751,6 +758,15 @@ void Worker::update_vnics(const RnicChannel& ch) {
 // WQEs flow; past the deadline (the agent denied it, or is gone) the QP
 // goes to ERR and its application sees the failure.
 uint32_t Worker::pending_routes(uint64_t now) {
+  // A route can only appear with a commit: look again when the table version
+  // moved, and otherwise once per kRouteRescanNs (deadlines, re-punting what
+  // the budget or the agent dropped). A tenant holding thousands of QPs in RTR
+  // then costs the loop nothing between commits.
+  const uint64_t version = table_.version();
+  const bool timer = now >= next_route_scan_ns_;
+  if (version == routes_seen_version_ && !timer) return 0;
+  routes_seen_version_ = version;
+  if (timer) next_route_scan_ns_ = now + kRouteRescanNs;
   uint32_t done = 0;
   for (std::size_t i = 0; i < route_wait_.size();) {
     QpCtx* q = by_host(route_wait_[i]);
@@ -758,8 +774,9 @@ uint32_t Worker::pending_routes(uint64_t now) {
     bool finished = q == nullptr || info == nullptr || !q->route_pending;
     if (!finished) {
       const uint32_t remote = common::load_be32(info->dgid + 12);
-      if (const Level2Entry* e = find_route(*q, *info, remote, now, true)) {
+      if (const Level2Entry* e = find_route(*q, *info, remote, now, timer)) {
         q->route_pending = false;
+        q->route_wait_ns = now - q->route_asked_ns;
         int rc = apply_rtr(*q, *info, *e, remote);
         if (rc == 0 && q->rts_pending) rc = apply_rts(*q, *info);
         if (rc != 0) {
@@ -1204,6 +1221,8 @@ void Worker::fill_qp_rows(port::QpRows& out) const noexcept {
     r.remote_overlay = q.remote_overlay;
     r.remote_underlay = q.remote_underlay;
     r.mtu = q.mtu;
+    r.route_pending = q.route_pending;
+    r.route_wait_us = q.route_wait_ns / 1000;
     if (const QpCounters* qc = core_.qp_counters(q.core_qpn)) {
       r.has_counters = true;
       r.tx_pkts = qc->tx_pkts;
@@ -1348,7 +1367,7 @@ void Worker::register_telemetry() {
                          });
   cd::telemetry_register("/tandem/rnic/qps",
                          "tandem-rnic live QPs: binding and core counters; ',N': from host QPN N on "
-                         "(a reply holds at most 40 QPs, in host-QPN order)",
+                         "(a reply holds at most 16 QPs, in host-QPN order)",
                          [x = qps_x_](std::string_view params, TelemetryDict& out) {
                            uint32_t first = 0;
                            if (!params.empty()) {
@@ -1365,7 +1384,7 @@ void Worker::register_telemetry() {
                            if (rc != 0) return rc;
                            std::sort(page.begin(), page.end(),
                                      [](const port::QpRow& a, const port::QpRow& b) { return a.host_qpn < b.host_qpn; });
-                           // A telemetry reply is 16 KiB: 40 QPs fit, more would be cut off silently.
+                           // A telemetry reply is 16 KiB: kQpsPerReply rows fit, more would be cut off silently.
                            if (page.size() > kQpsPerReply) page.resize(kQpsPerReply);
                            {
                              for (const port::QpRow& q : page) {
@@ -1380,6 +1399,8 @@ void Worker::register_telemetry() {
                                  d.str("remote", format_ipv4(q.remote_overlay));
                                  d.str("remote_underlay", format_ipv4(q.remote_underlay));
                                  d.u64("mtu", q.mtu);
+                                 d.u64("route_pending", q.route_pending);
+                                 d.u64("route_wait_us", q.route_wait_us);
                                  if (q.has_counters) {
                                    d.u64("tx_pkts", q.tx_pkts);
                                    d.u64("rx_pkts", q.rx_pkts);

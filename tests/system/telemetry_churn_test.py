@@ -67,7 +67,7 @@ def main():
         if time.time() - t0 > 30 or any(w.poll() is not None for w in workers.values()):
             raise RuntimeError("workers did not open their host sockets")
         time.sleep(0.1)
-    # /qps from the start and from the middle (pages of 40 QPs), and /stats.
+    # /qps from the start and from the middle (pages of 16 QPs), and /stats.
     both = ["/tandem/rnic/qps", "/tandem/rnic/qps,0x20", "/tandem/rnic/stats"]
     pollers = [Poller(prefixes["A"], both), Poller(prefixes["A"], both[::-1]), Poller(prefixes["B"], both)]
     for p in pollers:
@@ -105,7 +105,7 @@ def main():
           "every poller kept getting answers: " + ", ".join(
               f"{p.answers} answers, up to {p.max_qps} QPs live, error {p.error}" for p in pollers))
     check(max(p.max_qps for p in pollers) >= 128, "the pollers saw the 128-QP applications' QPs live")
-    # A page of /qps: at most 40 QPs, in host-QPN order, from the QPN asked for.
+    # A page of /qps: at most 16 QPs, in host-QPN order, from the QPN asked for.
     tel = Telemetry(prefixes["A"], ready="/tandem/rnic/stats")
     page = tel.cmd("/tandem/rnic/qps,0x10")
     check(page is not None and tel.cmd("/tandem/rnic/qps,zz") is None, "/qps takes a first QPN and refuses garbage")
