@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the unit-test binaries (meson suite "unit") a second time, with clang
-# and ASan+UBSan, into build-asan/ (or $TANDEM_ASAN_BUILD), and runs them.
-# Only the unit suite's targets are built, to keep CI short. Called by
+# and ASan+UBSan, into build-asan/ (or $TANDEM_ASAN_BUILD), and runs them;
+# then one system test, perf_rnic, against sanitized workers, fabric and
+# tandem-perf (real DPDK ports; a sanitizer report or a leak at exit fails
+# the workers' clean stop). Only those targets are built, to keep CI short. Called by
 # scripts/test.sh; prints "sanitized: N passed, M failed" last and exits
 # non-zero if a test fails or the build does.
 set -uo pipefail
@@ -41,6 +43,8 @@ for t in intro("--tests"):
 PY
 )
 if ((${#targets[@]} == 0)); then echo "sanitized: no unit tests found"; echo "sanitized: 0 passed, 1 failed"; exit 1; fi
+system_test=perf_rnic
+targets+=(apps/tandem-rnic/tandem-rnic apps/tandem-fabric/tandem-fabric apps/tandem-perf/tandem-perf)
 if ! ninja -C "$B" "${targets[@]}" >"$log" 2>&1; then
   grep -E '^FAILED|error:' "$log" | head -20
   echo "sanitized: build failed"; echo "sanitized: 0 passed, 1 failed"; exit 1
@@ -48,9 +52,8 @@ fi
 # Any UBSan report fails its test (UBSan alone would print and carry on).
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
-meson test -C "$B" --no-rebuild --suite unit --print-errorlogs --timeout-multiplier 4 "$@"
-mrc=$?
-read -r p f < <(/usr/bin/python3 - "$B" <<'PY'
+count() {  # "passed failed" of the last meson test run in $B
+  /usr/bin/python3 - "$B" <<'PY'
 import json, sys
 p = f = 0
 try:
@@ -65,7 +68,18 @@ except OSError:
     f = 1
 print(p, f)
 PY
-)
+}
+meson test -C "$B" --no-rebuild --suite unit --print-errorlogs --timeout-multiplier 4 "$@"
+mrc=$?
+read -r p f < <(count)
+if ((mrc != 0)) && ((f == 0)); then f=1; fi
+if (($# == 0)); then
+  meson test -C "$B" --no-rebuild --print-errorlogs --timeout-multiplier 3 "$system_test"
+  src=$?
+  read -r sp sf < <(count)
+  if ((src != 0)) && ((sf == 0)); then sf=1; fi
+  p=$((p + sp)); f=$((f + sf))
+fi
 if ((mrc != 0)) && ((f == 0)); then f=1; fi
 echo "sanitized: ${p} passed, ${f} failed"
 ((f == 0))
