@@ -104,6 +104,14 @@ class Agent final : public AgentHooks {
                                  x.u64("entries", s.entries);
                                  x.u64("txns_committed", s.committed);
                                  x.u64("punts", s.punts);
+                                 // Flat keys: a telemetry dict nests one level only.
+                                 for (const auto& [vni, t] : s.tenants) {
+                                   const std::string p = "tenant_" + std::to_string(vni) + "_punts_";
+                                   x.u64((p + "queued").c_str(), t.queued);
+                                   x.u64((p + "served").c_str(), t.served);
+                                   x.u64((p + "dropped").c_str(), t.dropped);
+                                   x.u64((p + "over_quota").c_str(), t.over_quota);
+                                 }
                                });
                              return 0;
                            });
@@ -188,6 +196,7 @@ class Agent final : public AgentHooks {
   struct Snap {
     std::string state, rnic_state;
     uint64_t version = 0, table_version = 0, entries = 0, committed = 0, punts = 0;
+    std::map<uint32_t, TenantPuntStats> tenants;  // fair shares: punts per tenant
   };
 
   // A tenant's partition key is stamped and checked only once every RNIC with
@@ -445,7 +454,7 @@ class Agent final : public AgentHooks {
       const common::Bar& bar = common::channel_bar(l->file->base());
       s[name] = Snap{channel_state_name(l->ch->state()), rnic_state_name(bar.state.value.load()),
                      l->ch->version(), l->ch->shadow().version(), l->ch->shadow().digest().count,
-                     l->ch->stats().txns_committed, l->punts.received};
+                     l->ch->stats().txns_committed, l->punts.received, l->fair.stats()};
     }
     std::lock_guard<std::mutex> g(snap_mu_);
     snap_ = std::move(s);

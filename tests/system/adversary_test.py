@@ -345,6 +345,7 @@ def storm_phase(table):
     lab.stop(workers[1])
     workers[1] = start_worker("B", "h1.sock", capacity=4096)
     wait_for(b_back, "worker B did not come back ACTIVE with its vNICs", timeout=40)
+    red_new_flows("warm-up", 69, n=20)  # a restarted worker's first flows fault pages in: not the baseline
     base_rc, base = red_new_flows("calm", 70)
     check(base_rc == 0 and len(base) == 60, f"red's 60 new flows without a storm are set up: routes installed, RTS ({len(base)} of 60)")
     rc, _ = ctl("tenant", "quota", 200, 64)
@@ -366,6 +367,11 @@ def storm_phase(table):
     check(blue.get("over_quota", 0) > 0 and blue.get("flows", 1 << 30) <= 64,
           f"blue is held to its quota on B: {blue.get('flows')} flows, {blue.get('over_quota')} punts refused "
           f"over quota, {blue.get('dropped')} dropped from its queue; red {red}")
+    time.sleep(0.3)  # the agent publishes its telemetry snapshot periodically
+    tel = telemetry_query(f"{TAG}-dpu", "/tandem/dpu/rnics").get("B", {})
+    check(tel.get("tenant_200_punts_over_quota", 0) > 0,
+          f"the agent's telemetry shows blue's refusals on B (over quota "
+          f"{tel.get('tenant_200_punts_over_quota')}, red served {tel.get('tenant_100_punts_served')})")
     ratio = p99(st) / p99(base) if base else float("nan")
     print(f"red's new-flow set-up p99: {p99(base):.2f} ms calm, {p99(st):.2f} ms during the storm "
           f"(x{ratio:.2f}; goal <= 2); median {sorted(base)[len(base) // 2] if base else 0:.2f} / "
