@@ -174,7 +174,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   }
   ctx.num_comp_vectors = 1;
   pthread_mutex_init(&ctx.mutex, nullptr);
-  ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;  // verbs_get_ctx_op() finds no extended op: EOPNOTSUPP
+  ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;  // verbs_get_ctx_op() finds create_qp_ex only: others EOPNOTSUPP
   install_ops(ctx);
   return &ctx;
 }

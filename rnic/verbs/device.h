@@ -28,6 +28,8 @@ TandemDevice* device_of(ibv_device* d);
 TandemContext* context_of(ibv_context* c);
 // Points the context's ops (the header's inline post/poll verbs) at rnic/host (objects.cc).
 void install_ops(ibv_context& ctx);
+// rnic/host's Status (an int) as the errno libibverbs would give.
+int errno_of(int status);
 // ::ffff:a.b.c.d, the RoCEv2 GID of an IPv4 address (host order).
 void gid_of(uint32_t ipv4, ibv_gid* gid);
 

@@ -16,6 +16,7 @@
 
 #include "rnic/host/verbs.h"
 #include "rnic/verbs/device.h"
+#include "rnic/verbs/qp_ex.h"
 
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
@@ -45,9 +46,7 @@ struct TandemSrq {
   ibv_srq srq;
   th::Srq* h;
 };
-struct TandemQp {
-  ibv_qp qp;
-  th::Qp* h;
+struct TandemQp : QpHead {  // QpHead first: the ibv_qp (or ibv_qp_ex) the application holds
   ibv_qp_init_attr init;  // as granted, for ibv_query_qp
   ibv_qp_attr attr;       // what modify_qp set, mask by mask
   std::mutex mu;
@@ -112,10 +111,16 @@ int ops_post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 constexpr unsigned kAccessKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                                   IBV_ACCESS_REMOTE_ATOMIC;
 
+ibv_qp* ops_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* a);
+
 }  // namespace
 
 namespace tandem::rnic::verbs {
+int errno_of(int status) { return to_errno(status); }
+
 void install_ops(ibv_context& ctx) {
+  // The extended QP verb the header's inline ibv_create_qp_ex reaches (verbs_get_ctx_op).
+  if (verbs_context* v = verbs_get_ctx(&ctx)) v->create_qp_ex = ops_create_qp_ex;
   ctx.ops.poll_cq = ops_poll_cq;
   ctx.ops.req_notify_cq = ops_req_notify;
   ctx.ops.post_send = ops_post_send;
@@ -438,8 +443,57 @@ int ibv_destroy_qp(ibv_qp* qp) {
   if (rc != 0 && rc != EIO) return rc;
   pthread_mutex_destroy(&qp->mutex);
   pthread_cond_destroy(&qp->cond);
+  free_qp_ex(of<TandemQp>(qp));
   delete of<TandemQp>(qp);
   return 0;
 }
 
+// As rdma-core: the ibv_qp_ex of a QP made by ibv_create_qp_ex, NULL (errno untouched) otherwise.
+ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+  if (qp == nullptr) return nullptr;
+  TandemQp* q = of<TandemQp>(qp);
+  return q->batch != nullptr ? &q->qpx : nullptr;
+}
+
 }  // extern "C"
+
+namespace {
+
+// The header's ibv_create_qp_ex lands here for any comp_mask but PD alone (which it sends to
+// ibv_create_qp). RC QPs with a PD, optionally with the send ops Tandem executes.
+ibv_qp* ops_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* a) {
+  if (context == nullptr || a == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  constexpr uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+  if ((a->comp_mask & ~kKnown) != 0 ||  // XRC domains, TSO, RSS: not built
+      ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 && a->create_flags != 0) ||
+      ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0 && (a->send_ops_flags & ~kSendOpsSupported) != 0)) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if ((a->comp_mask & IBV_QP_INIT_ATTR_PD) == 0 || a->pd == nullptr || a->pd->context != context) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  ibv_qp_init_attr legacy{};
+  legacy.qp_context = a->qp_context;
+  legacy.send_cq = a->send_cq;
+  legacy.recv_cq = a->recv_cq;
+  legacy.srq = a->srq;
+  legacy.cap = a->cap;
+  legacy.qp_type = a->qp_type;
+  legacy.sq_sig_all = a->sq_sig_all;
+  ibv_qp* qp = ibv_create_qp(a->pd, &legacy);  // errno set on failure (EOPNOTSUPP for non-RC)
+  if (qp == nullptr) return nullptr;
+  a->cap = legacy.cap;  // what was granted
+  if (!make_qp_ex(of<TandemQp>(qp))) {
+    ibv_destroy_qp(qp);
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return qp;
+}
+
+}  // namespace
