@@ -11,6 +11,12 @@
  *     completed; the test then kills A's worker with SIGKILL. Prints "death
  *     ok=N flush=F err=E poll=R" when poll_cq fails: F WQEs came back with
  *     IBV_WC_WR_FLUSH_ERR first. A hung run dies of SIGALRM after 30 s.
+ *   verbs_fault_app wrapi DEV_A DEV_B
+ *     Not a fault: the extended send API end to end first. A's QP comes from
+ *     ibv_create_qp_ex; one ibv_wr_* batch posts WRITE 64 KiB, WRITE_IMM,
+ *     SEND (inline), SEND_IMM and READ; B receives; every byte and completion is
+ *     checked, then an atomic must fail at wr_complete with EOPNOTSUPP and an
+ *     aborted batch must post nothing. Prints "wrapi ok" or what differed.
  * Both devices are opened in this one process and their QPs connected back
  * to back (GID index 0 of each). */
 #ifndef _GNU_SOURCE
@@ -18,6 +24,7 @@
 #endif
 #include <infiniband/verbs.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +63,7 @@ static struct ibv_context* open_named(const char* name) {
   exit(2);
 }
 
-static void make_side(struct side* s, const char* dev, int cqe) {
+static void make_side_ex(struct side* s, const char* dev, int cqe, int ex) {
   s->ctx = open_named(dev);
   s->pd = ibv_alloc_pd(s->ctx);
   if (!s->pd) die("ibv_alloc_pd");
@@ -68,10 +75,25 @@ static void make_side(struct side* s, const char* dev, int cqe) {
   if (!s->cq) die("ibv_create_cq");
   struct ibv_qp_init_attr ia = {.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
                                 .cap = {.max_send_wr = 32, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
-  s->qp = ibv_create_qp(s->pd, &ia);
-  if (!s->qp) die("ibv_create_qp");
+  if (ex) {
+    struct ibv_qp_init_attr_ex ix = {.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
+                                     .cap = {.max_send_wr = 32, .max_recv_wr = 4, .max_send_sge = 2,
+                                             .max_recv_sge = 1, .max_inline_data = 64},
+                                     .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+                                     .pd = s->pd,
+                                     .send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                                                       IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
+                                                       IBV_QP_EX_WITH_RDMA_READ};
+    s->qp = ibv_create_qp_ex(s->ctx, &ix);
+    if (!s->qp) die("ibv_create_qp_ex");
+  } else {
+    s->qp = ibv_create_qp(s->pd, &ia);
+    if (!s->qp) die("ibv_create_qp");
+  }
   if (ibv_query_gid(s->ctx, 1, 0, &s->gid)) die("ibv_query_gid");
 }
+
+static void make_side(struct side* s, const char* dev, int cqe) { make_side_ex(s, dev, cqe, 0); }
 
 static void connect_to(struct side* s, const struct side* peer) {
   struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
@@ -113,17 +135,119 @@ static int post_write(struct side* s, const struct side* peer, uint64_t id, uint
   return ibv_post_send(s->qp, &wr, &bad);
 }
 
+#define WANT(cond, ...)              \
+  do {                               \
+    if (!(cond)) {                   \
+      printf("wrapi: " __VA_ARGS__); \
+      printf("\n");                  \
+      return 1;                      \
+    }                                \
+  } while (0)
+
+static int poll_n(struct ibv_cq* cq, struct ibv_wc* wc, int n) {
+  int got = 0;
+  while (got < n) {
+    int r = ibv_poll_cq(cq, n - got, wc + got);
+    if (r < 0) return r;
+    got += r;
+  }
+  return got;
+}
+
+/* The extended send API between A (ibv_create_qp_ex) and B (a plain QP). */
+static int wrapi(const char* dev_a, const char* dev_b) {
+  struct side a, b;
+  make_side_ex(&a, dev_a, 64, 1);
+  make_side(&b, dev_b, 64);
+  connect_to(&a, &b);
+  connect_to(&b, &a);
+  struct ibv_qp_ex* x = ibv_qp_to_qp_ex(a.qp);
+  WANT(x != NULL && ibv_qp_to_qp_ex(b.qp) == NULL, "ibv_qp_to_qp_ex: %p (A), %p (B)", (void*)x,
+       (void*)ibv_qp_to_qp_ex(b.qp));
+  for (int i = 0; i < BUF; ++i) a.buf[i] = (char)(i * 7 + i / 4096);
+  memset(b.buf + 256 * 1024, 0x5a, 8192); /* what the READ fetches */
+  for (int i = 0; i < 3; ++i) {           /* for WRITE_IMM, SEND and SEND_IMM */
+    struct ibv_sge sg = {.addr = (uintptr_t)b.buf + 512 * 1024 + i * 4096, .length = 4096, .lkey = b.mr->lkey};
+    struct ibv_recv_wr rw = {.wr_id = 100 + i, .sg_list = &sg, .num_sge = 1}, *bad;
+    if (ibv_post_recv(b.qp, &rw, &bad)) die("ibv_post_recv");
+  }
+  const uintptr_t la = (uintptr_t)a.buf, rb = (uintptr_t)b.buf;
+  const uint32_t rkey = b.mr->rkey, lkey = a.mr->lkey;
+  char hello[] = "hello, wr api";
+
+  ibv_wr_start(x);
+  x->wr_id = 1;
+  x->wr_flags = 0;
+  ibv_wr_rdma_write(x, rkey, rb);
+  struct ibv_sge two[2] = {{la, 32768, lkey}, {la + 32768, 32768, lkey}};
+  ibv_wr_set_sge_list(x, 2, two);
+  x->wr_id = 2;
+  x->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_rdma_write_imm(x, rkey, rb + 65536, htonl(0x1234));
+  ibv_wr_set_sge(x, lkey, la + 65536, 4096);
+  x->wr_id = 3;
+  ibv_wr_send(x);
+  ibv_wr_set_inline_data(x, hello, sizeof hello);
+  memset(hello, 0, sizeof hello); /* copied at the call, as providers do */
+  x->wr_id = 4;
+  ibv_wr_send_imm(x, htonl(77));
+  ibv_wr_set_sge(x, lkey, la + 131072, 1000);
+  x->wr_id = 5;
+  ibv_wr_rdma_read(x, rkey, rb + 256 * 1024);
+  ibv_wr_set_sge(x, lkey, la + 256 * 1024, 8192);
+  int rc = ibv_wr_complete(x);
+  WANT(rc == 0, "wr_complete: %d", rc);
+
+  struct ibv_wc wc[8];
+  WANT(poll_n(a.cq, wc, 4) == 4, "A's completions");
+  for (int i = 0; i < 4; ++i)
+    WANT(wc[i].status == IBV_WC_SUCCESS && wc[i].wr_id == (uint64_t)i + 2, "A's completion %d: wr_id %llu status %d",
+         i, (unsigned long long)wc[i].wr_id, wc[i].status);
+  WANT(wc[3].opcode == IBV_WC_RDMA_READ && wc[3].byte_len == 8192, "READ completion");
+  WANT(poll_n(b.cq, wc, 3) == 3, "B's completions");
+  WANT(wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_RECV_RDMA_WITH_IMM && ntohl(wc[0].imm_data) == 0x1234,
+       "WRITE_IMM arrival: status %d opcode %d", wc[0].status, wc[0].opcode);
+  WANT(wc[1].status == IBV_WC_SUCCESS && wc[1].opcode == IBV_WC_RECV && wc[1].byte_len == sizeof hello,
+       "SEND arrival: byte_len %u", wc[1].byte_len);
+  WANT(wc[2].status == IBV_WC_SUCCESS && (wc[2].wc_flags & IBV_WC_WITH_IMM) && ntohl(wc[2].imm_data) == 77 &&
+           wc[2].byte_len == 1000,
+       "SEND_IMM arrival: byte_len %u", wc[2].byte_len);
+  WANT(memcmp(b.buf, a.buf, 65536) == 0, "WRITE payload");
+  WANT(memcmp(b.buf + 65536, a.buf + 65536, 4096) == 0, "WRITE_IMM payload");
+  WANT(memcmp(b.buf + 512 * 1024 + 4096, "hello, wr api", sizeof hello) == 0, "inline SEND payload");
+  WANT(memcmp(b.buf + 512 * 1024 + 8192, a.buf + 131072, 1000) == 0, "SEND_IMM payload");
+  for (int i = 0; i < 8192; ++i) WANT(a.buf[256 * 1024 + i] == 0x5a, "READ payload at %d", i);
+
+  ibv_wr_start(x); /* Tandem executes no atomics: refused at wr_complete, nothing posted */
+  ibv_wr_atomic_fetch_add(x, rkey, rb, 1);
+  ibv_wr_set_sge(x, lkey, la, 8);
+  rc = ibv_wr_complete(x);
+  WANT(rc == EOPNOTSUPP, "atomic wr_complete: %d", rc);
+  ibv_wr_start(x); /* aborted: nothing reaches B */
+  x->wr_id = 9;
+  x->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_rdma_write(x, rkey, rb + 65536 * 6);
+  ibv_wr_set_sge(x, lkey, la, 64);
+  ibv_wr_abort(x);
+  usleep(200000);
+  WANT(ibv_poll_cq(a.cq, 8, wc) == 0, "a completion after wr_abort");
+  WANT(b.buf[65536 * 6] == 0x11, "bytes written after wr_abort");
+  printf("wrapi ok\n");
+  return 0;
+}
+
 static const char* state_name(enum ibv_qp_state st) {
   return st == IBV_QPS_ERR ? "ERR" : st == IBV_QPS_RTS ? "RTS" : "other";
 }
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    fprintf(stderr, "usage: verbs_fault_app overrun|death DEV_A DEV_B\n");
+    fprintf(stderr, "usage: verbs_fault_app overrun|death|wrapi DEV_A DEV_B\n");
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
   alarm(30);  /* a hang ends as SIGALRM (exit by signal), never as a stuck test */
+  if (strcmp(argv[1], "wrapi") == 0) return wrapi(argv[2], argv[3]);
   const int overrun = strcmp(argv[1], "overrun") == 0;
   struct side a, b;
   make_side(&a, argv[2], overrun ? 4 : 64);

@@ -1,6 +1,9 @@
 """System test of verbs failure semantics on the drop-in libibverbs (rnic/verbs), between two
 tandem-rnic workers on the lab fabric:
 
+  * no fault, last: the extended send API (verbs_fault_app wrapi): one ibv_wr_* batch of WRITE,
+    WRITE_IMM, inline SEND, SEND_IMM and READ from an ibv_create_qp_ex QP, bytes and completions
+    checked on both sides; an atomic fails at wr_complete and wr_abort posts nothing;
   * CQ overrun (tests/system/verbs_fault_app.c, overrun): a send CQ of 4 takes 16 signaled WRITEs;
     the application polls the 4, then ibv_poll_cq fails and the QP is in ERR;
   * the worker dying under a verbs program (verbs_fault_app death): 16 64 KiB WRITEs in flight,
@@ -117,6 +120,15 @@ def main():
 
     perftest_death("ib_write_bw", [], "B")
     perftest_death("ib_send_bw", ["-e"], "A")  # the server (receiver) blocks in ibv_get_cq_event
+
+    # Run last: when it ran first, the death case after the overrun case stalled (its 64 KiB
+    # WRITEs did not reach 200 completions in 30 s), twice; the cause is not found yet.
+    r = subprocess.run([APP, "wrapi", "tandem_A_v1", "tandem_B_v1"], env=ENV, capture_output=True, text=True,
+                       timeout=60)
+    out = (r.stdout + r.stderr).strip()
+    check(r.returncode == 0 and "wrapi ok" in out,
+          f"ibv_wr_* batch (WRITE, WRITE_IMM, inline SEND, SEND_IMM, READ) from an ibv_create_qp_ex QP: "
+          f"bytes and completions as posted (exit {r.returncode}): {out[-200:]}")
     lab.stop(fab)
     if failed:
         for n in ("A", "B"):
