@@ -12,7 +12,7 @@ PACKAGES=(
   libsqlite3-dev nlohmann-json3-dev libyaml-cpp-dev
   libisal-dev zlib1g-dev libpcap-dev
   clang libclang-rt-14-dev
-  python3 python3-scapy python3-matplotlib python3-yaml tshark tcpreplay
+  python3 python3-scapy python3-matplotlib python3-yaml tshark tcpreplay prometheus
   iproute2 procps
 )
 HUGEPAGES=${TANDEM_HUGEPAGES:-1024}

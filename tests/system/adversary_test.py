@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -372,6 +373,11 @@ def storm_phase(table):
     check(tel.get("tenant_200_punts_over_quota", 0) > 0,
           f"the agent's telemetry shows blue's refusals on B (over quota "
           f"{tel.get('tenant_200_punts_over_quota')}, red served {tel.get('tenant_100_punts_served')})")
+    exporter = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "tandem-exporter")
+    text = subprocess.run([exporter, "--once", "--prefix", f"{TAG}-dpu"], capture_output=True, text=True).stdout
+    line = next((ln for ln in text.splitlines() if ln.startswith("tandem_dpu_tenant_punts{") and 'rnic="B"' in ln
+                 and 'tenant="200"' in ln and 'verdict="over_quota"' in ln), "")
+    check(line and float(line.split()[-1]) > 0, f"tandem-exporter gives them to Prometheus: {line}")
     ratio = p99(st) / p99(base) if base else float("nan")
     print(f"red's new-flow set-up p99: {p99(base):.2f} ms calm, {p99(st):.2f} ms during the storm "
           f"(x{ratio:.2f}; goal <= 2); median {sorted(base)[len(base) // 2] if base else 0:.2f} / "
