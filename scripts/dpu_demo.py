@@ -28,6 +28,8 @@ ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDe
 ap.add_argument("build")
 ap.add_argument("--seconds", type=float, default=6, help="length of each write_bw run (default 6)")
 ap.add_argument("--keep", action="store_true", help="keep the logs directory")
+ap.add_argument("--png", default="/tmp/tandem-dpu-tenants.png",
+                help="where to draw the tenants' goodput (default /tmp/tandem-dpu-tenants.png; '' for none)")
 args = ap.parse_args()
 
 B = args.build
@@ -92,6 +94,31 @@ def perf(name, srv_gid, cli_gid, secs):
                                                            "--gid", cli_gid, "127.0.0.1"],
                     f"{name}-cli", separate_stderr=True)
     return srv, cli
+
+
+def draw_tenants(png, goodput):
+    """The tenants' write_bw goodput side by side (matplotlib, no display)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("   (no matplotlib: no picture; scripts/setup.sh installs python3-matplotlib)")
+        return
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    names = list(goodput)
+    ax.bar(names, [goodput[n] for n in names], color=["tab:red", "tab:blue"][:len(names)])
+    for i, n in enumerate(names):
+        ax.text(i, goodput[n], f"{goodput[n]:.2f}", ha="center", va="bottom")
+    ax.set_ylabel("write_bw goodput (Gb/s)")
+    ax.set_title("tandem DPU mode: two tenants at once, verified")
+    fig.tight_layout()
+    try:
+        fig.savefig(png, dpi=100)
+        print(f"   picture: {png} (each tenant's goodput)")
+    except OSError as e:
+        print(f"   (could not write {png}: {e})")
+    plt.close(fig)
 
 
 def result(name, srv, cli, secs):
@@ -165,11 +192,15 @@ def main():
           f"write_bw --verify, {secs:.0f} s each, at the same time")
     red = perf("red", "192.168.7.1", "192.168.7.2", secs)
     blue = perf("blue", "192.168.8.1", "192.168.8.2", secs)
+    goodput = {}
     for name, (srv, cli) in (("red", red), ("blue", blue)):
         cc, sc, j, err = result(name, srv, cli, secs)
+        goodput[name] = j.get("bw_avg_gbps", 0) if cc == 0 and sc == 0 else 0
         print(f"   {name:5}: exit {cc}/{sc}, {j.get('iterations', 0)} x 64 KiB, {j.get('bw_avg_gbps', 0):.3f} Gb/s, "
               f"verify client {j.get('verify')}, server {j.get('server_verify')}" + (f"  ({err})" if err else ""))
 
+    if args.png:
+        draw_tenants(args.png, goodput)
     print("\n== isolation: tenant green's vNIC 192.168.9.2 (on B) tries to reach red's 192.168.7.1 (on A)")
     def denied():
         return sum(channel(n).get("punts", {}).get("denied", 0) for n in "AB")

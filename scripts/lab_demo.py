@@ -25,6 +25,9 @@ ap.add_argument("--seconds", type=float, default=24, help="length of the write_b
 ap.add_argument("--spray", default="round_robin", help="tandem-rnic --spray (default round_robin)")
 ap.add_argument("--cc", default="credit", help="tandem-rnic --cc (default credit)")
 ap.add_argument("--keep", action="store_true", help="keep the logs directory")
+ap.add_argument("--png", default="/tmp/tandem-lab-paths.png",
+                help="where to draw per-path delivery over time, failure window marked (default "
+                     "/tmp/tandem-lab-paths.png; '' for none)")
 args = ap.parse_args()
 
 FABRIC = f"{args.build}/apps/tandem-fabric/tandem-fabric"
@@ -52,6 +55,36 @@ def fabric_paths(tel):
 
 def path_delivered(paths):
     return [p.get("packets", 0) for p in paths]  # accepted for delivery; drops are counted apart
+
+
+def draw_paths(png, series, failed_at, healed_at):
+    """Per-path delivery over time with the failure window shaded (matplotlib, no display)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("   (no matplotlib: no picture; scripts/setup.sh installs python3-matplotlib)")
+        return
+    if not series:
+        return
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for k in range(len(series[0][1])):
+        ax.plot([t for t, _ in series], [r[k] / 1000 for _, r in series], marker="o", label=f"path {k}")
+    if failed_at is not None:
+        ax.axvspan(failed_at, healed_at if healed_at is not None else series[-1][0], color="red", alpha=0.12,
+                   label="path 1 down")
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("delivered (k packets/s)")
+    ax.set_title("tandem lab: per-path delivery, write_bw sprayed over 4 paths")
+    ax.legend(loc="upper right", fontsize="small")
+    fig.tight_layout()
+    try:
+        fig.savefig(png, dpi=100)
+        print(f"\n   picture: {png} (per-path delivery over time, failure window shaded)")
+    except OSError as e:
+        print(f"\n   (could not write {png}: {e})")
+    plt.close(fig)
 
 
 def stock_write_bw():
@@ -125,6 +158,7 @@ def main():
     failed_at = healed_at = None
     interval = max(1.0, secs / 12)
     qps = {n: {} for n in wtel}
+    series = []  # (seconds, [packets per second per path])
     while cli.poll() is None:
         time.sleep(interval)
         now = time.time() - t0
@@ -138,6 +172,7 @@ def main():
         cur = path_delivered(fabric_paths(ftel))
         delta = [c - l for c, l in zip(cur, last)]
         last = cur
+        series.append((now, [d / interval for d in delta]))
         print(f"   {now:4.0f}s " + "".join(f"{d:>9} " for d in delta) + f"  {event}", flush=True)
         for n, t in wtel.items():  # QPs go away with the application: keep the last view
             q = t.cmd("/tandem/rnic/qps")
@@ -146,6 +181,8 @@ def main():
         if now > secs + 60:
             raise RuntimeError("write_bw did not finish")
     srv.wait(30)
+    if args.png:
+        draw_paths(args.png, series, failed_at, healed_at)
     paths = fabric_paths(ftel)
     stock = stock_write_bw()
 
