@@ -57,6 +57,20 @@ def path_delivered(paths):
     return [p.get("packets", 0) for p in paths]  # accepted for delivery; drops are counted apart
 
 
+def dead_path_removals(rows):
+    """Removals of fabric path 1 by all of a worker's QPs (their core ports map onto
+    the fabric's paths as (port - 0xC000) mod 4, as the worker's egress route does)."""
+    n = 0
+    for q in rows.values():
+        try:
+            fab = [(int(p) - 0xC000) % len(PATHS) for p in q["path_ports"].split("/")]
+            rem = [int(x) for x in q["path_removals_per_path"].split("/")]
+        except (KeyError, ValueError, TypeError, AttributeError):
+            continue
+        n += sum(r for f, r in zip(fab, rem) if f == 1)
+    return n
+
+
 def draw_paths(png, series, failed_at, healed_at):
     """Per-path delivery over time with the failure window shaded (matplotlib, no display)."""
     try:
@@ -155,7 +169,7 @@ def main():
     print("   ----   path0     path1     path2     path3")
     t0 = time.time()
     last = path_delivered(fabric_paths(ftel))
-    failed_at = healed_at = None
+    failed_at = healed_at = time_to_remove = None
     interval = max(1.0, secs / 12)
     qps = {n: {} for n in wtel}
     series = []  # (seconds, [packets per second per path])
@@ -164,8 +178,16 @@ def main():
         now = time.time() - t0
         event = ""
         if failed_at is None and now >= secs / 4:
+            before = dead_path_removals(wtel["B"].cmd("/tandem/rnic/qps") or {})
             r = ftel.cmd("/tandem/fabric/path_set,1,down")
+            t_fail = time.time()
             failed_at, event = now, f"path 1 DOWN ({r.get('applied')})"
+            # How soon the sender takes it out: B's QP rows polled every 5 ms
+            # (an upper bound: the telemetry round trip is in it).
+            while time.time() - t_fail < 2 and dead_path_removals(wtel["B"].cmd("/tandem/rnic/qps") or {}) <= before:
+                time.sleep(0.005)
+            out_ms = (time.time() - t_fail) * 1000
+            time_to_remove = out_ms if out_ms < 2000 else None
         elif failed_at is not None and healed_at is None and now >= secs / 2:
             r = ftel.cmd("/tandem/fabric/path_set,1,up")
             healed_at, event = now, f"path 1 UP ({r.get('applied')})"
@@ -255,6 +277,8 @@ def main():
           f"(loss {sum(v for k, v in enumerate(totals['loss']) if k != 1)}, "
           f"silence {sum(v for k, v in enumerate(totals['silence']) if k != 1)}); "
           f"of the failed path 1: {totals['all'][1]}; stall-excused silences: {sum(totals['excused'])}")
+    print("   dead path 1 out " + (f"{time_to_remove:.0f} ms after its failure (sender B, polled every 5 ms)"
+                                   if time_to_remove is not None else "not within 2 s of its failure"))
     print("\n   worker drops by stage and reason:")
     for n in ("A", "B"):
         st = load(f"{n}.json")
