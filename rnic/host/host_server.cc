@@ -1079,6 +1079,8 @@ Status HostServer::apply_modify(const ControlMsg& msg, ibv_qp_state* state) noex
   QpInfo& q = qp->info;
   uint32_t mask = m.attr_mask;
   ibv_qp_state cur = q.state;
+  // Checked before the cast: an ibv_qp_state outside its enumerators is undefined behaviour.
+  if ((mask & IBV_QP_STATE) != 0 && m.qp_state > IBV_QPS_ERR) return Status::kInvalidArgument;
   ibv_qp_state target = (mask & IBV_QP_STATE) != 0 ? static_cast<ibv_qp_state>(m.qp_state) : cur;
   bool allowed = target == IBV_QPS_RESET || target == IBV_QPS_ERR ||
                  (cur == IBV_QPS_RESET && target == IBV_QPS_INIT) ||
