@@ -85,6 +85,34 @@ class RawClient {
     return rep.body.create_qp.qpn;
   }
 
+  // Drives the QP to RTS with the attributes each step needs.
+  void to_rts(uint32_t qpn) {
+    const ibv_qp_state steps[] = {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS};
+    const uint32_t masks[] = {IBV_QP_STATE, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
+                              IBV_QP_STATE | IBV_QP_SQ_PSN};
+    for (int i = 0; i < 3; ++i) {
+      Request r = request(MsgType::kModifyQp);
+      r.body.modify_qp.qpn = qpn;
+      r.body.modify_qp.attr_mask = masks[i];
+      r.body.modify_qp.qp_state = steps[i];
+      r.body.modify_qp.path_mtu = IBV_MTU_1024;
+      r.body.modify_qp.dest_qp_num = 0x100;
+      REQUIRE(call(r).hdr.status == 0);
+    }
+  }
+  // Writes w into the next SQ slot and moves the producer index past it.
+  void post_raw(const SendWqe& w) {
+    const QpQueueLayout l = qp_queue_layout(16, 16);
+    auto* ctl = reinterpret_cast<RingControl*>(qp_.data() + l.sq_control);
+    const uint32_t p = ctl->producer.load();
+    reinterpret_cast<SendWqe*>(qp_.data() + l.sq_entries)[p & 15] = w;
+    ctl->producer.store(p + 1, std::memory_order_release);
+  }
+  // The CQE at index i of the CQ ring.
+  const Cqe& cqe(uint32_t i) const {
+    return reinterpret_cast<const Cqe*>(cq_.data() + cq_layout(16).entries)[i & 15];
+  }
+
  private:
   HostServer& server_;
   int fd_ = -1;
@@ -121,6 +149,45 @@ TEST_CASE("modify_qp with a qp_state outside ibv_qp_state is refused as invalid 
     r.body.modify_qp.qp_state = IBV_QPS_INIT;
     CHECK(app.call(r).hdr.status == 0);
     CHECK(server.qp_info(qpn)->state == IBV_QPS_INIT);
+  }
+  server.poll(1'000'000'000);
+  CHECK(server.app_count() == 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a send WQE whose opcode byte is past ibv_wr_opcode completes in error and then flushes") {
+  // Found by fuzz_host_server: the worker cast the application's opcode byte
+  // to ibv_wr_opcode before checking it, and the error and flush paths read it
+  // back as one (UBSan, in the sanitized build: invalid enum load).
+  const std::string dir = test::make_temp_dir();
+  ServerConfig cfg;
+  cfg.socket_path = dir + "/rnic0.sock";
+  cfg.unmap_grace_ns = 0;
+  HostServer server(cfg);
+  {
+    RawClient app(server, cfg.socket_path);
+    const uint32_t qpn = app.make_qp();
+    app.to_rts(qpn);
+    SendWqe w{};
+    w.wr_id = 7;
+    w.opcode = 68;
+    w.send_flags = IBV_SEND_SIGNALED;
+    app.post_raw(w);
+    w.wr_id = 8;
+    w.opcode = 255;
+    app.post_raw(w);
+    SendWork out[4];
+    CHECK(server.fetch_send(qpn, out) == 0);
+    CHECK(server.qp_info(qpn)->state == IBV_QPS_ERR);
+    CHECK(server.counters().bad_wqe == 1);
+    CHECK(server.fetch_send(qpn, out) == 0);  // in ERR: the second one is flushed
+    CHECK(app.cqe(0).wr_id == 7);
+    CHECK(app.cqe(0).status == IBV_WC_LOC_QP_OP_ERR);
+    CHECK(app.cqe(0).opcode == IBV_WC_SEND);
+    CHECK(app.cqe(1).wr_id == 8);
+    CHECK(app.cqe(1).status == IBV_WC_WR_FLUSH_ERR);
+    CHECK(app.cqe(1).opcode == IBV_WC_SEND);
+    CHECK(server.send_queued(qpn) == 0);
   }
   server.poll(1'000'000'000);
   CHECK(server.app_count() == 0);
