@@ -166,7 +166,8 @@ uint32_t alloc_slot(std::vector<Slot>& slots, std::vector<uint32_t>& free_list, 
   return index;
 }
 
-ibv_wc_opcode wc_opcode_of(ibv_wr_opcode op) noexcept {
+// Takes the WQE's raw byte: an application's opcode past ibv_wr_opcode's range may not be cast to it.
+ibv_wc_opcode wc_opcode_of(uint8_t op) noexcept {
   switch (op) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -1140,6 +1141,8 @@ Status HostServer::apply_modify(const ControlMsg& msg, ibv_qp_state* state) noex
   QpInfo& q = qp->info;
   uint32_t mask = m.attr_mask;
   ibv_qp_state cur = q.state;
+  // Checked before the cast: an ibv_qp_state outside its enumerators is undefined behaviour.
+  if ((mask & IBV_QP_STATE) != 0 && m.qp_state > IBV_QPS_ERR) return Status::kInvalidArgument;
   ibv_qp_state target = (mask & IBV_QP_STATE) != 0 ? static_cast<ibv_qp_state>(m.qp_state) : cur;
   bool allowed = target == IBV_QPS_RESET || target == IBV_QPS_ERR ||
                  (cur == IBV_QPS_RESET && target == IBV_QPS_INIT) ||
@@ -1411,7 +1414,7 @@ std::size_t HostServer::fetch_send(uint32_t qpn, std::span<SendWork> out) noexce
     o.remote_addr = w.remote_addr;
     o.rkey = w.rkey;
     o.imm_data = w.imm_data;
-    o.opcode = static_cast<ibv_wr_opcode>(w.opcode);
+    o.opcode = why == IBV_WC_SUCCESS ? static_cast<ibv_wr_opcode>(w.opcode) : IBV_WR_SEND;  // cast once valid
     o.send_flags = w.send_flags;
     o.num_sge = 0;
     o.inline_len = 0;
@@ -1443,7 +1446,7 @@ std::size_t HostServer::fetch_send(uint32_t qpn, std::span<SendWork> out) noexce
       c.wr_id = w.wr_id;
       c.qp_num = qpn;
       c.status = static_cast<uint8_t>(why);
-      c.opcode = static_cast<uint8_t>(wc_opcode_of(static_cast<ibv_wr_opcode>(w.opcode)));
+      c.opcode = static_cast<uint8_t>(wc_opcode_of(w.opcode));
       c.vendor_err = vendor;
       if (!write_cqe(qp->info.send_cq, c)) return 0;  // retry when the CQ has room
       qp->sq.release(1);
@@ -1547,7 +1550,7 @@ void HostServer::flush_send(QpSlot& qp) noexcept {
     c.wr_id = w.wr_id;
     c.qp_num = qp.info.qpn;
     c.status = IBV_WC_WR_FLUSH_ERR;
-    c.opcode = static_cast<uint8_t>(wc_opcode_of(static_cast<ibv_wr_opcode>(w.opcode)));
+    c.opcode = static_cast<uint8_t>(wc_opcode_of(w.opcode));
     if (!write_cqe(qp.info.send_cq, c) && !cq_in_error(qp.info.send_cq)) break;  // room later
   }
   if (done > 0) {

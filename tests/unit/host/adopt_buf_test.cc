@@ -63,6 +63,10 @@ TEST_CASE("malloc'd, unaligned memory is registered in place with its contents k
   if (mr) CHECK(dereg_mr(mr) == 0);
   CHECK(dealloc_pd(pd) == 0);
   CHECK(close_device(ctx) == 0);
+  // The moved pages stay a shared memfd mapping: hand the allocator private ones back, or
+  // the fork test's child (same process, later) shares this heap memory and corrupts ours.
+  REQUIRE(mmap(block + page, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+          block + page);
   std::free(block);
 }
 
