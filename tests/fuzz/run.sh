@@ -32,7 +32,8 @@ FLAGS=(-std=c++20 -O1 -g -I"$ROOT" "${CRC_FLAGS[@]}" -fno-omit-frame-pointer)
 SAN=(-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
 WIRE=(common/wire/headers.cc common/wire/icrc.cc common/wire/opcode.cc common/wire/roce_packet.cc)
 PCAP=(common/pcap/pcap_reader.cc common/pcap/pcap_writer.cc)
-HOST=(rnic/host/host_server.cc rnic/host/host_server_srq.cc rnic/host/shm_region.cc rnic/host/unix_channel.cc)
+HOST=(rnic/host/host_server.cc rnic/host/host_server_srq.cc rnic/host/resource_quota.cc rnic/host/shm_region.cc
+      rnic/host/unix_channel.cc)
 
 # Rebuilds $1 from the remaining sources only when one of them (or a header
 # they may include) is newer.
