@@ -127,9 +127,11 @@ run_long() {
 for t in fuzz_parse_roce fuzz_pcap_reader fuzz_rnic_channel fuzz_icrc fuzz_host_server; do replay "$t"; done
 run=run_one
 ((LONG)) && run=run_long
-$run fuzz_parse_roce "$WORK/new-frames" "$WORK/frames"
-$run fuzz_pcap_reader "$WORK/new-pcaps" "$WORK/pcaps"
-$run fuzz_rnic_channel "$WORK/new-cmds" "$WORK/cmds"
-$run fuzz_icrc "$WORK/new-crc" "$WORK/frames"
-$run fuzz_host_server "$WORK/new-host" "$WORK/host"
+# FUZZ_TARGETS="a b": only those (e.g. one target's long run again).
+pick() { [[ -z ${FUZZ_TARGETS:-} ]] || [[ " $FUZZ_TARGETS " == *" $1 "* ]]; }
+pick fuzz_parse_roce && $run fuzz_parse_roce "$WORK/new-frames" "$WORK/frames"
+pick fuzz_pcap_reader && $run fuzz_pcap_reader "$WORK/new-pcaps" "$WORK/pcaps"
+pick fuzz_rnic_channel && $run fuzz_rnic_channel "$WORK/new-cmds" "$WORK/cmds"
+pick fuzz_icrc && $run fuzz_icrc "$WORK/new-crc" "$WORK/frames"
+pick fuzz_host_server && $run fuzz_host_server "$WORK/new-host" "$WORK/host"
 exit $fail
