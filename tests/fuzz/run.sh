@@ -97,12 +97,13 @@ run_one() {
     echo "fuzz: $name ok: $(grep -E '^stat::number_of_executed_units' "$OUT/$name.log" | awk '{print $2}') inputs, $(grep -E '^#[0-9]+.*cov:' "$OUT/$name.log" | tail -1 | grep -oE 'cov: [0-9]+')"
   fi
 }
-# Long mode: fork mode keeps fuzzing past crashes (each kept as an artifact)
+# Long mode: fork mode keeps fuzzing past crashes (each kept as an artifact),
+# one job per core (FUZZ_JOBS to change it),
 # and reports totals over its jobs on "#N: cov: ... oom/timeout/crash: a/b/c" lines.
 run_long() {
   local name=$1 corpus=$2 seeds=$3 log=$OUT/$1.long.log mark=$OUT/.$1.long.start
   touch "$mark"
-  "$OUT/$name" -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
+  "$OUT/$name" -fork="${FUZZ_JOBS:-$(nproc)}" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
     -max_total_time="$SECONDS_EACH" -max_len=9100 -timeout=10 -rss_limit_mb=1024 \
     -artifact_prefix="$OUT/$name-" "$corpus" "$seeds" >"$log" 2>&1 || true
   local last execs found
