@@ -12,8 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "../host/server_thread.h"
-#include "rnic/host/device_registry.h"
+#include "one_device.h"
 
 namespace th = tandem::rnic::host;
 
@@ -21,19 +20,8 @@ TEST_CASE("a nonblocking completion channel gives EAGAIN, and async_fd is a quie
   th::ServerConfig config;
   config.vnic_ips = {0xC0A80701};
   th::test::ServerThread st(config);
-  const std::string dir = std::filesystem::path(st.path).parent_path() / "devices";
-  th::DeviceRecord d;
-  d.name = "tandem_T_v1";
-  d.socket = st.path;
-  d.vnic_ip = 0xC0A80701;
-  d.pid = getpid();
-  REQUIRE(th::write_device(dir, d).empty());
-  setenv("TANDEM_DEVICES", dir.c_str(), 1);
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  REQUIRE(n == 1);
-  ibv_context* ctx = ibv_open_device(list[0]);
-  REQUIRE(ctx != nullptr);
+  th::test::OneDevice dev(st, "tandem_T_v1", 0xC0A80701);
+  ibv_context* ctx = dev.ctx;
 
   pollfd p{ctx->async_fd, POLLIN, 0};
   CHECK(ctx->async_fd >= 0);
@@ -59,6 +47,6 @@ TEST_CASE("a nonblocking completion channel gives EAGAIN, and async_fd is a quie
   CHECK(ibv_destroy_cq(cq) == 0);
   CHECK(ibv_destroy_comp_channel(ch) == 0);
   CHECK(ibv_close_device(ctx) == 0);
-  ibv_free_device_list(list);
+  dev.ctx = nullptr;
   unsetenv("TANDEM_DEVICES");
 }

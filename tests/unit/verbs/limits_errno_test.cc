@@ -13,8 +13,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "../host/server_thread.h"
-#include "rnic/host/device_registry.h"
+#include "one_device.h"
 
 namespace th = tandem::rnic::host;
 
@@ -39,19 +38,8 @@ TEST_CASE("verbs creates over a vNIC's limit fail with EAGAIN, registered bytes 
   config.limits.per_vnic[th::resource_index(th::Resource::kPds)] = 1;
   config.limits.per_vnic[th::resource_index(th::Resource::kBytes)] = 1 << 20;
   th::test::ServerThread st(config);
-  const std::string dir = std::filesystem::path(st.path).parent_path() / "devices";
-  th::DeviceRecord d;
-  d.name = "tandem_T_v1";
-  d.socket = st.path;
-  d.vnic_ip = 0xC0A80701;
-  d.pid = getpid();
-  REQUIRE(th::write_device(dir, d).empty());
-  setenv("TANDEM_DEVICES", dir.c_str(), 1);
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  REQUIRE(n == 1);
-  ibv_context* ctx = ibv_open_device(list[0]);
-  REQUIRE(ctx != nullptr);
+  th::test::OneDevice dev(st, "tandem_T_v1", 0xC0A80701);
+  ibv_context* ctx = dev.ctx;
 
   ibv_pd* pd = ibv_alloc_pd(ctx);
   REQUIRE(pd != nullptr);
@@ -101,6 +89,6 @@ TEST_CASE("verbs creates over a vNIC's limit fail with EAGAIN, registered bytes 
   CHECK(ibv_destroy_cq(cq) == 0);
   CHECK(ibv_dealloc_pd(pd) == 0);
   CHECK(ibv_close_device(ctx) == 0);
-  ibv_free_device_list(list);
+  dev.ctx = nullptr;
   unsetenv("TANDEM_DEVICES");
 }

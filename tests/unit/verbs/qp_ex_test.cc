@@ -15,8 +15,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "../host/server_thread.h"
-#include "rnic/host/device_registry.h"
+#include "one_device.h"
 #include "rnic/verbs/qp_ex.h"
 
 namespace th = tandem::rnic::host;
@@ -64,19 +63,8 @@ struct Lab {
   Lab() {
     config.vnic_ips = {0xC0A80801};
     st = std::make_unique<th::test::ServerThread>(config);
-    dir = std::filesystem::path(st->path).parent_path() / "devices";
-    th::DeviceRecord d;
-    d.name = "tandem_X_v1";
-    d.socket = st->path;
-    d.vnic_ip = 0xC0A80801;
-    d.pid = getpid();
-    REQUIRE(th::write_device(dir, d).empty());
-    setenv("TANDEM_DEVICES", dir.c_str(), 1);
-    int n = 0;
-    list = ibv_get_device_list(&n);
-    REQUIRE(n == 1);
-    ctx = ibv_open_device(list[0]);
-    REQUIRE(ctx != nullptr);
+    dev = std::make_unique<th::test::OneDevice>(*st, "tandem_X_v1", 0xC0A80801);
+    ctx = dev->ctx;
     pd = ibv_alloc_pd(ctx);
     cq = ibv_create_cq(ctx, 64, nullptr, nullptr, 0);
     REQUIRE((pd && cq));
@@ -92,9 +80,6 @@ struct Lab {
     munmap(buf, kBuf);
     ibv_destroy_cq(cq);
     ibv_dealloc_pd(pd);
-    ibv_close_device(ctx);
-    ibv_free_device_list(list);
-    unsetenv("TANDEM_DEVICES");
   }
   ibv_qp_init_attr_ex attr_ex(uint64_t ops) const {
     ibv_qp_init_attr_ex a{};
@@ -114,8 +99,7 @@ struct Lab {
   static constexpr std::size_t kBuf = 1 << 16;
   th::ServerConfig config;
   std::unique_ptr<th::test::ServerThread> st;
-  std::string dir;
-  ibv_device** list = nullptr;
+  std::unique_ptr<th::test::OneDevice> dev;
   ibv_context* ctx = nullptr;
   ibv_pd* pd = nullptr;
   ibv_cq* cq = nullptr;
