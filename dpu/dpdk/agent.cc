@@ -325,12 +325,17 @@ class Agent final : public AgentHooks {
     const Tenant* t = state_.tenant(vni);
     uint64_t quota = t && t->flow_quota ? t->flow_quota : c_.tenant_flow_quota;
     if (quota == 0) quota = std::max<uint32_t>(1, to.ch->table_capacity() / 4);
-    uint64_t used = to.inflight[vni];
+    return to.inflight[vni] + flows_on(to, vni) < quota;
+  }
+
+  // Tenant vni's flows (egress entries) that `l`'s RNIC has committed.
+  uint64_t flows_on(const Link& l, uint32_t vni) const {
+    uint64_t n = 0;
     for (uint32_t id : state_.vnics_of(vni)) {
       const Vnic* v = state_.vnic(id);
-      if (v && v->rnic == to.name) used += to.ch->shadow().egress_of_vnic(id);
+      if (v && v->rnic == l.name) n += l.ch->shadow().egress_of_vnic(id);
     }
-    return used < quota;
+    return n;
   }
 
   // A resolution committed: undo it if level 1 changed meanwhile (derive.h).
@@ -394,15 +399,9 @@ class Agent final : public AgentHooks {
   // and the tenant's flows on this RNIC.
   json tenant_punts_json(const Link& l) const {
     json t = json::object();
-    for (const auto& [vni, st] : l.fair.stats()) {
-      uint64_t flows = 0;
-      for (uint32_t id : state_.vnics_of(vni)) {
-        const Vnic* v = state_.vnic(id);
-        if (v && v->rnic == l.name) flows += l.ch->shadow().egress_of_vnic(id);
-      }
+    for (const auto& [vni, st] : l.fair.stats())
       t[std::to_string(vni)] = {{"queued", st.queued}, {"served", st.served}, {"dropped", st.dropped},
-                                {"over_quota", st.over_quota}, {"flows", flows}};
-    }
+                                {"over_quota", st.over_quota}, {"flows", flows_on(l, vni)}};
     return t;
   }
 

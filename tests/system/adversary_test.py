@@ -254,13 +254,18 @@ def b_back():
             and ctl.channel("B").get("state") == "ACTIVE")
 
 
+def restart_b(extra=(), capacity=128):
+    """Worker B replaced by a new process (the agent replays its table), serving again."""
+    lab.stop(workers[1])
+    workers[1] = start_worker("B", "h1.sock", extra, capacity)
+    wait_for(b_back, "worker B did not come back ACTIVE with its vNICs", timeout=40)
+
+
 def collision_phase(known, victim_name):
     """Worker B restarted under KNOWN_KEY (known) or a secret of its own; blue's flows to
-    the crafted addresses, then red's new flow 7.2 -> 7.3. Returns (refused, verified)."""
-    global workers
-    lab.stop(workers[1])
-    workers[1] = start_worker("B", "h1.sock", ["--insecure-table-hash-key", "%x:%x" % KNOWN_KEY] if known else [])
-    wait_for(b_back, "worker B did not come back ACTIVE with its vNICs", timeout=40)
+    the crafted addresses, then red's new flow 7.2 -> 7.3. Returns (blue's flows installed, agent
+    table_full added, B's full_buckets, red verified, red's client exit)."""
+    restart_b(["--insecure-table-hash-key", "%x:%x" % KNOWN_KEY] if known else [])
     full0 = ctl.channel("B").get("stats", {}).get("table_full", 0)
     name = f"blue-{victim_name}"
     app = lab.start([MANY, f"{D}/B.rnic", D, name, str(len(CRAFTED)), ",".join(CRAFTED)], name)
@@ -343,9 +348,7 @@ def p99(xs):
 
 def storm_phase(table):
     # A table that holds both tenants' shares (the collision phases ran B at 128 entries).
-    lab.stop(workers[1])
-    workers[1] = start_worker("B", "h1.sock", capacity=4096)
-    wait_for(b_back, "worker B did not come back ACTIVE with its vNICs", timeout=40)
+    restart_b(capacity=4096)
     red_new_flows("warm-up", 69, n=20)  # a restarted worker's first flows fault pages in: not the baseline
     base_rc, base = red_new_flows("calm", 70)
     check(base_rc == 0 and len(base) == 60, f"red's 60 new flows without a storm are set up: routes installed, RTS ({len(base)} of 60)")
