@@ -16,21 +16,12 @@ using nlohmann::json;
 
 constexpr std::size_t kQpsPerPage = 16;  // the worker's /tandem/rnic/qps page
 
-struct Refused : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 json agent(const FlowShowArgs& a, const json& req) {
   json r = call(a.socket, req);
   if (!r.value("ok", false)) throw Refused(r.value("error", std::string("refused")));
   return r;
 }
 
-const TelemetryEndpoint* by_pid(const std::vector<TelemetryEndpoint>& eps, long pid) {
-  for (const auto& e : eps)
-    if (pid != 0 && e.pid == pid) return &e;
-  return nullptr;
-}
 
 // --fabric, or the only process on the machine that answers as a fabric.
 const TelemetryEndpoint* pick_fabric(const std::vector<TelemetryEndpoint>& eps, const std::string& prefix,
@@ -234,53 +225,67 @@ void print_flow(const json& f) {
 
 }  // namespace
 
+const TelemetryEndpoint* by_pid(const std::vector<TelemetryEndpoint>& eps, long pid) {
+  for (const auto& e : eps)
+    if (pid != 0 && e.pid == pid) return &e;
+  return nullptr;
+}
+
+nlohmann::json collect_flow(const FlowShowArgs& a, std::vector<TelemetryEndpoint>& eps,
+                            const TelemetryEndpoint** fabric) {
+  eps = discover_telemetry(a.runtime_dir);
+  uint32_t vni = a.vni;
+  std::string src = a.src, dst = a.dst;
+  if (!a.rnic.empty()) {  // by RNIC and QPN: the worker knows the QP's tenant, vNIC and peer
+    const json r = agent(a, {{"cmd", "rnic.show"}, {"name", a.rnic}});
+    const long pid = r["rnic"].value("channel", json::object()).value("bar", json::object()).value("rnic_pid", 0L);
+    const TelemetryEndpoint* w = by_pid(eps, pid);
+    if (!w)
+      throw Refused("RNIC " + a.rnic + "'s worker (pid " + std::to_string(pid) + ") has no telemetry socket under " +
+                    a.runtime_dir + " (not running on this machine?)");
+    const json q = telemetry_query(*w, "/tandem/rnic/qp," + std::to_string(a.qpn));
+    if (!q.is_object() || q.contains("error"))
+      throw Refused("RNIC " + a.rnic + " has no live QP " + std::to_string(a.qpn));
+    if (q.value("vni", 0u) == 0)
+      throw Refused("QP " + std::to_string(a.qpn) + " on " + a.rnic + " carries no flow yet (state " +
+                    q.value("state", "?") + ": it has no peer before RTR)");
+    vni = q["vni"];
+    dst = q["remote"];
+    const json vnics = agent(a, json{{"cmd", "vnic.list"}});
+    for (const json& v : vnics["vnics"])
+      if (v["id"] == q["vnic"]) src = v["overlay_ip"];
+    if (src.empty()) throw Refused("QP " + std::to_string(a.qpn) + "'s vNIC " + q["vnic"].dump() + " is unknown to the agent");
+  }
+  json flow = agent(a, {{"cmd", "flow.show"}, {"vni", vni}, {"src", src}, {"dst", dst}})["flow"];
+  std::string note;
+  const TelemetryEndpoint* fab = pick_fabric(eps, a.fabric, note);
+  if (fabric) *fabric = fab;
+  flow["fabric"] = fab ? json{{"prefix", fab->prefix}, {"paths", telemetry_query(*fab, "/tandem/fabric/paths")}}
+                       : json{{"note", note}};
+  std::map<std::string, std::string> underlay;
+  for (const json& m : flow["level1"]["mappings"])
+    if (m.contains("underlay_ip")) underlay[m["overlay_ip"]] = m["underlay_ip"];
+  for (json& e : flow["ends"]) {
+    const long pid = e["channel"].value("rnic_pid", 0L);
+    const TelemetryEndpoint* w = by_pid(eps, pid);
+    if (!w) {
+      e["worker"] = {{"error", pid ? "pid " + std::to_string(pid) + " has no telemetry socket under " + a.runtime_dir
+                                   : std::string("no worker has attached to the channel")}};
+      continue;
+    }
+    const std::string me = e["vnic"]["overlay_ip"];
+    const std::string peer = me == src ? dst : src;
+    e["worker"] = worker_view(*w);
+    e["qps"] = flow_qps(*w, vni, e["vnic"]["id"].get<uint32_t>(), peer);
+    e["by_fabric_path"] = by_fabric_path(e["qps"], fab, underlay[me]);
+  }
+  return flow;
+}
+
 int flow_show(const FlowShowArgs& a) {
   try {
-    const std::vector<TelemetryEndpoint> eps = discover_telemetry(a.runtime_dir);
-    uint32_t vni = a.vni;
-    std::string src = a.src, dst = a.dst;
-    if (!a.rnic.empty()) {  // by RNIC and QPN: the worker knows the QP's tenant, vNIC and peer
-      const json r = agent(a, {{"cmd", "rnic.show"}, {"name", a.rnic}});
-      const long pid = r["rnic"].value("channel", json::object()).value("bar", json::object()).value("rnic_pid", 0L);
-      const TelemetryEndpoint* w = by_pid(eps, pid);
-      if (!w)
-        throw Refused("RNIC " + a.rnic + "'s worker (pid " + std::to_string(pid) + ") has no telemetry socket under " +
-                      a.runtime_dir + " (not running on this machine?)");
-      const json q = telemetry_query(*w, "/tandem/rnic/qp," + std::to_string(a.qpn));
-      if (!q.is_object() || q.contains("error"))
-        throw Refused("RNIC " + a.rnic + " has no live QP " + std::to_string(a.qpn));
-      if (q.value("vni", 0u) == 0)
-        throw Refused("QP " + std::to_string(a.qpn) + " on " + a.rnic + " carries no flow yet (state " +
-                      q.value("state", "?") + ": it has no peer before RTR)");
-      vni = q["vni"];
-      dst = q["remote"];
-      const json vnics = agent(a, json{{"cmd", "vnic.list"}});
-      for (const json& v : vnics["vnics"])
-        if (v["id"] == q["vnic"]) src = v["overlay_ip"];
-      if (src.empty()) throw Refused("QP " + std::to_string(a.qpn) + "'s vNIC " + q["vnic"].dump() + " is unknown to the agent");
-    }
-    json flow = agent(a, {{"cmd", "flow.show"}, {"vni", vni}, {"src", src}, {"dst", dst}})["flow"];
-    std::string note;
-    const TelemetryEndpoint* fab = pick_fabric(eps, a.fabric, note);
-    flow["fabric"] = fab ? json{{"prefix", fab->prefix}, {"paths", telemetry_query(*fab, "/tandem/fabric/paths")}}
-                         : json{{"note", note}};
-    std::map<std::string, std::string> underlay;
-    for (const json& m : flow["level1"]["mappings"])
-      if (m.contains("underlay_ip")) underlay[m["overlay_ip"]] = m["underlay_ip"];
-    for (json& e : flow["ends"]) {
-      const long pid = e["channel"].value("rnic_pid", 0L);
-      const TelemetryEndpoint* w = by_pid(eps, pid);
-      if (!w) {
-        e["worker"] = {{"error", pid ? "pid " + std::to_string(pid) + " has no telemetry socket under " + a.runtime_dir
-                                     : std::string("no worker has attached to the channel")}};
-        continue;
-      }
-      const std::string me = e["vnic"]["overlay_ip"];
-      const std::string peer = me == src ? dst : src;
-      e["worker"] = worker_view(*w);
-      e["qps"] = flow_qps(*w, vni, e["vnic"]["id"].get<uint32_t>(), peer);
-      e["by_fabric_path"] = by_fabric_path(e["qps"], fab, underlay[me]);
-    }
+    std::vector<TelemetryEndpoint> eps;
+    const json flow = collect_flow(a, eps, nullptr);
     if (a.json)
       std::cout << flow.dump(2) << "\n";
     else

@@ -6,7 +6,12 @@
 // that path's counters. docs/operations.md "Following one flow".
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "apps/tandemctl/telemetry_client.h"
 
 namespace tandem::dpu::ctl {
 
@@ -23,5 +28,16 @@ struct FlowShowArgs {
 
 // Prints the flow; returns the exit status (0, or 2 with the reason on stderr).
 int flow_show(const FlowShowArgs& a);
+
+// A refusal to report as "tandemctl: <command>: <reason>".
+struct Refused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// What flow show prints, as JSON; also the telemetry endpoints found and the
+// lab fabric (nullptr if none or several). Throws Refused.
+nlohmann::json collect_flow(const FlowShowArgs& a, std::vector<TelemetryEndpoint>& eps,
+                            const TelemetryEndpoint** fabric);
+const TelemetryEndpoint* by_pid(const std::vector<TelemetryEndpoint>& eps, long pid);
 
 }  // namespace tandem::dpu::ctl

@@ -15,6 +15,7 @@
 
 #include "apps/tandemctl/control_client.h"
 #include "apps/tandemctl/flow_show.h"
+#include "apps/tandemctl/trace_cmd.h"
 
 using nlohmann::json;
 
@@ -251,12 +252,49 @@ int main(int argc, char** argv) {
     req["cmd"] = "flow.show";
   });
 
+  CLI::App* trc = group("trace", "Trace units: per-packet timelines of one flow across both RNICs and the fabric");
+  static tandem::dpu::ctl::TraceArgs ta;
+  ta.flow.runtime_dir = "/var/run/dpdk";
+  s = trc->add_subcommand("start",
+                          "Install a rule for one flow in both workers and the lab fabric (over their telemetry):\n"
+                          "their matching packets leave records in each process's trace ring");
+  s->fallthrough();
+  s->add_option("--vni", ta.flow.vni, "Tenant")->required();
+  s->add_option("--src", ta.flow.src, "Overlay source IPv4")->required();
+  s->add_option("--dst", ta.flow.dst, "Overlay destination IPv4")->required();
+  s->add_option("--qpn", ta.qpn, "Only this QP of the source end (and its peer)");
+  auto* tcount = s->add_option("--count", ta.count, "Records each process writes at most");
+  s->add_option("--seconds", ta.seconds, "For this long (default 10 s unless --count)")->excludes(tcount);
+  s->add_option("--fabric", ta.flow.fabric, "tandem-fabric file prefix (default: the only fabric running here)");
+  s->add_option("--runtime-dir", ta.flow.runtime_dir, "DPDK runtime directory");
+  s->final_callback([&] { req["cmd"] = "trace.start"; });
+  s = trc->add_subcommand("stop", "Remove the rule from the processes trace start armed (records stay)");
+  s->fallthrough();
+  s->final_callback([&] { req["cmd"] = "trace.stop"; });
+  s = trc->add_subcommand("show",
+                          "Merge the armed processes' trace rings into per-packet timelines: where each packet ended\n"
+                          "(delivered, dropped at a stage for a reason, in flight), its retransmissions, the latency\n"
+                          "between stages. Without --all only packets with a drop, a retransmission or no delivery");
+  s->fallthrough();
+  s->add_flag("--all", ta.all, "Every packet's timeline");
+  s->add_option("--limit", ta.limit, "Timelines printed at most (default 20)");
+  s->add_option("--prefix", ta.prefixes, "Read these processes' rings (file prefixes) instead of the session's");
+  s->add_option("--runtime-dir", ta.flow.runtime_dir, "DPDK runtime directory");
+  s->final_callback([&] { req["cmd"] = "trace.show"; });
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
+  if (req.value("cmd", "").rfind("trace.", 0) == 0) {
+    ta.flow.socket = socket;
+    ta.flow.json = as_json;
+    const std::string c = req["cmd"];
+    return c == "trace.start" ? tandem::dpu::ctl::trace_start(ta)
+                              : c == "trace.stop" ? tandem::dpu::ctl::trace_stop(ta) : tandem::dpu::ctl::trace_show(ta);
+  }
   if (req.value("cmd", "") == "flow.show") {
     fa.socket = socket;
     fa.json = as_json;

@@ -21,6 +21,9 @@ class TscClock {
     return static_cast<uint64_t>((static_cast<unsigned __int128>(cycles) * mult_) >> 32);
   }
   uint64_t hz() const noexcept { return hz_; }
+  // ns = (tsc - base) * mult >> 32 (what a trace reader inverts: trace_ring.h)
+  uint64_t base() const noexcept { return base_; }
+  uint64_t mult() const noexcept { return mult_; }
 
  private:
   uint64_t hz_;

@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <x86intrin.h>
+
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -12,7 +14,8 @@
 
 namespace tandem::common::trace {
 
-RingFile RingFile::create(const std::string& path, uint64_t capacity, int64_t clock_offset_ns, const char* process) {
+RingFile RingFile::create(const std::string& path, uint64_t capacity, int64_t clock_offset_ns, const char* process,
+                          uint64_t tsc_base, uint64_t tsc_mult) {
   if (capacity == 0 || (capacity & (capacity - 1)) != 0) throw std::invalid_argument("trace ring: capacity not a power of two");
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error("trace ring " + path + ": " + std::strerror(errno));
@@ -25,7 +28,7 @@ RingFile RingFile::create(const std::string& path, uint64_t capacity, int64_t cl
   void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
   if (mem == MAP_FAILED) throw std::runtime_error("trace ring " + path + ": mmap: " + std::strerror(errno));
-  ring_init(mem, capacity, clock_offset_ns, process);
+  ring_init(mem, capacity, clock_offset_ns, process, tsc_base, tsc_mult);
   return RingFile(mem, bytes);
 }
 
@@ -53,11 +56,39 @@ RingFile::~RingFile() {
   if (mem_) ::munmap(mem_, bytes_);
 }
 
-int64_t monotonic_raw_offset(uint64_t now_ns) {
+namespace {
+int64_t raw_ns() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
-  const int64_t raw = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-  return raw - static_cast<int64_t>(now_ns);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+}  // namespace
+
+int64_t monotonic_raw_offset(uint64_t now_ns) { return raw_ns() - static_cast<int64_t>(now_ns); }
+
+TscCalibration calibrate_tsc(unsigned ms) {
+  // Each anchor: the clock read between two TSC reads, the narrowest of a few.
+  auto anchor = [](uint64_t& cyc, int64_t& ns) {
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 16; ++i) {
+      const uint64_t a = __rdtsc();
+      const int64_t t = raw_ns();
+      const uint64_t b = __rdtsc();
+      if (b - a < best) {
+        best = b - a;
+        cyc = a + (b - a) / 2;
+        ns = t;
+      }
+    }
+  };
+  TscCalibration c;
+  uint64_t c0 = 0;
+  int64_t t0 = 0;
+  anchor(c0, t0);
+  ::usleep(ms * 1000);
+  anchor(c.anchor_cycles, c.anchor_ns);
+  c.hz = static_cast<double>(c.anchor_cycles - c0) * 1e9 / static_cast<double>(c.anchor_ns - t0);
+  return c;
 }
 
 }  // namespace tandem::common::trace

@@ -7,18 +7,19 @@
 #include <string>
 #include <vector>
 
+#include "common/trace/trace_merge.h"
 #include "common/trace/trace_ring.h"
 
 namespace tandem::common::trace {
 
 inline constexpr const char* kRingFileName = "tandem-trace.ring";
-inline constexpr uint64_t kDefaultCapacity = 16384;  // 640 KiB of records
+inline constexpr uint64_t kDefaultCapacity = 32768;  // 1.25 MiB of records
 
 class RingFile {
  public:
   // Creates (or truncates) `path` with a ring of `capacity` records.
   static RingFile create(const std::string& path, uint64_t capacity, int64_t clock_offset_ns,
-                         const char* process);
+                         const char* process, uint64_t tsc_base = 0, uint64_t tsc_mult = 0);
   // Maps an existing ring read-only; throws std::runtime_error if it is not one.
   static RingFile open(const std::string& path);
   RingFile(RingFile&& o) noexcept : mem_(o.mem_), bytes_(o.bytes_) { o.mem_ = nullptr; }
@@ -36,5 +37,9 @@ class RingFile {
 // CLOCK_MONOTONIC_RAW minus `now_ns` of the caller's own clock read at the
 // same moment: what a writer stores as its ring's clock_offset_ns.
 int64_t monotonic_raw_offset(uint64_t now_ns);
+
+// The TSC against CLOCK_MONOTONIC_RAW, measured by the reader over `ms`
+// (merge() converts every TSC writer's records with it).
+TscCalibration calibrate_tsc(unsigned ms = 20);
 
 }  // namespace tandem::common::trace

@@ -12,6 +12,7 @@ const char* outcome_name(Outcome o) noexcept {
     case Outcome::kDropped: return "dropped";
     case Outcome::kInFlight: return "in_flight";
     case Outcome::kUnknown: return "unknown";
+    case Outcome::kEdge: return "edge";
   }
   return "?";
 }
@@ -30,6 +31,7 @@ bool is_drop(const Record& r) noexcept {
 }
 
 void classify(Timeline& t, Merged& m, VerdictNamer namer) {
+  const bool edge = !t.events.empty() && (t.events.front().t_ns < m.window_start_ns || t.events.back().t_ns > m.window_end_ns);
   uint32_t copy = 0;
   const Event* last_tx = nullptr;
   const Event* accepted = nullptr;
@@ -37,11 +39,10 @@ void classify(Timeline& t, Merged& m, VerdictNamer namer) {
   const Event* last_drop = nullptr;
   for (Event& e : t.events) {
     if (e.r.stage == Stage::kTx) {
-      e.copy = ++copy;
+      copy = std::max(copy, e.copy);
       last_tx = &e;
       continue;
     }
-    e.copy = copy;
     if (e.r.stage == Stage::kRxCore && e.r.verdict == 0 && !accepted) accepted = &e;
     if (e.r.stage == Stage::kRxCore && e.r.verdict != 0 && namer(e.r.stage, e.r.verdict) == "duplicate") dup = &e;
     if (is_drop(e.r)) {
@@ -51,25 +52,35 @@ void classify(Timeline& t, Merged& m, VerdictNamer namer) {
     }
   }
   t.copies = copy;
-  t.foreign = copy == 0 && !t.events.empty();
+  t.foreign = copy == 0 && !t.events.empty() && !edge;
   t.first_ns = t.events.empty() ? 0 : t.events.front().t_ns;
   t.end_ns = t.events.empty() ? 0 : t.events.back().t_ns;
   if (accepted) {
     t.outcome = Outcome::kDelivered;
     t.end_ns = accepted->t_ns;
-    // The hops of the copy that got through: tx -> each later stage of it.
+    // The hops of the copy that got through, along the way a packet goes:
+    // the first record of each stage it passed, consecutive ones paired.
+    static constexpr Stage kWay[] = {Stage::kTx, Stage::kFabricEnqueue, Stage::kFabricDeliver, Stage::kRxCore};
     const Event* prev = nullptr;
-    for (const Event& e : t.events) {
-      if (e.copy != accepted->copy || e.t_ns > accepted->t_ns) continue;
-      if (prev) m.hops[std::string(stage_name(prev->r.stage)) + ">" + std::string(stage_name(e.r.stage))]
-                    .push_back(e.t_ns - prev->t_ns);
-      prev = &e;
+    for (Stage st : kWay) {
+      const Event* at = nullptr;
+      for (const Event& e : t.events)
+        if (e.copy == accepted->copy && e.r.stage == st && e.t_ns <= accepted->t_ns) {
+          at = &e;
+          break;
+        }
+      if (!at) continue;
+      if (prev && at->t_ns >= prev->t_ns)
+        m.hops[std::string(stage_name(prev->r.stage)) + ">" + std::string(stage_name(st))].push_back(at->t_ns - prev->t_ns);
+      prev = at;
     }
   } else if (dup && (!last_drop || last_drop == dup)) {
     t.outcome = Outcome::kDuplicate;
   } else if (last_drop && (!last_tx || last_drop->t_ns >= last_tx->t_ns)) {
     t.outcome = Outcome::kDropped;
     t.drop = static_cast<int>(last_drop - t.events.data());
+  } else if (edge) {
+    t.outcome = Outcome::kEdge;
   } else if (last_tx) {
     t.outcome = Outcome::kInFlight;
   }
@@ -77,18 +88,33 @@ void classify(Timeline& t, Merged& m, VerdictNamer namer) {
 
 }  // namespace
 
-Merged merge(const std::vector<RingDump>& rings, VerdictNamer namer) {
+Merged merge(const std::vector<RingDump>& rings, VerdictNamer namer, const TscCalibration* cal) {
   Merged m;
   std::map<PacketKey, Timeline> by_key;
-  for (const RingDump& d : rings)
+  bool first_ring = true;
+  for (const RingDump& d : rings) {
+    uint64_t lo = UINT64_MAX, hi = 0;
     for (const Record& r : d.records) {
       ++m.records;
       const PacketKey k{r.src_ip, r.dst_ip, r.dqpn & 0xFFFFFF, r.psn & 0xFFFFFF, r.opcode};
       Timeline& t = by_key[k];
       t.key = k;
-      const int64_t t_ns = static_cast<int64_t>(r.ts_ns) + d.clock_offset_ns;
-      t.events.push_back(Event{static_cast<uint64_t>(std::max<int64_t>(0, t_ns)), d.process, r, 0});
+      int64_t t_ns = static_cast<int64_t>(r.ts_ns) + d.clock_offset_ns;
+      if (cal && cal->hz > 0 && d.tsc_mult != 0) {
+        const uint64_t cycles = d.tsc_base + static_cast<uint64_t>((static_cast<unsigned __int128>(r.ts_ns) << 32) / d.tsc_mult);
+        const double dc = static_cast<double>(static_cast<int64_t>(cycles - cal->anchor_cycles));
+        t_ns = cal->anchor_ns + static_cast<int64_t>(dc * 1e9 / cal->hz);
+      }
+      const auto at = static_cast<uint64_t>(std::max<int64_t>(0, t_ns));
+      lo = std::min(lo, at);
+      hi = std::max(hi, at);
+      t.events.push_back(Event{at, d.process, r, 0});
     }
+    if (d.records.empty()) continue;
+    m.window_start_ns = first_ring ? lo : std::max(m.window_start_ns, lo);
+    m.window_end_ns = first_ring ? hi : std::min(m.window_end_ns, hi);
+    first_ring = false;
+  }
   m.packets.reserve(by_key.size());
   for (auto& [k, t] : by_key) {
     // Same time: the order the stages come in on the way (tx before fabric
@@ -96,7 +122,50 @@ Merged merge(const std::vector<RingDump>& rings, VerdictNamer namer) {
     std::stable_sort(t.events.begin(), t.events.end(), [](const Event& a, const Event& b) {
       return a.t_ns != b.t_ns ? a.t_ns < b.t_ns : a.r.stage < b.r.stage;
     });
-    m.packets.push_back(std::move(t));
+    // Transmissions: a retransmission is another copy of the packet before
+    // it; one not flagged so (a repeated ACK of one PSN) is a packet of its
+    // own. Every other record joins the transmission with its IPv4 id; one
+    // with none traced (sent before the rule, or by another sender) joins a
+    // packet of the untraced.
+    std::vector<Timeline> pk;
+    std::map<uint16_t, std::pair<std::size_t, uint32_t>> by_id;  // ip id -> (packet, copy)
+    for (const Event& e : t.events) {
+      if (e.r.stage != Stage::kTx) continue;
+      if (pk.empty() || !(e.r.flags & kFlagRetransmit)) {
+        pk.emplace_back();
+        pk.back().key = k;
+      }
+      Event x = e;
+      x.copy = static_cast<uint32_t>(std::count_if(pk.back().events.begin(), pk.back().events.end(),
+                                                    [](const Event& y) { return y.r.stage == Stage::kTx; })) + 1;
+      by_id[e.r.ip_id] = {pk.size() - 1, x.copy};
+      pk.back().events.push_back(x);
+    }
+    std::size_t untraced = SIZE_MAX;
+    for (const Event& e : t.events) {
+      if (e.r.stage == Stage::kTx) continue;
+      Event x = e;
+      std::size_t at;
+      if (auto it = by_id.find(e.r.ip_id); it != by_id.end()) {
+        at = it->second.first;
+        x.copy = it->second.second;
+      } else {
+        if (untraced == SIZE_MAX) {
+          untraced = pk.size();
+          pk.emplace_back();
+          pk.back().key = k;
+        }
+        at = untraced;
+        x.copy = 0;
+      }
+      pk[at].events.push_back(x);
+    }
+    for (Timeline& p : pk) {
+      std::stable_sort(p.events.begin(), p.events.end(), [](const Event& a, const Event& b) {
+        return a.t_ns != b.t_ns ? a.t_ns < b.t_ns : a.r.stage < b.r.stage;
+      });
+      m.packets.push_back(std::move(p));
+    }
   }
   for (Timeline& t : m.packets) {
     classify(t, m, namer);

@@ -3,6 +3,8 @@
 // and each packet gets where it ended. A packet is what the wire names it:
 // (underlay source, destination, destination QP, PSN, opcode); the copies a
 // sender resent share it, and each record after a copy's tx is that copy's.
+// A transmission of the same name not flagged as a retransmission (a repeated
+// ACK) starts a packet of its own.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,14 @@ struct RingDump {
   std::string process;
   int64_t clock_offset_ns = 0;
   std::vector<Record> records;
+  uint64_t tsc_base = 0, tsc_mult = 0;  // RingHeader's: a TSC writer (0: use clock_offset_ns)
+};
+
+// One reader's measure of the TSC: cycles at anchor_ns (CLOCK_MONOTONIC_RAW) and the rate.
+struct TscCalibration {
+  uint64_t anchor_cycles = 0;
+  int64_t anchor_ns = 0;
+  double hz = 0;
 };
 
 struct Event {
@@ -33,6 +43,7 @@ enum class Outcome : uint8_t {
   kDropped,     // the last copy was dropped at `drop` (stage, verdict)
   kInFlight,    // sent, nothing seen after (still on its way, or lost where nothing traces)
   kUnknown,     // records but no transmission and no verdict
+  kEdge,        // no verdict, and some process's rule did not cover its time (the trace window's edge)
 };
 const char* outcome_name(Outcome o) noexcept;
 
@@ -48,7 +59,7 @@ struct Timeline {
   Outcome outcome = Outcome::kUnknown;
   uint32_t copies = 0;         // transmissions seen (retransmissions = copies - 1)
   uint32_t drops = 0;          // copies dropped on the way (any stage)
-  bool foreign = false;        // arrived with no traced transmission (another sender)
+  bool foreign = false;        // arrived with no traced transmission (another sender), inside the window
   bool out_of_order = false;   // accepted ahead of a lower PSN of its QP (reordering)
   int drop = -1;  // index in events of the drop that ended it (kDropped)
   uint64_t first_ns = 0, end_ns = 0;  // first record; delivery (or last record)
@@ -60,11 +71,17 @@ struct Merged {
   std::map<std::string, uint64_t> drops_at;            // "stage/verdict" -> copies dropped there
   std::map<std::string, std::vector<uint64_t>> hops;   // "stage>stage" -> latencies (ns) of delivered copies
   uint64_t records = 0;
+  // The time every process with records was recording: from the latest
+  // first record to the earliest last one.
+  uint64_t window_start_ns = 0, window_end_ns = 0;
 };
 
 // `verdict_name(stage, verdict)` names a verdict (DropReason or PathDrop).
+// With `cal`, the records of TSC writers go back to cycles and onto
+// CLOCK_MONOTONIC_RAW through it: processes whose own TSC rates were
+// measured a little differently still agree to the cycle.
 using VerdictNamer = std::string (*)(Stage, uint8_t);
-Merged merge(const std::vector<RingDump>& rings, VerdictNamer namer);
+Merged merge(const std::vector<RingDump>& rings, VerdictNamer namer, const TscCalibration* cal = nullptr);
 
 // p-th percentile (0..100) of xs (sorted in place); 0 for none.
 uint64_t percentile(std::vector<uint64_t>& xs, double p);

@@ -3,7 +3,8 @@
 // core, transmit), so `tandemctl trace show` can merge the records of several
 // processes into one timeline per packet. A record names the packet as the
 // wire does (underlay source and destination, BTH destination QP, PSN,
-// opcode), the path (UDP source port), the stage and its verdict.
+// opcode), the path (UDP source port), the stage and its verdict; the IPv4
+// id tells the transmissions (copies) of one packet apart.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +53,7 @@ struct Record {
   uint8_t opcode = 0;
   uint8_t verdict = 0;
   uint8_t flags = 0;
-  uint16_t pad = 0;
+  uint16_t ip_id = 0;  // the frame's IPv4 id: which transmission (copy) a later record belongs to
   uint32_t seq = 0;  // the ring's write index (low 32 bits): a torn read is detected by it
 };
 static_assert(sizeof(Record) == 40);

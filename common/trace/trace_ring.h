@@ -23,10 +23,14 @@ struct RingHeader {
   uint32_t version = 1;
   uint32_t record_size = sizeof(Record);
   uint64_t capacity = 0;       // records, a power of two
-  int64_t clock_offset_ns = 0;  // CLOCK_MONOTONIC_RAW = record ts + this
+  int64_t clock_offset_ns = 0;  // CLOCK_MONOTONIC_RAW ~ record ts + this (drifts with a TSC clock's rate error)
+  // A TSC writer's clock (ts = (tsc - tsc_base) * tsc_mult >> 32): readers
+  // turn records back into TSC cycles, which every process on the machine
+  // shares exactly, and convert those with one calibration of their own.
+  uint64_t tsc_base = 0, tsc_mult = 0;
   char process[48] = {};       // e.g. "tandem-rnic A" (who wrote it)
   std::atomic<uint64_t> head{0};  // records ever written
-  uint64_t pad[5] = {};
+  uint64_t pad[3] = {};
 };
 static_assert(sizeof(RingHeader) % 64 == 0);
 
@@ -36,10 +40,13 @@ inline Record* ring_records(RingHeader* h) noexcept { return reinterpret_cast<Re
 inline const Record* ring_records(const RingHeader* h) noexcept { return reinterpret_cast<const Record*>(h + 1); }
 
 // Lays a ring out in `mem` (ring_bytes(capacity) bytes, zeroed by the caller or not).
-inline RingHeader* ring_init(void* mem, uint64_t capacity, int64_t clock_offset_ns, const char* process) noexcept {
+inline RingHeader* ring_init(void* mem, uint64_t capacity, int64_t clock_offset_ns, const char* process,
+                             uint64_t tsc_base = 0, uint64_t tsc_mult = 0) noexcept {
   auto* h = new (mem) RingHeader{};
   h->capacity = capacity;
   h->clock_offset_ns = clock_offset_ns;
+  h->tsc_base = tsc_base;
+  h->tsc_mult = tsc_mult;
   std::strncpy(h->process, process, sizeof h->process - 1);
   std::memset(static_cast<void*>(ring_records(h)), 0, capacity * sizeof(Record));
   h->magic = kRingMagic;

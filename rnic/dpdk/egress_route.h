@@ -23,6 +23,7 @@ struct EgressRoute {
   uint64_t version = kUnresolved;  // table version it was resolved at
   uint32_t peer = 0;               // remote overlay address it was resolved for
   uint32_t underlay = 0;           // the remote's underlay address: where its packets must come from
+  uint32_t local_underlay = 0;     // this port's (traces name packets by both)
   uint32_t count = 1;              // paths
   uint32_t mask = 0;               // count - 1 (used when count is a power of two)
   bool pow2 = true;
@@ -54,6 +55,7 @@ struct EgressRoute {
     ports = (a.path_set_id != 0 && a.path_set_id <= path_sets.size()) ? path_sets[a.path_set_id - 1].data()
                                                                        : nullptr;
     underlay = a.underlay_dst_ip;
+    local_underlay = a.underlay_src_ip;
     version = table_version;
     peer = remote;
   }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/trace/tracer.h"
 #include "common/wire/drop_reason.h"
 #include "common/wire/headers.h"
 #include "common/wire/icrc.h"
@@ -83,28 +84,21 @@ class RxStage {
     uint32_t taken = 0;
     for (uint16_t at = 0; at < n; at += kMaxBurst) {
       const uint16_t b = static_cast<uint16_t>(n - at < kMaxBurst ? n - at : kMaxBurst);
-      const uint16_t ok = validate(m + at, b, k);
-      // Pass 3: the tenant check, in arrival order (it depends on nothing
-      // the core changes).
-      uint16_t in = 0;
-      for (uint16_t i = 0; i < ok; ++i) {
-        const uint16_t j = good_[i];
-        common::RocePacket& pkt = pkt_[j];
-        uint8_t* data = data_[j];
-        const common::DropReason r = ingress(pkt, data);
-        if (r != common::DropReason::kNone) [[unlikely]] {
-          k.drop(Stage::kIngress, r);
-          continue;
-        }
-        refs_[in++] = RxPacketRef{&pkt, data + pkt.payload_offset, pkt.payload_len};
-      }
-      // Pass 4: the core, the burst at once (one QP lookup per run of
-      // requests to one QP), in arrival order.
-      const uint32_t took = core.on_packets(refs_, in, now, why_);
-      if (took != in) [[unlikely]]
-        for (uint16_t i = 0; i < in; ++i)
-          if (why_[i] != common::DropReason::kNone) k.drop(Stage::kCore, why_[i]);
-      taken += took;
+      taken += chunk<false>(m + at, b, core, k, now, ingress, nullptr);
+    }
+    k.rx_accepted += taken;
+    return taken;
+  }
+  // The same with tracing (common/trace): one test of `trace.active()` per
+  // burst; only a burst under a rule runs the recording variant.
+  template <class Ingress>
+  uint32_t run(rte_mbuf* const* m, uint16_t n, Transport& core, WorkerCounters& k, uint64_t now, Ingress&& ingress,
+               common::trace::Tracer& trace) noexcept {
+    uint32_t taken = 0;
+    for (uint16_t at = 0; at < n; at += kMaxBurst) {
+      const uint16_t b = static_cast<uint16_t>(n - at < kMaxBurst ? n - at : kMaxBurst);
+      taken += trace.active() ? chunk<true>(m + at, b, core, k, now, ingress, &trace)
+                              : chunk<false>(m + at, b, core, k, now, ingress, nullptr);
     }
     k.rx_accepted += taken;
     return taken;
@@ -116,6 +110,11 @@ class RxStage {
   // parse_roce with its ICRC check would classify them, and each parsed
   // packet's icrc_checked/icrc_computed are set as parse_roce sets them.
   uint16_t validate(rte_mbuf* const* m, uint16_t n, WorkerCounters& k) noexcept {
+    return validate<false>(m, n, k, nullptr, 0);
+  }
+  template <bool kTrace>
+  uint16_t validate(rte_mbuf* const* m, uint16_t n, WorkerCounters& k, common::trace::Tracer* trace,
+                    uint64_t now) noexcept {
     static constexpr common::ParseOptions kHeadersOnly{.check_icrc = false, .check_ip_checksum = true};
     for (uint16_t i = 0; i < n && i < kPrefetchAhead; ++i) rte_prefetch0(rte_pktmbuf_mtod(m[i], void*));
     k.rx_packets += n;
@@ -162,6 +161,8 @@ class RxStage {
       pkt.icrc_computed = icrc_[j];
       if (icrc_[j] != pkt.icrc) [[unlikely]] {
         k.drop(Stage::kParse, common::DropReason::kBadIcrc);
+        if constexpr (kTrace) trace_rx(*trace, pkt, pkt.bth.dqpn, common::trace::Stage::kRxParse,
+                                       common::DropReason::kBadIcrc, now);
         continue;
       }
       good_[ok++] = static_cast<uint8_t>(j);
@@ -173,6 +174,58 @@ class RxStage {
   const common::RocePacket& packet(uint16_t i) const noexcept { return pkt_[good_[i]]; }
 
  private:
+  // One burst of n <= kMaxBurst frames: passes 1-2 (validate), 3 (the tenant
+  // check, in arrival order: it depends on nothing the core changes) and 4
+  // (the core, the burst at once: one QP lookup per run of requests to one
+  // QP). kTrace: packets the rule matches leave a record where they end.
+  template <bool kTrace, class Ingress>
+  uint32_t chunk(rte_mbuf* const* m, uint16_t b, Transport& core, WorkerCounters& k, uint64_t now, Ingress& ingress,
+                 common::trace::Tracer* trace) noexcept {
+    const uint16_t ok = validate<kTrace>(m, b, k, trace, now);
+    uint16_t in = 0;
+    for (uint16_t i = 0; i < ok; ++i) {
+      const uint16_t j = good_[i];
+      common::RocePacket& pkt = pkt_[j];
+      uint8_t* data = data_[j];
+      [[maybe_unused]] const uint32_t wire_dqpn = pkt.bth.dqpn;  // ingress rewrites it to the core's
+      const common::DropReason r = ingress(pkt, data);
+      if (r != common::DropReason::kNone) [[unlikely]] {
+        k.drop(Stage::kIngress, r);
+        if constexpr (kTrace) trace_rx(*trace, pkt, wire_dqpn, common::trace::Stage::kRxIngress, r, now);
+        continue;
+      }
+      if constexpr (kTrace) wire_dqpn_[in] = wire_dqpn;
+      refs_[in++] = RxPacketRef{&pkt, data + pkt.payload_offset, pkt.payload_len};
+    }
+    const uint32_t took = core.on_packets(refs_, in, now, why_);
+    if (took != in) [[unlikely]]
+      for (uint16_t i = 0; i < in; ++i)
+        if (why_[i] != common::DropReason::kNone) k.drop(Stage::kCore, why_[i]);
+    if constexpr (kTrace)
+      for (uint16_t i = 0; i < in; ++i)
+        trace_rx(*trace, *refs_[i].pkt, wire_dqpn_[i], common::trace::Stage::kRxCore,
+                 took == in ? common::DropReason::kNone : why_[i], now);
+    return took;
+  }
+
+  static void trace_rx(common::trace::Tracer& t, const common::RocePacket& pkt, uint32_t wire_dqpn,
+                       common::trace::Stage stage, common::DropReason verdict, uint64_t now) noexcept {
+    const common::Ipv4Header& ip = pkt.has_outer ? pkt.outer.ip : pkt.ip;
+    if (!t.matches(ip.src, ip.dst, wire_dqpn, pkt.bth.pkey)) return;
+    common::trace::Record r;
+    r.ts_ns = now;
+    r.src_ip = ip.src;
+    r.dst_ip = ip.dst;
+    r.dqpn = wire_dqpn;
+    r.psn = pkt.bth.psn;
+    r.sport = pkt.has_outer ? pkt.outer.udp.sport : pkt.udp.sport;
+    r.ip_id = ip.id;
+    r.stage = stage;
+    r.opcode = pkt.bth.opcode;
+    r.verdict = static_cast<uint8_t>(verdict);
+    t.record(r);
+  }
+
   // The scratch area for multi-segment frames, allocated on the first one
   // (never in steady state; a failed allocation drops the frame).
   bool scratch_ready() noexcept {
@@ -193,6 +246,7 @@ class RxStage {
   uint8_t good_[kMaxBurst];
   RxPacketRef refs_[kMaxBurst];
   common::DropReason why_[kMaxBurst];
+  uint32_t wire_dqpn_[kMaxBurst];
   std::vector<uint8_t> scratch_;
 };
 

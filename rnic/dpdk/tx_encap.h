@@ -162,6 +162,11 @@ class TxEncap {
   bool copy_;
   bool iova_is_va_;
   uint16_t ip_id_ = 0;
+
+ public:
+  uint16_t last_ip_id() const noexcept { return static_cast<uint16_t>(ip_id_ - 1); }  // of the frame build() made last
+
+ private:
   uint16_t stash_n_ = 0;
   uint16_t pending_n_ = 0;
   rte_mbuf* stash_[kStash];  // allocated header mbufs, used from the top (alloc_hdr resets them)

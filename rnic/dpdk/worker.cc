@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/dpdk/eal.h"
+#include "common/dpdk/process_trace.h"
 #include "common/dpdk/stop_signal.h"
 #include "common/dpdk/telemetry.h"
 #include "common/dpdk/unmap_guard.h"
@@ -43,6 +44,7 @@
 #include <unistd.h>
 
 #include "rnic/dpdk/dma_registry.h"
+#include "rnic/dpdk/tx_trace.h"
 #include "rnic/dpdk/dpu_link.h"
 #include "rnic/dpdk/egress_route.h"
 #include "rnic/dpdk/host_control.h"
@@ -146,6 +148,7 @@ struct QpCtx {
   uint16_t pkey = 0xFFFF;  // BTH P_Key: stamped on its packets, required of arriving ones
   uint32_t remote_overlay = 0;
   uint32_t remote_underlay = 0;
+  uint32_t dest_qpn = 0;  // the remote QP (what this QP's packets carry in the BTH)
   uint32_t mtu = 0;
   std::vector<host::SendWork> send_slots;
   std::vector<uint32_t> send_free;
@@ -208,6 +211,7 @@ class Worker {
     qps_x_->buffer().rows.resize(c.max_qps);
     stats_x_->buffer().rows.resize(kMaxCounterRows);
     drop_names();  // built here, not on the lcore's first publication
+    trace_ = cd::open_process_trace("tandem-rnic " + c.name, clock_);
   }
 
   void setup_port(rte_mempool* hdr_pool, rte_mempool* ext_pool, uint16_t n_ports, TxPayloadMode mode) {
@@ -383,6 +387,7 @@ class Worker {
   cd::TscClock clock_;
   uint16_t n_ports_ = 1;
   std::unique_ptr<DpuLink> dpu_;  // DPU mode only
+  std::shared_ptr<cd::ProcessTrace> trace_;  // trace units (common/trace): the lcore's tracer and its ring
 };
 
 // ------------------------------------------------------------------ receive
@@ -398,6 +403,7 @@ uint32_t Worker::rx_port(uint16_t port, uint64_t now) noexcept {
   const uint16_t n = rte_eth_rx_burst(port, 0, pkts, kBurst);
   if (n == 0) return 0;
   const Level2Table::Snapshot snap = table_.begin_read();
+  if (trace_->tracer.active()) [[unlikely]] now = clock_.now_ns();  // records stamped after the burst arrived
   rx_.run(pkts, n, core_, k_, now, [&](common::RocePacket& pkt, uint8_t* data) noexcept {
     QpCtx* q = nullptr;
     const DropReason r = ingress(pkt, data, snap, &q);
@@ -405,7 +411,7 @@ uint32_t Worker::rx_port(uint16_t port, uint64_t now) noexcept {
     translate_remote(*q, pkt, data + pkt.payload_offset);
     pkt.bth.dqpn = q->core_qpn;
     return DropReason::kNone;
-  });
+  }, trace_->tracer);
   rte_pktmbuf_free_bulk(pkts, n);  // placement copied what it kept
   return n;
 }
@@ -508,6 +514,7 @@ uint32_t Worker::tx_drain() noexcept {
   if (!tx_flush() && tx_n_ == kBurst) return 0;  // the port is full: leave the core's queue alone
   if (tx.empty()) return 0;
   const Level2Table::Snapshot snap = table_.begin_read();
+  const bool tracing = trace_->tracer.active();
   uint32_t n = 0;
   while (!tx.empty() && tx_n_ < kBurst) {
     const TxDesc& d = tx.front();
@@ -524,7 +531,9 @@ uint32_t Worker::tx_drain() noexcept {
       tx.pop();
       continue;
     }
-    rte_mbuf* m = encap_->build(d, r->tmpl_for(d.bth.dqpn), r->sport(d.udp_sport), true);
+    const uint16_t sport = r->sport(d.udp_sport);
+    rte_mbuf* m = encap_->build(d, r->tmpl_for(d.bth.dqpn), sport, true);
+    if (tracing) [[unlikely]] trace_tx(trace_->tracer, d, *r, sport, encap_->last_ip_id(), clock_.now_ns());
     if (d.retransmit) ++k_.tx_retransmits;
     tx.pop();
     if (m == nullptr) {
@@ -662,6 +671,7 @@ const Level2Entry* Worker::find_route(QpCtx& q, const host::QpInfo& info, uint32
 int Worker::apply_rtr(QpCtx& q, const host::QpInfo& info, const Level2Entry& e, uint32_t remote) {
   q.remote_overlay = remote;
   q.remote_underlay = e.egress.underlay_dst_ip;
+  q.dest_qpn = info.dest_qp_num;
   q.route.invalidate();  // the vNIC may have changed
   q.mtu = std::min(mtu_bytes(info.path_mtu), c_.mtu);
   QpAttr a;
@@ -1083,6 +1093,7 @@ void Worker::loop() {
     uint64_t now = clock_.now_ns();
     if (end_ns && now >= end_ns) break;
     ++k_.loop_iterations;
+    trace_->tracer.poll(now);  // a new or expired trace rule: one load when nothing changed
     // The port's regions (memif) stay mapped until the idle sleep (unmap_guard.h).
     cd::PortSection in_ports;
     uint32_t work = rx_burst(now);
@@ -1220,6 +1231,7 @@ void Worker::fill_qp_rows(port::QpRows& out) const noexcept {
     r.vni = q.vni;
     r.remote_overlay = q.remote_overlay;
     r.remote_underlay = q.remote_underlay;
+    r.dest_qpn = q.dest_qpn;
     r.mtu = q.mtu;
     r.route_pending = q.route_pending;
     r.route_wait_us = q.route_wait_ns / 1000;
@@ -1478,6 +1490,7 @@ void Worker::register_telemetry() {
         out.u64("vni", q.vni);
         out.str("remote", format_ipv4(q.remote_overlay));
         out.str("remote_underlay", format_ipv4(q.remote_underlay));
+        out.u64("dest_qpn", q.dest_qpn);
         out.u64("mtu", q.mtu);
         out.u64("route_pending", q.route_pending);
         out.u64("route_wait_us", q.route_wait_us);
@@ -1512,6 +1525,7 @@ void Worker::register_telemetry() {
           });
         return 0;
       });
+  cd::register_trace_telemetry("/tandem/rnic/trace", trace_);
   register_limits_telemetry(host_.quotas(), [this](uint32_t ip) {
     std::lock_guard<std::mutex> g(vnics_mu_);
     return vnic_id(vnics_, ip);

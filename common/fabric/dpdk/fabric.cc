@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/dpdk/eal.h"
+#include "common/dpdk/process_trace.h"
 #include "common/dpdk/idle_loop.h"
 #include "common/dpdk/port.h"
 #include "common/dpdk/stop_signal.h"
@@ -63,7 +64,28 @@ struct Held {
   rte_mbuf* m;
   uint64_t at;
   uint16_t port;
+  bool traced = false;  // a trace rule matched it on the way in: its delivery is recorded too
 };
+
+// A RoCEv2 frame's trace identity (common/trace): false for anything else.
+bool roce_identity(const uint8_t* eth, uint32_t dlen, trace::Record& r, uint16_t& pkey) noexcept {
+  if (dlen < 34 || eth[12] != 0x08 || eth[13] != 0x00) return false;
+  const uint8_t* ip = eth + 14;
+  const uint32_t ihl = (ip[0] & 0x0F) * 4u;
+  if (ip[9] != 17 || dlen < 14 + ihl + 8 + 12) return false;
+  const uint8_t* udp = ip + ihl;
+  if ((udp[2] << 8 | udp[3]) != 4791) return false;
+  const uint8_t* bth = udp + 8;
+  r.src_ip = uint32_t{ip[12]} << 24 | uint32_t{ip[13]} << 16 | uint32_t{ip[14]} << 8 | ip[15];
+  r.dst_ip = uint32_t{ip[16]} << 24 | uint32_t{ip[17]} << 16 | uint32_t{ip[18]} << 8 | ip[19];
+  r.sport = static_cast<uint16_t>(udp[0] << 8 | udp[1]);
+  r.opcode = bth[0];
+  r.dqpn = uint32_t{bth[5]} << 16 | uint32_t{bth[6]} << 8 | bth[7];
+  r.psn = uint32_t{bth[9]} << 16 | uint32_t{bth[10]} << 8 | bth[11];
+  r.ip_id = static_cast<uint16_t>(ip[4] << 8 | ip[5]);
+  pkey = static_cast<uint16_t>(bth[2] << 8 | bth[3]);
+  return true;
+}
 
 // A path: the sans-I/O model plus a FIFO of the mbufs it holds. The model
 // keeps deliveries in time order per path, so a FIFO is the time queue.
@@ -92,6 +114,7 @@ struct Fabric {
   std::atomic<uint32_t> ctl_seq{0};
   uint32_t ctl_seen = 0;
   uint64_t held_at_exit = 0;
+  std::shared_ptr<dpdk::ProcessTrace> trace;  // trace units: the lcore's tracer and its ring
 
   explicit Fabric(const FabricConfig& c) : cfg(c), routes(c.routes), rng(c.rng_seed) {}
 
@@ -111,8 +134,31 @@ struct Fabric {
 
   void flush_path(PathState& ps, PathDrop why) noexcept {
     const uint32_t n = ps.held();
-    while (ps.head != ps.tail) rte_pktmbuf_free(ps.fifo[ps.head++ & ps.mask].m);
+    const uint64_t now = trace->tracer.active() ? clock.now_ns() : 0;
+    while (ps.head != ps.tail) {
+      const Held& h = ps.fifo[ps.head++ & ps.mask];
+      if (h.traced) [[unlikely]] trace_held(h, trace::Stage::kFabricDrop, why, static_cast<uint32_t>(&ps - paths.get()), now);
+      rte_pktmbuf_free(h.m);
+    }
     ps.model.count_drops(why, n);
+  }
+
+  // Records a packet of a traced flow at a stage; false if the rule does not match it.
+  bool trace_packet(const uint8_t* eth, uint32_t dlen, trace::Stage stage, PathDrop why, uint32_t path,
+                    uint64_t now) noexcept {
+    trace::Record r;
+    uint16_t pkey = 0;
+    if (!roce_identity(eth, dlen, r, pkey) || !trace->tracer.matches(r.src_ip, r.dst_ip, r.dqpn, pkey)) return false;
+    r.ts_ns = now;
+    r.stage = stage;
+    r.verdict = static_cast<uint8_t>(why);
+    r.aux = path;
+    trace->tracer.record(r);
+    return true;
+  }
+  void trace_held(const Held& h, trace::Stage stage, PathDrop why, uint32_t path, uint64_t now) noexcept {
+    if (trace->tracer.active())
+      trace_packet(rte_pktmbuf_mtod(h.m, const uint8_t*), rte_pktmbuf_data_len(h.m), stage, why, path, now);
   }
 
   void apply_control() noexcept {
@@ -164,19 +210,25 @@ struct Fabric {
       rte_pktmbuf_free(m);
       return;
     }
-    PathState& ps = paths[ecmp_pick(t, n_paths, cfg.ecmp_seed)];
+    const uint32_t k = ecmp_pick(t, n_paths, cfg.ecmp_seed);
+    PathState& ps = paths[k];
+    bool traced = false;
+    if (trace->tracer.active()) [[unlikely]]
+      traced = trace_packet(eth, dlen, trace::Stage::kFabricEnqueue, PathDrop::kNone, k, clock.now_ns());
     if (ps.held() > ps.mask) {
       ps.model.count_drop(PathDrop::kHoldFull);
+      if (traced) trace_packet(eth, dlen, trace::Stage::kFabricDrop, PathDrop::kHoldFull, k, clock.now_ns());
       rte_pktmbuf_free(m);
       return;
     }
     const PathVerdict v = ps.model.admit(len, now, rng);
     if (v.drop != PathDrop::kNone) {
+      if (traced) trace_packet(eth, dlen, trace::Stage::kFabricDrop, v.drop, k, clock.now_ns());
       rte_pktmbuf_free(m);
       return;
     }
     if (v.mark_ce && mark_ce_ipv4(ip, dlen - 14) == EcnMark::kNotEct) ps.ce_not_ect++;
-    ps.fifo[ps.tail++ & ps.mask] = Held{m, v.deliver_at, static_cast<uint16_t>(out)};
+    ps.fifo[ps.tail++ & ps.mask] = Held{m, v.deliver_at, static_cast<uint16_t>(out), traced};
   }
 
   // Moves every packet whose time has come to its output port's TX buffer.
@@ -191,6 +243,7 @@ struct Fabric {
       while (ps.head != ps.tail) {
         const Held& h = ps.fifo[ps.head & ps.mask];
         if (h.at > now) break;
+        if (h.traced) [[unlikely]] trace_held(h, trace::Stage::kFabricDeliver, PathDrop::kNone, k, now);
         PortState& p = ports[h.port];
         p.tx_buf[p.tx_n++] = h.m;
         if (p.tx_n == kBurst) flush_port(p);
@@ -212,6 +265,7 @@ struct Fabric {
       apply_control();
       bool work = false;
       uint64_t now = clock.now_ns();
+      trace->tracer.poll(now);
       ++iteration;
       {
         // Every rx and tx burst of the round; a memif peer's regions stay
@@ -329,6 +383,7 @@ struct Fabric {
                                }
                                return 0;
                              });
+    dpdk::register_trace_telemetry("/tandem/fabric/trace", trace);
     dpdk::telemetry_register(
         "/tandem/fabric/route",
         "The path a packet takes: <src-ip>,<dst-ip>,<udp-sport>[,<udp-dport>=4791]",
@@ -441,6 +496,8 @@ int run(const FabricConfig& c) {
     fabric->ports.push_back(std::move(p));
   }
   if (c.pdump) dpdk::pdump_init();
+  // Four times a worker's ring: the fabric records every traced packet twice (in and out), both ways.
+  fabric->trace = dpdk::open_process_trace("tandem-fabric", fabric->clock, 4 * trace::kDefaultCapacity);
   fabric->register_telemetry();
   if (!dpdk::unmap_guard_active())
     std::fprintf(stderr, "tandem-fabric: warning: munmap is not interposed (built without "

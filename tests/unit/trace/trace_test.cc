@@ -26,8 +26,9 @@ struct Ring {
 };
 
 Record rec(uint64_t ts, Stage s, uint32_t psn, uint8_t verdict = 0, uint16_t sport = 0xC000, uint32_t src = kB,
-           uint32_t dst = kA, uint8_t flags = 0) {
+           uint32_t dst = kA, uint8_t flags = 0, uint16_t ip_id = 0) {
   Record r;
+  r.ip_id = ip_id;
   r.ts_ns = ts;
   r.src_ip = src;
   r.dst_ip = dst;
@@ -155,28 +156,59 @@ TEST_CASE("merge: rings on different clocks become one timeline per packet, in t
   CHECK(m.hops["fabric_deliver>rx_core"] == std::vector<uint64_t>{7'000});
 }
 
+TEST_CASE("merge: TSC writers whose rates were measured differently agree to the cycle") {
+  // Two processes on one TSC (3 GHz): one measured 2.99 GHz, the other 3.01 GHz,
+  // and they started at different cycles. The same moment, 10 s in, must
+  // come out the same; their own ns (plus a start offset) would be 67 ms apart.
+  auto mult = [](double hz) { return static_cast<uint64_t>((static_cast<unsigned __int128>(1'000'000'000u) << 32) / hz); };
+  auto ns = [](uint64_t cycles, uint64_t base, uint64_t m) {
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(cycles - base) * m) >> 32);
+  };
+  const uint64_t moment = 40'000'000'000ull;  // cycles
+  RingDump slow{"slow", 0, {}, 1'000'000'000ull, mult(2.99e9)}, fast{"fast", 0, {}, 7'000'000'000ull, mult(3.01e9)};
+  slow.records = {rec(ns(moment, slow.tsc_base, slow.tsc_mult), Stage::kTx, 1)};
+  fast.records = {rec(ns(moment, fast.tsc_base, fast.tsc_mult), Stage::kRxCore, 1)};
+  const TscCalibration cal{30'000'000'000ull, 5'000'000'000, 3e9};  // the reader's: 10e9 cycles (3.33 s) before `moment`
+  Merged m = merge({slow, fast}, namer, &cal);
+  REQUIRE(m.packets.size() == 1);
+  const auto& ev = m.packets[0].events;
+  REQUIRE(ev.size() == 2);
+  CHECK(ev[0].t_ns == Approx(8'333'333'333.0).margin(2));
+  CHECK(ev[1].t_ns == Approx(8'333'333'333.0).margin(2));
+  CHECK(m.packets[0].end_ns - m.packets[0].first_ns <= 2);
+}
+
 TEST_CASE("merge: a dropped copy, its retransmission delivered, a packet lost for good, one in flight, a foreign one") {
   RingDump b{"rnic B", 0, {}}, fab{"fabric", 0, {}}, a{"rnic A", 0, {}};
-  // PSN 1: copy 1 dropped on fabric path 2, copy 2 (resent on another port) delivered.
-  b.records.push_back(rec(100, Stage::kTx, 1, 0, 0xC001));
-  fab.records.push_back(rec(110, Stage::kFabricEnqueue, 1, 0, 0xC001));
-  fab.records.push_back(rec(111, Stage::kFabricDrop, 1, 2, 0xC001));
-  b.records.push_back(rec(500, Stage::kTx, 1, 0, 0xC002, kB, kA, kFlagRetransmit));
-  fab.records.push_back(rec(510, Stage::kFabricEnqueue, 1, 0, 0xC002));
-  fab.records.push_back(rec(512, Stage::kFabricDeliver, 1, 0, 0xC002));
-  a.records.push_back(rec(520, Stage::kRxCore, 1));
+  // PSN 1: copy 1 (IPv4 id 1) dropped on fabric path 2, copy 2 (id 2, resent on another port) delivered.
+  b.records.push_back(rec(100, Stage::kTx, 1, 0, 0xC001, kB, kA, 0, 1));
+  fab.records.push_back(rec(110, Stage::kFabricEnqueue, 1, 0, 0xC001, kB, kA, 0, 1));
+  fab.records.push_back(rec(111, Stage::kFabricDrop, 1, 2, 0xC001, kB, kA, 0, 1));
+  b.records.push_back(rec(500, Stage::kTx, 1, 0, 0xC002, kB, kA, kFlagRetransmit, 2));
+  fab.records.push_back(rec(510, Stage::kFabricEnqueue, 1, 0, 0xC002, kB, kA, 0, 2));
+  fab.records.push_back(rec(512, Stage::kFabricDeliver, 1, 0, 0xC002, kB, kA, 0, 2));
+  a.records.push_back(rec(520, Stage::kRxCore, 1, 0, 0xC002, kB, kA, 0, 2));
   // PSN 2: delivered before PSN 1's retransmission: out of order.
-  b.records.push_back(rec(120, Stage::kTx, 2));
-  a.records.push_back(rec(140, Stage::kRxCore, 2));
+  b.records.push_back(rec(120, Stage::kTx, 2, 0, 0xC000, kB, kA, 0, 3));
+  a.records.push_back(rec(140, Stage::kRxCore, 2, 0, 0xC000, kB, kA, 0, 3));
   // PSN 3: dropped, never resent within the trace.
-  b.records.push_back(rec(130, Stage::kTx, 3));
-  fab.records.push_back(rec(131, Stage::kFabricDrop, 3, 2));
+  b.records.push_back(rec(130, Stage::kTx, 3, 0, 0xC000, kB, kA, 0, 4));
+  fab.records.push_back(rec(131, Stage::kFabricDrop, 3, 2, 0xC000, kB, kA, 0, 4));
   // PSN 4: sent, nothing after.
-  b.records.push_back(rec(600, Stage::kTx, 4));
+  b.records.push_back(rec(600, Stage::kTx, 4, 0, 0xC000, kB, kA, 0, 5));
   // A frame from another sender aimed at the traced QP, dropped at the tenant check.
   a.records.push_back(rec(700, Stage::kRxIngress, 9, 24, 0xD000, 0x0A000009));
+  // PSN 10 delivered last, so every process recorded until at least 800.
+  b.records.push_back(rec(800, Stage::kTx, 10, 0, 0xC000, kB, kA, 0, 6));
+  fab.records.push_back(rec(805, Stage::kFabricEnqueue, 10, 0, 0xC000, kB, kA, 0, 6));
+  fab.records.push_back(rec(806, Stage::kFabricDeliver, 10, 0, 0xC000, kB, kA, 0, 6));
+  a.records.push_back(rec(810, Stage::kRxCore, 10, 0, 0xC000, kB, kA, 0, 6));
+  // PSN 11: sent before the fabric and A were recording (their first records are later): the window's edge.
+  b.records.push_back(rec(50, Stage::kTx, 11, 0, 0xC000, kB, kA, 0, 7));
   Merged m = merge({b, fab, a}, namer);
-  REQUIRE(m.packets.size() == 5);
+  REQUIRE(m.packets.size() == 7);
+  CHECK(m.window_start_ns == 140);
+  CHECK(m.window_end_ns == 800);
   std::map<uint32_t, const Timeline*> by_psn;
   for (const Timeline& t : m.packets) by_psn[t.key.psn] = &t;
   const Timeline& p1 = *by_psn[1];
@@ -192,9 +224,23 @@ TEST_CASE("merge: a dropped copy, its retransmission delivered, a packet lost fo
   CHECK(by_psn[4]->outcome == Outcome::kInFlight);
   CHECK(by_psn[9]->outcome == Outcome::kDropped);
   CHECK(by_psn[9]->foreign);
-  CHECK(m.outcomes["delivered"] == 2);
+  CHECK(by_psn[11]->outcome == Outcome::kEdge);
+  CHECK_FALSE(by_psn[11]->foreign);
+  CHECK(m.outcomes["delivered"] == 3);
   CHECK(m.drops_at["fabric_drop/random_loss"] == 2);
   CHECK(m.drops_at["rx_ingress/pkey_violation"] == 1);
+  // Two ACKs of one PSN (not retransmissions) are two packets, even when the
+  // second is sent before the first arrives: the IPv4 id says which is which.
+  RingDump acks{"rnic A", 0, {rec(10, Stage::kTx, 5, 0, 0xC000, kA, kB, 0, 10), rec(20, Stage::kTx, 5, 0, 0xC000, kA, kB, 0, 11),
+                              rec(30, Stage::kRxCore, 5, 0, 0xC000, kA, kB, 0, 10),
+                              rec(40, Stage::kRxCore, 5, 0, 0xC000, kA, kB, 0, 11)}};
+  Merged m2 = merge({acks}, namer);
+  REQUIRE(m2.packets.size() == 2);
+  for (const Timeline& t : m2.packets) {
+    CHECK(t.copies == 1);
+    CHECK(t.outcome == Outcome::kDelivered);
+    CHECK(t.end_ns - t.first_ns == 20);
+  }
   std::vector<uint64_t> xs{5, 1, 4, 2, 3};
   CHECK(percentile(xs, 50) == 3);
   CHECK(percentile(xs, 100) == 5);

@@ -1,4 +1,5 @@
-"""System test: `tandemctl flow show` follows one virtual flow across the agent, both RNICs and the fabric.
+"""System test: `tandemctl flow show` and `trace start|show` follow one virtual flow across the agent,
+both RNICs and the fabric.
 
 DPU mode, real processes: tandem-dpu, tandem-fabric (4 paths, path 2 drops 5 %) and workers A
 (10.0.0.1) and B (10.0.0.2) spraying round robin with receiver-driven credits. Tenant red has
@@ -13,27 +14,45 @@ it runs, `flow show --vni 100 --src 192.168.7.2 --dst 192.168.7.1` must report:
     end (the highest share of losses);
   * the fabric's per-path counters, with path 2's loss drops.
 The same flow, named by RNIC and QP number (--rnic B --qpn Q), is found again, and bad names are
-refused with a reason (exit 2). write_bw must still verify.
+refused with a reason (exit 2).
 
-usage: flow_show_test.py TANDEM_DPU TANDEMCTL TANDEM_FABRIC TANDEM_RNIC TANDEM_PERF [--keep]"""
+Then `trace start` on the flow for 0.3 s, during which dpdk-testpmd injects one
+frame through a third fabric port: a WRITE to A's QP of the flow "from" B's address but with
+another partition's P_Key (a foreign tenant). `trace show --json --all` must place the packets:
+  * copies dropped by the fabric (random_loss, all on path 2) and their retransmissions in the
+    same timeline, the packet delivered by a later copy;
+  * the foreign frame dropped at A's tenant check (rx_ingress, pkey_violation), not sent by a
+    traced QP;
+  * no packet without a verdict, except ones sent in the trace window's last milliseconds;
+  * the stage latencies (tx -> fabric -> rx) positive: the clocks of three processes agree.
+write_bw must still verify.
+
+usage: flow_trace_test.py TANDEM_DPU TANDEMCTL TANDEM_FABRIC TANDEM_RNIC TANDEM_PERF TANDEM_WIRE [--keep]"""
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from tandem_harness import (Checks, Lab, Tandemctl, free_port, lab_fabric_argv, lab_worker_argv,  # noqa: E402
-                            run_checked, wait_fabric_started, wait_for)
+from tandem_harness import (Checks, Lab, Tandemctl, Telemetry, free_port, lab_fabric_argv,  # noqa: E402
+                            lab_worker_argv, run_checked, wait_fabric_started, wait_for)
+
+
+def run_checked_cmd(argv):
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise RuntimeError(f"{argv[0]} failed: {r.stderr.strip()}")
 
 ap = argparse.ArgumentParser()
-ap.add_argument("bins", nargs=5)
+ap.add_argument("bins", nargs=6)
 ap.add_argument("--keep", action="store_true")
 opt = ap.parse_args()
-DPU, CTL, FABRIC, RNIC, PERF = opt.bins
+DPU, CTL, FABRIC, RNIC, PERF, WIRE = opt.bins
 TAG = f"flow{os.getpid()}"
-lab = Lab(tmp_prefix="tandem-flow-show-", keep=opt.keep)
+lab = Lab(tmp_prefix="tandem-flow-trace-", keep=opt.keep)
 D = lab.d
 CH = f"{D}/ch"
 os.makedirs(CH)
@@ -43,6 +62,7 @@ check = checks.check
 UNDERLAY = {"A": ("10.0.0.1", "02:00:00:00:00:01"), "B": ("10.0.0.2", "02:00:00:00:00:02")}
 VNICS = [(1, "A", "192.168.7.1", "02:00:00:00:01:01"), (2, "B", "192.168.7.2", "02:00:00:00:01:02")]
 LOSSY = 2
+FOREIGN_PSN = 0x7FFF00
 
 
 def start_worker(n, sock):
@@ -61,6 +81,85 @@ def flow_show(*args):
     return r.returncode, r.stdout, r.stderr
 
 
+def trace(*args):
+    r = subprocess.run([CTL, "--socket", f"{D}/ctl.sock", "trace", *map(str, args)], capture_output=True, text=True,
+                       timeout=60)
+    return r.returncode, r.stdout, r.stderr
+
+
+def start_injector(testpmd):
+    """dpdk-testpmd io-forwarding a pcap into the fabric's third port, once told to start."""
+    pre = f"{TAG}-inj"
+    return lab.start([testpmd, "-l", "0,1", "--main-lcore=1", "--no-pci", f"--file-prefix={pre}", "-m", "64",
+                      "--log-level=error", f"--vdev=net_pcap0,rx_pcap={D}/foreign.pcap,tx_pcap=/dev/null",
+                      f"--vdev=net_memif0,role=client,socket={D}/inj.sock", "--", "-i", "--forward-mode=io",
+                      "--no-flush-rx", "--no-lsc-interrupt", "--total-num-mbufs=2048"],
+                     "testpmd", pre, stdin=subprocess.PIPE)
+
+
+def trace_phase(f):
+    a_qps = [q for e in f.get("ends", []) if e["rnic"] == "A" for q in e.get("qps", [])]
+    target = a_qps[0]["host_qpn"] if a_qps else 0
+    with open(f"{D}/foreign.jsonl", "w") as spec:  # another partition's WRITE aimed at A's QP, "from" B
+        spec.write(json.dumps({"opcode": "RC_RDMA_WRITE_ONLY", "src": UNDERLAY["B"][0], "dst": UNDERLAY["A"][0],
+                               "src_mac": UNDERLAY["B"][1], "dst_mac": UNDERLAY["A"][1], "sport": 0xC000,
+                               "dqpn": target, "psn": FOREIGN_PSN, "pkey": "0x8002", "ack_req": True,
+                               "reth": {"va": 4096, "rkey": 1, "len": 64}, "payload_len": 64}) + "\n")
+    run_checked_cmd([WIRE, "encode", f"{D}/foreign.jsonl", f"{D}/foreign.pcap"])
+    testpmd = start_injector(shutil.which("dpdk-testpmd"))
+    ftel = Telemetry(f"{TAG}-fab", ready="/tandem/fabric/paths")
+    wait_for(lambda: (ftel.cmd("/ethdev/link_status,2") or {}).get("status") == "UP" or testpmd.poll() is not None,
+             "the injector's memif link did not come up", timeout=20)
+    rc, out, err = trace("start", "--vni", 100, "--src", "192.168.7.2", "--dst", "192.168.7.1", "--seconds", 0.3,
+                         "--fabric", f"{TAG}-fab")
+    print(out)
+    check(rc == 0 and out.count("armed") == 3, f"trace start armed both workers and the fabric (rc {rc}) {err.strip()}")
+    testpmd.stdin.write(b"start\n")
+    testpmd.stdin.flush()
+    time.sleep(0.8)  # past the rule's 0.3 s everywhere
+    testpmd.stdin.write(b"stop\nquit\n")
+    testpmd.stdin.flush()
+    lab.stop(testpmd)
+    rc, out, err = trace("show", "--json", "--all")
+    check(rc == 0, f"trace show --json (rc {rc}) {err.strip()}")
+    t = json.loads(out) if rc == 0 else {}
+    with open(f"{D}/trace.json", "w") as keep:  # for a failure's post-mortem (--keep)
+        keep.write(out)
+    srcs = {x.get("process", "?"): x.get("records", 0) for x in t.get("sources", [])}
+    check(len(srcs) == 3 and all(n > 0 for n in srcs.values()), f"records from the three processes: {srcs}")
+    tl = t.get("timelines", [])
+    end = (t.get("window_ns") or [0, 0])[1]
+    outcomes = t.get("outcomes", {})
+    print(f"trace: {t.get('packets')} packets from {t.get('records')} records, outcomes {outcomes}, "
+          f"drops {t.get('drops_at')}, hops {json.dumps(t.get('hops'))}")
+    unplaced = [p for p in tl if p["outcome"] in ("unknown", "in_flight") and not p["foreign"]
+                and end - p["events"][0]["t_ns"] > 20_000_000]
+    check(not unplaced and outcomes.get("delivered", 0) > 50,
+          f"every traced packet placed ({outcomes.get('delivered', 0)} delivered, {outcomes.get('edge', 0)} at the "
+          f"window's edges; {len(unplaced)} without a verdict before its last 20 ms)")
+    lost = [p for p in tl if any(e["stage"] == "fabric_drop" for e in p["events"])]
+    check(lost and all(e["aux"] == LOSSY for p in lost for e in p["events"] if e["stage"] == "fabric_drop")
+          and all(e["verdict"] == "random_loss" for p in lost for e in p["events"] if e["stage"] == "fabric_drop"),
+          f"{len(lost)} packets lost a copy on the fabric, all on path {LOSSY} (random_loss)")
+    healed = [p for p in lost if p["outcome"] == "delivered" and p["copies"] >= 2]
+    check(healed and all(any(e["retransmit"] and e["copy"] >= 2 for e in p["events"]) for p in healed),
+          f"{len(healed)} of them delivered by a retransmission linked to the original "
+          f"(copies {sorted({p['copies'] for p in healed})})")
+    fo = [p for p in tl if p["psn"] == FOREIGN_PSN and p["dqpn"] == target]
+    check(len(fo) == 1 and fo[0]["foreign"] and fo[0].get("dropped_at", {}).get("stage") == "rx_ingress"
+          and fo[0]["dropped_at"].get("reason") == "pkey_violation",
+          f"the foreign frame: dropped at {fo[0].get('dropped_at') if fo else None}, not sent by a traced QP")
+    hops = t.get("hops", {})
+    check(all(h.get("p50_ns", 0) > 0 for k, h in hops.items() if k.startswith("tx>") or k.endswith(">rx_core"))
+          and "tx>fabric_enqueue" in hops and "fabric_deliver>rx_core" in hops,
+          f"stage latencies across the processes' clocks: {json.dumps(hops)}")
+    rc, text, _ = trace("show", "--limit", 3)
+    print(text)
+    check(rc == 0 and "dropped at fabric_drop/random_loss" in text, "trace show prints the summary and timelines")
+    check(trace("stop")[0] == 0, "trace stop")
+    return testpmd
+
+
 def main():
     pre = f"{TAG}-dpu"
     agent = lab.start([DPU, "--db", f"{D}/dpu.sqlite", "--control-socket", f"{D}/ctl.sock", "--channel-dir", CH,
@@ -73,7 +172,8 @@ def main():
     for v, r, o, m in VNICS:
         ctl("vnic", "add", v, "--vni", 100, "--rnic", r, "--ip", o, "--mac", m)
     fab_pre = f"{TAG}-fab"
-    fab = lab.start(lab_fabric_argv(FABRIC, fab_pre, D, ["--path", f"{LOSSY}:loss=0.05"]), "fabric", fab_pre)
+    fab = lab.start(lab_fabric_argv(FABRIC, fab_pre, D, ["--path", f"{LOSSY}:loss=0.05"])
+                    + [f"--vdev=net_memif2,role=server,socket={D}/inj.sock"], "fabric", fab_pre)
     wait_fabric_started(lab, fab)
     workers = [start_worker("A", "h0.sock"), start_worker("B", "h1.sock")]
     wait_for(lambda: all(ctl.channel(n).get("state") == "ACTIVE" for n in "AB")
@@ -88,7 +188,7 @@ def main():
     base = ["nice", "-n", "10", PERF, "write_bw", "-p", str(port), "--json", "--timeout", "30"]
     srv = lab.start(base + ["--device", f"{D}/A.rnic", "--gid", "192.168.7.1"], "server", separate_stderr=True)
     time.sleep(0.4)
-    cli = lab.start(base + ["-D", "10", "-s", "65536", "--verify", "--device", f"{D}/B.rnic", "--gid",
+    cli = lab.start(base + ["-D", "12", "-s", "65536", "--verify", "--device", f"{D}/B.rnic", "--gid",
                             "192.168.7.2", "127.0.0.1"], "client", separate_stderr=True)
     snap = {}
 
@@ -109,6 +209,7 @@ def main():
     rc_t, text, _ = flow_show("--vni", 100, "--src", "192.168.7.2", "--dst", "192.168.7.1")
     print(text)
     check(rc_t == 0 and "in sync" in text and "by fabric path" in text, "the text form prints the same view")
+    testpmd = trace_phase(f)
     cli_rc, srv_rc = cli.wait(60), srv.wait(30)
 
     l1 = f.get("level1", {})
@@ -153,8 +254,8 @@ def main():
         cj = {}
     check(cli_rc == 0 and srv_rc == 0 and cj.get("verify") == "ok",
           f"write_bw --verify over the lossy fabric: exit {cli_rc}/{srv_rc}, verify {cj.get('verify')}")
-    for p in workers + [agent, fab]:
+    for p in workers + [agent, fab, testpmd]:
         lab.stop(p)
 
 
-run_checked("flow_show", main, checks, lab, logs=("agent", "fabric", "A", "B"))
+run_checked("flow_trace", main, checks, lab, logs=("agent", "fabric", "A", "B"))

@@ -1,0 +1,257 @@
+#include "apps/tandemctl/trace_cmd.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "common/fabric/path_model.h"
+#include "common/trace/trace_file.h"
+#include "common/trace/trace_merge.h"
+#include "common/trace/trace_rule.h"
+#include "common/wire/drop_reason.h"
+#include "common/wire/opcode.h"
+
+namespace tandem::dpu::ctl {
+namespace {
+
+using nlohmann::json;
+namespace tr = common::trace;
+
+std::string session_path(const TraceArgs& a) { return a.flow.socket + ".trace"; }
+
+uint32_t ip_of(const std::string& s) {
+  in_addr x{};
+  if (inet_pton(AF_INET, s.c_str(), &x) != 1) throw Refused("not an IPv4 address: " + s);
+  return ntohl(x.s_addr);
+}
+
+std::string ip_str(uint32_t ip) {
+  in_addr x{htonl(ip)};
+  char b[INET_ADDRSTRLEN];
+  return inet_ntop(AF_INET, &x, b, sizeof b) ? b : "?";
+}
+
+std::string verdict_name(tr::Stage s, uint8_t v) {
+  if (v == 0) return "ok";
+  if (s == tr::Stage::kFabricDrop) return std::string(common::path_drop_name(static_cast<common::PathDrop>(v)));
+  return std::string(common::drop_reason_name(static_cast<common::DropReason>(v)));
+}
+
+std::string opcode_name(uint8_t op) {
+  const std::string_view n = common::opcode_info(op).name;
+  return n.empty() ? "op" + std::to_string(op) : std::string(n);
+}
+
+// Sends `cmd,<rule>` to one process; its reply, or an error object.
+json arm(const TelemetryEndpoint& e, const std::string& cmd, const std::string& rule) {
+  json r = telemetry_query(e, cmd + "," + rule);
+  if (!r.is_object()) return {{"error", "no answer to " + cmd + " (an older build without tracing?)"}};
+  return r;
+}
+
+// The session file: which processes were armed, with which rule.
+json read_session(const TraceArgs& a) {
+  std::ifstream in(session_path(a));
+  if (!in) return nullptr;
+  return json::parse(in, nullptr, false);
+}
+
+}  // namespace
+
+int trace_start(const TraceArgs& a) {
+  try {
+    std::vector<TelemetryEndpoint> eps;
+    const TelemetryEndpoint* fab = nullptr;
+    const json flow = collect_flow(a.flow, eps, &fab);
+    std::string ua, ub;
+    for (const json& m : flow["level1"]["mappings"]) {
+      if (!m.contains("underlay_ip")) continue;
+      (m["overlay_ip"] == flow["src"] ? ua : ub) = m["underlay_ip"];
+    }
+    if (ua.empty() || ub.empty()) throw Refused("the flow's two underlay addresses are not both mapped");
+    tr::Rule rule;
+    rule.ip_a = ip_of(ua);
+    rule.ip_b = ip_of(ub);
+    // The wire names a QP's packets by the QP they go to: both ends' QPs and their peers.
+    std::set<uint32_t> qpns;
+    for (const json& e : flow["ends"])
+      for (const json& q : e.value("qps", json::array())) {
+        const bool src_end = e["vnic"]["overlay_ip"] == flow["src"];
+        if (a.qpn != 0 && !(src_end && q["host_qpn"] == a.qpn) && !(!src_end && q.value("dest_qpn", 0u) == a.qpn))
+          continue;
+        qpns.insert(q["host_qpn"].get<uint32_t>());
+        if (q.value("dest_qpn", 0u)) qpns.insert(q["dest_qpn"].get<uint32_t>());
+      }
+    if (a.qpn != 0 && qpns.empty()) throw Refused("no QP " + std::to_string(a.qpn) + " carries this flow on its source end");
+    if (qpns.size() > tr::Rule::kMaxQpns)
+      throw Refused("the flow has " + std::to_string(qpns.size()) + " QPs on the wire; a rule names at most " +
+                    std::to_string(tr::Rule::kMaxQpns) + ": pick one with --qpn");
+    for (uint32_t q : qpns) rule.qpns[rule.n_qpns++] = q;
+    if (qpns.empty()) {  // no QP yet: the tenant's packets between the two RNICs (its partition)
+      const std::string pk = flow["level1"]["tenant"].value("pkey", "0xffff");
+      rule.pkey = static_cast<uint16_t>(std::stoul(pk, nullptr, 16));
+    }
+    rule.count = a.count;
+    rule.ms = a.count && a.seconds == 0 ? 0 : static_cast<uint64_t>((a.seconds > 0 ? a.seconds : 10) * 1000);
+    const std::string text = tr::format_rule(rule);
+    json session = {{"rule", text}, {"runtime_dir", a.flow.runtime_dir}, {"flow", {{"vni", flow["vni"]},
+                    {"src", flow["src"]}, {"dst", flow["dst"]}}}, {"processes", json::array()}};
+    bool ok = true;
+    auto add = [&](const TelemetryEndpoint& e, const char* cmd, const std::string& what) {
+      json r = arm(e, cmd, text);
+      ok &= !r.contains("error");
+      session["processes"].push_back({{"prefix", e.prefix}, {"what", what}, {"reply", r}});
+      std::printf("%-28s %-18s %s\n", what.c_str(), e.prefix.c_str(),
+                  r.contains("error") ? ("REFUSED: " + r["error"].get<std::string>()).c_str()
+                                      : ("armed, ring " + std::to_string(r.value("ring_bytes", 0) / 1024) + " KiB").c_str());
+    };
+    for (const json& e : flow["ends"])
+      if (const TelemetryEndpoint* w = by_pid(eps, e["channel"].value("rnic_pid", 0L)))
+        add(*w, "/tandem/rnic/trace", "tandem-rnic " + e["rnic"].get<std::string>());
+    if (fab) add(*fab, "/tandem/fabric/trace", "tandem-fabric");
+    std::ofstream(session_path(a)) << session.dump(2) << "\n";
+    std::printf("rule %s\n", text.c_str());
+    if (qpns.empty()) std::printf("(no QP carries the flow yet: every packet of the tenant between the two RNICs)\n");
+    return ok ? 0 : 2;
+  } catch (const Refused& e) {
+    std::fprintf(stderr, "tandemctl: trace start: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandemctl: %s\n", e.what());
+  }
+  return 2;
+}
+
+int trace_stop(const TraceArgs& a) {
+  const json s = read_session(a);
+  if (!s.is_object()) {
+    std::fprintf(stderr, "tandemctl: trace stop: no trace session (%s)\n", session_path(a).c_str());
+    return 2;
+  }
+  const std::vector<TelemetryEndpoint> eps = discover_telemetry(s.value("runtime_dir", a.flow.runtime_dir));
+  for (const json& p : s["processes"])
+    for (const auto& e : eps)
+      if (e.prefix == p["prefix"])
+        arm(e, p["what"].get<std::string>().rfind("tandem-fabric", 0) == 0 ? "/tandem/fabric/trace" : "/tandem/rnic/trace",
+            "off");
+  std::puts("stopped (the records stay in the rings until overwritten)");
+  return 0;
+}
+
+int trace_show(const TraceArgs& a) {
+  const json s = read_session(a);
+  std::vector<std::string> prefixes = a.prefixes;
+  const std::string dir = s.is_object() ? s.value("runtime_dir", a.flow.runtime_dir) : a.flow.runtime_dir;
+  if (prefixes.empty() && s.is_object())
+    for (const json& p : s["processes"]) prefixes.push_back(p["prefix"]);
+  if (prefixes.empty()) {
+    std::fprintf(stderr, "tandemctl: trace show: no trace session (%s) and no --prefix\n", session_path(a).c_str());
+    return 2;
+  }
+  std::vector<tr::RingDump> rings;
+  json sources = json::array();
+  for (const std::string& p : prefixes) {
+    const std::string path = dir + "/" + p + "/" + tr::kRingFileName;
+    try {
+      tr::RingFile f = tr::RingFile::open(path);
+      tr::RingDump d{f.header()->process, f.header()->clock_offset_ns, tr::ring_read(f.header()),
+                     f.header()->tsc_base, f.header()->tsc_mult};
+      sources.push_back({{"prefix", p}, {"process", d.process}, {"records", d.records.size()},
+                         {"written", f.header()->head.load()}});
+      rings.push_back(std::move(d));
+    } catch (const std::exception& e) {
+      sources.push_back({{"prefix", p}, {"error", e.what()}});
+    }
+  }
+  const tr::TscCalibration cal = tr::calibrate_tsc();
+  tr::Merged m = tr::merge(rings, verdict_name, &cal);
+  auto pkt_json = [&](const tr::Timeline& t) {
+    json ev = json::array();
+    for (const tr::Event& e : t.events)
+      ev.push_back({{"t_ns", e.t_ns}, {"process", e.process}, {"stage", tr::stage_name(e.r.stage)},
+                    {"verdict", verdict_name(e.r.stage, e.r.verdict)}, {"sport", e.r.sport}, {"aux", e.r.aux},
+                    {"copy", e.copy}, {"retransmit", (e.r.flags & tr::kFlagRetransmit) != 0}});
+    json j = {{"src", ip_str(t.key.src_ip)}, {"dst", ip_str(t.key.dst_ip)}, {"dqpn", t.key.dqpn}, {"psn", t.key.psn},
+              {"opcode", opcode_name(t.key.opcode)}, {"outcome", tr::outcome_name(t.outcome)}, {"copies", t.copies},
+              {"drops", t.drops}, {"foreign", t.foreign}, {"out_of_order", t.out_of_order}, {"events", ev}};
+    if (t.drop >= 0)
+      j["dropped_at"] = {{"stage", tr::stage_name(t.events[t.drop].r.stage)},
+                         {"reason", verdict_name(t.events[t.drop].r.stage, t.events[t.drop].r.verdict)},
+                         {"process", t.events[t.drop].process}};
+    return j;
+  };
+  // What an operator wants to see first (lower first); packets at the
+  // window's edge and plain deliveries only with --all.
+  auto rank = [](const tr::Timeline& t) {
+    if (t.foreign) return 0;
+    if (t.outcome == tr::Outcome::kDropped) return 1;
+    if (t.outcome == tr::Outcome::kInFlight || t.outcome == tr::Outcome::kUnknown) return 2;
+    if (t.drops > 0 || t.copies > 1) return 3;
+    if (t.outcome == tr::Outcome::kDuplicate) return 4;
+    return t.outcome == tr::Outcome::kEdge ? 6 : 5;
+  };
+  auto eventful = [&](const tr::Timeline& t) { return rank(t) <= 4; };
+  json hops = json::object();
+  for (auto& [k, v] : m.hops) hops[k] = {{"n", v.size()}, {"p50_ns", tr::percentile(v, 50)}, {"p99_ns", tr::percentile(v, 99)}};
+  if (a.flow.json) {
+    json pk = json::array();
+    for (const tr::Timeline& t : m.packets)
+      if (a.all || eventful(t)) pk.push_back(pkt_json(t));
+    std::cout << json{{"sources", sources}, {"records", m.records}, {"packets", m.packets.size()},
+                      {"window_ns", {m.window_start_ns, m.window_end_ns}},
+                      {"outcomes", m.outcomes}, {"drops_at", m.drops_at}, {"hops", hops}, {"timelines", pk}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  for (const json& x : sources)
+    std::printf("%-22s %s\n", x["prefix"].get<std::string>().c_str(),
+                x.contains("error") ? x["error"].get<std::string>().c_str()
+                                    : (x["process"].get<std::string>() + ": " + x["records"].dump() + " records").c_str());
+  std::printf("%zu packets from %lu records in a %.1f ms window:", m.packets.size(), static_cast<unsigned long>(m.records),
+              (m.window_end_ns - m.window_start_ns) / 1e6);
+  for (const auto& [k, v] : m.outcomes) std::printf(" %s %lu", k.c_str(), static_cast<unsigned long>(v));
+  std::puts("");
+  for (const auto& [k, v] : m.drops_at) std::printf("  dropped at %s: %lu\n", k.c_str(), static_cast<unsigned long>(v));
+  for (const auto& [k, h] : hops.items())
+    std::printf("  %-32s p50 %6.1f us  p99 %7.1f us  (%s delivered copies)\n", k.c_str(),
+                h["p50_ns"].get<uint64_t>() / 1e3, h["p99_ns"].get<uint64_t>() / 1e3, h["n"].dump().c_str());
+  std::vector<const tr::Timeline*> order;
+  for (const tr::Timeline& t : m.packets)
+    if (a.all || eventful(t)) order.push_back(&t);
+  std::stable_sort(order.begin(), order.end(), [&](auto* x, auto* y) { return rank(*x) < rank(*y); });
+  std::size_t shown = 0;
+  for (const tr::Timeline* tp : order) {
+    const tr::Timeline& t = *tp;
+    if (shown++ == a.limit) {
+      std::printf("... (--all or --limit N for more)\n");
+      break;
+    }
+    std::string end = tr::outcome_name(t.outcome);
+    if (t.drop >= 0)
+      end += " at " + std::string(tr::stage_name(t.events[t.drop].r.stage)) + " (" +
+             verdict_name(t.events[t.drop].r.stage, t.events[t.drop].r.verdict) + ", " + t.events[t.drop].process + ")";
+    if (t.copies > 1) end += ", " + std::to_string(t.copies - 1) + " retransmission(s)";
+    if (t.foreign) end += ", not sent by a traced QP";
+    if (t.out_of_order) end += ", out of order";
+    std::printf("\n%s -> %s QP 0x%x PSN %u %s: %s\n", ip_str(t.key.src_ip).c_str(), ip_str(t.key.dst_ip).c_str(),
+                t.key.dqpn, t.key.psn, opcode_name(t.key.opcode).c_str(), end.c_str());
+    const uint64_t t0 = t.events.empty() ? 0 : t.events.front().t_ns;
+    for (const tr::Event& e : t.events) {
+      std::string where = std::string(tr::stage_name(e.r.stage));
+      if (e.r.stage == tr::Stage::kFabricEnqueue || e.r.stage == tr::Stage::kFabricDrop ||
+          e.r.stage == tr::Stage::kFabricDeliver)
+        where += " path " + std::to_string(e.r.aux);
+      std::printf("  %+10.1f us  copy %u  %-22s %-26s sport %-5u %s%s\n", (e.t_ns - t0) / 1e3, e.copy,
+                  e.process.c_str(), where.c_str(), e.r.sport, verdict_name(e.r.stage, e.r.verdict).c_str(),
+                  e.r.flags & tr::kFlagRetransmit ? " (retransmission)" : "");
+    }
+  }
+  return 0;
+}
+
+}  // namespace tandem::dpu::ctl
