@@ -17,7 +17,9 @@ namespace {
 
 // 2: tenants have a partition (P_Key) and a flow quota; a version-1 store is
 // migrated on open.
-constexpr int kSchemaVersion = 2;
+// 3: fleet_sync, the etcd revision level 1 was last brought to (fleet mode);
+// a version-2 store gets the empty table on open.
+constexpr int kSchemaVersion = 3;
 
 const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -36,6 +38,8 @@ CREATE TABLE IF NOT EXISTS peerings(seq INTEGER PRIMARY KEY, vni_a INTEGER NOT N
 CREATE TABLE IF NOT EXISTS l2_tables(rnic TEXT PRIMARY KEY, version INTEGER NOT NULL, digest INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS l2_entries(rnic TEXT NOT NULL, kind INTEGER NOT NULL, word0 INTEGER NOT NULL,
   word1 INTEGER NOT NULL, entry BLOB NOT NULL, PRIMARY KEY(rnic, kind, word0, word1)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fleet_sync(id INTEGER PRIMARY KEY CHECK(id = 1), server TEXT NOT NULL,
+  revision INTEGER NOT NULL);
 )sql";
 
 int64_t mac_to_int(const MacAddr& m) {
@@ -147,10 +151,11 @@ Store::Store(const std::string& path) : path_(path) {
   exec(kSchema);
   Stmt get(db_, "SELECT value FROM meta WHERE key='schema_version'");
   if (get.row()) {
-    if (get.i64(0) == 1) {
-      migrate_v1();
-    } else if (get.i64(0) != kSchemaVersion)
-      throw StoreError("store: " + path + " has schema version " + std::to_string(get.i64(0)) +
+    int64_t v = get.i64(0);
+    if (v == 1) migrate_v1(), v = 2;
+    if (v == 2) migrate_v2(), v = 3;
+    if (v != kSchemaVersion)
+      throw StoreError("store: " + path + " has schema version " + std::to_string(v) +
                        ", this agent needs " + std::to_string(kSchemaVersion));
   } else {
     Stmt(db_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)").bind(1, kSchemaVersion).run();
@@ -173,7 +178,18 @@ void Store::migrate_v1() {
                      std::to_string(kMaxPartition) + " partitions");
   Stmt up(db_, "UPDATE tenants SET partition_key=? WHERE vni=?");
   for (std::size_t i = 0; i < vnis.size(); ++i) up.bind(1, static_cast<int64_t>(i + 1)).bind(2, vnis[i]).run();
-  Stmt(db_, "UPDATE meta SET value=? WHERE key='schema_version'").bind(1, kSchemaVersion).run();
+  Stmt(db_, "UPDATE meta SET value=2 WHERE key='schema_version'").run();
+  t.commit();
+}
+
+// Version 2 had no fleet mode: the table (created by kSchema above) starts
+// empty, so a fleet agent on an old store reads etcd whole and applies the
+// difference.
+void Store::migrate_v2() {
+  Txn t(db_);
+  exec("CREATE TABLE IF NOT EXISTS fleet_sync(id INTEGER PRIMARY KEY CHECK(id = 1), server TEXT NOT NULL,"
+       " revision INTEGER NOT NULL)");
+  Stmt(db_, "UPDATE meta SET value=3 WHERE key='schema_version'").run();
   t.commit();
 }
 
@@ -243,6 +259,21 @@ void Store::persist(const std::vector<Change>& cs) {
   Txn t(db_);
   for (const Change& c : cs) persist_one(c);
   t.commit();
+}
+
+void Store::persist(const std::vector<Change>& cs, const FleetRevision& rev) {
+  if (bulk_open_) throw StoreError("store: a bulk import is writing; try again when it is done");
+  Txn t(db_);
+  for (const Change& c : cs) persist_one(c);
+  Stmt(db_, "INSERT OR REPLACE INTO fleet_sync(id, server, revision) VALUES(1, ?, ?)")
+      .bind(1, rev.server).bind(2, rev.revision).run();
+  t.commit();
+}
+
+FleetRevision Store::fleet_revision() const {
+  Stmt s(db_, "SELECT server, revision FROM fleet_sync WHERE id=1");
+  if (!s.row()) return {};
+  return FleetRevision{s.text(0), s.i64(1)};
 }
 
 void Store::load(Level1State& state) const {
