@@ -28,6 +28,9 @@
 #include "dpu/txn/derive.h"
 #include "dpu/txn/fair_punts.h"
 #include "dpu/txn/pending_punts.h"
+#ifdef TANDEM_FLEET
+#include "dpu/fleet/fleet_watcher.h"
+#endif
 
 namespace tandem::dpu::dpdk {
 
@@ -35,6 +38,12 @@ namespace cd = common::dpdk;
 using nlohmann::json;
 
 std::string channel_path(const std::string& dir, const std::string& rnic) { return dir + "/tandem-" + rnic + ".chan"; }
+
+#ifdef TANDEM_FLEET
+bool fleet_built() noexcept { return true; }
+#else
+bool fleet_built() noexcept { return false; }
+#endif
 
 namespace {
 
@@ -92,6 +101,7 @@ class Agent final : public AgentHooks {
     for (const auto& [name, r] : state_.rnics()) open_link(name);
     for (const std::string& n : c.rnics) open_link(n);
     socket_ = std::make_unique<ControlSocket>(c.control_socket, api_);
+    start_fleet();
     cd::telemetry_register("/tandem/dpu/rnics", "tandem-dpu managed RNICs: channel state, versions, BAR counters",
                            [this](std::string_view, cd::TelemetryDict& d) {
                              std::lock_guard<std::mutex> g(snap_mu_);
@@ -127,8 +137,9 @@ class Agent final : public AgentHooks {
       if (end && now >= end) break;
       bool did = false;
       for (auto& [name, l] : links_) did |= service(*l, now);
-      if (did || now - last_sock >= 200'000) {  // control socket: every 200 us while idle
+      if (did || now - last_sock >= 200'000) {  // control socket and etcd's batches: every 200 us while idle
         did |= socket_->poll();
+        did |= fleet_poll();
         last_sock = now;
       }
       if (now - last_snap >= 100'000'000) {
@@ -447,7 +458,90 @@ class Agent final : public AgentHooks {
             {"bar", jbar}};
   }
 
+  // Fleet mode: the stored revision says where to resume the watch.
+  void start_fleet() {
+    if (c_.fleet.endpoints.empty()) return;
+#ifdef TANDEM_FLEET
+    if (c_.fleet.server.empty()) throw std::runtime_error("--etcd needs --server NAME");
+    FleetRevision stored = store_.fleet_revision();
+    int64_t resume = stored.revision;
+    if (resume != 0 && stored.server != c_.fleet.server) {
+      std::fprintf(stderr, "tandem-dpu: fleet: the store was synced as server %s, not %s: reading etcd whole\n",
+                   stored.server.c_str(), c_.fleet.server.c_str());
+      resume = 0;
+    }
+    fleet_ = std::make_unique<fleet::FleetApplier>(c_.fleet.server, resume);
+    fleet::FleetConfig fc;
+    fc.etcd = fleet::EtcdOptions{c_.fleet.endpoints, c_.fleet.cacert, c_.fleet.cert, c_.fleet.key,
+                                 c_.fleet.user, c_.fleet.password, 3000};
+    fc.server = c_.fleet.server;
+    fc.lease_ttl_s = c_.fleet.lease_ttl_s;
+    fleet_watcher_ = std::make_unique<fleet::FleetWatcher>(fc, resume);
+    std::fprintf(stderr, "tandem-dpu: fleet: server %s, etcd %s, resuming after revision %lld\n",
+                 c_.fleet.server.c_str(), c_.fleet.endpoints.c_str(), static_cast<long long>(resume));
+#else
+    throw std::runtime_error("--etcd: this tandem-dpu was built without fleet mode (run scripts/setup.sh, rebuild)");
+#endif
+  }
+
+  // Applies what etcd sent, in revision order, like tandemctl changes (held
+  // back while a mapping import runs). A bounded amount per iteration.
+  bool fleet_poll() {
+#ifdef TANDEM_FLEET
+    if (!fleet_) return false;
+    fleet_watcher_->take(fleet_queue_);
+    if (fleet_queue_.empty() || api_.busy()) return false;
+    fleet::FleetBatch b = fleet::next_batch(fleet_queue_, kFleetEventsPerStep);
+    std::vector<fleet::Applied> applied;
+    try {
+      applied = fleet_->apply(b, state_, store_);
+    } catch (const StoreError& e) {
+      // Level 1 is ahead of disk now: stop; a restart reloads and resumes from disk.
+      throw std::runtime_error(std::string("fleet: cannot persist revision ") + std::to_string(b.revision) + ": " + e.what());
+    }
+    for (const fleet::Applied& a : applied) changed(a.change, a.removed);
+    const fleet::FleetApplyStats& st = fleet_->stats();
+    if (st.changes_rejected != fleet_rejected_logged_ || st.unsupported != fleet_unsupported_logged_) {
+      std::fprintf(stderr, "tandem-dpu: fleet: revision %lld: %s\n", static_cast<long long>(b.revision),
+                   st.last_error.c_str());
+      fleet_rejected_logged_ = st.changes_rejected;
+      fleet_unsupported_logged_ = st.unsupported;
+    }
+    return true;
+#else
+    return false;
+#endif
+  }
+
+  // This server's status for etcd: only what changes when something happens
+  // (written when it differs), so an idle fleet writes nothing but keep-alives.
+  void publish_fleet_status() {
+#ifdef TANDEM_FLEET
+    if (!fleet_watcher_) return;
+    json rn = json::object();
+    for (const auto& [name, l] : links_)
+      rn[name] = {{"state", channel_state_name(l->ch->state())},
+                  {"rnic_state", rnic_state_name(common::channel_bar(l->file->base()).state.value.load())},
+                  {"protocol_version", l->ch->version()},
+                  {"table_version", l->ch->shadow().version()},
+                  {"table_entries", l->ch->shadow().digest().count},
+                  {"queued_change_sets", l->ch->queued_change_sets()}};
+    const fleet::FleetApplyStats& st = fleet_->stats();
+    fleet_watcher_->publish_status(
+        {{"server", c_.fleet.server}, {"health", "ok"}, {"pid", getpid()},
+         {"protocol_version", common::kProtocolVersionCurrent}, {"applied_revision", fleet_->revision()},
+         {"pending_batches", fleet_queue_.size()}, {"changes_applied", st.changes_applied},
+         {"changes_rejected", st.changes_rejected}, {"unsupported", st.unsupported},
+         {"resync_changes", st.resync_changes}, {"full_reads", st.snapshots},
+         {"malformed", fleet_->desired().malformed()}, {"last_error", st.last_error},
+         {"level1", {{"tenants", state_.tenants().size()}, {"vnics", state_.vnics().size()},
+                     {"mappings", state_.mappings().size()}}},
+         {"rnics", rn}});
+#endif
+  }
+
   void publish_snapshot() {
+    publish_fleet_status();
     std::map<std::string, Snap> s;
     for (const auto& [name, l] : links_) {
       const common::Bar& bar = common::channel_bar(l->file->base());
@@ -477,6 +571,14 @@ class Agent final : public AgentHooks {
   std::array<common::RawMessage, kBurst> ev_buf_, out_buf_;
   std::mutex snap_mu_;
   std::map<std::string, Snap> snap_;
+#ifdef TANDEM_FLEET
+  static constexpr std::size_t kFleetEventsPerStep = 4096;  // about a millisecond of applying
+  std::unique_ptr<fleet::FleetApplier> fleet_;
+  std::deque<fleet::FleetBatch> fleet_queue_;
+  uint64_t fleet_rejected_logged_ = 0, fleet_unsupported_logged_ = 0;
+  // Last: stopped (threads joined, lease revoked) before the rest goes.
+  std::unique_ptr<fleet::FleetWatcher> fleet_watcher_;
+#endif
 };
 
 }  // namespace

@@ -2,6 +2,18 @@
 
 namespace tandem::dpu::fleet {
 
+FleetBatch next_batch(std::deque<FleetBatch>& q, std::size_t max_events) {
+  FleetBatch b = std::move(q.front());
+  q.pop_front();
+  if (b.snapshot) return b;
+  while (!q.empty() && !q.front().snapshot && b.events.size() + q.front().events.size() <= max_events) {
+    for (FleetEvent& e : q.front().events) b.events.push_back(std::move(e));
+    b.revision = q.front().revision;
+    q.pop_front();
+  }
+  return b;
+}
+
 std::vector<Applied> FleetApplier::apply(const FleetBatch& b, Level1State& s, Store& store) {
   std::vector<Applied> out;
   // A watch resumed from disk never goes back; a repeated batch is not applied twice.

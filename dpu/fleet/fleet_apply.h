@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +30,11 @@ struct FleetBatch {
   int64_t revision = 0;
   std::vector<FleetEvent> events;
 };
+
+// The next batch to apply from a queue: a full read alone, or consecutive
+// watch batches joined (up to max_events, at least one batch) so a burst of
+// revisions costs one SQLite transaction, at the last one's revision.
+FleetBatch next_batch(std::deque<FleetBatch>& q, std::size_t max_events);
 
 struct Applied {
   Change change;

@@ -185,3 +185,23 @@ TEST_CASE("changes and their revision are on disk together: a reloaded agent has
   evs.pop_back();
   CHECK(f.apply(FleetBatch{true, 11, evs}, s, store).empty());
 }
+
+TEST_CASE("queued watch batches are joined up to a bound; a full read is applied alone") {
+  std::deque<FleetBatch> q;
+  q.push_back(FleetBatch{false, 5, {put("a", "1")}});
+  q.push_back(FleetBatch{false, 6, {put("b", "1"), put("c", "1")}});
+  q.push_back(FleetBatch{false, 7, {put("d", "1")}});
+  q.push_back(FleetBatch{true, 8, {put("e", "1")}});
+  q.push_back(FleetBatch{false, 9, {put("f", "1")}});
+  FleetBatch b = next_batch(q, 3);
+  CHECK(b.revision == 6);
+  CHECK(b.events.size() == 3);
+  b = next_batch(q, 3);
+  CHECK(b.revision == 7);
+  b = next_batch(q, 100);
+  CHECK(b.snapshot);
+  CHECK(b.revision == 8);
+  b = next_batch(q, 100);
+  CHECK(b.revision == 9);
+  CHECK(q.empty());
+}
