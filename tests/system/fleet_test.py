@@ -1,0 +1,353 @@
+"""System test of fleet mode: a real 3-member etcd cluster (Debian's etcd, on
+loopback, own data directories and ports), two servers, each a tandem-dpu
+agent (own SQLite, own channel directory) started with --etcd/--server and a
+tandem-rnic worker in DPU mode, on the lab fabric:
+
+  * a tenant, two RNICs and two vNICs written once with `tandemctl fleet`
+    reach both agents (each its own vNIC, the other's as a derived mapping)
+    and both workers (vNIC entries); `fleet status` says both converged; a
+    verify pair carries WRITE/SEND/READ between the two servers;
+  * kill -9 an agent during a burst of 400 single-key revisions; restarted,
+    it resumes after its stored revision and ends with exactly etcd's desired
+    state, nothing refused (a change applied twice would be), nothing missing;
+  * an agent down while keys are deleted and added and etcd is compacted
+    past its revision: restarted, it re-reads and applies only the difference
+    (counted: exactly the changes made meanwhile);
+  * kill -9 the etcd leader: a write still reaches both agents; kill a
+    second member: writes fail (no quorum), the agents keep serving (control
+    socket, RNIC channels ACTIVE); a member back: the stalled write goes
+    through and both agents converge.
+
+usage: fleet_test.py TANDEM_DPU TANDEMCTL TANDEM_FABRIC TANDEM_RNIC RNIC_HOST_APP
+Skips (exit 77) only if etcd/etcdctl are not installed. Everything started
+is stopped by PID; data directories, sockets, channel and hugepage files are
+removed, also on failure."""
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tandem_harness import Checks, Lab, Tandemctl, free_port, poll_until, stop, remove_dpdk_files, telemetry_query  # noqa: E402
+
+DPU, CTL, FABRIC, RNIC, APP = sys.argv[1:6]
+ETCD, ETCDCTL = shutil.which("etcd"), shutil.which("etcdctl")
+if not ETCD or not ETCDCTL:
+    print("SKIP: etcd/etcdctl not installed (scripts/setup.sh installs etcd-server and etcd-client)")
+    sys.exit(77)
+
+T0 = time.time()
+TAG = f"flt{os.getpid()}"
+lab = Lab(tmp_prefix="tandem-fleet-test-")
+D = lab.d
+# etcd's data on tmpfs: its fsyncs are what a 2-core test box cannot afford.
+EDATA = tempfile.mkdtemp(prefix="tandem-fleet-etcd-", dir="/dev/shm")
+checks = Checks()
+check, failed = checks.check, checks.failed
+
+MEMBERS = ["e0", "e1", "e2"]
+CPORT = {m: free_port() for m in MEMBERS}
+PPORT = {m: free_port() for m in MEMBERS}
+ENDPOINTS = ",".join(f"127.0.0.1:{CPORT[m]}" for m in MEMBERS)
+CLUSTER = ",".join(f"{m}=http://127.0.0.1:{PPORT[m]}" for m in MEMBERS)
+etcd_procs = {}
+
+
+def log(name):
+    return lab.text(name)
+
+
+def etcd_start(m):
+    etcd_procs[m] = lab.start(
+        [ETCD, "--name", m, "--data-dir", f"{EDATA}/{m}", "--listen-client-urls", f"http://127.0.0.1:{CPORT[m]}",
+         "--advertise-client-urls", f"http://127.0.0.1:{CPORT[m]}", "--listen-peer-urls",
+         f"http://127.0.0.1:{PPORT[m]}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{PPORT[m]}",
+         "--initial-cluster", CLUSTER, "--initial-cluster-state", "new", "--initial-cluster-token", TAG,
+         "--heartbeat-interval", "100", "--election-timeout", "1000", "--log-level", "warn", "--logger", "zap"],
+        open(lab.path(f"etcd-{m}.log"), "a"))
+
+
+def etcdctl(*args, endpoints=ENDPOINTS, timeout=10):
+    r = subprocess.run([ETCDCTL, f"--endpoints={endpoints}", "--command-timeout=3s", *map(str, args)],
+                       capture_output=True, text=True, env=dict(os.environ, ETCDCTL_API="3"), timeout=timeout)
+    return r.returncode, r.stdout + r.stderr
+
+
+def fleet(*args):
+    """tandemctl fleet --json against the cluster: (exit code, reply)."""
+    r = subprocess.run([CTL, "fleet", "--etcd", ENDPOINTS, *map(str, args), "--json"], capture_output=True, text=True)
+    try:
+        return r.returncode, json.loads(r.stdout) if r.stdout.strip() else {"raw": r.stderr}
+    except ValueError:
+        return r.returncode, {"raw": r.stdout + r.stderr}
+
+
+def fleet_ok(*args, timeout=15):
+    """A write that may meet a leader election: retried until etcd takes it."""
+    deadline = time.time() + timeout
+    while True:
+        rc, j = fleet(*args)
+        if rc == 0 or time.time() > deadline:
+            return rc, j
+        time.sleep(0.2)
+
+
+SERVERS = {"s1": "A", "s2": "B"}
+ctl = {s: Tandemctl(CTL, f"{D}/{s}.sock") for s in SERVERS}
+agents = {}
+
+
+def agent(s, gen=0):
+    pre = f"{TAG}-{s}{gen}"
+    os.makedirs(f"{D}/{s}ch", exist_ok=True)
+    p = lab.start([DPU, "--db", f"{D}/{s}.sqlite", "--control-socket", f"{D}/{s}.sock", "--channel-dir", f"{D}/{s}ch",
+                   "--idle", "adaptive", "--heartbeat-timeout-ms", "3000", "--etcd", ENDPOINTS, "--server", s,
+                   "--fleet-lease-ttl", "3", "--", "--no-pci", "--no-huge", "-m", "64", f"--file-prefix={pre}",
+                   "-l", "0", "--log-level=lib.eal:error"], open(lab.path(f"agent-{s}.log"), "a"), pre)
+    if not poll_until(lambda: ctl[s]("tenant", "list")[0] == 0 or p.poll() is not None, 20, "agent"):
+        raise RuntimeError(f"agent {s} did not start:\n" + log(f"agent-{s}"))
+    if p.poll() is not None:
+        raise RuntimeError(f"agent {s} exited:\n" + log(f"agent-{s}"))
+    agents[s] = (p, pre)
+    return p
+
+
+def kill9_agent(s):
+    p, pre = agents.pop(s)
+    p.kill()
+    p.wait()
+    remove_dpdk_files(pre)
+
+
+PREFIX = {}
+
+
+def worker(s, sock):
+    n = SERVERS[s]
+    pre = f"{TAG}-{n}"
+    PREFIX[n] = pre
+    return lab.start([RNIC, "--name", n, "--host-socket", f"{D}/{n}.rnic", "--table", f"{D}/{n}.yaml",
+                      "--device-dir", f"{D}/devices", "--dpu-channel", f"{D}/{s}ch/tandem-{n}.chan",
+                      "--dpu-agent-timeout-ms", "3000", "--table-capacity", "8192", "--idle", "adaptive",
+                      "--mtu", "1024", "--", "--no-pci", f"--file-prefix={pre}", "-l", "1", "-m", "128",
+                      "--log-level=lib.eal:error", f"--vdev=net_memif0,role=client,socket={D}/{sock}"],
+                     open(lab.path(f"{n}.log"), "a"), pre)
+
+
+def status():
+    rc, j = fleet("status")
+    return j if rc == 0 else {}
+
+
+def converged(servers=("s1", "s2")):
+    st = status()
+    rows = {r["server"]: r for r in st.get("servers", [])}
+    return st.get("ok") and all(rows.get(s, {}).get("converged") for s in servers)
+
+
+def agent_status(s):
+    """The agent's own status document in etcd (what `fleet status` summarises)."""
+    rc, out = etcdctl("get", f"/tandem/v1/status/{s}", "--print-value-only")
+    try:
+        return json.loads(out) if rc == 0 and out.strip() else {}
+    except ValueError:
+        return {}
+
+
+def level1(s):
+    rc, j = ctl[s]("table", "dump", "--level", 1)
+    return j if rc == 0 else {}
+
+
+def mapping_set(s):
+    return sorted((m["vni"], m["overlay_ip"], m["underlay_ip"], m["rnic"]) for m in level1(s).get("mappings", []))
+
+
+def expected_mappings(s):  # noqa: ARG001 (every server maps the same addresses)
+    """What etcd says server s's level 1 maps: every vNIC (own ones through the vNIC, others derived) and
+    every extra mapping, read straight from etcd with etcdctl (not through our client)."""
+    rc, out = etcdctl("get", "--prefix", "/tandem/v1/desired/", "-w", "json")
+    kvs = json.loads(out).get("kvs", []) if rc == 0 else []
+    dec = {base64.b64decode(kv["key"]).decode(): json.loads(base64.b64decode(kv["value"]).decode()) for kv in kvs}
+    rnics = {}
+    for k, v in dec.items():
+        p = k.split("/")
+        if len(p) == 8 and p[4] == "servers":
+            rnics[p[7]] = v
+    want = set()
+    for k, v in dec.items():
+        p = k.split("/")
+        if p[4] == "vnics":
+            r = rnics[v["rnic"]]
+            want.add((v["vni"], v["overlay_ip"], r["underlay_ip"], v["rnic"]))
+        elif p[4] == "mappings":
+            want.add((int(p[5]), p[6], v["underlay_ip"], v["rnic"]))
+    return sorted(want)
+
+
+def channel_active(s):
+    return ctl[s].channel(SERVERS[s]).get("state") == "ACTIVE"
+
+
+def main():
+    # etcd: three members, each its own data directory and ports.
+    for m in MEMBERS:
+        etcd_start(m)
+    if not poll_until(lambda: etcdctl("endpoint", "health")[0] == 0, 30, "etcd"):
+        raise RuntimeError("etcd cluster did not become healthy:\n" + etcdctl("endpoint", "health")[1])
+    check(True, f"3-member etcd cluster healthy on loopback ({ENDPOINTS})")
+
+    for n, ip in (("A", "10.0.0.1"), ("B", "10.0.0.2")):
+        with open(f"{D}/{n}.yaml", "w") as f:
+            f.write(f"underlay: {{ip: {ip}, mac: 02:00:00:00:00:0{ip[-1]}, gateway_mac: 02:00:00:00:00:fe}}\n")
+    fab_pre = f"{TAG}-fab"
+    lab.start([FABRIC, "--route", "10.0.0.1=0", "--route", "10.0.0.2=1", "--paths", "4", "--idle", "adaptive",
+               "--link-wait-ms", "0", "--", "--no-pci", f"--file-prefix={fab_pre}", "-l", "0", "-m", "64",
+               "--log-level=lib.eal:error", f"--vdev=net_memif0,role=server,socket={D}/h0.sock",
+               f"--vdev=net_memif1,role=server,socket={D}/h1.sock"], open(lab.path("fabric.log"), "w"), fab_pre)
+    if not poll_until(lambda: "tandem-fabric:" in log("fabric"), 20, "fabric"):
+        raise RuntimeError("fabric did not start:\n" + log("fabric"))
+
+    # 1. The desired state, written once.
+    writes = [("tenant", "add", 100, "red"),
+              ("rnic", "add", "s1", "A", "--underlay-ip", "10.0.0.1", "--mac", "02:00:00:00:00:01",
+               "--path-base-port", 0xC000, "--path-count", 4),
+              ("rnic", "add", "s2", "B", "--underlay-ip", "10.0.0.2", "--mac", "02:00:00:00:00:02",
+               "--path-base-port", 0xC000, "--path-count", 4),
+              ("vnic", "add", 1, "--vni", 100, "--server", "s1", "--rnic", "A", "--ip", "192.168.7.1",
+               "--mac", "02:00:00:00:01:01"),
+              ("vnic", "add", 2, "--vni", 100, "--server", "s2", "--rnic", "B", "--ip", "192.168.7.2",
+               "--mac", "02:00:00:00:01:02")]
+    rcs = [fleet(*w)[0] for w in writes]
+    check(rcs == [0] * len(writes), f"tandemctl fleet writes a tenant, 2 RNICs, 2 vNICs once (exit codes {rcs})")
+    bad = fleet("vnic", "add", 3, "--vni", 999, "--server", "s1", "--rnic", "A", "--ip", "192.168.7.3",
+                "--mac", "02:00:00:00:01:03")
+    check(bad[0] == 2 and "999" in bad[1].get("error", ""), f"a vNIC of an unknown tenant is refused: {bad[1].get('error')}")
+
+    for s in SERVERS:
+        agent(s)
+    wa, wb = worker("s1", "h0.sock"), worker("s2", "h1.sock")
+    check(poll_until(converged, 20, "converged"), f"fleet status: both servers converged ({status().get('servers')})")
+    l1 = {s: level1(s) for s in SERVERS}
+    check([v["id"] for v in l1["s1"].get("vnics", [])] == [1] and [v["id"] for v in l1["s2"].get("vnics", [])] == [2]
+          and all(t["partition"] == 1 for s in SERVERS for t in l1[s].get("tenants", [])),
+          "each agent holds its own vNIC and the tenant with the same (fleet-wide) partition")
+    check(all(mapping_set(s) == expected_mappings(s) for s in SERVERS),
+          f"each agent derived the other server's vNIC as a mapping: s1 {mapping_set('s1')}")
+    learned = poll_until(lambda: telemetry_query(PREFIX["A"], "/tandem/rnic/table").get("vnic_list") ==
+                         {"1": "192.168.7.1"} and
+                         telemetry_query(PREFIX["B"], "/tandem/rnic/table").get("vnic_list") == {"2": "192.168.7.2"},
+                         30, "vnics")
+    check(learned and channel_active("s1") and channel_active("s2"),
+          "both workers ACTIVE with their agents and hold the vNIC etcd placed on them")
+    a = lab.start([APP, "verify", f"{D}/A.rnic", D, "app1", "app2", "2", "192.168.7.2", "192.168.7.1"],
+                  open(lab.path("app1.log"), "w"))
+    b = lab.start([APP, "verify", f"{D}/B.rnic", D, "app2", "app1", "3", "192.168.7.1", "192.168.7.2"],
+                  open(lab.path("app2.log"), "w"))
+    ra, rb = a.wait(90), b.wait(90)
+    check(ra == 0 and rb == 0,
+          f"WRITE/SEND/READ verified between the two servers over routes each agent resolved (exit {ra}, {rb})")
+    print(f"     ({time.time() - T0:.1f} s)", flush=True)
+
+    # 2. kill -9 an agent during a burst of single-key revisions.
+    with open(f"{D}/burst.csv", "w") as f:
+        for i in range(400):
+            f.write(f"100,172.16.{i // 200}.{i % 200 + 1},10.0.0.9,02:00:00:00:00:09,X\n")
+    rev0 = status().get("desired_revision", 0)
+    burst = subprocess.Popen([CTL, "fleet", "--etcd", ENDPOINTS, "mapping", "import", f"{D}/burst.csv", "--per-txn", "1"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    poll_until(lambda: agent_status("s2").get("applied_revision", 0) > rev0 + 50, 20, "burst under way")
+    killed_at = agent_status("s2").get("applied_revision", 0)
+    kill9_agent("s2")
+    out = burst.communicate(timeout=120)[0]
+    check(burst.returncode == 0, f"the burst of 400 revisions went into etcd ({out.strip()[:120]})")
+    agent("s2", 1)
+    ok = poll_until(converged, 30, "converged")
+    st2 = agent_status("s2")
+    resumed = [l for l in log("agent-s2").splitlines() if "resuming after revision" in l]
+    check(ok and killed_at > rev0 and len(resumed) == 2 and not resumed[-1].endswith(" 0"),
+          f"kill -9 during the burst (at revision ~{killed_at}): the restarted agent resumed after its stored "
+          f"revision ({resumed[-1].split('tandem-dpu: fleet: ')[-1] if resumed else '?'}) and converged")
+    check(mapping_set("s2") == expected_mappings("s2") and mapping_set("s1") == expected_mappings("s1") and
+          len(mapping_set("s2")) == 402,
+          f"both agents hold exactly etcd's desired mappings ({len(mapping_set('s2'))}: 400 + 2 vNICs)")
+    check(st2.get("changes_rejected") == 0 and st2.get("full_reads") == 1 and st2.get("resync_changes") == 0,
+          f"nothing applied twice or refused, no full re-read needed: {dict((k, st2.get(k)) for k in ('changes_applied', 'changes_rejected', 'full_reads', 'resync_changes'))}")
+
+    # 3. Compaction past an agent's revision while it is down.
+    kill9_agent("s2")
+    rc1, _ = etcdctl("del", "--prefix", "/tandem/v1/desired/mappings/100/172.16.1.")
+    rc2, _ = fleet("mapping", "add", "--vni", 100, "--overlay-ip", "172.17.0.1", "--underlay-ip", "10.0.0.8",
+                   "--next-hop-mac", "02:00:00:00:00:08", "--rnic", "Y")
+    rev = status().get("etcd_revision", 0)
+    rc3, out = etcdctl("compact", rev)
+    check(rc1 == 0 and rc2 == 0 and rc3 == 0, f"while s2 is down: 200 mappings deleted, 1 added, etcd compacted at {rev}")
+    agent("s2", 2)
+    ok = poll_until(converged, 30, "converged")
+    st2 = agent_status("s2")
+    check(ok and "is compacted" in log("agent-s2") and st2.get("resync_changes") == 201 and
+          mapping_set("s2") == expected_mappings("s2"),
+          f"restarted past the compaction: re-read whole, applied only the difference "
+          f"(resync_changes {st2.get('resync_changes')} == 201) and matches etcd")
+    print(f"     ({time.time() - T0:.1f} s)", flush=True)
+
+    # 4. The leader dies, then a second member.
+    rc, out = etcdctl("endpoint", "status", "-w", "json")
+    leader = None
+    try:
+        for e in json.loads(out):
+            if e["Status"]["header"]["member_id"] == e["Status"]["leader"]:
+                leader = next(m for m in MEMBERS if e["Endpoint"].endswith(f":{CPORT[m]}"))
+    except (ValueError, KeyError, StopIteration):
+        pass
+    if leader is None:
+        raise RuntimeError("no etcd leader found:\n" + out)
+    etcd_procs[leader].kill()
+    etcd_procs[leader].wait()
+    rc, j = fleet_ok("vnic", "add", 3, "--vni", 100, "--server", "s1", "--rnic", "A", "--ip", "192.168.7.3",
+                     "--mac", "02:00:00:00:01:03")
+    ok = rc == 0 and poll_until(lambda: converged() and ("100", "192.168.7.3") in
+                                {(str(m[0]), m[1]) for m in mapping_set("s2")}, 20, "converged")
+    check(ok, f"leader {leader} killed -9: a write still goes through and reaches both agents ({j.get('error', 'ok')})")
+    second = next(m for m in MEMBERS if m != leader)
+    etcd_procs[second].kill()
+    etcd_procs[second].wait()
+    rc, j = fleet("vnic", "add", 4, "--vni", 100, "--server", "s2", "--rnic", "B", "--ip", "192.168.7.4",
+                  "--mac", "02:00:00:00:01:04")
+    check(rc == 2, f"a second member killed: no quorum, the write is refused ({j.get('error', j)[:100]})")
+    time.sleep(1.5)
+    serving = all(ctl[s]("tenant", "list")[0] == 0 and channel_active(s) for s in SERVERS)
+    check(serving and wa.poll() is None and wb.poll() is None,
+          "without quorum both agents keep serving (control socket answers, RNIC channels ACTIVE)")
+    etcd_start(leader)
+    rc, j = fleet_ok("vnic", "add", 4, "--vni", 100, "--server", "s2", "--rnic", "B", "--ip", "192.168.7.4",
+                     "--mac", "02:00:00:00:01:04", timeout=30)
+    ok = rc == 0 and poll_until(lambda: converged() and 4 in [v["id"] for v in level1("s2").get("vnics", [])], 30,
+                                "converged")
+    check(ok and all(mapping_set(s) == expected_mappings(s) for s in SERVERS),
+          f"a member back, quorum returns: the write goes through and both agents converge ({j.get('error', 'ok')})")
+    st = {s: agent_status(s) for s in SERVERS}
+    check(all(st[s].get("changes_rejected") == 0 for s in SERVERS),
+          f"no change refused anywhere (s1 {st['s1'].get('changes_rejected')}, s2 {st['s2'].get('changes_rejected')})")
+    print(f"     ({time.time() - T0:.1f} s)", flush=True)
+    if failed:
+        for n in ("agent-s1", "agent-s2", "A", "B", "etcd-e0"):
+            print(f"--- {n} log ---\n{log(n)[-3000:]}")
+
+
+try:
+    main()
+except Exception as e:  # a set-up failure is a test failure, with the logs
+    check(False, f"set-up: {e}")
+    for n in ("agent-s1", "agent-s2", "fabric", "A", "B", "etcd-e0", "etcd-e1", "etcd-e2"):
+        print(f"--- {n} log ---\n{log(n)[-3000:]}")
+finally:
+    lab.cleanup()
+    shutil.rmtree(EDATA, ignore_errors=True)
+print(f"fleet: {len(failed)} check(s) failed ({time.time() - T0:.0f} s)" if failed else
+      f"fleet: all checks passed ({time.time() - T0:.0f} s)")
+sys.exit(1 if failed else 0)
