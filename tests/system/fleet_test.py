@@ -25,18 +25,16 @@ removed, also on failure."""
 import base64
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from tandem_harness import Checks, Lab, Tandemctl, free_port, poll_until, stop, remove_dpdk_files, telemetry_query  # noqa: E402
+from tandem_harness import Checks, Lab, Tandemctl, poll_until, remove_dpdk_files, telemetry_query  # noqa: E402
+from etcd_cluster import EtcdCluster, have_etcd  # noqa: E402
 
 DPU, CTL, FABRIC, RNIC, APP = sys.argv[1:6]
-ETCD, ETCDCTL = shutil.which("etcd"), shutil.which("etcdctl")
-if not ETCD or not ETCDCTL:
+if not have_etcd():
     print("SKIP: etcd/etcdctl not installed (scripts/setup.sh installs etcd-server and etcd-client)")
     sys.exit(77)
 
@@ -44,37 +42,15 @@ T0 = time.time()
 TAG = f"flt{os.getpid()}"
 lab = Lab(tmp_prefix="tandem-fleet-test-")
 D = lab.d
-# etcd's data on tmpfs: its fsyncs are what a 2-core test box cannot afford.
-EDATA = tempfile.mkdtemp(prefix="tandem-fleet-etcd-", dir="/dev/shm")
+etcd = EtcdCluster(lab, TAG)
+ENDPOINTS = etcd.endpoints
+etcdctl = etcd.ctl
 checks = Checks()
 check, failed = checks.check, checks.failed
-
-MEMBERS = ["e0", "e1", "e2"]
-CPORT = {m: free_port() for m in MEMBERS}
-PPORT = {m: free_port() for m in MEMBERS}
-ENDPOINTS = ",".join(f"127.0.0.1:{CPORT[m]}" for m in MEMBERS)
-CLUSTER = ",".join(f"{m}=http://127.0.0.1:{PPORT[m]}" for m in MEMBERS)
-etcd_procs = {}
 
 
 def log(name):
     return lab.text(name)
-
-
-def etcd_start(m):
-    etcd_procs[m] = lab.start(
-        [ETCD, "--name", m, "--data-dir", f"{EDATA}/{m}", "--listen-client-urls", f"http://127.0.0.1:{CPORT[m]}",
-         "--advertise-client-urls", f"http://127.0.0.1:{CPORT[m]}", "--listen-peer-urls",
-         f"http://127.0.0.1:{PPORT[m]}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{PPORT[m]}",
-         "--initial-cluster", CLUSTER, "--initial-cluster-state", "new", "--initial-cluster-token", TAG,
-         "--heartbeat-interval", "100", "--election-timeout", "1000", "--log-level", "warn", "--logger", "zap"],
-        open(lab.path(f"etcd-{m}.log"), "a"))
-
-
-def etcdctl(*args, endpoints=ENDPOINTS, timeout=10):
-    r = subprocess.run([ETCDCTL, f"--endpoints={endpoints}", "--command-timeout=3s", *map(str, args)],
-                       capture_output=True, text=True, env=dict(os.environ, ETCDCTL_API="3"), timeout=timeout)
-    return r.returncode, r.stdout + r.stderr
 
 
 def fleet(*args):
@@ -195,10 +171,8 @@ def channel_active(s):
 
 def main():
     # etcd: three members, each its own data directory and ports.
-    for m in MEMBERS:
-        etcd_start(m)
-    if not poll_until(lambda: etcdctl("endpoint", "health")[0] == 0, 30, "etcd"):
-        raise RuntimeError("etcd cluster did not become healthy:\n" + etcdctl("endpoint", "health")[1])
+    etcd.start()
+    etcd.wait_healthy()
     check(True, f"3-member etcd cluster healthy on loopback ({ENDPOINTS})")
 
     for n, ip in (("A", "10.0.0.1"), ("B", "10.0.0.2")):
@@ -296,26 +270,17 @@ def main():
     print(f"     ({time.time() - T0:.1f} s)", flush=True)
 
     # 4. The leader dies, then a second member.
-    rc, out = etcdctl("endpoint", "status", "-w", "json")
-    leader = None
-    try:
-        for e in json.loads(out):
-            if e["Status"]["header"]["member_id"] == e["Status"]["leader"]:
-                leader = next(m for m in MEMBERS if e["Endpoint"].endswith(f":{CPORT[m]}"))
-    except (ValueError, KeyError, StopIteration):
-        pass
+    leader = etcd.leader()
     if leader is None:
-        raise RuntimeError("no etcd leader found:\n" + out)
-    etcd_procs[leader].kill()
-    etcd_procs[leader].wait()
+        raise RuntimeError("no etcd leader found:\n" + etcdctl("endpoint", "status")[1])
+    etcd.kill(leader)
     rc, j = fleet_ok("vnic", "add", 3, "--vni", 100, "--server", "s1", "--rnic", "A", "--ip", "192.168.7.3",
                      "--mac", "02:00:00:00:01:03")
     ok = rc == 0 and poll_until(lambda: converged() and ("100", "192.168.7.3") in
                                 {(str(m[0]), m[1]) for m in mapping_set("s2")}, 20, "converged")
     check(ok, f"leader {leader} killed -9: a write still goes through and reaches both agents ({j.get('error', 'ok')})")
-    second = next(m for m in MEMBERS if m != leader)
-    etcd_procs[second].kill()
-    etcd_procs[second].wait()
+    second = next(m for m in etcd.members if m != leader)
+    etcd.kill(second)
     rc, j = fleet("vnic", "add", 4, "--vni", 100, "--server", "s2", "--rnic", "B", "--ip", "192.168.7.4",
                   "--mac", "02:00:00:00:01:04")
     check(rc == 2, f"a second member killed: no quorum, the write is refused ({j.get('error', j)[:100]})")
@@ -323,7 +288,7 @@ def main():
     serving = all(ctl[s]("tenant", "list")[0] == 0 and channel_active(s) for s in SERVERS)
     check(serving and wa.poll() is None and wb.poll() is None,
           "without quorum both agents keep serving (control socket answers, RNIC channels ACTIVE)")
-    etcd_start(leader)
+    etcd.start(leader)
     rc, j = fleet_ok("vnic", "add", 4, "--vni", 100, "--server", "s2", "--rnic", "B", "--ip", "192.168.7.4",
                      "--mac", "02:00:00:00:01:04", timeout=30)
     ok = rc == 0 and poll_until(lambda: converged() and 4 in [v["id"] for v in level1("s2").get("vnics", [])], 30,
@@ -347,7 +312,7 @@ except Exception as e:  # a set-up failure is a test failure, with the logs
         print(f"--- {n} log ---\n{log(n)[-3000:]}")
 finally:
     lab.cleanup()
-    shutil.rmtree(EDATA, ignore_errors=True)
+    etcd.cleanup()
 print(f"fleet: {len(failed)} check(s) failed ({time.time() - T0:.0f} s)" if failed else
       f"fleet: all checks passed ({time.time() - T0:.0f} s)")
 sys.exit(1 if failed else 0)
