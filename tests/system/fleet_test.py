@@ -1,12 +1,16 @@
 """System test of fleet mode: a real 3-member etcd cluster (Debian's etcd, on
-loopback, own data directories and ports), two servers, each a tandem-dpu
+loopback, own data directories and ports), three servers, each a tandem-dpu
 agent (own SQLite, own channel directory) started with --etcd/--server and a
-tandem-rnic worker in DPU mode, on the lab fabric:
+tandem-rnic worker in DPU mode (adaptive idle), on the lab fabric:
 
-  * a tenant, two RNICs and two vNICs written once with `tandemctl fleet`
-    reach both agents (each its own vNIC, the other's as a derived mapping)
-    and both workers (vNIC entries); `fleet status` says both converged; a
-    verify pair carries WRITE/SEND/READ between the two servers;
+  * a tenant, three RNICs and two vNICs written once with `tandemctl fleet`
+    reach every agent (each its own vNIC, the others' as derived mappings)
+    and the workers (vNIC entries); `fleet status` says all converged; a
+    verify pair carries WRITE/SEND/READ between two servers;
+  * a vNIC streaming to a peer is moved to a third server (`fleet vnic
+    move`): its old RNIC refuses and counts the stream's QP and sends nothing
+    more, no level-2 entry of the old placement is left, the peer's server
+    maps it to the new place in place, and a new pair through it verifies;
   * kill -9 an agent during a burst of 400 single-key revisions; restarted,
     it resumes after its stored revision and ends with exactly etcd's desired
     state, nothing refused (a change applied twice would be), nothing missing;
@@ -15,8 +19,8 @@ tandem-rnic worker in DPU mode, on the lab fabric:
     (counted: exactly the changes made meanwhile);
   * kill -9 the etcd leader: a write still reaches both agents; kill a
     second member: writes fail (no quorum), the agents keep serving (control
-    socket, RNIC channels ACTIVE); a member back: the stalled write goes
-    through and both agents converge.
+    socket, RNIC channels ACTIVE, a new QP pair verifies); a member back: the
+    stalled write goes through and the agents converge.
 
 usage: fleet_test.py TANDEM_DPU TANDEMCTL TANDEM_FABRIC TANDEM_RNIC RNIC_HOST_APP
 Skips (exit 77) only if etcd/etcdctl are not installed. Everything started
@@ -72,7 +76,7 @@ def fleet_ok(*args, timeout=15):
         time.sleep(0.2)
 
 
-SERVERS = {"s1": "A", "s2": "B"}
+SERVERS = {"s1": "A", "s2": "B", "s3": "C"}
 ctl = {s: Tandemctl(CTL, f"{D}/{s}.sock") for s in SERVERS}
 agents = {}
 
@@ -119,7 +123,7 @@ def status():
     return j if rc == 0 else {}
 
 
-def converged(servers=("s1", "s2")):
+def converged(servers=tuple(SERVERS)):
     st = status()
     rows = {r["server"]: r for r in st.get("servers", [])}
     return st.get("ok") and all(rows.get(s, {}).get("converged") for s in servers)
@@ -169,20 +173,86 @@ def channel_active(s):
     return ctl[s].channel(SERVERS[s]).get("state") == "ACTIVE"
 
 
+def l2(s):
+    return ctl[s]("table", "dump", "--level", 2)[1].get("rnics", {}).get(SERVERS[s], {}).get("entries", [])
+
+
+def tx_packets(s):
+    return ctl[s].channel(SERVERS[s]).get("bar", {}).get("counters", {}).get("tx_packets", 0)
+
+
+def migration():
+    """vNIC 5 streams from A (s1) to vNIC 2 on B (s2) and is moved to C (s3) meanwhile."""
+    rc, _ = fleet("vnic", "add", 5, "--vni", 100, "--server", "s1", "--rnic", "A", "--ip", "192.168.7.5",
+                  "--mac", "02:00:00:00:01:05")
+    placed = rc == 0 and poll_until(lambda: telemetry_query(PREFIX["A"], "/tandem/rnic/table").get("vnic_list", {})
+                                    .get("5") == "192.168.7.5" and converged(), 20, "vnic 5")
+    sink = lab.start([APP, "sink", f"{D}/B.rnic", D, "sinkm", "strmm", "30", "192.168.7.5", "192.168.7.2"],
+                     open(lab.path("sinkm.log"), "w"))
+    strm = lab.start([APP, "stream", f"{D}/A.rnic", D, "strmm", "sinkm", "31", "192.168.7.2", "192.168.7.5"],
+                     open(lab.path("strmm.log"), "w"))
+    streaming = poll_until(lambda: os.path.exists(f"{D}/strmm.streaming") or strm.poll() is not None, 30, "stream")
+    check(placed and streaming and strm.poll() is None, "vNIC 5 placed on s1/A streams to vNIC 2 on s2/B")
+    rc, j = fleet("vnic", "move", 5, "--server", "s3", "--rnic", "C")
+    moved = rc == 0 and poll_until(
+        lambda: "5" not in telemetry_query(PREFIX["A"], "/tandem/rnic/table").get("vnic_list", {"5": 0}) and
+        telemetry_query(PREFIX["C"], "/tandem/rnic/table").get("vnic_list", {}).get("5") == "192.168.7.5" and
+        converged(), 20, "moved")
+    time.sleep(0.3)  # the stream keeps posting on the withdrawn vNIC meanwhile
+    tx0 = tx_packets("s1")
+    time.sleep(1.0)
+    tx1 = tx_packets("s1")
+    ta = telemetry_query(PREFIX["A"], "/tandem/rnic/table")
+    check(moved and ta.get("qps_on_withdrawn_vnic", 0) >= 1 and tx1 == tx0 and wa_alive(),
+          f"`fleet vnic move 5` to s3/C under traffic: gone from A, on C; the old placement's streaming QP is "
+          f"refused and counted (qps_on_withdrawn_vnic {ta.get('qps_on_withdrawn_vnic')}), A sends nothing more "
+          f"(tx {tx0} -> {tx1}) ({j.get('error', 'ok')})")
+    stale = [e for e in l2("s1") if e.get("vnic") == 5 or e.get("overlay_dst_ip") == "192.168.7.5"]
+    to_old = [e for e in l2("s2") if e.get("dst_overlay_ip") == "192.168.7.5" and e.get("underlay_dst_ip") == "10.0.0.1"]
+    m2 = [m for m in mapping_set("s2") if m[1] == "192.168.7.5"]
+    check(not stale and not to_old and m2 == [(100, "192.168.7.5", "10.0.0.3", "C")],
+          f"no level-2 entry of the old placement left on A ({len(stale)}) or pointing B at it ({len(to_old)}); "
+          f"s2 maps 192.168.7.5 to C in place ({m2})")
+    strm.kill()
+    strm.wait()
+    open(f"{D}/sinkm.stop", "w").close()
+    try:
+        sink.wait(30)
+    except subprocess.TimeoutExpired:
+        sink.kill()
+        sink.wait()
+    a = lab.start([APP, "verify", f"{D}/C.rnic", D, "mig1", "mig2", "32", "192.168.7.2", "192.168.7.5"],
+                  open(lab.path("mig1.log"), "w"))
+    b = lab.start([APP, "verify", f"{D}/B.rnic", D, "mig2", "mig1", "33", "192.168.7.5", "192.168.7.2"],
+                  open(lab.path("mig2.log"), "w"))
+    ra, rb = a.wait(90), b.wait(90)
+    check(ra == 0 and rb == 0, f"after reconnection, the moved vNIC (now on C) and its peer on B verify "
+                               f"WRITE/SEND/READ (exit {ra}, {rb})")
+
+
+WORKERS = {}
+
+
+def wa_alive():
+    return all(p.poll() is None for p in WORKERS.values())
+
+
 def main():
     # etcd: three members, each its own data directory and ports.
     etcd.start()
     etcd.wait_healthy()
     check(True, f"3-member etcd cluster healthy on loopback ({ENDPOINTS})")
 
-    for n, ip in (("A", "10.0.0.1"), ("B", "10.0.0.2")):
+    for n, ip in (("A", "10.0.0.1"), ("B", "10.0.0.2"), ("C", "10.0.0.3")):
         with open(f"{D}/{n}.yaml", "w") as f:
             f.write(f"underlay: {{ip: {ip}, mac: 02:00:00:00:00:0{ip[-1]}, gateway_mac: 02:00:00:00:00:fe}}\n")
     fab_pre = f"{TAG}-fab"
-    lab.start([FABRIC, "--route", "10.0.0.1=0", "--route", "10.0.0.2=1", "--paths", "4", "--idle", "adaptive",
+    lab.start([FABRIC, "--route", "10.0.0.1=0", "--route", "10.0.0.2=1", "--route", "10.0.0.3=2", "--paths", "4",
+               "--idle", "adaptive",
                "--link-wait-ms", "0", "--", "--no-pci", f"--file-prefix={fab_pre}", "-l", "0", "-m", "64",
                "--log-level=lib.eal:error", f"--vdev=net_memif0,role=server,socket={D}/h0.sock",
-               f"--vdev=net_memif1,role=server,socket={D}/h1.sock"], open(lab.path("fabric.log"), "w"), fab_pre)
+               f"--vdev=net_memif1,role=server,socket={D}/h1.sock", f"--vdev=net_memif2,role=server,socket={D}/h2.sock"],
+              open(lab.path("fabric.log"), "w"), fab_pre)
     if not poll_until(lambda: "tandem-fabric:" in log("fabric"), 20, "fabric"):
         raise RuntimeError("fabric did not start:\n" + log("fabric"))
 
@@ -192,20 +262,23 @@ def main():
                "--path-base-port", 0xC000, "--path-count", 4),
               ("rnic", "add", "s2", "B", "--underlay-ip", "10.0.0.2", "--mac", "02:00:00:00:00:02",
                "--path-base-port", 0xC000, "--path-count", 4),
+              ("rnic", "add", "s3", "C", "--underlay-ip", "10.0.0.3", "--mac", "02:00:00:00:00:03",
+               "--path-base-port", 0xC000, "--path-count", 4),
               ("vnic", "add", 1, "--vni", 100, "--server", "s1", "--rnic", "A", "--ip", "192.168.7.1",
                "--mac", "02:00:00:00:01:01"),
               ("vnic", "add", 2, "--vni", 100, "--server", "s2", "--rnic", "B", "--ip", "192.168.7.2",
                "--mac", "02:00:00:00:01:02")]
     rcs = [fleet(*w)[0] for w in writes]
-    check(rcs == [0] * len(writes), f"tandemctl fleet writes a tenant, 2 RNICs, 2 vNICs once (exit codes {rcs})")
+    check(rcs == [0] * len(writes), f"tandemctl fleet writes a tenant, 3 RNICs, 2 vNICs once (exit codes {rcs})")
     bad = fleet("vnic", "add", 3, "--vni", 999, "--server", "s1", "--rnic", "A", "--ip", "192.168.7.3",
                 "--mac", "02:00:00:00:01:03")
     check(bad[0] == 2 and "999" in bad[1].get("error", ""), f"a vNIC of an unknown tenant is refused: {bad[1].get('error')}")
 
     for s in SERVERS:
         agent(s)
-    wa, wb = worker("s1", "h0.sock"), worker("s2", "h1.sock")
-    check(poll_until(converged, 20, "converged"), f"fleet status: both servers converged ({status().get('servers')})")
+    wa, wb, wc = worker("s1", "h0.sock"), worker("s2", "h1.sock"), worker("s3", "h2.sock")
+    WORKERS.update(A=wa, B=wb, C=wc)
+    check(poll_until(converged, 20, "converged"), f"fleet status: every server converged ({status().get('servers')})")
     l1 = {s: level1(s) for s in SERVERS}
     check([v["id"] for v in l1["s1"].get("vnics", [])] == [1] and [v["id"] for v in l1["s2"].get("vnics", [])] == [2]
           and all(t["partition"] == 1 for s in SERVERS for t in l1[s].get("tenants", [])),
@@ -216,7 +289,7 @@ def main():
                          {"1": "192.168.7.1"} and
                          telemetry_query(PREFIX["B"], "/tandem/rnic/table").get("vnic_list") == {"2": "192.168.7.2"},
                          30, "vnics")
-    check(learned and channel_active("s1") and channel_active("s2"),
+    check(learned and all(channel_active(s) for s in SERVERS),
           "both workers ACTIVE with their agents and hold the vNIC etcd placed on them")
     a = lab.start([APP, "verify", f"{D}/A.rnic", D, "app1", "app2", "2", "192.168.7.2", "192.168.7.1"],
                   open(lab.path("app1.log"), "w"))
@@ -226,6 +299,7 @@ def main():
     check(ra == 0 and rb == 0,
           f"WRITE/SEND/READ verified between the two servers over routes each agent resolved (exit {ra}, {rb})")
     print(f"     ({time.time() - T0:.1f} s)", flush=True)
+    migration()
 
     # 2. kill -9 an agent during a burst of single-key revisions.
     with open(f"{D}/burst.csv", "w") as f:
@@ -247,8 +321,8 @@ def main():
           f"kill -9 during the burst (at revision ~{killed_at}): the restarted agent resumed after its stored "
           f"revision ({resumed[-1].split('tandem-dpu: fleet: ')[-1] if resumed else '?'}) and converged")
     check(mapping_set("s2") == expected_mappings("s2") and mapping_set("s1") == expected_mappings("s1") and
-          len(mapping_set("s2")) == 402,
-          f"both agents hold exactly etcd's desired mappings ({len(mapping_set('s2'))}: 400 + 2 vNICs)")
+          len(mapping_set("s2")) == 403,
+          f"both agents hold exactly etcd's desired mappings ({len(mapping_set('s2'))}: 400 + 3 vNICs)")
     check(st2.get("changes_rejected") == 0 and st2.get("full_reads") == 1 and st2.get("resync_changes") == 0,
           f"nothing applied twice or refused, no full re-read needed: {dict((k, st2.get(k)) for k in ('changes_applied', 'changes_rejected', 'full_reads', 'resync_changes'))}")
 
@@ -286,8 +360,14 @@ def main():
     check(rc == 2, f"a second member killed: no quorum, the write is refused ({j.get('error', j)[:100]})")
     time.sleep(1.5)
     serving = all(ctl[s]("tenant", "list")[0] == 0 and channel_active(s) for s in SERVERS)
-    check(serving and wa.poll() is None and wb.poll() is None,
-          "without quorum both agents keep serving (control socket answers, RNIC channels ACTIVE)")
+    a = lab.start([APP, "verify", f"{D}/A.rnic", D, "nq1", "nq2", "40", "192.168.7.2", "192.168.7.1"],
+                  open(lab.path("nq1.log"), "w"))
+    b = lab.start([APP, "verify", f"{D}/B.rnic", D, "nq2", "nq1", "41", "192.168.7.1", "192.168.7.2"],
+                  open(lab.path("nq2.log"), "w"))
+    ra, rb = a.wait(90), b.wait(90)
+    check(serving and wa_alive() and ra == 0 and rb == 0,
+          f"without quorum the agents keep serving (control sockets answer, RNIC channels ACTIVE) and a new QP "
+          f"pair between s1 and s2 verifies (exit {ra}, {rb})")
     etcd.start(leader)
     rc, j = fleet_ok("vnic", "add", 4, "--vni", 100, "--server", "s2", "--rnic", "B", "--ip", "192.168.7.4",
                      "--mac", "02:00:00:00:01:04", timeout=30)
