@@ -2,6 +2,7 @@
 
 #include <map>
 #include <optional>
+#include <unordered_map>
 
 namespace tandem::dpu::fleet {
 namespace {
@@ -32,11 +33,17 @@ struct Planner {
     return it->second;
   }
 
-  // The vNIC level 1 has at an address (before this plan's removals).
+  // The vNIC level 1 has at an address (before this plan's removals); an
+  // index built on first use, as a batch asks for thousands of addresses.
+  mutable std::unordered_map<uint64_t, const Vnic*> by_addr;
+  mutable bool indexed = false;
   const Vnic* state_vnic_at(uint32_t vni, uint32_t ip) const {
-    for (uint32_t id : s.vnics_of(vni))
-      if (const Vnic* v = s.vnic(id); v && v->overlay_ip == ip) return v;
-    return nullptr;
+    if (!indexed) {
+      for (const auto& [id, v] : s.vnics()) by_addr.emplace(addr_key(v.vni, v.overlay_ip), &v);
+      indexed = true;
+    }
+    auto it = by_addr.find(addr_key(vni, ip));
+    return it == by_addr.end() ? nullptr : it->second;
   }
 
   static bool same(const AddVnic& a, const Vnic& b) {
@@ -47,7 +54,7 @@ struct Planner {
 }  // namespace
 
 Plan plan_changes(const DesiredState& d, const std::string& server, const Level1State& s, const Touched& t0) {
-  Planner p{d, server, s, {}, {}};
+  Planner p{d, server, s, {}, {}, {}, false};
   Touched t = t0;
   if (t.all) {
     for (const auto& [vni, x] : d.tenants()) t.tenants.insert(vni);

@@ -11,6 +11,7 @@
 #include <istream>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/channel/messages.h"
@@ -115,6 +116,9 @@ class Store {
   void migrate_v2();
   sqlite3_stmt* prepare(const char* sql) const;
   void persist_one(const Change& c);
+  // Statements persist_one repeats, prepared once (a fleet batch writes thousands).
+  sqlite3_stmt* cached(const char* sql);
+  std::unordered_map<const char*, sqlite3_stmt*> cached_;
   void bulk_end() noexcept;
   void restore_settings() noexcept;
   std::string path_;

@@ -79,6 +79,9 @@ inline bool needs_revalidation(const Level1State& state, uint64_t resolved_at) n
 
 // DELs for every entry in `installed` derived from mapping m.
 ChangeSet deletions_for_mapping(const Level2Shadow& installed, const MappingKey& m);
+// The same for many mappings in one pass over `installed` (a fleet batch of
+// thousands would otherwise scan the whole shadow once per mapping).
+ChangeSet deletions_for_mappings(const Level2Shadow& installed, const std::vector<MappingKey>& keys);
 // Mappings `keys` were replaced in level 1 (new underlay IP, next-hop MAC or
 // RNIC): every (vNIC, address) pair `installed` on `rnic` holds entries for is
 // resolved afresh, as one change set: the egress entry is overwritten in

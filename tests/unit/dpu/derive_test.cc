@@ -163,6 +163,12 @@ TEST_CASE("removing a mapping or a vNIC withdraws exactly the entries derived fr
   ChangeSet v = deletions_for_vnic(installed, 1, 100, ip("192.168.0.1"));
   CHECK(v.ops.size() == 3);  // egress (1,.9), egress (2,.0.1), ingress from .0.1
   CHECK(deletions_for_mapping(installed, MappingKey{200, ip("192.168.1.9")}).ops.empty());
+  // Many mappings in one pass: the union of what each one withdraws.
+  ChangeSet both = deletions_for_mappings(
+      installed, {MappingKey{100, ip("192.168.1.9")}, MappingKey{100, ip("192.168.0.1")}, MappingKey{200, ip("192.168.1.9")}});
+  std::size_t apart = m.ops.size() + deletions_for_mapping(installed, MappingKey{100, ip("192.168.0.1")}).ops.size();
+  CHECK(both.ops.size() == apart);
+  CHECK(both.ops.size() == 4);  // egress (1,.9), (2,.9), (2,.0.1), ingress from .0.1
 }
 
 TEST_CASE("a resolution that commits after its mapping was deleted or replaced is undone") {
