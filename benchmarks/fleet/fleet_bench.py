@@ -223,15 +223,26 @@ def main():
     if rows != args.burst:  # the address form above must give distinct keys
         raise RuntimeError(f"burst CSV has {rows} distinct keys, not {args.burst}")
     before = {s: must(ctl(s, "mapping", "list", "--vni", 100, "--limit", 1), "list")["total"] for s in SERVERS}
+    for s in SERVERS + ["base"]:  # a new window for the longest agent-loop gap
+        must(ctl(s, "control", "stats", "--reset"), "control stats")
     t0 = time.perf_counter()
     must(fleet("mapping", "import", csv, "--per-txn", 100), "fleet mapping import")
     write_s = time.perf_counter() - t0
     wait(lambda: all(must(ctl(s, "mapping", "list", "--vni", 100, "--limit", 1), "list")["total"] ==
                      before[s] + args.burst for s in SERVERS), 120, "burst applied everywhere", 0.01)
     burst_s = time.perf_counter() - t0
+    gap_ms = max(must(ctl(s, "control", "stats"), "stats")["loop_gap_max_us"] for s in SERVERS) / 1e3
+    time.sleep(0.3)  # the agents' status (written every 100 ms when it changed)
+    step_ms = step_cpu_ms = 0.0
+    for s in SERVERS:
+        rc, out = etcd.ctl("get", f"/tandem/v1/status/{s}", "--print-value-only")
+        st = json.loads(out) if rc == 0 and out.strip() else {}
+        step_ms = max(step_ms, st.get("longest_step_ms", 0))
+        step_cpu_ms = max(step_cpu_ms, st.get("longest_step_cpu_ms", 0))
     t0 = time.perf_counter()
     must(ctl("base", "mapping", "import", csv), "mapping import")
     base_burst_s = time.perf_counter() - t0
+    base_gap_ms = must(ctl("base", "control", "stats"), "stats")["loop_gap_max_us"] / 1e3
 
     # Migration: a verified flow first, then the move.
     if not verify_pair("warm", "h0", "192.168.50.2", "h1", "192.168.50.1", 10):
@@ -262,6 +273,8 @@ def main():
            "cli_baseline_single_p50_ms": round(statistics.median(cli_base), 2), "cli_rounds": args.cli_rounds,
            "burst_10k_s": round(burst_s, 3), "burst_write_s": round(write_s, 3),
            "baseline_burst_10k_s": round(base_burst_s, 3), "burst_mappings": args.burst,
+           "burst_loop_gap_max_ms": round(gap_ms, 2), "fleet_step_max_ms": round(step_ms, 2),
+           "fleet_step_cpu_max_ms": round(step_cpu_ms, 2), "baseline_burst_loop_gap_max_ms": round(base_gap_ms, 2),
            "migration_s": round(migration_s, 3), "migration_placed_s": round(placed_s, 4), "migration_tries": tries}
     if args.json:
         print(json.dumps(res))
@@ -280,6 +293,9 @@ def main():
         print(f"{'burst of %d mappings -> in every agent (ours) / one agent (baseline), s' % args.burst:64s} "
               f"{burst_s:9.3f} {base_burst_s:9.3f}")
         print(f"{'  of which writing them to etcd, s':64s} {write_s:9.3f}")
+        print(f"{'  longest agent-loop gap meanwhile (RNICs wait that long), ms':64s} {gap_ms:9.2f} {base_gap_ms:9.2f}")
+        print(f"{'  longest fleet apply step in any agent (since start), ms':64s} {step_ms:9.2f}")
+        print(f"{'    its CPU time (the rest: waiting for one of the 2 cores), ms':64s} {step_cpu_ms:9.2f}")
         print(f"{'vNIC move -> placed on the new RNIC, withdrawn from the old, s':64s} {placed_s:9.4f}")
         print(f"{'vNIC move -> a verify pair through it passed, s (tries %d)' % tries:64s} {migration_s:9.3f}")
 

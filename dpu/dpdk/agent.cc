@@ -3,6 +3,7 @@
 #include <rte_pause.h>
 #include <rte_ring.h>
 #include <rte_ring_elem.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -493,13 +494,35 @@ class Agent final : public AgentHooks {
     if (fleet_queue_.empty() || api_.busy()) return false;
     fleet::FleetBatch b = fleet::next_batch(fleet_queue_, kFleetEventsPerStep);
     std::vector<fleet::Applied> applied;
+    const uint64_t t0 = clock_.now_ns(), cpu0 = thread_cpu_ns();
     try {
       applied = fleet_->apply(b, state_, store_);
     } catch (const StoreError& e) {
       // Level 1 is ahead of disk now: stop; a restart reloads and resumes from disk.
       throw std::runtime_error(std::string("fleet: cannot persist revision ") + std::to_string(b.revision) + ": " + e.what());
     }
-    for (const fleet::Applied& a : applied) changed(a.change, a.removed);
+    // As tandemctl's changes, but the mapping ones together: one pass over
+    // each RNIC's shadow for the whole batch, not one per mapping.
+    std::vector<MappingKey> withdrawn, replaced;
+    for (const fleet::Applied& a : applied) {
+      if (const auto* m = std::get_if<AddMapping>(&a.change))
+        (m->replace ? replaced : withdrawn).push_back(MappingKey{m->vni, m->overlay_ip});
+      else if (const auto* r = std::get_if<RemoveMapping>(&a.change))
+        withdrawn.push_back(MappingKey{r->vni, r->overlay_ip});
+      else
+        changed(a.change, a.removed);
+    }
+    if (!withdrawn.empty())
+      for (auto& [n, l] : links_) {
+        ChangeSet cs = deletions_for_mappings(l->ch->shadow(), withdrawn);
+        if (!cs.ops.empty()) {
+          cs.tag = next_tag_++;
+          l->ch->submit(std::move(cs));
+        }
+      }
+    if (!replaced.empty()) mappings_replaced(replaced);
+    fleet_step_max_ns_ = std::max(fleet_step_max_ns_, clock_.now_ns() - t0);
+    fleet_step_cpu_max_ns_ = std::max(fleet_step_cpu_max_ns_, thread_cpu_ns() - cpu0);
     const fleet::FleetApplyStats& st = fleet_->stats();
     if (st.changes_rejected != fleet_rejected_logged_ || st.unsupported != fleet_unsupported_logged_) {
       std::fprintf(stderr, "tandem-dpu: fleet: revision %lld: %s\n", static_cast<long long>(b.revision),
@@ -534,6 +557,8 @@ class Agent final : public AgentHooks {
          {"changes_rejected", st.changes_rejected}, {"unsupported", st.unsupported},
          {"resync_changes", st.resync_changes}, {"full_reads", st.snapshots},
          {"malformed", fleet_->desired().malformed()}, {"last_error", st.last_error},
+         {"longest_step_ms", fleet_step_max_ns_ / 1000 / 1e3},
+         {"longest_step_cpu_ms", fleet_step_cpu_max_ns_ / 1000 / 1e3},
          {"level1", {{"tenants", state_.tenants().size()}, {"vnics", state_.vnics().size()},
                      {"mappings", state_.mappings().size()}}},
          {"rnics", rn}});
@@ -572,10 +597,20 @@ class Agent final : public AgentHooks {
   std::mutex snap_mu_;
   std::map<std::string, Snap> snap_;
 #ifdef TANDEM_FLEET
-  static constexpr std::size_t kFleetEventsPerStep = 4096;  // about a millisecond of applying
+  // Events joined into one apply step: ~5 ms of plan, level 1 and SQLite on a
+  // quiet core (benchmarks/RESULTS.md "fleet": the loop gap under a burst).
+  static constexpr std::size_t kFleetEventsPerStep = 1024;
   std::unique_ptr<fleet::FleetApplier> fleet_;
   std::deque<fleet::FleetBatch> fleet_queue_;
   uint64_t fleet_rejected_logged_ = 0, fleet_unsupported_logged_ = 0;
+  // Longest apply step (plan, level 1, SQLite, change sets): wall time, and
+  // this thread's CPU time in it (the rest is waiting for a core or the disk).
+  uint64_t fleet_step_max_ns_ = 0, fleet_step_cpu_max_ns_ = 0;
+  static uint64_t thread_cpu_ns() noexcept {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+  }
   // Last: stopped (threads joined, lease revoked) before the rest goes.
   std::unique_ptr<fleet::FleetWatcher> fleet_watcher_;
 #endif
