@@ -542,16 +542,21 @@ class Agent final : public AgentHooks {
 #ifdef TANDEM_FLEET
     if (!fleet_watcher_) return;
     json rn = json::object();
-    for (const auto& [name, l] : links_)
+    std::string health = "ok";  // or what is not: an RNIC channel not ACTIVE, refused changes
+    for (const auto& [name, l] : links_) {
+      if (l->ch->state() != ChannelState::kActive && health == "ok")
+        health = "degraded: RNIC " + name + " is " + channel_state_name(l->ch->state());
       rn[name] = {{"state", channel_state_name(l->ch->state())},
                   {"rnic_state", rnic_state_name(common::channel_bar(l->file->base()).state.value.load())},
                   {"protocol_version", l->ch->version()},
                   {"table_version", l->ch->shadow().version()},
                   {"table_entries", l->ch->shadow().digest().count},
                   {"queued_change_sets", l->ch->queued_change_sets()}};
+    }
     const fleet::FleetApplyStats& st = fleet_->stats();
+    if (health == "ok" && st.changes_rejected) health = "degraded: changes refused (see last_error)";
     fleet_watcher_->publish_status(
-        {{"server", c_.fleet.server}, {"health", "ok"}, {"pid", getpid()},
+        {{"server", c_.fleet.server}, {"health", health}, {"pid", getpid()},
          {"protocol_version", common::kProtocolVersionCurrent}, {"applied_revision", fleet_->revision()},
          {"pending_batches", fleet_queue_.size()}, {"changes_applied", st.changes_applied},
          {"changes_rejected", st.changes_rejected}, {"unsupported", st.unsupported},

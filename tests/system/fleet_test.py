@@ -289,8 +289,10 @@ def main():
                          {"1": "192.168.7.1"} and
                          telemetry_query(PREFIX["B"], "/tandem/rnic/table").get("vnic_list") == {"2": "192.168.7.2"},
                          30, "vnics")
-    check(learned and all(channel_active(s) for s in SERVERS),
-          "both workers ACTIVE with their agents and hold the vNIC etcd placed on them")
+    healthy = poll_until(lambda: all(r.get("health") == "ok" for r in status().get("servers", [])), 10, "health")
+    check(learned and all(channel_active(s) for s in SERVERS) and healthy,
+          "the workers are ACTIVE with their agents, hold the vNIC etcd placed on them, and every agent's status "
+          f"says ok ({[r.get('health') for r in status().get('servers', [])]})")
     a = lab.start([APP, "verify", f"{D}/A.rnic", D, "app1", "app2", "2", "192.168.7.2", "192.168.7.1"],
                   open(lab.path("app1.log"), "w"))
     b = lab.start([APP, "verify", f"{D}/B.rnic", D, "app2", "app1", "3", "192.168.7.1", "192.168.7.2"],
