@@ -177,8 +177,16 @@ def l2(s):
     return ctl[s]("table", "dump", "--level", 2)[1].get("rnics", {}).get(SERVERS[s], {}).get("entries", [])
 
 
-def tx_packets(s):
-    return ctl[s].channel(SERVERS[s]).get("bar", {}).get("counters", {}).get("tx_packets", 0)
+def rx_stats(n):
+    """(frames received, frames the transport core accepted, ingress drops by reason) of worker n."""
+    st = telemetry_query(PREFIX[n], "/tandem/rnic/stats")
+    get = lambda suffix: sum(v for k, v in st.items() if k.endswith(suffix) and isinstance(v, int))
+    drops = {k: v for k, v in st.items() if "ingress" in k and "drop" in k and isinstance(v, int) and v}
+    return get("rx_packets"), get("rx_accepted"), drops
+
+
+def bar_counter(s, name):
+    return ctl[s].channel(SERVERS[s]).get("bar", {}).get("counters", {}).get(name, 0)
 
 
 def migration():
@@ -187,40 +195,55 @@ def migration():
                   "--mac", "02:00:00:00:01:05")
     placed = rc == 0 and poll_until(lambda: telemetry_query(PREFIX["A"], "/tandem/rnic/table").get("vnic_list", {})
                                     .get("5") == "192.168.7.5" and converged(), 20, "vnic 5")
+    # Both directions: vNIC 5 (A) -> vNIC 2 (B), and vNIC 2 (B) -> vNIC 5 (A).
     sink = lab.start([APP, "sink", f"{D}/B.rnic", D, "sinkm", "strmm", "30", "192.168.7.5", "192.168.7.2"],
                      open(lab.path("sinkm.log"), "w"))
     strm = lab.start([APP, "stream", f"{D}/A.rnic", D, "strmm", "sinkm", "31", "192.168.7.2", "192.168.7.5"],
                      open(lab.path("strmm.log"), "w"))
-    streaming = poll_until(lambda: os.path.exists(f"{D}/strmm.streaming") or strm.poll() is not None, 30, "stream")
-    check(placed and streaming and strm.poll() is None, "vNIC 5 placed on s1/A streams to vNIC 2 on s2/B")
+    sink2 = lab.start([APP, "sink", f"{D}/A.rnic", D, "sinkr", "strmr", "34", "192.168.7.2", "192.168.7.5"],
+                      open(lab.path("sinkr.log"), "w"))
+    strm2 = lab.start([APP, "stream", f"{D}/B.rnic", D, "strmr", "sinkr", "35", "192.168.7.5", "192.168.7.2"],
+                      open(lab.path("strmr.log"), "w"))
+    streaming = poll_until(lambda: all(os.path.exists(f"{D}/{n}.streaming") for n in ("strmm", "strmr")) or
+                           strm.poll() is not None or strm2.poll() is not None, 30, "streams")
+    check(placed and streaming and strm.poll() is None and strm2.poll() is None,
+          "vNIC 5 placed on s1/A streams to and from vNIC 2 on s2/B")
+    acc_a = rx_stats("A")[1]
+    time.sleep(0.3)
+    acc_b = rx_stats("A")[1]
     rc, j = fleet("vnic", "move", 5, "--server", "s3", "--rnic", "C")
     moved = rc == 0 and poll_until(
         lambda: "5" not in telemetry_query(PREFIX["A"], "/tandem/rnic/table").get("vnic_list", {"5": 0}) and
         telemetry_query(PREFIX["C"], "/tandem/rnic/table").get("vnic_list", {}).get("5") == "192.168.7.5" and
         converged(), 20, "moved")
-    time.sleep(0.3)  # the stream keeps posting on the withdrawn vNIC meanwhile
-    tx0 = tx_packets("s1")
+    time.sleep(0.3)  # the streams keep going at the old placement meanwhile
+    tx0, miss0 = bar_counter("s1", "tx_packets"), bar_counter("s1", "table_misses")
+    rx0, acc0, _ = rx_stats("A")
     time.sleep(1.0)
-    tx1 = tx_packets("s1")
+    tx1, miss1 = bar_counter("s1", "tx_packets"), bar_counter("s1", "table_misses")
+    rx1, acc1, drops = rx_stats("A")
     ta = telemetry_query(PREFIX["A"], "/tandem/rnic/table")
-    check(moved and ta.get("qps_on_withdrawn_vnic", 0) >= 1 and tx1 == tx0 and wa_alive(),
-          f"`fleet vnic move 5` to s3/C under traffic: gone from A, on C; the old placement's streaming QP is "
-          f"refused and counted (qps_on_withdrawn_vnic {ta.get('qps_on_withdrawn_vnic')}), A sends nothing more "
-          f"(tx {tx0} -> {tx1}) ({j.get('error', 'ok')})")
+    check(acc_b > acc_a, f"before the move A's transport accepts the stream from B ({acc_a} -> {acc_b} frames)")
+    check(moved and ta.get("qps_on_withdrawn_vnic", 0) >= 2 and tx1 == tx0 and acc1 == acc0 and wa_alive(),
+          f"`fleet vnic move 5` to s3/C under traffic: gone from A, on C; at the old placement both streaming QPs "
+          f"are refused and counted (qps_on_withdrawn_vnic {ta.get('qps_on_withdrawn_vnic')}, table misses "
+          f"{miss0} -> {miss1}), A sends nothing more (tx {tx0} -> {tx1}) and accepts nothing more (frames "
+          f"received {rx0} -> {rx1}, accepted {acc0} -> {acc1}, ingress drops {drops}) ({j.get('error', 'ok')})")
     stale = [e for e in l2("s1") if e.get("vnic") == 5 or e.get("overlay_dst_ip") == "192.168.7.5"]
     to_old = [e for e in l2("s2") if e.get("dst_overlay_ip") == "192.168.7.5" and e.get("underlay_dst_ip") == "10.0.0.1"]
     m2 = [m for m in mapping_set("s2") if m[1] == "192.168.7.5"]
     check(not stale and not to_old and m2 == [(100, "192.168.7.5", "10.0.0.3", "C")],
           f"no level-2 entry of the old placement left on A ({len(stale)}) or pointing B at it ({len(to_old)}); "
           f"s2 maps 192.168.7.5 to C in place ({m2})")
-    strm.kill()
-    strm.wait()
-    open(f"{D}/sinkm.stop", "w").close()
-    try:
-        sink.wait(30)
-    except subprocess.TimeoutExpired:
-        sink.kill()
-        sink.wait()
+    for st, sk, name in ((strm, sink, "sinkm"), (strm2, sink2, "sinkr")):
+        st.kill()
+        st.wait()
+        open(f"{D}/{name}.stop", "w").close()
+        try:
+            sk.wait(30)
+        except subprocess.TimeoutExpired:
+            sk.kill()
+            sk.wait()
     a = lab.start([APP, "verify", f"{D}/C.rnic", D, "mig1", "mig2", "32", "192.168.7.2", "192.168.7.5"],
                   open(lab.path("mig1.log"), "w"))
     b = lab.start([APP, "verify", f"{D}/B.rnic", D, "mig2", "mig1", "33", "192.168.7.5", "192.168.7.2"],
