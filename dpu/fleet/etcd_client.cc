@@ -79,9 +79,24 @@ struct EtcdClient::Impl {
   grpc::ClientContext* watching = nullptr;
   bool cancelled = false;
 
-  void setup(grpc::ClientContext& ctx, bool deadline = true) const {
+  void setup(grpc::ClientContext& ctx, bool deadline = true) {
     if (deadline) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o.timeout_ms));
+    std::lock_guard<std::mutex> g(mu);
     if (!token.empty()) ctx.AddMetadata("token", token);
+  }
+
+  void authenticate() {
+    auto auth = pb::Auth::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o.timeout_ms));
+    pb::AuthenticateRequest req;
+    req.set_name(o.user);
+    req.set_password(o.password);
+    pb::AuthenticateResponse resp;
+    grpc::Status s = auth->Authenticate(&ctx, req, &resp);
+    if (!s.ok()) throw status_error("authenticate", s);
+    std::lock_guard<std::mutex> g(mu);
+    token = resp.token();
   }
 };
 
@@ -109,18 +124,11 @@ EtcdClient::EtcdClient(const EtcdOptions& o) : impl_(std::make_unique<Impl>()) {
   impl_->kv = pb::KV::NewStub(impl_->channel);
   impl_->watch = pb::Watch::NewStub(impl_->channel);
   impl_->lease = pb::Lease::NewStub(impl_->channel);
-  if (!o.user.empty()) {
-    auto auth = pb::Auth::NewStub(impl_->channel);
-    grpc::ClientContext ctx;
-    impl_->setup(ctx);
-    pb::AuthenticateRequest req;
-    req.set_name(o.user);
-    req.set_password(o.password);
-    pb::AuthenticateResponse resp;
-    grpc::Status s = auth->Authenticate(&ctx, req, &resp);
-    if (!s.ok()) throw status_error("authenticate", s);
-    impl_->token = resp.token();
-  }
+  if (!o.user.empty() && o.authenticate_now) impl_->authenticate();
+}
+
+void EtcdClient::refresh_token() {
+  if (!impl_->o.user.empty()) impl_->authenticate();
 }
 
 EtcdClient::~EtcdClient() = default;

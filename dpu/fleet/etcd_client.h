@@ -23,6 +23,9 @@ struct EtcdOptions {
   std::string cacert, cert, key;
   std::string user, password;
   int timeout_ms = 3000;  // per unary call
+  // Authenticate in the constructor (and throw if that fails); false: the
+  // first refresh_token() does it (an agent starts while etcd is away).
+  bool authenticate_now = true;
 };
 
 class EtcdError : public std::runtime_error {
@@ -99,6 +102,9 @@ class EtcdClient {
                     const std::function<void(std::vector<WatchEvent>&)>& on_events);
   // From another thread: ends a running watch_prefix (it returns normally).
   void cancel();
+  // Authenticates again (etcd's tokens expire): after a failed call, before
+  // retrying. Nothing to do without a user. Throws EtcdError.
+  void refresh_token();
 
  private:
   struct Impl;

@@ -108,12 +108,22 @@ json tenant_del(EtcdClient& c, const json& r) {
         ++users;
     }
   if (users) throw Refused("tenant " + std::to_string(vni) + " still has " + std::to_string(users) + " vNICs/mappings", "in_use");
+  auto t = c.get(tenant_key(vni));
+  if (!t) throw Refused("tenant " + std::to_string(vni) + " does not exist", "unknown");
+  // Its peerings go with it, in the same transaction.
+  std::vector<TxnCompare> cmp{TxnCompare{tenant_key(vni), Target::kModRevision, t->mod_revision}};
+  std::vector<TxnOp> ops{TxnOp{tenant_key(vni), std::nullopt, 0}};
   for (const KeyValue& kv : c.range_prefix(std::string(kDesiredPrefix) + "peerings/").kvs) {
     std::string tail = kv.key.substr(kDesiredPrefix.size() + 9);
     std::string a = tail.substr(0, tail.find('/')), b = tail.substr(tail.find('/') + 1);
-    if (a == std::to_string(vni) || b == std::to_string(vni)) c.del(kv.key);  // peerings go with the tenant
+    if (a == std::to_string(vni) || b == std::to_string(vni)) {
+      cmp.push_back(TxnCompare{kv.key, Target::kModRevision, kv.mod_revision});
+      ops.push_back(TxnOp{kv.key, std::nullopt, 0});
+    }
   }
-  return remove(c, tenant_key(vni), "tenant");
+  auto [ok, rev] = c.txn(cmp, ops);
+  if (!ok) throw Refused("tenant " + std::to_string(vni) + " or its peerings changed meanwhile; try again", "conflict");
+  return json{{"ok", true}, {"revision", rev}, {"key", tenant_key(vni)}, {"peerings_removed", ops.size() - 1}};
 }
 
 json rnic_value(const json& r) {

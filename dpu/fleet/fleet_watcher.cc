@@ -9,6 +9,7 @@ namespace tandem::dpu::fleet {
 
 FleetWatcher::FleetWatcher(FleetConfig c, int64_t resume_revision)
     : c_(std::move(c)), received_revision_(resume_revision) {
+  c_.etcd.authenticate_now = false;  // etcd may be away at start: the threads authenticate and retry
   watch_client_ = std::make_unique<EtcdClient>(c_.etcd);  // bad TLS files etc. fail here, at start-up
   watch_thread_ = std::thread([this] { watch_loop(); });
   status_thread_ = std::thread([this] { status_loop(); });
@@ -44,9 +45,14 @@ void FleetWatcher::reconnected() {
 void FleetWatcher::watch_loop() {
   const std::string prefix(kDesiredPrefix);
   bool have_view = false;  // the agent holds the desired state as of received_revision_
+  bool authenticated = c_.etcd.user.empty();
   int backoff = 100;
   while (!stop_) {
     try {
+      if (!authenticated) {
+        watch_client_->refresh_token();
+        authenticated = true;
+      }
       if (!have_view) {
         // Level 1 was brought to received_revision_: read the desired state as
         // it was then (nothing to change, unless a crash came between disk and
@@ -101,6 +107,7 @@ void FleetWatcher::watch_loop() {
     }
     if (!sleep_for_ms(backoff)) break;
     backoff = std::min(backoff * 2, 2000);
+    authenticated = false;  // the failure may have been an expired token
   }
 }
 
@@ -110,7 +117,10 @@ void FleetWatcher::status_loop() {
   auto last_keepalive = std::chrono::steady_clock::time_point{};
   while (!stop_) {
     try {
-      if (!client) client = std::make_unique<EtcdClient>(c_.etcd);
+      if (!client) {
+        client = std::make_unique<EtcdClient>(c_.etcd);
+        client->refresh_token();
+      }
       if (lease_id_ == 0) {
         lease_id_ = client->lease_grant(c_.lease_ttl_s);
         ++lease_grants_;
@@ -139,6 +149,7 @@ void FleetWatcher::status_loop() {
       }
     } catch (const std::exception& e) {
       failed("status", e);
+      client.reset();  // a new connection and token next time
       if (!sleep_for_ms(500)) break;
       continue;
     }
