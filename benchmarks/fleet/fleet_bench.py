@@ -295,7 +295,7 @@ def main():
         print(f"{'  of which writing them to etcd, s':64s} {write_s:9.3f}")
         print(f"{'  longest agent-loop gap meanwhile (RNICs wait that long), ms':64s} {gap_ms:9.2f} {base_gap_ms:9.2f}")
         print(f"{'  longest fleet apply step in any agent (since start), ms':64s} {step_ms:9.2f}")
-        print(f"{'    its CPU time (the rest: waiting for one of the 2 cores), ms':64s} {step_cpu_ms:9.2f}")
+        print(f"{'    its CPU time (the rest: the SQLite fsync, or waiting for a core), ms':64s} {step_cpu_ms:9.2f}")
         print(f"{'vNIC move -> placed on the new RNIC, withdrawn from the old, s':64s} {placed_s:9.4f}")
         print(f"{'vNIC move -> a verify pair through it passed, s (tries %d)' % tries:64s} {migration_s:9.3f}")
 
