@@ -14,6 +14,7 @@ tandem-rnic worker in DPU mode (adaptive idle), on the lab fabric:
   * kill -9 an agent during a burst of 400 single-key revisions; restarted,
     it resumes after its stored revision and ends with exactly etcd's desired
     state, nothing refused (a change applied twice would be), nothing missing;
+  * a dead agent's status disappears from etcd with its lease;
   * an agent down while keys are deleted and added and etcd is compacted
     past its revision: restarted, it re-reads and applies only the difference
     (counted: exactly the changes made meanwhile);
@@ -353,6 +354,12 @@ def main():
 
     # 3. Compaction past an agent's revision while it is down.
     kill9_agent("s2")
+    t_kill = time.time()
+    gone = poll_until(lambda: agent_status("s2") == {}, 15, "lease expired")
+    row = {r["server"]: r for r in status().get("servers", [])}.get("s2", {})
+    check(gone and not row.get("converged") and row.get("health", "").startswith("no status"),
+          f"the dead agent's status disappears with its lease ({time.time() - t_kill:.1f} s; --fleet-lease-ttl 3): "
+          f"fleet status says {row.get('health')!r}")
     rc1, _ = etcdctl("del", "--prefix", "/tandem/v1/desired/mappings/100/172.16.1.")
     rc2, _ = fleet("mapping", "add", "--vni", 100, "--overlay-ip", "172.17.0.1", "--underlay-ip", "10.0.0.8",
                    "--next-hop-mac", "02:00:00:00:00:08", "--rnic", "Y")
