@@ -521,6 +521,19 @@ class Agent final : public AgentHooks {
         }
       }
     if (!replaced.empty()) mappings_replaced(replaced);
+    if (b.snapshot) {
+      // A full read (start, or after a compaction): level 1 may have changed
+      // while an RNIC did not hear of it (killed between the SQLite commit and
+      // the change set): withdraw what level 1 no longer gives.
+      for (auto& [n, l] : links_) {
+        ChangeSet cs = stale_entries(state_, l->ch->shadow());
+        fleet_stale_withdrawn_ += cs.ops.size();
+        if (!cs.ops.empty()) {
+          cs.tag = next_tag_++;
+          l->ch->submit(std::move(cs));
+        }
+      }
+    }
     fleet_step_max_ns_ = std::max(fleet_step_max_ns_, clock_.now_ns() - t0);
     fleet_step_cpu_max_ns_ = std::max(fleet_step_cpu_max_ns_, thread_cpu_ns() - cpu0);
     const fleet::FleetApplyStats& st = fleet_->stats();
@@ -562,7 +575,7 @@ class Agent final : public AgentHooks {
          {"changes_rejected", st.changes_rejected}, {"unsupported", st.unsupported},
          {"resync_changes", st.resync_changes}, {"full_reads", st.snapshots},
          {"malformed", fleet_->desired().malformed()}, {"last_error", st.last_error},
-         {"longest_step_ms", fleet_step_max_ns_ / 1000 / 1e3},
+         {"longest_step_ms", fleet_step_max_ns_ / 1000 / 1e3}, {"stale_withdrawn", fleet_stale_withdrawn_},
          {"longest_step_cpu_ms", fleet_step_cpu_max_ns_ / 1000 / 1e3},
          {"level1", {{"tenants", state_.tenants().size()}, {"vnics", state_.vnics().size()},
                      {"mappings", state_.mappings().size()}}},
@@ -611,6 +624,7 @@ class Agent final : public AgentHooks {
   // Longest apply step (plan, level 1, SQLite, change sets): wall time, and
   // this thread's CPU time in it (the rest is waiting for a core or the disk).
   uint64_t fleet_step_max_ns_ = 0, fleet_step_cpu_max_ns_ = 0;
+  uint64_t fleet_stale_withdrawn_ = 0;  // level-2 entries a full read found level 1 no longer gives
   static uint64_t thread_cpu_ns() noexcept {
     timespec ts{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);

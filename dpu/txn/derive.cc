@@ -91,6 +91,21 @@ ChangeSet deletions_for_mapping(const Level2Shadow& installed, const MappingKey&
   return cs;
 }
 
+ChangeSet stale_entries(const Level1State& state, const Level2Shadow& installed) {
+  ChangeSet cs;
+  for (const auto& [k, e] : installed.entries()) {
+    if (k.kind == EntryKind::kEgress) {
+      Resolution r = state.resolve(k.word0, k.word1);
+      if (r.status != ResolveStatus::kOk || !(r.egress.egress == e.egress)) cs.del(k);
+    } else if (k.kind == EntryKind::kIngressVni || k.kind == EntryKind::kIngressQpn) {
+      const Vnic* local = state.vnic(e.ingress.local_vnic_id);
+      std::optional<Mapping> m = state.mapping(e.ingress.vni, e.ingress.overlay_src_ip);
+      if (!local || local->overlay_ip != e.ingress.overlay_dst_ip || !m || m->underlay_ip != k.word0) cs.del(k);
+    }
+  }
+  return cs;
+}
+
 ChangeSet deletions_for_mappings(const Level2Shadow& installed, const std::vector<MappingKey>& keys) {
   ChangeSet cs;
   if (keys.empty()) return cs;

@@ -351,6 +351,9 @@ def main():
           f"both agents hold exactly etcd's desired mappings ({len(mapping_set('s2'))}: 400 + 3 vNICs)")
     check(st2.get("changes_rejected") == 0 and st2.get("full_reads") == 1 and st2.get("resync_changes") == 0,
           f"nothing applied twice or refused, no full re-read needed: {dict((k, st2.get(k)) for k in ('changes_applied', 'changes_rejected', 'full_reads', 'resync_changes'))}")
+    flows_b = len([e for e in l2("s2") if e.get("kind") != "vnic"])
+    check(st2.get("stale_withdrawn") == 0 and flows_b > 0,
+          f"the restart's sweep of B's level-2 table against level 1 found nothing stale in {flows_b} flow entries")
 
     # 3. Compaction past an agent's revision while it is down.
     kill9_agent("s2")
