@@ -14,6 +14,8 @@ PACKAGES=(
   clang libclang-rt-14-dev
   python3 python3-scapy python3-matplotlib python3-yaml tshark tcpreplay prometheus
   iproute2 procps
+  etcd-server etcd-client protobuf-compiler protobuf-compiler-grpc libgrpc++-dev libprotobuf-dev
+  golang-etcd-server-dev
 )
 HUGEPAGES=${TANDEM_HUGEPAGES:-1024}
 # --packages-only: install packages and stop (image builds, where /proc/sys

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
@@ -54,6 +55,18 @@ int main(int argc, char** argv) {
   app.add_option("--max-protocol", c.max_protocol,
                  "Newest channel protocol version to offer (default: the current one, 3). Rollout drills: 2 behaves\n"
                  "as the previous release, which sends no vNIC entries (workers then use their YAML vNICs)");
+  app.add_option("--etcd", c.fleet.endpoints,
+                 "Fleet mode (docs/fleet.md): take the desired state from etcd at these endpoints\n"
+                 "(host:port,host:port,...), watch it and apply every change in revision order; needs --server");
+  app.add_option("--server", c.fleet.server, "This server's name in the fleet's desired state (with --etcd)");
+  app.add_option("--etcd-cacert", c.fleet.cacert, "TLS: CA certificate of etcd's (PEM); enables TLS")
+      ->check(CLI::ExistingFile);
+  app.add_option("--etcd-cert", c.fleet.cert, "TLS: this agent's client certificate (PEM)")->check(CLI::ExistingFile);
+  app.add_option("--etcd-key", c.fleet.key, "TLS: this agent's client key (PEM)")->check(CLI::ExistingFile);
+  app.add_option("--etcd-user", c.fleet.user, "etcd authentication: user (password from $TANDEM_ETCD_PASSWORD)");
+  app.add_option("--fleet-lease-ttl", c.fleet.lease_ttl_s,
+                 "Seconds this server's status stays in etcd after the agent dies (default 5)")
+      ->check(CLI::Range(2, 3600));
   app.add_option("--duration", c.duration_s, "Stop after this many seconds (default: until SIGINT/SIGTERM)");
 
   try {
@@ -63,6 +76,7 @@ int main(int argc, char** argv) {
   }
   c.idle.mode = idle == "adaptive" ? tandem::common::dpdk::IdleMode::kAdaptive : tandem::common::dpdk::IdleMode::kBusy;
   c.eal_args = eal_args;
+  if (const char* pw = std::getenv("TANDEM_ETCD_PASSWORD")) c.fleet.password = pw;
   try {
     return dd::run(c);
   } catch (const std::exception& e) {

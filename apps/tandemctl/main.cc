@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "apps/tandemctl/control_client.h"
+#include "apps/tandemctl/fleet_cli.h"
 #include "apps/tandemctl/flow_show.h"
 #include "apps/tandemctl/trace_cmd.h"
 
@@ -282,6 +283,9 @@ int main(int argc, char** argv) {
   s->add_option("--runtime-dir", ta.flow.runtime_dir, "DPDK runtime directory");
   s->final_callback([&] { req["cmd"] = "trace.show"; });
 
+  tandem::dpu::ctl::FleetCli fleet;
+  tandem::dpu::ctl::add_fleet_commands(app, req, fleet);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -301,8 +305,9 @@ int main(int argc, char** argv) {
     return tandem::dpu::ctl::flow_show(fa);
   }
   json reply;
+  const bool to_etcd = req.value("cmd", "").rfind("fleet.", 0) == 0;
   try {
-    reply = tandem::dpu::ctl::call(socket, req);
+    reply = to_etcd ? tandem::dpu::ctl::fleet_call(fleet, req) : tandem::dpu::ctl::call(socket, req);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tandemctl: %s\n", e.what());
     return 2;
@@ -329,6 +334,21 @@ int main(int argc, char** argv) {
     print_kv(reply);
   } else if (!show_key.empty()) {
     print_kv(reply[show_key]);
+  } else if (req["cmd"] == "fleet.show") {
+    std::printf("revision %s\ntenants:\n", reply["revision"].dump().c_str());
+    print_table(reply["tenants"]);
+    std::puts("rnics:");
+    print_table(reply["rnics"]);
+    std::puts("vnics:");
+    print_table(reply["vnics"]);
+    std::printf("extra mappings: %s, peerings: %s, malformed keys: %s\n", reply["mappings"].dump().c_str(),
+                std::to_string(reply["peerings"].size()).c_str(), reply["malformed"].dump().c_str());
+  } else if (req["cmd"] == "fleet.status") {
+    std::printf("desired revision %s; %s server(s) converged%s\n", reply["desired_revision"].dump().c_str(),
+                reply["converged"].dump().c_str(), reply["all_converged"] == true ? " (all)" : "");
+    print_table(reply["servers"]);
+  } else if (req["cmd"].get<std::string>().rfind("fleet.", 0) == 0) {
+    std::printf("ok (etcd revision %s)\n", reply.value("revision", json(0)).dump().c_str());
   } else if (req["cmd"] == "table.dump") {
     if (reply["level"] == 1) {
       std::puts("tenants:");

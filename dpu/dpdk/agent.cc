@@ -3,6 +3,7 @@
 #include <rte_pause.h>
 #include <rte_ring.h>
 #include <rte_ring_elem.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -28,6 +29,9 @@
 #include "dpu/txn/derive.h"
 #include "dpu/txn/fair_punts.h"
 #include "dpu/txn/pending_punts.h"
+#ifdef TANDEM_FLEET
+#include "dpu/fleet/fleet_watcher.h"
+#endif
 
 namespace tandem::dpu::dpdk {
 
@@ -35,6 +39,12 @@ namespace cd = common::dpdk;
 using nlohmann::json;
 
 std::string channel_path(const std::string& dir, const std::string& rnic) { return dir + "/tandem-" + rnic + ".chan"; }
+
+#ifdef TANDEM_FLEET
+bool fleet_built() noexcept { return true; }
+#else
+bool fleet_built() noexcept { return false; }
+#endif
 
 namespace {
 
@@ -92,6 +102,7 @@ class Agent final : public AgentHooks {
     for (const auto& [name, r] : state_.rnics()) open_link(name);
     for (const std::string& n : c.rnics) open_link(n);
     socket_ = std::make_unique<ControlSocket>(c.control_socket, api_);
+    start_fleet();
     cd::telemetry_register("/tandem/dpu/rnics", "tandem-dpu managed RNICs: channel state, versions, BAR counters",
                            [this](std::string_view, cd::TelemetryDict& d) {
                              std::lock_guard<std::mutex> g(snap_mu_);
@@ -127,8 +138,9 @@ class Agent final : public AgentHooks {
       if (end && now >= end) break;
       bool did = false;
       for (auto& [name, l] : links_) did |= service(*l, now);
-      if (did || now - last_sock >= 200'000) {  // control socket: every 200 us while idle
+      if (did || now - last_sock >= 200'000) {  // control socket and etcd's batches: every 200 us while idle
         did |= socket_->poll();
+        did |= fleet_poll();
         last_sock = now;
       }
       if (now - last_snap >= 100'000'000) {
@@ -447,7 +459,132 @@ class Agent final : public AgentHooks {
             {"bar", jbar}};
   }
 
+  // Fleet mode: the stored revision says where to resume the watch.
+  void start_fleet() {
+    if (c_.fleet.endpoints.empty()) return;
+#ifdef TANDEM_FLEET
+    if (c_.fleet.server.empty()) throw std::runtime_error("--etcd needs --server NAME");
+    FleetRevision stored = store_.fleet_revision();
+    int64_t resume = stored.revision;
+    if (resume != 0 && stored.server != c_.fleet.server) {
+      std::fprintf(stderr, "tandem-dpu: fleet: the store was synced as server %s, not %s: reading etcd whole\n",
+                   stored.server.c_str(), c_.fleet.server.c_str());
+      resume = 0;
+    }
+    fleet_ = std::make_unique<fleet::FleetApplier>(c_.fleet.server, resume);
+    fleet::FleetConfig fc;
+    fc.etcd = fleet::EtcdOptions{c_.fleet.endpoints, c_.fleet.cacert, c_.fleet.cert, c_.fleet.key,
+                                 c_.fleet.user, c_.fleet.password, 3000};
+    fc.server = c_.fleet.server;
+    fc.lease_ttl_s = c_.fleet.lease_ttl_s;
+    fleet_watcher_ = std::make_unique<fleet::FleetWatcher>(fc, resume);
+    std::fprintf(stderr, "tandem-dpu: fleet: server %s, etcd %s, resuming after revision %lld\n",
+                 c_.fleet.server.c_str(), c_.fleet.endpoints.c_str(), static_cast<long long>(resume));
+#else
+    throw std::runtime_error("--etcd: this tandem-dpu was built without fleet mode (run scripts/setup.sh, rebuild)");
+#endif
+  }
+
+  // Applies what etcd sent, in revision order, like tandemctl changes (held
+  // back while a mapping import runs). A bounded amount per iteration.
+  bool fleet_poll() {
+#ifdef TANDEM_FLEET
+    if (!fleet_) return false;
+    fleet_watcher_->take(fleet_queue_);
+    if (fleet_queue_.empty() || api_.busy()) return false;
+    fleet::FleetBatch b = fleet::next_batch(fleet_queue_, kFleetEventsPerStep);
+    std::vector<fleet::Applied> applied;
+    const uint64_t t0 = clock_.now_ns(), cpu0 = thread_cpu_ns();
+    try {
+      applied = fleet_->apply(b, state_, store_);
+    } catch (const StoreError& e) {
+      // Level 1 is ahead of disk now: stop; a restart reloads and resumes from disk.
+      throw std::runtime_error(std::string("fleet: cannot persist revision ") + std::to_string(b.revision) + ": " + e.what());
+    }
+    // As tandemctl's changes, but the mapping ones together: one pass over
+    // each RNIC's shadow for the whole batch, not one per mapping.
+    std::vector<MappingKey> withdrawn, replaced;
+    for (const fleet::Applied& a : applied) {
+      if (const auto* m = std::get_if<AddMapping>(&a.change))
+        (m->replace ? replaced : withdrawn).push_back(MappingKey{m->vni, m->overlay_ip});
+      else if (const auto* r = std::get_if<RemoveMapping>(&a.change))
+        withdrawn.push_back(MappingKey{r->vni, r->overlay_ip});
+      else
+        changed(a.change, a.removed);
+    }
+    if (!withdrawn.empty())
+      for (auto& [n, l] : links_) {
+        ChangeSet cs = deletions_for_mappings(l->ch->shadow(), withdrawn);
+        if (!cs.ops.empty()) {
+          cs.tag = next_tag_++;
+          l->ch->submit(std::move(cs));
+        }
+      }
+    if (!replaced.empty()) mappings_replaced(replaced);
+    if (b.snapshot) {
+      // A full read (start, or after a compaction): level 1 may have changed
+      // while an RNIC did not hear of it (killed between the SQLite commit and
+      // the change set): withdraw what level 1 no longer gives.
+      for (auto& [n, l] : links_) {
+        ChangeSet cs = stale_entries(state_, l->ch->shadow());
+        fleet_stale_withdrawn_ += cs.ops.size();
+        if (!cs.ops.empty()) {
+          cs.tag = next_tag_++;
+          l->ch->submit(std::move(cs));
+        }
+      }
+    }
+    fleet_step_max_ns_ = std::max(fleet_step_max_ns_, clock_.now_ns() - t0);
+    fleet_step_cpu_max_ns_ = std::max(fleet_step_cpu_max_ns_, thread_cpu_ns() - cpu0);
+    const fleet::FleetApplyStats& st = fleet_->stats();
+    if (st.changes_rejected != fleet_rejected_logged_ || st.unsupported != fleet_unsupported_logged_) {
+      std::fprintf(stderr, "tandem-dpu: fleet: revision %lld: %s\n", static_cast<long long>(b.revision),
+                   st.last_error.c_str());
+      fleet_rejected_logged_ = st.changes_rejected;
+      fleet_unsupported_logged_ = st.unsupported;
+    }
+    return true;
+#else
+    return false;
+#endif
+  }
+
+  // This server's status for etcd: only what changes when something happens
+  // (written when it differs), so an idle fleet writes nothing but keep-alives.
+  void publish_fleet_status() {
+#ifdef TANDEM_FLEET
+    if (!fleet_watcher_) return;
+    json rn = json::object();
+    std::string health = "ok";  // or what is not: an RNIC channel not ACTIVE, refused changes
+    for (const auto& [name, l] : links_) {
+      if (l->ch->state() != ChannelState::kActive && health == "ok")
+        health = "degraded: RNIC " + name + " is " + channel_state_name(l->ch->state());
+      rn[name] = {{"state", channel_state_name(l->ch->state())},
+                  {"rnic_state", rnic_state_name(common::channel_bar(l->file->base()).state.value.load())},
+                  {"protocol_version", l->ch->version()},
+                  {"table_version", l->ch->shadow().version()},
+                  {"table_entries", l->ch->shadow().digest().count},
+                  {"queued_change_sets", l->ch->queued_change_sets()}};
+    }
+    const fleet::FleetApplyStats& st = fleet_->stats();
+    if (health == "ok" && st.changes_rejected) health = "degraded: changes refused (see last_error)";
+    fleet_watcher_->publish_status(
+        {{"server", c_.fleet.server}, {"health", health}, {"pid", getpid()},
+         {"protocol_version", common::kProtocolVersionCurrent}, {"applied_revision", fleet_->revision()},
+         {"pending_batches", fleet_queue_.size()}, {"changes_applied", st.changes_applied},
+         {"changes_rejected", st.changes_rejected}, {"unsupported", st.unsupported},
+         {"resync_changes", st.resync_changes}, {"full_reads", st.snapshots},
+         {"malformed", fleet_->desired().malformed()}, {"last_error", st.last_error},
+         {"longest_step_ms", fleet_step_max_ns_ / 1000 / 1e3}, {"stale_withdrawn", fleet_stale_withdrawn_},
+         {"longest_step_cpu_ms", fleet_step_cpu_max_ns_ / 1000 / 1e3},
+         {"level1", {{"tenants", state_.tenants().size()}, {"vnics", state_.vnics().size()},
+                     {"mappings", state_.mappings().size()}}},
+         {"rnics", rn}});
+#endif
+  }
+
   void publish_snapshot() {
+    publish_fleet_status();
     std::map<std::string, Snap> s;
     for (const auto& [name, l] : links_) {
       const common::Bar& bar = common::channel_bar(l->file->base());
@@ -477,6 +614,25 @@ class Agent final : public AgentHooks {
   std::array<common::RawMessage, kBurst> ev_buf_, out_buf_;
   std::mutex snap_mu_;
   std::map<std::string, Snap> snap_;
+#ifdef TANDEM_FLEET
+  // Events joined into one apply step: ~5 ms of plan, level 1 and SQLite on a
+  // quiet core (benchmarks/RESULTS.md "fleet": the loop gap under a burst).
+  static constexpr std::size_t kFleetEventsPerStep = 1024;
+  std::unique_ptr<fleet::FleetApplier> fleet_;
+  std::deque<fleet::FleetBatch> fleet_queue_;
+  uint64_t fleet_rejected_logged_ = 0, fleet_unsupported_logged_ = 0;
+  // Longest apply step (plan, level 1, SQLite, change sets): wall time, and
+  // this thread's CPU time in it (the rest is waiting for a core or the disk).
+  uint64_t fleet_step_max_ns_ = 0, fleet_step_cpu_max_ns_ = 0;
+  uint64_t fleet_stale_withdrawn_ = 0;  // level-2 entries a full read found level 1 no longer gives
+  static uint64_t thread_cpu_ns() noexcept {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+  }
+  // Last: stopped (threads joined, lease revoked) before the rest goes.
+  std::unique_ptr<fleet::FleetWatcher> fleet_watcher_;
+#endif
 };
 
 }  // namespace

@@ -4,12 +4,21 @@
 // loop (TSC time), serves the JSON control socket (dpu/api) from the same
 // loop, and resolves punted table misses into level-2 transactions.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "common/dpdk/idle_loop.h"
 
 namespace tandem::dpu::dpdk {
+
+// Fleet mode (dpu/fleet, docs/fleet.md): desired state from etcd.
+struct FleetOptions {
+  std::string endpoints;  // empty: no fleet mode
+  std::string server;     // this server's name in the desired state
+  std::string cacert, cert, key, user, password;  // TLS and authentication, passed to etcd's client
+  int64_t lease_ttl_s = 5;
+};
 
 struct AgentConfig {
   std::string db = "tandem-dpu.sqlite";
@@ -29,8 +38,12 @@ struct AgentConfig {
   // tenant per round.
   uint32_t tenant_flow_quota = 0;
   uint32_t punts_per_round = 64;
+  FleetOptions fleet;
   std::vector<std::string> eal_args;
 };
+
+// Whether this build has fleet mode (gRPC and etcd's .proto files were found).
+bool fleet_built() noexcept;
 
 // Channel file path of an RNIC in a channel directory.
 std::string channel_path(const std::string& dir, const std::string& rnic);

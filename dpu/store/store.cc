@@ -17,7 +17,9 @@ namespace {
 
 // 2: tenants have a partition (P_Key) and a flow quota; a version-1 store is
 // migrated on open.
-constexpr int kSchemaVersion = 2;
+// 3: fleet_sync, the etcd revision level 1 was last brought to (fleet mode);
+// a version-2 store gets the empty table on open.
+constexpr int kSchemaVersion = 3;
 
 const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -36,6 +38,8 @@ CREATE TABLE IF NOT EXISTS peerings(seq INTEGER PRIMARY KEY, vni_a INTEGER NOT N
 CREATE TABLE IF NOT EXISTS l2_tables(rnic TEXT PRIMARY KEY, version INTEGER NOT NULL, digest INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS l2_entries(rnic TEXT NOT NULL, kind INTEGER NOT NULL, word0 INTEGER NOT NULL,
   word1 INTEGER NOT NULL, entry BLOB NOT NULL, PRIMARY KEY(rnic, kind, word0, word1)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fleet_sync(id INTEGER PRIMARY KEY CHECK(id = 1), server TEXT NOT NULL,
+  revision INTEGER NOT NULL);
 )sql";
 
 int64_t mac_to_int(const MacAddr& m) {
@@ -59,7 +63,16 @@ class Stmt {
     if (sqlite3_prepare_v2(db, sql, -1, &s_, nullptr) != SQLITE_OK)
       throw StoreError(std::string("store: prepare failed: ") + sqlite3_errmsg(db));
   }
-  ~Stmt() { sqlite3_finalize(s_); }
+  // A statement the store keeps prepared (Store::cached): reset, not finalized.
+  Stmt(sqlite3* db, sqlite3_stmt* kept) : db_(db), s_(kept), owned_(false) {}
+  ~Stmt() {
+    if (owned_) {
+      sqlite3_finalize(s_);
+    } else {
+      sqlite3_reset(s_);
+      sqlite3_clear_bindings(s_);
+    }
+  }
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
 
@@ -102,6 +115,7 @@ class Stmt {
  private:
   sqlite3* db_;
   sqlite3_stmt* s_ = nullptr;
+  bool owned_ = true;
 };
 
 // BEGIN IMMEDIATE .. COMMIT, rolled back if an exception leaves the scope.
@@ -147,10 +161,11 @@ Store::Store(const std::string& path) : path_(path) {
   exec(kSchema);
   Stmt get(db_, "SELECT value FROM meta WHERE key='schema_version'");
   if (get.row()) {
-    if (get.i64(0) == 1) {
-      migrate_v1();
-    } else if (get.i64(0) != kSchemaVersion)
-      throw StoreError("store: " + path + " has schema version " + std::to_string(get.i64(0)) +
+    int64_t v = get.i64(0);
+    if (v == 1) migrate_v1(), v = 2;
+    if (v == 2) migrate_v2(), v = 3;
+    if (v != kSchemaVersion)
+      throw StoreError("store: " + path + " has schema version " + std::to_string(v) +
                        ", this agent needs " + std::to_string(kSchemaVersion));
   } else {
     Stmt(db_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)").bind(1, kSchemaVersion).run();
@@ -175,13 +190,34 @@ void Store::migrate_v1() {
                      std::to_string(kMaxPartition) + " partitions");
   Stmt up(db_, "UPDATE tenants SET partition_key=? WHERE vni=?");
   for (std::size_t i = 0; i < vnis.size(); ++i) up.bind(1, static_cast<int64_t>(i + 1)).bind(2, vnis[i]).run();
-  Stmt(db_, "UPDATE meta SET value=? WHERE key='schema_version'").bind(1, kSchemaVersion).run();
+  Stmt(db_, "UPDATE meta SET value=2 WHERE key='schema_version'").run();
+  t.commit();
+}
+
+// Version 2 had no fleet mode: the table (created by kSchema above) starts
+// empty, so a fleet agent on an old store reads etcd whole and applies the
+// difference.
+void Store::migrate_v2() {
+  Txn t(db_);
+  exec("CREATE TABLE IF NOT EXISTS fleet_sync(id INTEGER PRIMARY KEY CHECK(id = 1), server TEXT NOT NULL,"
+       " revision INTEGER NOT NULL)");
+  Stmt(db_, "UPDATE meta SET value=3 WHERE key='schema_version'").run();
   t.commit();
 }
 
 Store::~Store() {
   bulk_rollback();
+  for (auto& [sql, st] : cached_) sqlite3_finalize(st);
   sqlite3_close(db_);
+}
+
+sqlite3_stmt* Store::cached(const char* sql) {
+  auto [it, fresh] = cached_.try_emplace(sql, nullptr);
+  if (fresh && sqlite3_prepare_v2(db_, sql, -1, &it->second, nullptr) != SQLITE_OK) {
+    cached_.erase(it);
+    throw StoreError(std::string("store: prepare failed: ") + sqlite3_errmsg(db_));
+  }
+  return it->second;
 }
 
 void Store::exec(const char* sql) const {
@@ -198,36 +234,36 @@ void Store::persist_one(const Change& c) {
       [this](const auto& x) {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, AddTenant>) {
-          Stmt(db_, "INSERT INTO tenants(vni, name, partition_key, flow_quota) VALUES(?, ?, ?, ?)")
+          Stmt(db_, cached("INSERT INTO tenants(vni, name, partition_key, flow_quota) VALUES(?, ?, ?, ?)"))
               .bind(1, x.vni).bind(2, x.name).bind(3, x.partition).bind(4, x.flow_quota).run();
         } else if constexpr (std::is_same_v<T, RemoveTenant>) {
-          Stmt(db_, "DELETE FROM tenants WHERE vni=?").bind(1, x.vni).run();
-          Stmt(db_, "DELETE FROM peerings WHERE vni_a=? OR vni_b=?").bind(1, x.vni).bind(2, x.vni).run();
+          Stmt(db_, cached("DELETE FROM tenants WHERE vni=?")).bind(1, x.vni).run();
+          Stmt(db_, cached("DELETE FROM peerings WHERE vni_a=? OR vni_b=?")).bind(1, x.vni).bind(2, x.vni).run();
         } else if constexpr (std::is_same_v<T, AddRnic>) {
-          Stmt(db_, "INSERT INTO rnics(name, underlay_ip, mac, path_base_port, path_count) VALUES(?,?,?,?,?)")
+          Stmt(db_, cached("INSERT INTO rnics(name, underlay_ip, mac, path_base_port, path_count) VALUES(?,?,?,?,?)"))
               .bind(1, x.name).bind(2, x.underlay_ip).bind(3, mac_to_int(x.mac))
               .bind(4, x.path_base_port).bind(5, x.path_count).run();
         } else if constexpr (std::is_same_v<T, AddVnic>) {
-          Stmt(db_, "INSERT INTO vnics(id, vni, rnic, overlay_ip, overlay_mac) VALUES(?,?,?,?,?)")
+          Stmt(db_, cached("INSERT INTO vnics(id, vni, rnic, overlay_ip, overlay_mac) VALUES(?,?,?,?,?)"))
               .bind(1, x.id).bind(2, x.vni).bind(3, x.rnic).bind(4, x.overlay_ip)
               .bind(5, mac_to_int(x.overlay_mac)).run();
         } else if constexpr (std::is_same_v<T, RemoveVnic>) {
-          Stmt(db_, "DELETE FROM vnics WHERE id=?").bind(1, x.id).run();
-          Stmt(db_, "DELETE FROM qps WHERE vnic=?").bind(1, x.id).run();
+          Stmt(db_, cached("DELETE FROM vnics WHERE id=?")).bind(1, x.id).run();
+          Stmt(db_, cached("DELETE FROM qps WHERE vnic=?")).bind(1, x.id).run();
         } else if constexpr (std::is_same_v<T, BindQp>) {
-          Stmt(db_, "INSERT INTO qps(vnic, qpn) VALUES(?, ?)").bind(1, x.vnic).bind(2, x.qpn).run();
+          Stmt(db_, cached("INSERT INTO qps(vnic, qpn) VALUES(?, ?)")).bind(1, x.vnic).bind(2, x.qpn).run();
         } else if constexpr (std::is_same_v<T, AddMapping>) {
           // A replace overwrites the row of its key; a plain add must not find one.
-          Stmt(db_, x.replace ? "INSERT OR REPLACE INTO mappings(vni, overlay_ip, underlay_ip, next_hop_mac, rnic) VALUES(?,?,?,?,?)"
-                              : "INSERT INTO mappings(vni, overlay_ip, underlay_ip, next_hop_mac, rnic) VALUES(?,?,?,?,?)")
+          Stmt(db_, cached(x.replace ? "INSERT OR REPLACE INTO mappings(vni, overlay_ip, underlay_ip, next_hop_mac, rnic) VALUES(?,?,?,?,?)"
+                              : "INSERT INTO mappings(vni, overlay_ip, underlay_ip, next_hop_mac, rnic) VALUES(?,?,?,?,?)"))
               .bind(1, x.vni).bind(2, x.overlay_ip).bind(3, x.underlay_ip)
               .bind(4, mac_to_int(x.next_hop_mac)).bind(5, x.rnic).run();
         } else if constexpr (std::is_same_v<T, RemoveMapping>) {
-          Stmt(db_, "DELETE FROM mappings WHERE vni=? AND overlay_ip=?").bind(1, x.vni).bind(2, x.overlay_ip).run();
+          Stmt(db_, cached("DELETE FROM mappings WHERE vni=? AND overlay_ip=?")).bind(1, x.vni).bind(2, x.overlay_ip).run();
         } else if constexpr (std::is_same_v<T, AllowPeering>) {
-          Stmt(db_, "INSERT INTO peerings(vni_a, vni_b) VALUES(?, ?)").bind(1, x.vni_a).bind(2, x.vni_b).run();
+          Stmt(db_, cached("INSERT INTO peerings(vni_a, vni_b) VALUES(?, ?)")).bind(1, x.vni_a).bind(2, x.vni_b).run();
         } else if constexpr (std::is_same_v<T, SetTenantQuota>) {
-          Stmt(db_, "UPDATE tenants SET flow_quota=? WHERE vni=?").bind(1, x.flow_quota).bind(2, x.vni).run();
+          Stmt(db_, cached("UPDATE tenants SET flow_quota=? WHERE vni=?")).bind(1, x.flow_quota).bind(2, x.vni).run();
         }
       },
       c);
@@ -254,6 +290,21 @@ void Store::persist(const std::vector<Change>& cs) {
 void Store::bump_level1_version() {
   exec("INSERT INTO meta(key, value) VALUES('level1_version', 1) "
        "ON CONFLICT(key) DO UPDATE SET value = value + 1");
+}
+
+void Store::persist(const std::vector<Change>& cs, const FleetRevision& rev) {
+  if (bulk_open_) throw StoreError("store: a bulk import is writing; try again when it is done");
+  Txn t(db_);
+  for (const Change& c : cs) persist_one(c);
+  Stmt(db_, cached("INSERT OR REPLACE INTO fleet_sync(id, server, revision) VALUES(1, ?, ?)"))
+      .bind(1, rev.server).bind(2, rev.revision).run();
+  t.commit();
+}
+
+FleetRevision Store::fleet_revision() const {
+  Stmt s(db_, "SELECT server, revision FROM fleet_sync WHERE id=1");
+  if (!s.row()) return {};
+  return FleetRevision{s.text(0), s.i64(1)};
 }
 
 void Store::load(Level1State& state) const {

@@ -11,6 +11,7 @@
 #include <istream>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/channel/messages.h"
@@ -42,6 +43,13 @@ struct Level2Snapshot {
   std::vector<common::Level2Entry> entries;
 };
 
+// Fleet mode (dpu/fleet): the etcd revision level 1 was brought to, and the
+// server name it was brought to it as.
+struct FleetRevision {
+  std::string server;
+  int64_t revision = 0;  // 0: never synced
+};
+
 class Store {
  public:
   explicit Store(const std::string& path);  // creates the schema if new
@@ -53,6 +61,10 @@ class Store {
   // caller has checked them against the state (see accept_change).
   void persist(const Change& c);
   void persist(const std::vector<Change>& cs);
+  // Fleet mode: the changes an etcd revision asked for and that revision, in
+  // one transaction, so a restart resumes exactly after what is on disk.
+  void persist(const std::vector<Change>& cs, const FleetRevision& rev);
+  FleetRevision fleet_revision() const;
 
   // Rebuilds the level-1 state from disk into an empty state.
   void load(Level1State& state) const;
@@ -105,8 +117,12 @@ class Store {
   void exec(const char* sql) const;
   void migrate_v1();
   void bump_level1_version();
+  void migrate_v2();
   sqlite3_stmt* prepare(const char* sql) const;
   void persist_one(const Change& c);
+  // Statements persist_one repeats, prepared once (a fleet batch writes thousands).
+  sqlite3_stmt* cached(const char* sql);
+  std::unordered_map<const char*, sqlite3_stmt*> cached_;
   void bulk_end() noexcept;
   void restore_settings() noexcept;
   std::string path_;

@@ -91,6 +91,35 @@ ChangeSet deletions_for_mapping(const Level2Shadow& installed, const MappingKey&
   return cs;
 }
 
+ChangeSet stale_entries(const Level1State& state, const Level2Shadow& installed) {
+  ChangeSet cs;
+  for (const auto& [k, e] : installed.entries()) {
+    if (k.kind == EntryKind::kEgress) {
+      Resolution r = state.resolve(k.word0, k.word1);
+      if (r.status != ResolveStatus::kOk || !(r.egress.egress == e.egress)) cs.del(k);
+    } else if (k.kind == EntryKind::kIngressVni || k.kind == EntryKind::kIngressQpn) {
+      const Vnic* local = state.vnic(e.ingress.local_vnic_id);
+      std::optional<Mapping> m = state.mapping(e.ingress.vni, e.ingress.overlay_src_ip);
+      if (!local || local->overlay_ip != e.ingress.overlay_dst_ip || !m || m->underlay_ip != k.word0) cs.del(k);
+    }
+  }
+  return cs;
+}
+
+ChangeSet deletions_for_mappings(const Level2Shadow& installed, const std::vector<MappingKey>& keys) {
+  ChangeSet cs;
+  if (keys.empty()) return cs;
+  std::unordered_set<uint64_t> gone;
+  for (const MappingKey& k : keys) gone.insert(uint64_t{k.vni} << 32 | k.overlay_ip);
+  for (const auto& [k, e] : installed.entries()) {
+    if (k.kind == EntryKind::kVnic) continue;
+    const bool eg = k.kind == EntryKind::kEgress;
+    const uint64_t from = eg ? uint64_t{e.egress.vni} << 32 | k.word1 : uint64_t{e.ingress.vni} << 32 | e.ingress.overlay_src_ip;
+    if (gone.count(from)) cs.del(k);
+  }
+  return cs;
+}
+
 ChangeSet changes_for_replaced_mappings(const Level1State& state, const Level2Shadow& installed,
                                         const std::string& rnic, const std::vector<MappingKey>& keys) {
   auto packed = [](uint32_t vni, uint32_t ip) { return uint64_t{vni} << 32 | ip; };

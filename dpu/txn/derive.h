@@ -79,6 +79,17 @@ inline bool needs_revalidation(const Level1State& state, uint64_t resolved_at) n
 
 // DELs for every entry in `installed` derived from mapping m.
 ChangeSet deletions_for_mapping(const Level2Shadow& installed, const MappingKey& m);
+// DELs for every flow entry `installed` holds that level 1 no longer gives:
+// an egress entry whose resolution is gone or different, an ingress entry
+// whose local vNIC or mapping (vni, source address -> underlay source) is
+// gone. For a level 1 that changed while the RNICs did not hear of it (an
+// agent killed between its SQLite commit and the change set): the RNIC
+// punts again for a flow that is still wanted. vNIC entries are
+// changes_for_vnics'.
+ChangeSet stale_entries(const Level1State& state, const Level2Shadow& installed);
+// The same for many mappings in one pass over `installed` (a fleet batch of
+// thousands would otherwise scan the whole shadow once per mapping).
+ChangeSet deletions_for_mappings(const Level2Shadow& installed, const std::vector<MappingKey>& keys);
 // Mappings `keys` were replaced in level 1 (new underlay IP, next-hop MAC or
 // RNIC): every (vNIC, address) pair `installed` on `rnic` holds entries for is
 // resolved afresh, as one change set: the egress entry is overwritten in

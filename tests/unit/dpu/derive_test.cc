@@ -163,6 +163,12 @@ TEST_CASE("removing a mapping or a vNIC withdraws exactly the entries derived fr
   ChangeSet v = deletions_for_vnic(installed, 1, 100, ip("192.168.0.1"));
   CHECK(v.ops.size() == 3);  // egress (1,.9), egress (2,.0.1), ingress from .0.1
   CHECK(deletions_for_mapping(installed, MappingKey{200, ip("192.168.1.9")}).ops.empty());
+  // Many mappings in one pass: the union of what each one withdraws.
+  ChangeSet both = deletions_for_mappings(
+      installed, {MappingKey{100, ip("192.168.1.9")}, MappingKey{100, ip("192.168.0.1")}, MappingKey{200, ip("192.168.1.9")}});
+  std::size_t apart = m.ops.size() + deletions_for_mapping(installed, MappingKey{100, ip("192.168.0.1")}).ops.size();
+  CHECK(both.ops.size() == apart);
+  CHECK(both.ops.size() == 4);  // egress (1,.9), (2,.9), (2,.0.1), ingress from .0.1
 }
 
 TEST_CASE("a resolution that commits after its mapping was deleted or replaced is undone") {
@@ -606,4 +612,32 @@ TEST_CASE("a shadow forgets the vNIC entries an older RNIC cannot hold, digest i
   CHECK(with.digest() == without.digest());
   CHECK(with.version() == 2);
   CHECK(with.find(egress_key(1, ip("192.168.1.9"))) != nullptr);
+}
+
+TEST_CASE("entries level 1 no longer gives are found stale; the rest are not") {
+  Level1State s = state();
+  Level2Shadow installed;
+  for (auto [vnic, dst] : {std::pair{1u, "192.168.1.9"}, {1u, "192.168.1.10"}, {2u, "192.168.0.1"}}) {
+    auto cs = change_set_for_miss(s, egress_key(vnic, ip(dst)), 0, nullptr, nullptr, &installed);
+    REQUIRE(cs);
+    installed.apply(cs->ops, installed.version() + 1);
+  }
+  CHECK(stale_entries(s, installed).ops.empty());  // level 1 gives exactly what is installed
+  // Level 1 changes behind the RNIC's back: .9 moves, .10 goes.
+  REQUIRE(s.apply(AddMapping{100, ip("192.168.1.9"), ip("10.0.1.8"), mac("02:00:00:00:01:00"), "far2", true}).ok());
+  REQUIRE(s.apply(RemoveMapping{100, ip("192.168.1.10")}).ok());
+  ChangeSet st = stale_entries(s, installed);
+  std::set<std::pair<uint32_t, uint32_t>> egress_gone;
+  for (const Level2Op& op : st.ops) {
+    CHECK(op.del);
+    if (op.entry.key.kind == EntryKind::kEgress) egress_gone.insert({op.entry.key.word0, op.entry.key.word1});
+  }
+  CHECK(egress_gone == std::set<std::pair<uint32_t, uint32_t>>{{1, ip("192.168.1.9")}, {1, ip("192.168.1.10")}});
+  // The vNIC-to-vNIC flow (2 -> .0.1) and its ingress entry stay.
+  for (const Level2Op& op : st.ops) CHECK_FALSE(op.entry.key == egress_key(2, ip("192.168.0.1")));
+  // A vNIC removed behind the RNIC's back: its flow entries are stale too.
+  REQUIRE(s.apply(RemoveVnic{2}).ok());
+  bool vnic2 = false;
+  for (const Level2Op& op : stale_entries(s, installed).ops) vnic2 |= op.entry.key == egress_key(2, ip("192.168.0.1"));
+  CHECK(vnic2);
 }

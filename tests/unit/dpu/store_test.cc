@@ -419,3 +419,36 @@ TEST_CASE("a schema-1 store (no partitions) is migrated on open: tenants get par
   Store(db.path()).load(again);  // version 2 now: opened without migrating twice
   CHECK(again.tenant(200)->partition == 2);
 }
+
+TEST_CASE("a schema-2 store is migrated to 3; a fleet revision is written with its changes, atomically") {
+  TempDb db;
+  {
+    sqlite3* raw = nullptr;
+    REQUIRE(sqlite3_open(db.path().c_str(), &raw) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(raw,
+                         "CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+                         "INSERT INTO meta VALUES('schema_version', 2);"
+                         "CREATE TABLE tenants(vni INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+                         " partition_key INTEGER NOT NULL DEFAULT 0, flow_quota INTEGER NOT NULL DEFAULT 0);"
+                         "INSERT INTO tenants VALUES(100, 'blue', 1, 0);",
+                         nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  {
+    Store store(db.path());
+    CHECK(store.fleet_revision().revision == 0);
+    store.persist({Change{AddTenant{200, "red", 2, false, 0}}}, FleetRevision{"s1", 42});
+    // A change that cannot be written (duplicate key) leaves the revision where it was.
+    CHECK_THROWS_AS(store.persist({Change{AddTenant{300, "x", 3}}, Change{AddTenant{200, "dup", 4}}},
+                                  FleetRevision{"s1", 43}),
+                    StoreError);
+  }
+  Store again(db.path());
+  CHECK(again.fleet_revision().server == "s1");
+  CHECK(again.fleet_revision().revision == 42);
+  Level1State s;
+  again.load(s);
+  CHECK(s.tenant(100) != nullptr);
+  CHECK(s.tenant(200) != nullptr);
+  CHECK(s.tenant(300) == nullptr);
+}
