@@ -20,11 +20,16 @@
 #include "common/wire/icrc.h"
 #include "common/wire/roce_packet.h"
 #include "rnic/core/transport.h"
-#include "rnic/dpdk/egress_route.h"
-#include "rnic/dpdk/worker_counters.h"
+#include "rnic/port/egress_route.h"
+#include "rnic/port/worker_counters.h"
 #include "rnic/table/level2_table.h"
 
 namespace tandem::rnic::dpdk {
+
+using port::EgressRoute;
+using port::Stage;
+using port::WorkerCounters;
+using port::kStageNames;
 
 // The tenant owns the QP: the packet must come from the underlay address of
 // the QP's remote as the QP's egress entry (vNIC, remote overlay IP) maps it

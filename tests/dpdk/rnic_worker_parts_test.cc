@@ -25,7 +25,7 @@
 #include "common/wire/roce_packet.h"
 #include "rnic/core/frame.h"
 #include "rnic/dpdk/dma_registry.h"
-#include "rnic/dpdk/egress_route.h"
+#include "rnic/port/egress_route.h"
 #include "rnic/dpdk/standalone_table.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/dpdk/tx_payload_mode.h"
@@ -33,6 +33,7 @@
 using namespace tandem;
 using namespace tandem::rnic;
 using namespace tandem::rnic::dpdk;
+using tandem::rnic::port::EgressRoute;
 
 namespace {
 
