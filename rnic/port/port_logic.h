@@ -143,6 +143,8 @@ class PortLogic {
     return const_cast<PortLogic*>(this)->by_host(host_qpn);
   }
   std::size_t route_waits() const noexcept { return route_wait_.size(); }
+  // The core's key of its identity region (what a packet's rkey is rewritten to once checked).
+  uint32_t identity_key() const noexcept { return ident_key_; }
   // The vNIC list's figures, read without its lock: the lcore (their writer) only.
   std::size_t vnic_count() const noexcept { return vnics_.size(); }
   bool vnics_from_agent() const noexcept { return vnics_from_agent_; }
