@@ -45,6 +45,7 @@
 #include "rnic/dpdk/dma_registry.h"
 #include "rnic/dpdk/dpu_link.h"
 #include "rnic/dpdk/dpdk_io.h"
+#include "rnic/port/port_counters.h"
 #include "rnic/port/port_worker.h"
 #include "rnic/dpdk/host_control.h"
 #include "rnic/dpdk/fair_shares.h"
@@ -70,8 +71,6 @@ constexpr uint16_t kBurst = port::kBurst;
 constexpr std::size_t kQpsPerReply = 16;
 // Rows of the counter snapshot: every named counter plus every drop reason of 4 stages and the core.
 constexpr std::size_t kMaxCounterRows = 128 + 5 * common::kDropReasonCount;
-
-const char* const* drop_names();
 
 // --table-capacity, or the default for the mode; throws if the YAML's entries do not fit.
 uint32_t table_capacity(const WorkerConfig& c, const StandaloneTable& st) {
@@ -173,7 +172,7 @@ class Worker {
     if (c.dpu_channel.empty()) commit_standalone_table(st_, table_);
     qps_x_->buffer().rows.resize(c.max_qps);
     stats_x_->buffer().rows.resize(kMaxCounterRows);
-    drop_names();  // built here, not on the lcore's first publication
+    port::core_drop_names();  // built here, not on the lcore's first publication
   }
 
   void setup_port(rte_mempool* hdr_pool, rte_mempool* ext_pool, uint16_t n_ports, TxPayloadMode mode) {
@@ -284,69 +283,29 @@ void Worker::shutdown() {
 
 // ----------------------------------------------------------------- counters
 
-// "drop_<reason>", the names of the core's drop rows (static: rows keep pointers).
-const char* const* drop_names() {
-  static const auto names = [] {
-    static std::array<std::string, common::kDropReasonCount> core;
-    static std::array<const char*, common::kDropReasonCount> out{};
-    for (std::size_t r = 1; r < common::kDropReasonCount; ++r) {
-      core[r] = "drop_" + std::string(common::drop_reason_name(static_cast<DropReason>(r)));
-      out[r] = core[r].c_str();
-    }
-    return out.data();
-  }();
-  return names;
-}
-constexpr const char* kDropGroups[] = {"drops.parse", "drops.ingress", "drops.core", "drops.egress"};
-static_assert(std::size(kDropGroups) == static_cast<std::size_t>(Stage::kCount));
-
 template <class F>
 void Worker::visit_counters(F&& f) const {
-  const port::WorkerCounters& k_ = pw_.counters();
-#define TANDEM_RNIC_COUNTER_VISIT(name, doc) f("worker", #name, k_.name, doc);
-  TANDEM_FOREACH_RNIC_COUNTER(TANDEM_RNIC_COUNTER_VISIT)
-#undef TANDEM_RNIC_COUNTER_VISIT
-  for (std::size_t st = 0; st < static_cast<std::size_t>(Stage::kCount); ++st)
-    for (std::size_t r = 1; r < common::kDropReasonCount; ++r)
-      if (k_.drops[st][r])
-        f(kDropGroups[st], common::drop_reason_name(static_cast<DropReason>(r)).data(), k_.drops[st][r],
-          "packets dropped at this stage for this reason");
-  const EncapCounters& e = encap_->counters();
-  f("tx_encap", "zero_copy", encap_->zero_copy() ? 1 : 0, "1: payloads leave from registered memory");
-  f("tx_encap", "zero_copy_segs", e.zero_copy_segs, "payload segments attached, not copied");
-  f("tx_encap", "copied_bytes", e.copied_bytes, "payload bytes copied into mbufs");
-  f("tx_encap", "alloc_fail", e.alloc_fail, "frames not built for want of an mbuf");
-  f("tx_encap", "too_big", e.too_big, "copy mode: frames larger than an mbuf");
-  f("tx_encap", "ext_in_flight", encap_->ext_in_flight(), "attached payloads the port still holds");
-  const DmaCounters& dm = dma_.counters();
-  f("mr_dma", "mapped", dm.mapped, "MR mappings DMA-mapped for the device");
-  f("mr_dma", "not_needed", dm.not_needed, "MR mappings the device needs no DMA map for");
-  f("mr_dma", "no_iova", dm.no_iova, "MR mappings without an IOVA (IOVA-as-PA mode)");
-  f("mr_dma", "failed", dm.failed, "MR mappings the EAL or device refused");
-  f("mr_dma", "unmapped", dm.unmapped, "MR mappings released");
-  f("mr_dma", "live", dm.live, "MR mappings held now");
-  const TransportCounters& tc = pw_.core().counters();
-  f("core", "rx_pkts", tc.rx_pkts, "frames the transport core was given");
-  for (std::size_t r = 1; r < common::kDropReasonCount; ++r)
-    if (tc.drops[r]) f("core", drop_names()[r], tc.drops[r], "frames the core dropped for this reason");
-  if (c_.bench_any_psn) {  // docs/pktgen.md "Looped replays"
-    f("core", "bench_accepted", tc.bench_accepted, "--bench-any-psn: requests placed (or READs taken)");
-    f("core", "bench_duplicate", tc.bench_duplicate, "--bench-any-psn: of them, restarts behind the expected PSN");
-    f("core", "bench_gap", tc.bench_gap, "--bench-any-psn: of them, restarts ahead of the expected PSN");
-  }
-  const host::HostCounters& hc = host_.counters();
-#define TANDEM_HOST_COUNTER_VISIT(name, doc) f("host", #name, hc.name, doc);
-  TANDEM_FOREACH_HOST_COUNTER(TANDEM_HOST_COUNTER_VISIT)
-#undef TANDEM_HOST_COUNTER_VISIT
-  f("table", "version", table_.version(), "committed level-2 table version");
-  f("table", "entries", table_.size(), "committed level-2 table entries");
-  f("table", "full_buckets", table_.stats().full_buckets, "PUTs refused: both buckets of the key full (collisions)");
-  f("table", "full_capacity", table_.stats().full_capacity, "PUTs refused: the table at --table-capacity");
-  f("vnics", "count", pw_.vnic_count(), "vNICs of the port");
-  f("vnics", "withdrawn", pw_.vnics_withdrawn(), "vNICs the agent removed");
-  f("vnics", "qps_on_withdrawn_vnic", pw_.qps_on_withdrawn_vnic(), "live QPs routed over a vNIC when it was removed");
-  if (dpu_) f("dpu", "punts_over_budget", dpu_->budget().refused_total(), "punts refused: their vNIC over --punt-budget");
-  f("", "live_qps", live_qps(), "QPs live now");
+  pw_.visit_counters(
+      f,
+      [&](auto&& f) {  // the I/O layer's: mbufs and device mappings
+        const EncapCounters& e = encap_->counters();
+        f("tx_encap", "zero_copy", encap_->zero_copy() ? 1 : 0, "1: payloads leave from registered memory");
+        f("tx_encap", "zero_copy_segs", e.zero_copy_segs, "payload segments attached, not copied");
+        f("tx_encap", "copied_bytes", e.copied_bytes, "payload bytes copied into mbufs");
+        f("tx_encap", "alloc_fail", e.alloc_fail, "frames not built for want of an mbuf");
+        f("tx_encap", "too_big", e.too_big, "copy mode: frames larger than an mbuf");
+        f("tx_encap", "ext_in_flight", encap_->ext_in_flight(), "attached payloads the port still holds");
+        const DmaCounters& dm = dma_.counters();
+        f("mr_dma", "mapped", dm.mapped, "MR mappings DMA-mapped for the device");
+        f("mr_dma", "not_needed", dm.not_needed, "MR mappings the device needs no DMA map for");
+        f("mr_dma", "no_iova", dm.no_iova, "MR mappings without an IOVA (IOVA-as-PA mode)");
+        f("mr_dma", "failed", dm.failed, "MR mappings the EAL or device refused");
+        f("mr_dma", "unmapped", dm.unmapped, "MR mappings released");
+        f("mr_dma", "live", dm.live, "MR mappings held now");
+      },
+      [&](auto&& f) {
+        if (dpu_) f("dpu", "punts_over_budget", dpu_->budget().refused_total(), "punts refused: their vNIC over --punt-budget");
+      });
 }
 
 void Worker::fill_counter_rows(port::CounterRows& out) const noexcept {
@@ -354,49 +313,7 @@ void Worker::fill_counter_rows(port::CounterRows& out) const noexcept {
   visit_counters([&](const char* g, const char* n, uint64_t v, const char* h) { out.add(g, n, v, h); });
 }
 
-void Worker::fill_qp_rows(port::QpRows& out) const noexcept {
-  out.n = 0;
-  for (const port::QpCtx& q : pw_.qps()) {
-    if (!q.live || out.n == out.rows.size()) continue;
-    port::QpRow& r = out.rows[out.n++];
-    r = port::QpRow{};
-    r.host_qpn = q.host_qpn;
-    r.core_qpn = q.core_qpn;
-    r.app_id = q.app_id;
-    r.state = q.state;
-    r.vnic = q.vnic;
-    r.vni = q.vni;
-    r.remote_overlay = q.remote_overlay;
-    r.remote_underlay = q.remote_underlay;
-    r.mtu = q.mtu;
-    r.route_pending = q.route_pending;
-    r.route_wait_us = q.route_wait_ns / 1000;
-    if (const QpCounters* qc = pw_.core().qp_counters(q.core_qpn)) {
-      r.has_counters = true;
-      r.tx_pkts = qc->tx_pkts;
-      r.rx_pkts = qc->rx_pkts;
-      r.retx_pkts = qc->retx_pkts;
-      r.sacks_rx = qc->sacks_rx;
-      r.timeouts = qc->timeouts;
-      r.reorder_depth_max = qc->reorder_depth_max;
-    }
-    if (const PathPolicy* pp = pw_.core().path_policy(q.core_qpn)) {
-      r.paths = pp->path_count();
-      for (uint32_t i = 0; i < r.paths; ++i) {
-        const auto& ps = pp->path_stats(i);
-        r.path_removals += ps.removals;
-        r.path_returns += ps.returns;
-        if (i >= port::kRowPaths) continue;
-        r.pkts[i] = ps.pkts;
-        r.removals[i] = ps.removals;
-        r.silent_removals[i] = ps.silent_removals;
-        r.loss_removals[i] = ps.loss_removals;
-        r.stall_excused[i] = ps.stall_excused;
-        r.ports[i] = pp->path_port(i);
-      }
-    }
-  }
-}
+void Worker::fill_qp_rows(port::QpRows& out) const noexcept { pw_.fill_qp_rows(out); }
 
 nlohmann::json Worker::counters_json() const {
   nlohmann::json j;

@@ -34,6 +34,7 @@
 #include "rnic/port/rx_stage.h"
 #include "rnic/port/vnic.h"
 #include "rnic/port/worker_counters.h"
+#include "rnic/port/worker_snapshot.h"
 #include "rnic/table/level2_table.h"
 
 namespace tandem::rnic::port {
@@ -161,6 +162,13 @@ class PortLogic {
     std::lock_guard<std::mutex> g(vnics_mu_);
     return f(vnics_, vnics_from_agent_, vnics_withdrawn_, qps_on_withdrawn_vnic_);
   }
+
+  // Every counter, once (port_counters.h): f(group, name, value, help), with
+  // the I/O layer's rows after the drops and the caller's before live_qps.
+  template <class F, class IoRows, class MoreRows>
+  void visit_counters(F&& f, IoRows&& io_rows, MoreRows&& more_rows) const;
+  // One row per live QP (as many as fit): binding, state, core and path counters.
+  void fill_qp_rows(QpRows& out) const noexcept;
 
   // --device-owner's vNIC ids as the host server's overlay IPs (ids not present yet match nothing).
   static std::vector<host::VnicOwner> vnic_owners(const std::vector<DeviceOwner>& owners,

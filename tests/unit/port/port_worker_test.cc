@@ -10,12 +10,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
+#include <string>
 #include <cstring>
 #include <vector>
 
 #include "common/wire/icrc.h"
 #include "common/wire/opcode.h"
 #include "port_harness.h"
+#include "rnic/port/port_counters.h"
 #include "rnic/host/verbs.h"
 
 using namespace tandem;
@@ -625,5 +628,67 @@ TEST_CASE("port layer: frames refused before the core are counted by stage and r
     CHECK(dropped(b, Stage::kIngress, DropReason::kPkeyViolation) == 1);
     CHECK(b.k().rx_accepted == 0);
     CHECK(b.k().remote_refused == 0);  // refused before the rkey was looked at
+  });
+}
+
+TEST_CASE("port layer: every counter is one row (group, name, help) and each live QP one snapshot row") {
+  Pair p;
+  Tenant ta(p.a.socket), tb(p.b.socket);
+  Link l = connect(p, ta, tb);
+  fill(ta.buf, 4096, 7);
+  REQUIRE(ta.post(l.qa, IBV_WR_RDMA_WRITE, 1, 0, 4096, tb.va(0), tb.mr->rkey) == 0);
+  REQUIRE(ta.poll(1).size() == 1);
+  uint8_t data[32] = {};
+  const std::vector<uint8_t> stray = forged_write(0x00FFFF, kRqPsn, tb.mr->rkey, tb.va(0), data, 32);
+  p.with([&] { REQUIRE(p.b.io.inject(stray.data(), static_cast<uint32_t>(stray.size()))); });
+  REQUIRE(p.wait_for([&] { return dropped(p.b, Stage::kIngress, DropReason::kUnknownQpn) == 1; }));
+  p.with([&] {
+    std::map<std::string, uint64_t> rows;
+    int io_rows = 0, more_rows = 0;
+    p.b.pw->visit_counters(
+        [&](const char* g, const char* n, uint64_t v, const char* help) {
+          const std::string key = std::string(g) + "/" + n;
+          CHECK(rows.count(key) == 0);  // visited once
+          CHECK(std::strlen(help) > 0);
+          rows[key] = v;
+        },
+        [&](auto&& f) {
+          ++io_rows;
+          CHECK(rows.count("drops.ingress/unknown_qpn") == 1);  // after the drops
+          f("io", "x", 7, "the I/O layer's row");
+        },
+        [&](auto&&) {
+          ++more_rows;
+          CHECK(rows.count("/live_qps") == 0);  // before live_qps
+        });
+    CHECK(io_rows == 1);
+    CHECK(more_rows == 1);
+    const WorkerCounters& k = p.b.k();
+    CHECK(rows["worker/rx_packets"] == k.rx_packets);
+    CHECK(rows["worker/rx_accepted"] == k.rx_accepted);
+    CHECK(rows["drops.ingress/unknown_qpn"] == 1);
+    CHECK(rows.count("drops.parse/bad_icrc") == 0);  // only the drops that happened
+    CHECK(rows["io/x"] == 7);
+    CHECK(rows["core/rx_pkts"] == p.b.pw->core().counters().rx_pkts);
+    CHECK(rows["host/recv_wqes"] == p.b.host->counters().recv_wqes);
+    CHECK(rows["table/entries"] == 1);
+    CHECK(rows["vnics/count"] == 1);
+    CHECK(rows["/live_qps"] == 1);
+
+    QpRows q;
+    q.rows.resize(4);
+    p.a.pw->fill_qp_rows(q);
+    REQUIRE(q.n == 1);
+    const QpRow& r = q.rows[0];
+    CHECK(r.host_qpn == l.qa->qp_num);
+    CHECK(r.state == IBV_QPS_RTS);
+    CHECK(r.vnic == kVnic);
+    CHECK(r.remote_overlay == Pair::kOverlayB);
+    CHECK(r.remote_underlay == Pair::kUnderlayB);
+    CHECK(r.mtu == 1024);
+    CHECK(!r.route_pending);
+    REQUIRE(r.has_counters);
+    CHECK(r.tx_pkts >= 4);
+    CHECK(r.paths >= 1);
   });
 }
