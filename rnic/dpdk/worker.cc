@@ -47,13 +47,13 @@
 #include "rnic/dpdk/dpdk_io.h"
 #include "rnic/port/port_counters.h"
 #include "rnic/port/port_worker.h"
+#include "rnic/port/vnic_devices.h"
 #include "rnic/dpdk/host_control.h"
 #include "rnic/dpdk/fair_shares.h"
 #include "rnic/dpdk/rx_stage.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/dpdk/tx_payload_mode.h"
 #include "rnic/port/worker_counters.h"
-#include "rnic/host/device_registry.h"
 #include "rnic/host/host_server.h"
 #include "rnic/port/snapshot_exchange.h"
 #include "rnic/port/worker_snapshot.h"
@@ -205,17 +205,8 @@ class Worker {
   std::string tx_mode_line() const {
     return std::string(tx_mode_.zero_copy ? "zero-copy" : "copy") + " (" + tx_mode_.why + ")";
   }
-  // One verbs device per vNIC (rnic/host/device_registry.h), written on the control
-  // side: at start for the YAML's; in DPU mode by sync_devices() whenever the
-  // agent's vNICs change. Removed at exit. Returns the names registered.
-  std::vector<std::string> register_devices(const std::vector<Vnic>& vnics) const;
-  // DPU mode, from a thread of its own (file I/O stays off the lcore): registers
-  // the vNICs the worker has now if they changed since `seen`, and removes the
-  // rest of `names`.
-  void sync_devices(std::vector<std::string>& names, std::string& seen);
-  void unregister_devices(const std::vector<std::string>& names) const {
-    for (const std::string& n : names) host::remove_device(c_.device_dir, n);
-  }
+  // The port's vNICs now (any thread): DPU mode's device registrar follows them.
+  std::vector<Vnic> vnics() const { return pw_.vnics(); }
   std::size_t live_qps() const noexcept { return pw_.live_qps(); }
 
  private:
@@ -364,56 +355,6 @@ std::string flat_name(const port::CounterRow& row) {
   if (g.starts_with("drops.")) return "drop_" + std::string(g.substr(6)) + "_" + row.name;
   if (g == "tx_encap") return std::string("tx_") + row.name;
   return std::string(g) + "_" + row.name;
-}
-
-void Worker::sync_devices(std::vector<std::string>& names, std::string& seen) {
-  const std::vector<Vnic> now = pw_.vnics();
-  std::string key;
-  for (const Vnic& v : now)
-    key += std::to_string(v.id) + "=" + std::to_string(v.overlay_ip) + "/" +
-           std::string(reinterpret_cast<const char*>(v.overlay_mac.data()), 6) + ";";
-  if (key == seen) return;
-  seen = key;
-  std::vector<std::string> next = register_devices(now);
-  for (const std::string& n : names)
-    if (std::find(next.begin(), next.end(), n) == next.end()) host::remove_device(c_.device_dir, n);
-  names = std::move(next);
-}
-
-std::vector<std::string> Worker::register_devices(const std::vector<Vnic>& vnics) const {
-  std::vector<std::string> names;
-  if (c_.device_dir.empty()) return names;
-  char abs[PATH_MAX];
-  const std::string sock = realpath(c_.host_socket.c_str(), abs) ? abs : c_.host_socket;
-  for (const Vnic& v : vnics) {
-    host::DeviceRecord d;
-    d.name = "tandem_" + c_.name + "_v" + std::to_string(v.id);
-    d.socket = sock;
-    d.vnic_ip = v.overlay_ip;
-    d.vnic_id = v.id;
-    std::memcpy(d.mac, v.overlay_mac.data(), 6);
-    d.mtu = c_.mtu;
-    d.max_qps = c_.max_qps;
-    d.pid = getpid();
-    if (d.name.size() > 63) {
-      std::fprintf(stderr, "%s: verbs device name %s is too long (63 bytes at most): not registered\n",
-                   c_.name.c_str(), d.name.c_str());
-      continue;
-    }
-    const std::string err = host::write_device(c_.device_dir, d);
-    if (!err.empty()) {
-      std::fprintf(stderr, "%s: verbs device %s not registered: %s\n", c_.name.c_str(), d.name.c_str(), err.c_str());
-      continue;
-    }
-    names.push_back(d.name);
-  }
-  if (!names.empty())
-    std::printf("tandem-rnic %s: verbs devices in %s: %zu (first %s)\n", c_.name.c_str(), c_.device_dir.c_str(),
-                names.size(), names[0].c_str());
-  else if (vnics.empty())
-    std::printf("tandem-rnic %s: no vNICs, no verbs devices\n", c_.name.c_str());
-  std::fflush(stdout);
-  return names;
 }
 
 void Worker::register_telemetry() {
@@ -579,16 +520,17 @@ int run(const WorkerConfig& c) {
     std::printf("tandem-rnic %s: BENCHMARK MODE --bench-any-psn: every QP accepts any PSN (not RC)\n", c.name.c_str());
   std::fflush(stdout);
 
-  std::vector<std::string> devices;
+  // One verbs device per vNIC (rnic/port/vnic_devices.h), written off the lcore:
+  // at start for the YAML's; in DPU mode by a thread that follows the agent's vNICs.
+  port::VnicDevices devices({c.device_dir, c.name, c.host_socket, c.mtu, c.max_qps});
   std::atomic<bool> registrar_stop{false};
   std::thread registrar;
   if (c.dpu_channel.empty()) {
-    devices = worker->register_devices(yaml_vnics);
+    devices.sync(yaml_vnics);
   } else if (!c.device_dir.empty()) {  // the agent's vNICs come and go at run time
     registrar = std::thread([&] {
-      std::string seen = "-";
       while (!registrar_stop.load(std::memory_order_relaxed)) {
-        worker->sync_devices(devices, seen);
+        devices.sync(worker->vnics());
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
     });
@@ -598,7 +540,7 @@ int run(const WorkerConfig& c) {
     registrar_stop = true;
     registrar.join();
   }
-  worker->unregister_devices(devices);
+  devices.remove_all();
   worker->shutdown();
   std::printf("%s: stopping (%zu live QPs flushed)\n", c.name.c_str(), worker->live_qps());
   for (uint16_t p = 0; p < n_ports; ++p) cd::port_close(p);
