@@ -532,7 +532,10 @@ TEST_CASE("port layer: an application killed with QPs and work in flight is clea
 }
 
 TEST_CASE("port layer: a bad R_Key, a VA out of bounds or missing access rights are refused") {
-  Pair p;
+  // IRN checks each packet's RETH and XETH; go-back-N the first packet's RETH.
+  const Reliability mode = GENERATE(Reliability::kIrn, Reliability::kGoBackN);
+  INFO((mode == Reliability::kIrn ? "IRN" : "go-back-N"));
+  Pair p(PairOptions{.mode = mode});
   Tenant ta(p.a.socket), tb(p.b.socket);
   Tenant tb_local(p.b.socket, IBV_ACCESS_LOCAL_WRITE);  // no remote access at all
   fill(ta.buf, 4096, 1);
@@ -549,6 +552,7 @@ TEST_CASE("port layer: a bad R_Key, a VA out of bounds or missing access rights 
       {"unknown rkey", IBV_WR_RDMA_WRITE, tb.va(0), tb.mr->rkey ^ 0x5A5A00, 256},
       {"VA past the MR's end", IBV_WR_RDMA_WRITE, tb.va(kBufBytes - 128), tb.mr->rkey, 256},
       {"VA before the MR", IBV_WR_RDMA_WRITE, tb.va(0) - 4096, tb.mr->rkey, 256},
+      {"a 4-packet WRITE running past the MR's end", IBV_WR_RDMA_WRITE, tb.va(kBufBytes - 2048), tb.mr->rkey, 4096},
       {"WRITE to an MR without REMOTE_WRITE", IBV_WR_RDMA_WRITE, tb_local.va(0), tb_local.mr->rkey, 256},
       {"READ of an MR without REMOTE_READ", IBV_WR_RDMA_READ, tb_local.va(0), tb_local.mr->rkey, 256},
   };
