@@ -39,7 +39,6 @@
 #include "common/wire/roce_packet.h"
 #include "rnic/core/policy_factory.h"
 #include "rnic/core/transport.h"
-#include "rnic/dpdk/standalone_table.h"
 #include <unistd.h>
 
 #include "rnic/dpdk/dma_registry.h"
@@ -47,6 +46,7 @@
 #include "rnic/dpdk/dpdk_io.h"
 #include "rnic/port/port_counters.h"
 #include "rnic/port/port_worker.h"
+#include "rnic/port/standalone_table.h"
 #include "rnic/port/vnic_devices.h"
 #include "rnic/dpdk/host_control.h"
 #include "rnic/dpdk/fair_shares.h"
@@ -62,6 +62,11 @@ namespace tandem::rnic::dpdk {
 
 namespace cd = common::dpdk;
 using common::DropReason;
+using port::commit_standalone_table;
+using port::format_ipv4;
+using port::load_standalone_table;
+using port::StandaloneTable;
+using port::Vnic;
 
 namespace {
 

@@ -17,9 +17,7 @@
 #include "rnic/port/vnic.h"
 #include "rnic/table/level2_table.h"
 
-namespace tandem::rnic::dpdk {
-
-using port::Vnic;
+namespace tandem::rnic::port {
 
 struct StandaloneTable {
   uint32_t underlay_ip = 0;  // this port's underlay IPv4, host order
@@ -51,4 +49,4 @@ uint32_t parse_ipv4(const std::string& s);         // throws std::invalid_argume
 common::MacAddr parse_mac(const std::string& s);   // throws std::invalid_argument
 std::string format_ipv4(uint32_t ip);
 
-}  // namespace tandem::rnic::dpdk
+}  // namespace tandem::rnic::port
