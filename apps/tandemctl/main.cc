@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "apps/tandemctl/control_client.h"
+#include "apps/tandemctl/flow_show.h"
 
 using nlohmann::json;
 
@@ -227,12 +228,40 @@ int main(int argc, char** argv) {
     if (ropt->count()) req["rnic"] = rnic;
   });
 
+  CLI::App* fl = group("flow", "One virtual flow across the agent, both RNICs and the fabric");
+  static tandem::dpu::ctl::FlowShowArgs fa{.runtime_dir = "/var/run/dpdk"};
+  s = fl->add_subcommand(
+      "show",
+      "Level 1 (mappings, store version), each end's level-2 entries against the agent's shadow and the RNIC's\n"
+      "committed version, the QPs carrying the flow (state, counters, credits, every path with its health,\n"
+      "smoothed RTT, losses and removals by cause), the worker's drops and the fabric path each source port\n"
+      "takes. Name the flow by tenant and overlay addresses, or by RNIC and QP number");
+  s->fallthrough();
+  auto* fvni = s->add_option("--vni", fa.vni, "Tenant");
+  auto* fsrc = s->add_option("--src", fa.src, "Overlay source IPv4 (one of the tenant's vNICs)");
+  auto* fdst = s->add_option("--dst", fa.dst, "Overlay destination IPv4");
+  auto* frn = s->add_option("--rnic", fa.rnic, "RNIC (with --qpn): the flow that QP carries");
+  auto* fqp = s->add_option("--qpn", fa.qpn, "QP number on --rnic (as the application sees it)");
+  fvni->needs(fsrc, fdst)->excludes(frn);
+  frn->needs(fqp);
+  s->add_option("--fabric", fa.fabric, "tandem-fabric file prefix (default: the only fabric running here)");
+  s->add_option("--runtime-dir", fa.runtime_dir, "DPDK runtime directory with the telemetry sockets");
+  s->final_callback([&, fvni, frn] {
+    if (!fvni->count() && !frn->count()) throw CLI::ValidationError("flow show", "give --vni/--src/--dst or --rnic/--qpn");
+    req["cmd"] = "flow.show";
+  });
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
+  if (req.value("cmd", "") == "flow.show") {
+    fa.socket = socket;
+    fa.json = as_json;
+    return tandem::dpu::ctl::flow_show(fa);
+  }
   json reply;
   try {
     reply = tandem::dpu::ctl::call(socket, req);

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "dpu/api/flow_view.h"
 #include "dpu/model/address.h"
 
 namespace tandem::dpu {
@@ -307,6 +308,9 @@ json ControlApi::dispatch(const std::string& cmd, const json& r) {
                                static_cast<uint32_t>(u64(r, "b", kVniMax))});
   }
   if (cmd == "table.dump") return table_dump(r);
+  if (cmd == "flow.show")
+    return ok({{"flow", flow_view(state_, store_, hooks_, static_cast<uint32_t>(u64(r, "vni", kVniMax)),
+                                  ipv4(r, "src"), ipv4(r, "dst"))}});
   throw RequestError("unknown command \"" + cmd + "\"");
 }
 

@@ -215,3 +215,61 @@ TEST_CASE("a level-2 table dump shows vNIC entries readably") {
   a.pkey = 0x8003;
   CHECK(tandem::dpu::level2_entry_json(tandem::common::make_vnic_entry(a))["pkey"] == "0x8003");
 }
+
+namespace {
+// Hooks with one RNIC whose shadow holds `entries` and whose BAR says it committed `committed`.
+struct FakeHooks : tandem::dpu::AgentHooks {
+  json entries = json::array();
+  uint64_t shadow_version = 7, committed = 7;
+  void changed(const tandem::dpu::Change&, const std::optional<tandem::dpu::Vnic>&) override {}
+  void mappings_replaced(const std::vector<tandem::dpu::MappingKey>&) override {}
+  json rnics() const override {
+    return json::array({{{"name", "h0"}, {"state", "ACTIVE"}, {"protocol_version", 4}, {"table_version", shadow_version},
+                         {"table_digest", 42}, {"table_entries", entries.size()}, {"txn_in_flight", false},
+                         {"queued_change_sets", 0}, {"punts", {{"tenants", json::object()}}},
+                         {"bar", {{"state", "RUNNING"}, {"rnic_pid", 1234},
+                                  {"table", {{"version", committed}, {"digest", 42}}}}}}});
+  }
+  json level2(const std::string& rnic) const override {
+    return rnic == "h0" ? json{{"version", shadow_version}, {"entries", entries}} : json(nullptr);
+  }
+};
+}  // namespace
+
+TEST_CASE("flow.show: level 1, the entries each end needs against the shadow, and the versions") {
+  TempDb db;
+  Level1State st;
+  Store store(db.path);
+  FakeHooks hooks;
+  ControlApi api(st, store, &hooks);
+  REQUIRE(api.handle({{"cmd", "tenant.add"}, {"vni", 100}, {"name", "red"}})["ok"] == true);
+  REQUIRE(api.handle(rnic_add("h0", "10.0.0.1"))["ok"] == true);
+  REQUIRE(api.handle(rnic_add("h1", "10.0.0.2"))["ok"] == true);
+  for (int i : {1, 2})
+    REQUIRE(api.handle({{"cmd", "vnic.add"}, {"id", i}, {"vni", 100}, {"rnic", i == 1 ? "h0" : "h1"},
+                        {"overlay_ip", "192.168.0." + std::to_string(i)},
+                        {"overlay_mac", "02:aa:00:00:00:0" + std::to_string(i)}})["ok"] == true);
+  json req = {{"cmd", "flow.show"}, {"vni", 100}, {"src", "192.168.0.1"}, {"dst", "192.168.0.2"}};
+  json f = api.handle(req)["flow"];
+  CHECK(f["level1"]["store_version"] == 5);  // five accepted changes
+  REQUIRE(f["ends"].size() == 2);
+  json a = f["ends"][0];
+  CHECK(a["rnic"] == "h0");
+  CHECK(a["resolve"] == "ok");
+  CHECK(a["table"]["in_sync"] == true);
+  REQUIRE(a["entries"].size() == 2);
+  CHECK(a["entries"][0]["status"] == "absent");  // no QP asked for it yet
+  CHECK(f["ends"][1]["channel"]["state"] == "no_channel");  // h1: the fake has no channel for it
+
+  // The RNIC holds the egress entry as level 1 derives it, then a stale one.
+  hooks.entries.push_back(a["entries"][0]["expected"]);
+  hooks.committed = 6;
+  a = api.handle(req)["flow"]["ends"][0];
+  CHECK(a["entries"][0]["status"] == "installed");
+  CHECK(a["table"]["in_sync"] == false);  // the RNIC has not committed the shadow's version
+  hooks.entries[0]["underlay_dst_ip"] = "10.9.9.9";
+  CHECK(api.handle(req)["flow"]["ends"][0]["entries"][0]["status"] == "differs");
+
+  CHECK(api.handle({{"cmd", "flow.show"}, {"vni", 100}, {"src", "10.1.1.1"}, {"dst", "10.1.1.2"}})["ok"] == false);
+  CHECK(api.handle({{"cmd", "flow.show"}, {"vni", 7}, {"src", "192.168.0.1"}, {"dst", "192.168.0.2"}})["ok"] == false);
+}

@@ -155,6 +155,8 @@ Store::Store(const std::string& path) : path_(path) {
   } else {
     Stmt(db_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)").bind(1, kSchemaVersion).run();
   }
+  Stmt v(db_, "SELECT value FROM meta WHERE key='level1_version'");
+  if (v.row()) level1_version_ = static_cast<uint64_t>(v.i64(0));
 }
 
 // Version 1 had no partitions: every tenant gets one, the lowest free in VNI
@@ -235,14 +237,23 @@ void Store::persist(const Change& c) {
   if (bulk_open_) throw StoreError("store: a bulk import is writing; try again when it is done");
   Txn t(db_);
   persist_one(c);
+  bump_level1_version();
   t.commit();
+  ++level1_version_;
 }
 
 void Store::persist(const std::vector<Change>& cs) {
   if (bulk_open_) throw StoreError("store: a bulk import is writing; try again when it is done");
   Txn t(db_);
   for (const Change& c : cs) persist_one(c);
+  bump_level1_version();
   t.commit();
+  ++level1_version_;
+}
+
+void Store::bump_level1_version() {
+  exec("INSERT INTO meta(key, value) VALUES('level1_version', 1) "
+       "ON CONFLICT(key) DO UPDATE SET value = value + 1");
 }
 
 void Store::load(Level1State& state) const {
@@ -330,7 +341,9 @@ void Store::bulk_put_mapping(const AddMapping& m) {
 }
 
 void Store::bulk_commit() {
+  bump_level1_version();
   exec("COMMIT");  // on failure the caller rolls back
+  ++level1_version_;
   bulk_end();
 }
 

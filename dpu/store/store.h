@@ -97,10 +97,14 @@ class Store {
                    const std::vector<common::Level2Entry>& puts,
                    const std::vector<common::EntryKey>& dels, bool replace_all);
   Level2Snapshot load_level2(const std::string& rnic) const;
+  // Level-1 transactions committed to this store over its life (persist and
+  // bulk imports; kept in meta): the version operators compare views by.
+  uint64_t level1_version() const noexcept { return level1_version_; }
 
  private:
   void exec(const char* sql) const;
   void migrate_v1();
+  void bump_level1_version();
   sqlite3_stmt* prepare(const char* sql) const;
   void persist_one(const Change& c);
   void bulk_end() noexcept;
@@ -108,6 +112,7 @@ class Store {
   std::string path_;
   sqlite3* db_ = nullptr;
   bool bulk_open_ = false;
+  uint64_t level1_version_ = 0;
   BackgroundCheckpointer checkpointer_;
   sqlite3_stmt* bulk_insert_ = nullptr;
   sqlite3_stmt* bulk_replace_ = nullptr;

@@ -66,6 +66,8 @@ struct PathStats {
   uint64_t returns = 0;   // times a probe brought it back
   uint64_t first_removed_ns = 0;  // when it was first taken out (0: never)
   uint64_t last_returned_ns = 0;
+  uint64_t srtt_ns = 0;  // filled by PathHealth::snapshot (telemetry), not counted
+  bool up = true;
 };
 
 class PathHealth {
@@ -102,6 +104,13 @@ class PathHealth {
     return k;
   }
   const PathStats& stats(uint32_t i) const noexcept { return p_[i].s; }
+  // The counters with the path's smoothed RTT and whether it is in the set now.
+  PathStats snapshot(uint32_t i) const noexcept {
+    PathStats s = p_[i].s;
+    s.srtt_ns = p_[i].srtt;
+    s.up = !p_[i].down;
+    return s;
+  }
   uint64_t srtt_ns(uint32_t i) const noexcept { return p_[i].srtt; }
   // How long path i may stay silent: its own RTT (a path without samples
   // gets the slowest path's), a few times over, and past its jitter.

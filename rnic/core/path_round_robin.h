@@ -19,7 +19,7 @@ class PathRoundRobin final : public PathPolicy {
   void on_local_gap(uint64_t from, uint64_t to) noexcept override { set_.health().on_local_gap(from, to); }
   void on_late(uint32_t psn, uint64_t now) noexcept override { set_.health().on_late(psn, now); }
   uint32_t path_count() const noexcept override { return set_.size(); }
-  PathStats path_stats(uint32_t i) const noexcept override { return set_.health().stats(i); }
+  PathStats path_stats(uint32_t i) const noexcept override { return set_.health().snapshot(i); }
   uint16_t path_port(uint32_t i) const noexcept override { return set_.port(i); }
 
   const PathHealth& health() const noexcept { return set_.health(); }

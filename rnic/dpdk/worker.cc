@@ -441,6 +441,70 @@ void Worker::register_telemetry() {
                            }
                            return 0;
                          });
+  cd::telemetry_register(
+      "/tandem/rnic/qp",
+      "tandem-rnic one live QP in full: counters, cc and every path (',N': host QPN N)",
+      [x = qps_x_](std::string_view params, TelemetryDict& out) {
+        const std::string p(params);
+        char* end = nullptr;
+        const unsigned long qpn = std::strtoul(p.c_str(), &end, 0);
+        if (p.empty() || *end != 0) return -EINVAL;
+        port::QpRow q;
+        bool found = false;
+        const int rc = read_snapshot(*x, [&](const port::QpRows& rows) {
+          for (std::size_t k = 0; k < rows.n && !found; ++k)
+            if (rows.rows[k].host_qpn == qpn) {
+              q = rows.rows[k];
+              found = true;
+            }
+        });
+        if (rc != 0) return rc;
+        if (!found) {
+          out.str("error", "no live QP " + p);
+          return 0;
+        }
+        out.u64("host_qpn", q.host_qpn);
+        out.u64("core_qpn", q.core_qpn);
+        out.u64("app", q.app_id);
+        out.str("state", state_name(static_cast<ibv_qp_state>(q.state)));
+        out.u64("vnic", q.vnic);
+        out.u64("vni", q.vni);
+        out.str("remote", format_ipv4(q.remote_overlay));
+        out.str("remote_underlay", format_ipv4(q.remote_underlay));
+        out.u64("mtu", q.mtu);
+        out.u64("route_pending", q.route_pending);
+        out.u64("route_wait_us", q.route_wait_us);
+        out.u64("tx_pkts", q.tx_pkts);
+        out.u64("rx_pkts", q.rx_pkts);
+        out.u64("retx_pkts", q.retx_pkts);
+        out.u64("sacks_rx", q.sacks_rx);
+        out.u64("timeouts", q.timeouts);
+        out.u64("reorder_depth_max", q.reorder_depth_max);
+        out.str("cc", q.cc);
+        out.u64("cc_credits_received", q.credits_received);
+        out.u64("cc_credits_used", q.credits_used);
+        out.u64("cc_credit_stalls", q.credit_stalls);
+        out.u64("cc_rate_cuts", q.rate_cuts);
+        out.u64("cc_rate_mbps", q.rate_mbps);
+        out.u64("paths", q.paths);
+        out.u64("path_removals", q.path_removals);
+        out.u64("path_returns", q.path_returns);
+        for (uint32_t i = 0; i < std::min(q.paths, port::kRowPaths); ++i)
+          out.dict(("path" + std::to_string(i)).c_str(), [&](TelemetryDict& d) {
+            d.u64("core_port", q.ports[i]);
+            d.u64("wire_port", q.wire_ports[i]);
+            d.u64("up", (q.up_mask >> i) & 1);
+            d.u64("srtt_ns", q.srtt_ns[i]);
+            d.u64("pkts", q.pkts[i]);
+            d.u64("acks", q.acks[i]);
+            d.u64("losses", q.losses[i]);
+            d.u64("removals", q.removals[i]);
+            d.u64("silent_removals", q.silent_removals[i]);
+            d.u64("loss_removals", q.loss_removals[i]);
+            d.u64("stall_excused", q.stall_excused[i]);
+          });
+        return 0;
+      });
   register_limits_telemetry(host_.quotas(), [this](uint32_t ip) { return vnic_id_locked(ip); });
   if (dpu_) register_punt_telemetry(dpu_->budget());
   cd::telemetry_register("/tandem/rnic/table", "tandem-rnic level-2 table and the port's vNICs",

@@ -713,8 +713,22 @@ void PortLogic::fill_qp_rows(QpRows& out) const noexcept {
         r.silent_removals[i] = ps.silent_removals;
         r.loss_removals[i] = ps.loss_removals;
         r.stall_excused[i] = ps.stall_excused;
+        r.acks[i] = ps.acks;
+        r.losses[i] = ps.losses;
+        r.srtt_ns[i] = ps.srtt_ns;
+        r.up_mask |= uint32_t{ps.up} << i;
         r.ports[i] = pp->path_port(i);
+        if (q.route.version != EgressRoute::kUnresolved) r.wire_ports[i] = q.route.sport(r.ports[i]);
       }
+    }
+    if (const CcPolicy* cc = core_.cc_policy(q.core_qpn)) {
+      const CcStats st = cc->stats();
+      r.cc = cc->uses_credits() ? "credit" : (st.rate_gbps > 0 ? "rate" : "window");
+      r.credits_received = st.credits_received;
+      r.credits_used = st.credits_used;
+      r.credit_stalls = st.credit_stalls;
+      r.rate_cuts = st.rate_cuts;
+      r.rate_mbps = static_cast<uint64_t>(st.rate_gbps * 1000);
     }
   }
 }

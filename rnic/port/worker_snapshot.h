@@ -41,7 +41,13 @@ struct QpRow {
   uint64_t path_removals = 0, path_returns = 0;
   uint64_t pkts[kRowPaths] = {}, removals[kRowPaths] = {}, silent_removals[kRowPaths] = {};
   uint64_t loss_removals[kRowPaths] = {}, stall_excused[kRowPaths] = {};  // removals by cause (path_health.h)
+  uint64_t acks[kRowPaths] = {}, losses[kRowPaths] = {}, srtt_ns[kRowPaths] = {};
   uint16_t ports[kRowPaths] = {};
+  uint16_t wire_ports[kRowPaths] = {};  // the UDP source port each path leaves with (0: no route yet)
+  uint32_t up_mask = 0;                 // bit i: path i is in the set now
+  // Congestion control (cc_policy.h CcStats): credits, or DCQCN's rate.
+  const char* cc = "";
+  uint64_t credits_received = 0, credits_used = 0, credit_stalls = 0, rate_cuts = 0, rate_mbps = 0;
 };
 
 struct QpRows {

@@ -330,6 +330,35 @@ struct Fabric {
                                return 0;
                              });
     dpdk::telemetry_register(
+        "/tandem/fabric/route",
+        "The path a packet takes: <src-ip>,<dst-ip>,<udp-sport>[,<udp-dport>=4791]",
+        [this](std::string_view params, TelemetryDict& out) {
+          std::vector<std::string> f;
+          std::string cur;
+          for (char ch : params) {
+            if (ch == ',') {
+              f.push_back(cur);
+              cur.clear();
+            } else {
+              cur += ch;
+            }
+          }
+          f.push_back(cur);
+          try {
+            if (f.size() < 3 || f.size() > 4) throw std::invalid_argument("want <src-ip>,<dst-ip>,<sport>[,<dport>]");
+            FiveTuple t;
+            t.src_ip = parse_ipv4(f[0]);
+            t.dst_ip = parse_ipv4(f[1]);
+            t.sport = static_cast<uint16_t>(std::stoul(f[2]));
+            t.dport = static_cast<uint16_t>(f.size() == 4 ? std::stoul(f[3]) : 4791);
+            out.u64("path", ecmp_pick(t, n_paths, cfg.ecmp_seed));
+            out.u64("paths", n_paths);
+          } catch (const std::exception& e) {
+            out.str("error", e.what());
+          }
+          return 0;
+        });
+    dpdk::telemetry_register(
         "/tandem/fabric/path_set",
         "Fail, heal or re-tune a path. Parameters: <k>,down | <k>,up | <k>,loss=<0..1>",
         [this](std::string_view params, TelemetryDict& out) {

@@ -77,6 +77,10 @@ TEST_CASE("path health removes a path after consecutive losses and skips it") {
   CHECK(p.path_stats(2).first_removed_ns == 30'000);
   // Until a probe is due, path 2 is never chosen.
   for (uint32_t i = 0; i < 30; ++i) CHECK(p.choose(i, false, 31'000) != ports[2]);
+  // What telemetry shows (flow show): each path's RTT sample and whether it is in the set.
+  CHECK(p.path_stats(2).up == false);
+  CHECK(p.path_stats(1).up == true);
+  CHECK(p.path_stats(1).srtt_ns == 10'000);
 }
 
 TEST_CASE("a loss counts against a path only once a packet sent later on it was acknowledged") {

@@ -1,0 +1,60 @@
+// Trace units (CubeTrace-style): one record format for every stage that
+// handles a packet in any Tandem process (fabric path, RNIC receive passes,
+// core, transmit), so `tandemctl trace show` can merge the records of several
+// processes into one timeline per packet. A record names the packet as the
+// wire does (underlay source and destination, BTH destination QP, PSN,
+// opcode), the path (UDP source port), the stage and its verdict.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace tandem::common::trace {
+
+#define TANDEM_FOREACH_TRACE_STAGE(X)                                              \
+  X(kNone, "none")                                                                 \
+  X(kTx, "tx")                      /* RNIC: frame encapsulated on its path */      \
+  X(kFabricEnqueue, "fabric_enqueue") /* fabric: queued on path `aux` */            \
+  X(kFabricDrop, "fabric_drop")     /* fabric: dropped on path `aux` (verdict: PathDrop) */ \
+  X(kFabricDeliver, "fabric_deliver") /* fabric: left path `aux` for its port */    \
+  X(kRxParse, "rx_parse")           /* RNIC: headers or ICRC refused */             \
+  X(kRxIngress, "rx_ingress")       /* RNIC: tenant check (aux: table version) */   \
+  X(kRxCore, "rx_core")             /* RNIC: the core's verdict (none: accepted) */
+
+enum class Stage : uint8_t {
+#define TANDEM_TRACE_STAGE_ENUM(name, str) name,
+  TANDEM_FOREACH_TRACE_STAGE(TANDEM_TRACE_STAGE_ENUM)
+#undef TANDEM_TRACE_STAGE_ENUM
+      kCount
+};
+
+constexpr std::string_view stage_name(Stage s) noexcept {
+  constexpr std::string_view kNames[] = {
+#define TANDEM_TRACE_STAGE_STR(name, str) str,
+      TANDEM_FOREACH_TRACE_STAGE(TANDEM_TRACE_STAGE_STR)
+#undef TANDEM_TRACE_STAGE_STR
+  };
+  return static_cast<std::size_t>(s) < std::size(kNames) ? kNames[static_cast<std::size_t>(s)] : "?";
+}
+
+inline constexpr uint8_t kFlagRetransmit = 1;  // kTx: the core resent this PSN
+
+// 40 bytes. `verdict` is 0 when the stage passed the packet on; otherwise a
+// common::DropReason (RNIC stages) or a fabric PathDrop (kFabricDrop).
+struct Record {
+  uint64_t ts_ns = 0;  // the writer's clock; + the ring's clock_offset_ns = CLOCK_MONOTONIC_RAW
+  uint32_t src_ip = 0, dst_ip = 0;  // underlay, host order
+  uint32_t dqpn = 0;                // BTH destination QP as on the wire
+  uint32_t psn = 0;
+  uint32_t aux = 0;  // fabric: path index; rx_ingress: table version (low 32 bits)
+  uint16_t sport = 0;
+  Stage stage = Stage::kNone;
+  uint8_t opcode = 0;
+  uint8_t verdict = 0;
+  uint8_t flags = 0;
+  uint16_t pad = 0;
+  uint32_t seq = 0;  // the ring's write index (low 32 bits): a torn read is detected by it
+};
+static_assert(sizeof(Record) == 40);
+
+}  // namespace tandem::common::trace
