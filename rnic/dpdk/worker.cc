@@ -1,23 +1,18 @@
 #include "rnic/dpdk/worker.h"
 
-#include <arpa/inet.h>
 #include <rte_eal.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
-#include <rte_prefetch.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cerrno>
-#include <climits>
-#include <cstdlib>
-#include <array>
 #include <atomic>
-#include <bit>
+#include <cerrno>
 #include <chrono>
-#include <utility>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -26,36 +21,28 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/dpdk/eal.h"
 #include "common/dpdk/stop_signal.h"
 #include "common/dpdk/telemetry.h"
-#include "common/dpdk/unmap_guard.h"
 #include "common/dpdk/tsc_clock.h"
-#include "common/wire/byte_order.h"
-#include "common/wire/entropy.h"
-#include "common/wire/opcode.h"
-#include "common/wire/roce_packet.h"
+#include "common/dpdk/unmap_guard.h"
 #include "rnic/core/policy_factory.h"
-#include "rnic/core/transport.h"
-#include <unistd.h>
-
 #include "rnic/dpdk/dma_registry.h"
-#include "rnic/dpdk/dpu_link.h"
 #include "rnic/dpdk/dpdk_io.h"
-#include "rnic/port/port_counters.h"
-#include "rnic/port/port_worker.h"
-#include "rnic/port/standalone_table.h"
-#include "rnic/port/vnic_devices.h"
-#include "rnic/dpdk/host_control.h"
+#include "rnic/dpdk/dpu_link.h"
 #include "rnic/dpdk/fair_shares.h"
-#include "rnic/dpdk/rx_stage.h"
+#include "rnic/dpdk/host_control.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/dpdk/tx_payload_mode.h"
-#include "rnic/port/worker_counters.h"
 #include "rnic/host/host_server.h"
+#include "rnic/port/port_counters.h"
+#include "rnic/port/port_worker.h"
 #include "rnic/port/snapshot_exchange.h"
+#include "rnic/port/standalone_table.h"
+#include "rnic/port/vnic_devices.h"
 #include "rnic/port/worker_snapshot.h"
 
 namespace tandem::rnic::dpdk {
@@ -101,19 +88,6 @@ Level2TableConfig table_config(const WorkerConfig& c, const StandaloneTable& st)
     std::fprintf(stderr, "%s: warning: --insecure-table-hash-key: the level-2 hash secret is known\n", c.name.c_str());
   }
   return tc;
-}
-
-const char* state_name(ibv_qp_state s) noexcept {
-  switch (s) {
-    case IBV_QPS_RESET: return "RESET";
-    case IBV_QPS_INIT: return "INIT";
-    case IBV_QPS_RTR: return "RTR";
-    case IBV_QPS_RTS: return "RTS";
-    case IBV_QPS_SQD: return "SQD";
-    case IBV_QPS_SQE: return "SQE";
-    case IBV_QPS_ERR: return "ERR";
-    default: return "?";
-  }
 }
 
 // What the port logic needs of tandem-rnic's flags and the YAML's identity.
@@ -400,7 +374,7 @@ void Worker::register_telemetry() {
                                out.dict(key, [&](TelemetryDict& d) {
                                  d.u64("core_qpn", q.core_qpn);
                                  d.u64("app", q.app_id);
-                                 d.str("state", state_name(static_cast<ibv_qp_state>(q.state)));
+                                 d.str("state", port::qp_state_name(static_cast<ibv_qp_state>(q.state)));
                                  d.u64("vnic", q.vnic);
                                  d.u64("vni", q.vni);
                                  d.str("remote", format_ipv4(q.remote_overlay));
@@ -466,7 +440,7 @@ void Worker::register_telemetry() {
         out.u64("host_qpn", q.host_qpn);
         out.u64("core_qpn", q.core_qpn);
         out.u64("app", q.app_id);
-        out.str("state", state_name(static_cast<ibv_qp_state>(q.state)));
+        out.str("state", port::qp_state_name(static_cast<ibv_qp_state>(q.state)));
         out.u64("vnic", q.vnic);
         out.u64("vni", q.vni);
         out.str("remote", format_ipv4(q.remote_overlay));

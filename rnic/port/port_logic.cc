@@ -1,13 +1,15 @@
 #include "rnic/port/port_logic.h"
 
-#include "rnic/port/port_counters.h"
-
 #include <arpa/inet.h>
 
 #include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <span>
+#include <stdexcept>
+
+#include "rnic/port/port_counters.h"
+#include "rnic/port/standalone_table.h"
 
 namespace tandem::rnic::port {
 
@@ -16,12 +18,6 @@ namespace {
 constexpr uint64_t kRecvTag = uint64_t{1} << 32;  // core wr_id = slot (| kRecvTag for RECVs)
 // SRQ receives: wr_id = kRecvTag | kSrqTag | SrqCtx index << 16 | slot.
 constexpr uint64_t kSrqTag = uint64_t{1} << 33;
-
-std::string ipv4_text(uint32_t ip) {
-  char b[16];
-  std::snprintf(b, sizeof b, "%u.%u.%u.%u", ip >> 24, (ip >> 16) & 0xFF, (ip >> 8) & 0xFF, ip & 0xFF);
-  return b;
-}
 
 std::string hex16(uint16_t v) {
   char b[8];
@@ -33,7 +29,9 @@ uint32_t mtu_bytes(ibv_mtu m) noexcept {
   return (m >= IBV_MTU_256 && m <= IBV_MTU_4096) ? (128u << m) : 1024u;
 }
 
-const char* state_name(ibv_qp_state s) noexcept {
+}  // namespace
+
+const char* qp_state_name(ibv_qp_state s) noexcept {
   switch (s) {
     case IBV_QPS_RESET: return "RESET";
     case IBV_QPS_INIT: return "INIT";
@@ -45,8 +43,6 @@ const char* state_name(ibv_qp_state s) noexcept {
     default: return "?";
   }
 }
-
-}  // namespace
 
 PortLogic::PortLogic(const PortConfig& c, Level2Table& table, host::HostServer& host, AgentLink* agent)
     : c_(c),
@@ -157,7 +153,7 @@ void PortLogic::on_qp_state(uint32_t host_qpn, ibv_qp_state state, uint64_t now)
         return;
       } else {
         std::fprintf(stderr, "%s: QP 0x%x: no egress entry for remote %s: QP to ERR\n", c_.name.c_str(), host_qpn,
-                     ipv4_text(remote).c_str());
+                     format_ipv4(remote).c_str());
         ++k_.qps_no_route;
         fail_qp(*q);
         return;
@@ -180,7 +176,7 @@ void PortLogic::on_qp_state(uint32_t host_qpn, ibv_qp_state state, uint64_t now)
   }
   if (rc != 0) {
     std::fprintf(stderr, "%s: QP 0x%x: core refused %s (errno %d): QP to ERR\n", c_.name.c_str(), host_qpn,
-                 state_name(state), rc);
+                 qp_state_name(state), rc);
     ++k_.qps_core_refused;
     fail_qp(*q);
   }
@@ -286,7 +282,7 @@ void PortLogic::update_vnics(const RnicChannel& ch) {
   host_.set_vnic_owners(vnic_owners(c_.device_owners, vnics_));
   std::string list;
   for (const Vnic& v : vnics_) {
-    list += (list.empty() ? "" : ", ") + std::to_string(v.id) + "=" + ipv4_text(v.overlay_ip);
+    list += (list.empty() ? "" : ", ") + std::to_string(v.id) + "=" + format_ipv4(v.overlay_ip);
     if (v.pkey) list += " pkey " + hex16(v.pkey);
   }
   if (agent)
@@ -335,7 +331,7 @@ uint32_t PortLogic::pending_routes(uint64_t now) {
         finished = true;
       } else if (now >= q->route_deadline) {
         std::fprintf(stderr, "%s: QP 0x%x: the agent installed no route to %s: QP to ERR\n", c_.name.c_str(),
-                     q->host_qpn, ipv4_text(remote).c_str());
+                     q->host_qpn, format_ipv4(remote).c_str());
         ++k_.qps_no_route;
         q->route_pending = false;
         fail_qp(*q);

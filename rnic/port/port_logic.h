@@ -110,6 +110,9 @@ struct SrqCtx {
   std::vector<uint32_t> free;
 };
 
+// "RTS", "ERR", ... (logs and telemetry).
+const char* qp_state_name(ibv_qp_state s) noexcept;
+
 class PortLogic {
  public:
   static constexpr uint32_t kMaxSrqs = 64;  // the core's (TransportConfig::max_srqs)
