@@ -696,3 +696,48 @@ TEST_CASE("port layer: every counter is one row (group, name, help) and each liv
     CHECK(r.paths >= 1);
   });
 }
+
+TEST_CASE("port layer: a QP moved to ERR under traffic completes every WQE, finished or flushed") {
+  Pair p;
+  Tenant ta(p.a.socket), tb(p.b.socket);
+  Link l = connect(p, ta, tb);
+  Link other = connect(p, ta, tb);
+  fill(ta.buf, kBufBytes, 13);
+  constexpr int kWrites = 48;
+  p.with([&] { p.deliver = false; });  // in flight, unacknowledged, until the QP is in ERR
+  for (int i = 0; i < kWrites; ++i)
+    REQUIRE(ta.post(l.qa, IBV_WR_RDMA_WRITE, static_cast<uint64_t>(i), 0, 4096, tb.va(0), tb.mr->rkey) == 0);
+  REQUIRE(p.wait_for([&] { return p.a.k().wqe_send > 0; }));  // some of it in the core
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_ERR;
+  REQUIRE(host::modify_qp(l.qa, &a, IBV_QP_STATE) == 0);
+  REQUIRE(p.wait_for([&] { return p.a.pw->qp_by_host(l.qa->qp_num)->state == IBV_QPS_ERR; }));
+  p.with([&] { p.deliver = true; });
+  std::vector<ibv_wc> wa = ta.poll(kWrites);
+  REQUIRE(wa.size() == kWrites);
+  std::size_t ok = 0, flushed = 0;
+  for (std::size_t i = 0; i < wa.size(); ++i) {
+    CHECK(wa[i].wr_id == i);  // in order, each once
+    if (wa[i].status == IBV_WC_SUCCESS) {
+      CHECK(flushed == 0);  // no success after the first flush
+      ++ok;
+    } else {
+      CHECK(wa[i].status == IBV_WC_WR_FLUSH_ERR);
+      ++flushed;
+    }
+  }
+  CHECK(flushed > 0);
+  // The other QP on the same ports is untouched.
+  REQUIRE(ta.post(other.qa, IBV_WR_RDMA_WRITE, 99, 0, 4096, tb.va(8192), tb.mr->rkey) == 0);
+  const auto wo = ta.poll(1);
+  REQUIRE(wo.size() == 1);
+  CHECK(wo[0].status == IBV_WC_SUCCESS);
+  CHECK(std::memcmp(tb.buf + 8192, ta.buf, 4096) == 0);
+  p.with([&] {
+    const QpCtx* q = p.a.pw->qp_by_host(l.qa->qp_num);
+    REQUIRE(q != nullptr);
+    CHECK(q->state == IBV_QPS_ERR);
+    CHECK(p.a.k().cqe_send == p.a.k().wqe_send);  // what the core took, it gave back
+    CHECK(p.a.k().cqe_lost == 0);
+  });
+}
