@@ -37,7 +37,7 @@
 #include "rnic/core/connect_rc.h"
 #include "rnic/core/frame.h"
 #include "rnic/core/transport.h"
-#include "rnic/dpdk/egress_route.h"
+#include "rnic/port/egress_route.h"
 #include "rnic/dpdk/rx_stage.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/table/level2_table.h"
@@ -186,12 +186,12 @@ int main(int argc, char** argv) {
     uint32_t vnic = 1;
     uint32_t remote_overlay = 0xC0A80001;
     uint32_t core_qpn = 0;
-    rnic::dpdk::EgressRoute route;
+    rnic::port::EgressRoute route;
   };
   BenchQp qp;
   qp.core_qpn = rqpn;
   constexpr uint32_t kLocalUnderlay = 0x0A000002;
-  auto fresh_route = [&](BenchQp& q, uint32_t peer, const Level2Table::Snapshot& snap) -> rnic::dpdk::EgressRoute* {
+  auto fresh_route = [&](BenchQp& q, uint32_t peer, const Level2Table::Snapshot& snap) -> rnic::port::EgressRoute* {
     if (q.route.fresh(snap.version, peer)) return &q.route;
     const Level2Entry* e = table.lookup(snap, common::egress_key(q.vnic, peer));
     if (e == nullptr) return nullptr;
@@ -233,7 +233,7 @@ int main(int argc, char** argv) {
           const common::DropReason r = rnic::dpdk::check_ingress(
               pkt, kLocalUnderlay, table, snap,
               [&](uint32_t wire_qpn) { return wire_qpn == qp.core_qpn ? &qp : nullptr; },
-              [&](BenchQp& b) -> const rnic::dpdk::EgressRoute* { return fresh_route(b, b.remote_overlay, snap); },
+              [&](BenchQp& b) -> const rnic::port::EgressRoute* { return fresh_route(b, b.remote_overlay, snap); },
               &q);
           if (r != common::DropReason::kNone) return r;
           pkt.bth.dqpn = q->core_qpn;
@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
         uint16_t no = 0;
         while (!rx.tx().empty() && no < 64) {
           const TxDesc& d = rx.tx().front();
-          if (const rnic::dpdk::EgressRoute* r = fresh_route(qp, d.peer, snap))
+          if (const rnic::port::EgressRoute* r = fresh_route(qp, d.peer, snap))
             if (rte_mbuf* m = encap.build(d, r->tmpl, r->sport(d.udp_sport), true)) out[no++] = m;
           rx.tx().pop();
         }

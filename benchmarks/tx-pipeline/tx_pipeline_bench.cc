@@ -40,7 +40,7 @@
 #include "common/wire/roce_packet.h"
 #include "rnic/core/frame.h"
 #include "rnic/core/transport.h"
-#include "rnic/dpdk/egress_route.h"
+#include "rnic/port/egress_route.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/table/level2_table.h"
 
@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
   common::dpdk::TscClock clock;
   const common::MacAddr src_mac = {2, 0, 0, 0, 0, 1};
   const std::vector<std::vector<uint16_t>> no_path_sets;
-  std::vector<rnic::dpdk::EgressRoute> routes(n_qps);
+  std::vector<rnic::port::EgressRoute> routes(n_qps);
   rte_mbuf* burst[kBurst];
   uint16_t nb = 0;
   Tally tally;
@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
     fa.src_ip = ea.underlay_src_ip;
     fa.dst_ip = ea.underlay_dst_ip;
     const Floor f = make_floor(proto, fa);
-    rnic::dpdk::EgressRoute& r = routes[0];
+    rnic::port::EgressRoute& r = routes[0];
     const Level2Table::Snapshot snap = table.begin_read();
     r.resolve(table.lookup(snap, common::egress_key(1, proto.peer))->egress, src_mac, no_path_sets, snap.version,
               proto.peer);
@@ -404,7 +404,7 @@ int main(int argc, char** argv) {
         while (!tx.empty()) {
           const TxDesc& d = tx.front();
           const uint32_t qi = d.local_qpn - kQpnBase;
-          rnic::dpdk::EgressRoute& r = routes[qi];
+          rnic::port::EgressRoute& r = routes[qi];
           const Level2Entry* e = nullptr;
           if (r.fresh(snap.version, d.peer) ||
               ((e = table.lookup(snap, common::egress_key(1, d.peer))) != nullptr &&

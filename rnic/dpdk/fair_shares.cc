@@ -6,9 +6,11 @@
 #include <vector>
 
 #include "common/dpdk/telemetry.h"
-#include "rnic/dpdk/standalone_table.h"
+#include "rnic/port/standalone_table.h"
 
 namespace tandem::rnic::dpdk {
+
+using port::format_ipv4;
 
 namespace {
 

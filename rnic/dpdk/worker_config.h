@@ -11,16 +11,12 @@
 #include "rnic/core/verbs_types.h"
 #include "rnic/host/resource_quota.h"
 #include "rnic/port/punt_budget.h"
+#include "rnic/port/vnic.h"
 #include "rnic/table/key_hash.h"
 
 namespace tandem::rnic::dpdk {
 
-// --device-owner VNIC=UID[:GID]: who may open that vNIC's device (rnic/host VnicOwner).
-struct DeviceOwner {
-  uint32_t vnic_id;
-  uint32_t uid;
-  int64_t gid = -1;
-};
+using port::DeviceOwner;
 
 struct WorkerConfig {
   std::string name = "rnic0";

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/wire/entropy.h"
-#include "rnic/dpdk/standalone_table.h"
+#include "rnic/port/standalone_table.h"
 #include "rnic/host/verbs.h"
 #include "rnic/perf/pattern.h"
 #include "rnic/perf/verbs_objects.h"
@@ -59,21 +59,21 @@ ibv_mtu mtu_enum(uint32_t mtu) {
 struct Addressing {
   uint32_t underlay_ip = 0;
   common::MacAddr underlay_mac{};
-  const dpdk::Vnic* vnic = nullptr;
+  const port::Vnic* vnic = nullptr;
   common::EgressAction egress{};
   std::vector<uint16_t> sports;
 };
 
-Addressing resolve(const SinkOptions& o, const dpdk::StandaloneTable& st) {
+Addressing resolve(const SinkOptions& o, const port::StandaloneTable& st) {
   Addressing a;
   a.underlay_ip = st.underlay_ip;
   a.underlay_mac = st.underlay_mac;
   Level2Table table(Level2TableConfig{static_cast<uint32_t>(std::max<std::size_t>(64, st.entries.size() * 2))});
-  dpdk::commit_standalone_table(st, table);
-  const uint32_t remote = dpdk::parse_ipv4(o.remote);
-  const uint32_t bound = o.gid.empty() ? 0 : dpdk::parse_ipv4(o.gid);
+  port::commit_standalone_table(st, table);
+  const uint32_t remote = port::parse_ipv4(o.remote);
+  const uint32_t bound = o.gid.empty() ? 0 : port::parse_ipv4(o.gid);
   const Level2Table::Snapshot snap = table.begin_read();
-  for (const dpdk::Vnic& v : st.vnics) {
+  for (const port::Vnic& v : st.vnics) {
     if (bound != 0 && v.overlay_ip != bound) continue;
     if (const Level2Entry* e = table.lookup(snap, common::egress_key(v.id, remote))) {
       a.vnic = &v;
@@ -106,15 +106,15 @@ struct RecvCheck {
 
 int run_sink(const SinkOptions& o) {
   Addressing addr;
-  dpdk::StandaloneTable st;
+  port::StandaloneTable st;
   try {
-    st = dpdk::load_standalone_table(o.table);
+    st = port::load_standalone_table(o.table);
     addr = resolve(o, st);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tandem-perf sink: %s\n", e.what());
     return 2;
   }
-  const std::string vnic_ip = dpdk::format_ipv4(addr.vnic->overlay_ip);
+  const std::string vnic_ip = port::format_ipv4(addr.vnic->overlay_ip);
   Sink s;
   host::DeviceAttr da;
   da.name = "tandem-perf-sink";
@@ -145,7 +145,7 @@ int run_sink(const SinkOptions& o) {
   const uint64_t cqe = std::min<uint64_t>(host::kMaxQueueDepth, uint64_t{o.qps} * (o.recv_depth + 1));
   s.cq = host::create_cq(s.ctx, static_cast<int>(cqe));
   if (!s.cq) host_fail("create_cq");
-  const uint32_t remote_ip = dpdk::parse_ipv4(o.remote);
+  const uint32_t remote_ip = port::parse_ipv4(o.remote);
   auto post_recv = [&](uint32_t q, uint32_t k) {
     ibv_sge sge{reinterpret_cast<uintptr_t>(recv_slot(q, k)), o.recv_size, s.mr->lkey};
     ibv_recv_wr wr{};
@@ -205,16 +205,16 @@ int run_sink(const SinkOptions& o) {
   p["format"] = 1;
   p["mode"] = o.mode;
   p["mtu"] = o.mtu;
-  p["worker"] = {{"socket", o.device}, {"table", o.table}, {"underlay_ip", dpdk::format_ipv4(addr.underlay_ip)},
+  p["worker"] = {{"socket", o.device}, {"table", o.table}, {"underlay_ip", port::format_ipv4(addr.underlay_ip)},
                  {"underlay_mac", mac_text(addr.underlay_mac)}};
   p["vnic"] = {{"id", addr.vnic->id}, {"ip", vnic_ip}, {"vni", addr.vnic->vni}};
   p["remote"] = {{"ip", o.remote}, {"qpn_base", o.remote_qpn_base}, {"psn", o.remote_psn},
-                 {"underlay_ip", dpdk::format_ipv4(addr.egress.underlay_dst_ip)},
+                 {"underlay_ip", port::format_ipv4(addr.egress.underlay_dst_ip)},
                  {"mac", mac_text(addr.egress.dst_mac)}};
   // Frames to the worker: from the remote's underlay address (its ingress check), to
   // the worker's underlay IP/MAC, UDP 4791, any source port (these are its path ports).
-  p["frames"] = {{"src_ip", dpdk::format_ipv4(addr.egress.underlay_dst_ip)},
-                 {"dst_ip", dpdk::format_ipv4(addr.underlay_ip)},
+  p["frames"] = {{"src_ip", port::format_ipv4(addr.egress.underlay_dst_ip)},
+                 {"dst_ip", port::format_ipv4(addr.underlay_ip)},
                  {"src_mac", mac_text(addr.egress.dst_mac)},
                  {"dst_mac", mac_text(addr.underlay_mac)},
                  {"udp_dport", common::kRoceUdpPort},

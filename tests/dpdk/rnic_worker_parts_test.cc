@@ -25,14 +25,16 @@
 #include "common/wire/roce_packet.h"
 #include "rnic/core/frame.h"
 #include "rnic/dpdk/dma_registry.h"
-#include "rnic/dpdk/egress_route.h"
-#include "rnic/dpdk/standalone_table.h"
+#include "rnic/port/egress_route.h"
+#include "rnic/port/standalone_table.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/dpdk/tx_payload_mode.h"
 
 using namespace tandem;
 using namespace tandem::rnic;
 using namespace tandem::rnic::dpdk;
+using tandem::rnic::port::EgressRoute;
+using namespace tandem::rnic::port;
 
 namespace {
 

@@ -8,9 +8,9 @@
 
 #include "common/trace/tracer.h"
 #include "rnic/core/tx_desc.h"
-#include "rnic/dpdk/egress_route.h"
+#include "rnic/port/egress_route.h"
 
-namespace tandem::rnic::dpdk {
+namespace tandem::rnic::port {
 
 inline void trace_tx(common::trace::Tracer& t, const TxDesc& d, const EgressRoute& r, uint16_t sport, uint16_t ip_id,
                      uint64_t now) noexcept {
@@ -29,4 +29,4 @@ inline void trace_tx(common::trace::Tracer& t, const TxDesc& d, const EgressRout
   t.record(x);
 }
 
-}  // namespace tandem::rnic::dpdk
+}  // namespace tandem::rnic::port

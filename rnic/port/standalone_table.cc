@@ -1,4 +1,4 @@
-#include "rnic/dpdk/standalone_table.h"
+#include "rnic/port/standalone_table.h"
 
 #include <arpa/inet.h>
 #include <yaml-cpp/yaml.h>
@@ -8,7 +8,7 @@
 
 #include "common/wire/entropy.h"
 
-namespace tandem::rnic::dpdk {
+namespace tandem::rnic::port {
 
 uint32_t parse_ipv4(const std::string& s) {
   in_addr a{};
@@ -143,4 +143,4 @@ void commit_standalone_table(const StandaloneTable& t, Level2Table& table) {
   if (table.commit() != TableStatus::kOk) throw std::runtime_error("table: commit failed");
 }
 
-}  // namespace tandem::rnic::dpdk
+}  // namespace tandem::rnic::port

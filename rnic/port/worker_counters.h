@@ -8,7 +8,7 @@
 
 #include "common/wire/drop_reason.h"
 
-namespace tandem::rnic::dpdk {
+namespace tandem::rnic::port {
 
 #define TANDEM_FOREACH_RNIC_COUNTER(X)                                                 \
   X(rx_packets, "frames received from the port")                                       \
@@ -56,4 +56,4 @@ struct WorkerCounters {
   }
 };
 
-}  // namespace tandem::rnic::dpdk
+}  // namespace tandem::rnic::port

@@ -13,9 +13,9 @@
 
 #include "common/channel/messages.h"
 #include "common/wire/entropy.h"
-#include "rnic/dpdk/tx_encap.h"
+#include "rnic/port/encap_template.h"
 
-namespace tandem::rnic::dpdk {
+namespace tandem::rnic::port {
 
 struct EgressRoute {
   static constexpr uint64_t kUnresolved = ~uint64_t{0};
@@ -75,4 +75,4 @@ struct EgressRoute {
   }
 };
 
-}  // namespace tandem::rnic::dpdk
+}  // namespace tandem::rnic::port

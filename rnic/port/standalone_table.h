@@ -14,17 +14,10 @@
 #include <vector>
 
 #include "common/channel/messages.h"
+#include "rnic/port/vnic.h"
 #include "rnic/table/level2_table.h"
 
-namespace tandem::rnic::dpdk {
-
-struct Vnic {
-  uint32_t id = 0;
-  uint32_t overlay_ip = 0;  // host order
-  common::MacAddr overlay_mac{};
-  uint32_t vni = 0;
-  uint16_t pkey = 0;  // entry P_Key (0x8000 | partition), 0: default partition 0xFFFF
-};
+namespace tandem::rnic::port {
 
 struct StandaloneTable {
   uint32_t underlay_ip = 0;  // this port's underlay IPv4, host order
@@ -56,4 +49,4 @@ uint32_t parse_ipv4(const std::string& s);         // throws std::invalid_argume
 common::MacAddr parse_mac(const std::string& s);   // throws std::invalid_argument
 std::string format_ipv4(uint32_t ip);
 
-}  // namespace tandem::rnic::dpdk
+}  // namespace tandem::rnic::port

@@ -1,0 +1,250 @@
+#include "rnic/port/port_logic.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <stdexcept>
+
+#include "rnic/port/standalone_table.h"
+
+namespace tandem::rnic::port {
+
+const char* qp_state_name(ibv_qp_state s) noexcept {
+  switch (s) {
+    case IBV_QPS_RESET: return "RESET";
+    case IBV_QPS_INIT: return "INIT";
+    case IBV_QPS_RTR: return "RTR";
+    case IBV_QPS_RTS: return "RTS";
+    case IBV_QPS_SQD: return "SQD";
+    case IBV_QPS_SQE: return "SQE";
+    case IBV_QPS_ERR: return "ERR";
+    default: return "?";
+  }
+}
+
+PortLogic::PortLogic(const PortConfig& c, Level2Table& table, host::HostServer& host, AgentLink* agent)
+    : c_(c),
+      table_(table),
+      host_(host),
+      agent_(agent),
+      core_(TransportConfig{c.max_qps, kQpnBase, 8, 4, 1024}),
+      vnics_(c.yaml_vnics) {
+  core_cq_ = core_.create_cq(1u << 16);
+  const MemoryRegion mr = core_.reg_mr(kIdentityBase, reinterpret_cast<uint8_t*>(kIdentityBase), kIdentityLen,
+                                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  if (mr.lkey == 0 || core_cq_ == UINT32_MAX) throw std::runtime_error("transport core: cannot create CQ/MR");
+  ident_key_ = mr.lkey;
+  ctx_.resize(c.max_qps);
+  host_index_.assign(kMaxHostQpSlots, UINT32_MAX);
+}
+
+std::size_t PortLogic::live_qps() const noexcept {
+  return static_cast<std::size_t>(std::count_if(ctx_.begin(), ctx_.end(), [](const QpCtx& q) { return q.live; }));
+}
+
+std::vector<host::VnicOwner> PortLogic::vnic_owners(const std::vector<DeviceOwner>& owners,
+                                                    const std::vector<Vnic>& vnics) {
+  std::vector<host::VnicOwner> out;
+  for (const DeviceOwner& o : owners)
+    for (const Vnic& v : vnics)
+      if (v.id == o.vnic_id) out.push_back({v.overlay_ip, o.uid, o.gid});
+  return out;
+}
+
+uint32_t PortLogic::vnic_id(const std::vector<Vnic>& vnics, uint32_t ip) noexcept {
+  for (const Vnic& v : vnics)
+    if (v.overlay_ip == ip) return v.id;
+  return 0;
+}
+
+std::vector<uint32_t> PortLogic::vnic_ips(const std::vector<Vnic>& vnics) {
+  std::vector<uint32_t> ips;
+  for (const Vnic& v : vnics) ips.push_back(v.overlay_ip);
+  return ips;
+}
+
+void PortLogic::on_qp_created(uint32_t host_qpn) {
+  const host::QpInfo* info = host_.qp_info(host_qpn);
+  if (info == nullptr) return;
+  QpInitAttr init;
+  init.send_cq = core_cq_;
+  init.recv_cq = core_cq_;
+  init.sq_depth = std::bit_ceil(std::max<uint32_t>(info->sq_depth, 1));
+  init.rq_depth = std::bit_ceil(std::max<uint32_t>(info->rq_depth, 1));
+  init.mode = c_.mode;
+  init.max_rd_atomic = std::max<uint8_t>(info->max_rd_atomic, 1);
+  init.max_dest_rd_atomic = 16;
+  init.policy.path = c_.spray.c_str();
+  init.policy.cc = c_.cc.c_str();
+  init.policy.cc_window_bytes = c_.cc_window_bytes;
+  init.policy.num_paths = 16;
+  init.bench_any_psn = c_.bench_any_psn;  // standalone only (tandem-rnic refuses it in DPU mode)
+  if (info->srq != 0) {
+    const SrqCtx* s = srq_by_host(info->srq);
+    init.srq = s != nullptr ? s->core_srq : UINT32_MAX;  // none: the core refuses the QP
+  }
+  const uint32_t core_qpn = core_.create_qp(init);
+  if (core_qpn == 0) {
+    ++k_.qps_core_refused;
+    host_.qp_error(host_qpn);
+    return;
+  }
+  QpCtx& q = ctx_[core_qpn - kQpnBase];
+  q = QpCtx{};
+  q.live = true;
+  q.host_qpn = host_qpn;
+  q.core_qpn = core_qpn;
+  q.app_id = info->app_id;
+  q.send_slots.resize(init.sq_depth);
+  q.recv_slots.resize(init.rq_depth);
+  for (uint32_t i = init.sq_depth; i-- > 0;) q.send_free.push_back(i);
+  for (uint32_t i = init.rq_depth; i-- > 0;) q.recv_free.push_back(i);
+  host_index_[host_qpn & (kMaxHostQpSlots - 1)] = core_qpn - kQpnBase;
+  ++k_.qps_created;
+}
+
+void PortLogic::on_qp_state(uint32_t host_qpn, ibv_qp_state state, uint64_t now) {
+  QpCtx* q = by_host(host_qpn);
+  const host::QpInfo* info = host_.qp_info(host_qpn);
+  if (q == nullptr || info == nullptr) return;
+  q->state = state;
+  QpAttr a;
+  int rc = 0;
+  switch (state) {
+    case IBV_QPS_INIT:
+      a.state = QpState::kInit;
+      a.qp_access_flags = info->qp_access_flags;
+      rc = core_.modify_qp(q->core_qpn, a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS);
+      break;
+    case IBV_QPS_RTR: {
+      // The remote GID is the remote vNIC's overlay IPv4 (::ffff:a.b.c.d).
+      const uint32_t remote = common::load_be32(info->dgid + 12);
+      if (const Level2Entry* e = find_route(*q, *info, remote, now, agent_ != nullptr)) {
+        rc = apply_rtr(*q, *info, *e, remote);
+      } else if (agent_) {
+        // Asked the agent (punted); the loop goes on serving everyone else.
+        q->route_pending = true;
+        q->rts_pending = false;
+        q->route_deadline = now + kRouteWaitNs;
+        q->route_asked_ns = now;
+        route_wait_.push_back(host_qpn);
+        return;
+      } else {
+        std::fprintf(stderr, "%s: QP 0x%x: no egress entry for remote %s: QP to ERR\n", c_.name.c_str(), host_qpn,
+                     format_ipv4(remote).c_str());
+        ++k_.qps_no_route;
+        fail_qp(*q);
+        return;
+      }
+      break;
+    }
+    case IBV_QPS_RTS:
+      if (q->route_pending) {
+        q->rts_pending = true;  // applied once the route is in
+        return;
+      }
+      rc = apply_rts(*q, *info);
+      break;
+    case IBV_QPS_ERR:
+      a.state = QpState::kError;
+      core_.modify_qp(q->core_qpn, a, IBV_QP_STATE);  // flushes what the core holds
+      break;
+    default:
+      break;
+  }
+  if (rc != 0) {
+    std::fprintf(stderr, "%s: QP 0x%x: core refused %s (errno %d): QP to ERR\n", c_.name.c_str(), host_qpn,
+                 qp_state_name(state), rc);
+    ++k_.qps_core_refused;
+    fail_qp(*q);
+  }
+}
+
+void PortLogic::on_qp_destroyed(uint32_t host_qpn, bool died) {
+  QpCtx* q = by_host(host_qpn);
+  if (q == nullptr) return;
+  QpAttr a;
+  a.state = QpState::kError;
+  core_.modify_qp(q->core_qpn, a, IBV_QP_STATE);
+  core_.destroy_qp(q->core_qpn);
+  host_index_[host_qpn & (kMaxHostQpSlots - 1)] = UINT32_MAX;
+  *q = QpCtx{};  // its flush completions are dropped: the application's CQ is gone
+  ++(died ? k_.qps_app_died : k_.qps_destroyed);
+}
+
+void PortLogic::on_srq_created(uint32_t host_srq, uint32_t depth) {
+  const uint32_t core_srq = core_.create_srq(depth);
+  SrqCtx* s = nullptr;
+  for (SrqCtx& c : srqs_)
+    if (!c.live) {
+      s = &c;
+      break;
+    }
+  if (core_srq == 0 || s == nullptr) {
+    if (core_srq != 0) core_.destroy_srq(core_srq);
+    std::fprintf(stderr, "%s: SRQ 0x%x: the core has no room for it (%u SRQs): its QPs go to ERR\n", c_.name.c_str(),
+                 host_srq, kMaxSrqs);
+    ++k_.srqs_core_refused;
+    return;
+  }
+  *s = SrqCtx{};
+  s->live = true;
+  s->host_srq = host_srq;
+  s->core_srq = core_srq;
+  s->slots.resize(depth);
+  s->free.reserve(depth);
+  for (uint32_t i = depth; i-- > 0;) s->free.push_back(i);
+  ++live_srqs_;
+  ++k_.srqs_created;
+}
+
+void PortLogic::on_srq_destroyed(uint32_t host_srq) {
+  SrqCtx* s = srq_by_host(host_srq);
+  if (s == nullptr) return;
+  // Its QPs were destroyed first (their flushes may still be in the core's
+  // CQ, naming this SRQ's slots): take those before the slots go.
+  completions();
+  core_.destroy_srq(s->core_srq);
+  *s = SrqCtx{};
+  --live_srqs_;
+}
+
+uint32_t PortLogic::host_events(uint64_t now) {
+  host::HostEvent ev;
+  uint32_t n = 0;
+  while (host_.next_event(&ev)) {
+    ++n;
+    switch (ev.kind) {
+      case host::HostEventKind::kAppAttached: ++k_.apps_attached; break;
+      case host::HostEventKind::kAppDetached: ++k_.apps_detached; break;
+      case host::HostEventKind::kQpCreated: on_qp_created(ev.qpn); break;
+      case host::HostEventKind::kQpStateChanged: on_qp_state(ev.qpn, ev.state, now); break;
+      case host::HostEventKind::kQpDestroyed: on_qp_destroyed(ev.qpn, ev.app_died); break;
+      // Mapped for the device by the control thread before it got here (DmaRegistry).
+      case host::HostEventKind::kMrRegistered: break;
+      case host::HostEventKind::kMrDeregistered: break;
+      case host::HostEventKind::kSrqCreated: on_srq_created(ev.srq, ev.srq_depth); break;
+      case host::HostEventKind::kSrqDestroyed: on_srq_destroyed(ev.srq); break;
+    }
+  }
+  return n;
+}
+
+void PortLogic::flush_all(uint64_t now) {
+  for (QpCtx& q : ctx_) {
+    if (!q.live) continue;
+    q.route_pending = false;  // so pump_qp below flushes its WQEs too
+    QpAttr a;
+    a.state = QpState::kError;
+    core_.modify_qp(q.core_qpn, a, IBV_QP_STATE);
+  }
+  completions();
+  for (QpCtx& q : ctx_)
+    if (q.live) host_.qp_error(q.host_qpn);
+  host_.apply_control(now);  // the control thread has stopped: nothing new comes
+  host_events(now);
+  for (QpCtx& q : ctx_)
+    if (q.live) pump_qp(q);  // flushes the WQEs still queued in shared memory
+}
+
+}  // namespace tandem::rnic::port

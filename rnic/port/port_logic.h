@@ -1,0 +1,328 @@
+// The worker's logic between the host interface, the transport core and the
+// level-2 table, with no I/O of its own: the QP directory (host QPN <-> core
+// QPN, the tenant binding of each QP), WQEs in and completions out, route
+// waits and their deadlines (DPU mode), following the agent's vNICs, the
+// backlog of QPs with WQEs left to fetch, application death, and the
+// counters. PortWorker<Io> (port_worker.h) adds the bursts over an I/O layer;
+// the clock is the I/O layer's too (`now` is handed in, never read here).
+//
+// Address spaces. The core sees one "identity" memory region covering the
+// worker's address space (addr == host_ptr); every local SGE is a worker
+// pointer HostServer already validated, and every remote access in a packet
+// (RETH, and the IRN placement header) is re-validated by the host interface
+// for the receiving QP's application and PD and rewritten to a worker pointer
+// before the core sees it. A packet's own rkey therefore never reaches the
+// core: an unknown one becomes key 0, which the core refuses with a NAK.
+// QP numbers: applications use HostServer's QPNs on the wire (as they
+// exchange them out of band); the worker maps them to core QPNs.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/wire/byte_order.h"
+#include "common/wire/drop_reason.h"
+#include "common/wire/opcode.h"
+#include "common/wire/roce_packet.h"
+#include "rnic/core/transport.h"
+#include "rnic/host/host_server.h"
+#include "rnic/port/agent_link.h"
+#include "rnic/port/egress_route.h"
+#include "rnic/port/rx_stage.h"
+#include "rnic/port/vnic.h"
+#include "rnic/port/worker_counters.h"
+#include "rnic/port/worker_snapshot.h"
+#include "rnic/table/level2_table.h"
+
+namespace tandem::rnic::port {
+
+inline constexpr uint16_t kBurst = 32;
+inline constexpr uint32_t kQpnBase = 0x100;
+inline constexpr uint64_t kIdentityBase = 0x1000;  // the identity MR: worker address == MR address
+inline constexpr uint64_t kIdentityLen = (uint64_t{1} << 47) - kIdentityBase;
+// DPU mode: how long a QP's RTR waits for the agent to install its route.
+inline constexpr uint64_t kRouteWaitNs = 3'000'000'000;
+inline constexpr uint64_t kRouteRescanNs = 1'000'000;  // waiting QPs re-checked (and re-punted) at least this often
+
+// What the logic needs of tandem-rnic's flags and the port's identity.
+struct PortConfig {
+  std::string name = "rnic0";
+  std::string table_file;  // named in messages about the YAML's vNICs
+  uint32_t underlay_ip = 0;  // this port's underlay IPv4, host order
+  common::MacAddr underlay_mac{};
+  // Explicit path sets, indexed by EgressAction::path_set_id - 1 (the YAML's).
+  std::vector<std::vector<uint16_t>> path_sets;
+  // Standalone: the port's vNICs. DPU mode: the fallback while the agent is older than v3.
+  std::vector<Vnic> yaml_vnics;
+  std::vector<DeviceOwner> device_owners;
+  uint32_t mtu = 1024;  // largest path MTU a QP may use
+  Reliability mode = Reliability::kIrn;
+  std::string spray = "single";     // rnic/core path policy name
+  std::string cc = "fixed_window";  // rnic/core congestion-control policy name
+  uint64_t cc_window_bytes = 1ull << 20;
+  uint64_t reorder_delay_ns = 50'000;
+  uint64_t timeout_ns = 1'000'000;
+  bool bench_any_psn = false;  // BENCHMARK ONLY: every QP accepts any PSN
+  uint32_t max_qps = 16384;
+};
+
+// Per-QP state of the worker: the binding to its tenant (vNIC, remote) and
+// the WQEs the core holds, by slot (the core's wr_id).
+struct QpCtx {
+  bool live = false;
+  bool routed = false;  // RTR done: vNIC and remote resolved
+  uint32_t host_qpn = 0;
+  uint32_t core_qpn = 0;
+  uint32_t app_id = 0;
+  ibv_qp_state state = IBV_QPS_RESET;
+  uint32_t vnic = 0;
+  uint32_t vni = 0;
+  uint16_t pkey = 0xFFFF;  // BTH P_Key: stamped on its packets, required of arriving ones
+  uint32_t remote_overlay = 0;
+  uint32_t remote_underlay = 0;
+  uint32_t dest_qpn = 0;  // the remote QP (what this QP's packets carry in the BTH)
+  uint32_t mtu = 0;
+  std::vector<host::SendWork> send_slots;
+  std::vector<uint32_t> send_free;
+  std::vector<host::RecvWork> recv_slots;
+  std::vector<uint32_t> recv_free;
+  bool backlog = false;
+  // DPU mode: RTR found no route; the agent is asked and the QP waits (its
+  // WQEs stay in the rings) until the route is installed or the deadline.
+  bool route_pending = false;
+  bool rts_pending = false;    // the application already moved it to RTS
+  uint64_t route_deadline = 0;
+  uint64_t route_asked_ns = 0;  // when its RTR punted (DPU mode)
+  uint64_t route_wait_ns = 0;   // RTR to route installed: the tenant's new-flow set-up time
+  EgressRoute route;  // egress entry, resolved once per table version
+};
+
+// Per-SRQ state of the worker: the core's SRQ and the WQEs it holds, by slot.
+// Which QP consumes a WQE is the core's choice; the completion says.
+struct SrqCtx {
+  bool live = false;
+  bool backlog = false;  // WQEs left in the application's ring
+  uint32_t host_srq = 0;
+  uint32_t core_srq = 0;
+  std::vector<host::RecvWork> slots;
+  std::vector<uint32_t> free;
+};
+
+// "RTS", "ERR", ... (logs and telemetry).
+const char* qp_state_name(ibv_qp_state s) noexcept;
+
+class PortLogic {
+ public:
+  static constexpr uint32_t kMaxSrqs = 64;  // the core's (TransportConfig::max_srqs)
+  static constexpr uint32_t kMaxHostQpSlots = 65536;
+
+  // `table` and `host` outlive this; `agent` is the DPU agent (nullptr: standalone).
+  PortLogic(const PortConfig& c, Level2Table& table, host::HostServer& host, AgentLink* agent);
+  PortLogic(const PortLogic&) = delete;
+  PortLogic& operator=(const PortLogic&) = delete;
+
+  // ---- one loop iteration's control parts (PortWorker::run_once calls them)
+  // Host events (QP create/modify/destroy, app death, SRQs) onto the core's verbs.
+  uint32_t host_events(uint64_t now);
+  // The core's completions to the host interface's CQs.
+  uint32_t completions() noexcept;
+  // New WQEs of ready QPs and SRQs (and backlogged ones) to the core.
+  uint32_t pump_work() noexcept;
+  // DPU mode, after the agent's channel was serviced: follows its vNICs and
+  // finishes (or fails) QPs waiting for a route.
+  uint32_t follow_agent(uint64_t now);
+  // QPs with WQEs left to fetch (the loop must not sleep).
+  bool has_backlog() const noexcept { return !backlog_.empty(); }
+
+  // ---- reading (the lcore, or after it stopped)
+  const PortConfig& config() const noexcept { return c_; }
+  const WorkerCounters& counters() const noexcept { return k_; }
+  const Transport& core() const noexcept { return core_; }
+  Transport& core() noexcept { return core_; }
+  const std::vector<QpCtx>& qps() const noexcept { return ctx_; }
+  std::size_t live_qps() const noexcept;
+  const QpCtx* qp_by_host(uint32_t host_qpn) const noexcept {
+    return const_cast<PortLogic*>(this)->by_host(host_qpn);
+  }
+  std::size_t route_waits() const noexcept { return route_wait_.size(); }
+  // The core's key of its identity region (what a packet's rkey is rewritten to once checked).
+  uint32_t identity_key() const noexcept { return ident_key_; }
+  // The vNIC list's figures, read without its lock: the lcore (their writer) only.
+  std::size_t vnic_count() const noexcept { return vnics_.size(); }
+  bool vnics_from_agent() const noexcept { return vnics_from_agent_; }
+  uint64_t vnics_withdrawn() const noexcept { return vnics_withdrawn_; }
+  uint64_t qps_on_withdrawn_vnic() const noexcept { return qps_on_withdrawn_vnic_; }
+  // The port's vNICs: a copy, under the lock the lcore takes to change them (any thread).
+  std::vector<Vnic> vnics() const {
+    std::lock_guard<std::mutex> g(vnics_mu_);
+    return vnics_;
+  }
+  // The vNIC list under its lock: f(vnics, from_agent, withdrawn, qps_on_withdrawn_vnic).
+  template <class F>
+  auto with_vnics(F&& f) const {
+    std::lock_guard<std::mutex> g(vnics_mu_);
+    return f(vnics_, vnics_from_agent_, vnics_withdrawn_, qps_on_withdrawn_vnic_);
+  }
+
+  // Every counter, once (port_counters.h): f(group, name, value, help), with
+  // the I/O layer's rows after the drops and the caller's before live_qps.
+  template <class F, class IoRows, class MoreRows>
+  void visit_counters(F&& f, IoRows&& io_rows, MoreRows&& more_rows) const;
+  // One row per live QP (as many as fit): binding, state, core and path counters.
+  void fill_qp_rows(QpRows& out) const noexcept;
+
+  // --device-owner's vNIC ids as the host server's overlay IPs (ids not present yet match nothing).
+  static std::vector<host::VnicOwner> vnic_owners(const std::vector<DeviceOwner>& owners,
+                                                  const std::vector<Vnic>& vnics);
+  static uint32_t vnic_id(const std::vector<Vnic>& vnics, uint32_t ip) noexcept;
+  static std::vector<uint32_t> vnic_ips(const std::vector<Vnic>& vnics);
+
+ protected:
+  QpCtx* by_host(uint32_t host_qpn) noexcept {
+    const uint32_t i = host_index_[host_qpn & (kMaxHostQpSlots - 1)];
+    if (i == UINT32_MAX) return nullptr;
+    QpCtx& q = ctx_[i];
+    return (q.live && q.host_qpn == host_qpn) ? &q : nullptr;
+  }
+  QpCtx* by_core(uint32_t core_qpn) noexcept {
+    const uint32_t i = core_qpn - kQpnBase;
+    if (i >= ctx_.size() || !ctx_[i].live || ctx_[i].core_qpn != core_qpn) return nullptr;
+    return &ctx_[i];
+  }
+  // The tenant check of rx_stage.h against this port's QPs and routes; on
+  // kNone the packet's remote addresses are translated and its dqpn is the core's.
+  common::DropReason accept(common::RocePacket& pkt, uint8_t* data, const Level2Table::Snapshot& snap) noexcept {
+    QpCtx* q = nullptr;
+    const common::DropReason r = check_ingress(
+        pkt, c_.underlay_ip, table_, snap, [this](uint32_t host_qpn) { return by_host(host_qpn); },
+        [&](QpCtx& qp) -> const EgressRoute* { return fresh_route(qp, qp.remote_overlay, snap); }, &q);
+    if (r != common::DropReason::kNone) return r;
+    translate_remote(*q, pkt, data + pkt.payload_offset);
+    pkt.bth.dqpn = q->core_qpn;
+    return common::DropReason::kNone;
+  }
+  // The QP's route to `peer` in this table version: resolved from its egress
+  // entry only when the version moved. nullptr if the entry is gone; the miss
+  // is punted so the agent may resolve it again.
+  EgressRoute* fresh_route(QpCtx& q, uint32_t peer, const Level2Table::Snapshot& snap) noexcept {
+    EgressRoute& r = q.route;
+    if (r.fresh(snap.version, peer)) [[likely]]
+      return &r;
+    const Level2Entry* e = table_.lookup(snap, common::egress_key(q.vnic, peer));
+    if (e == nullptr) {
+      if (agent_) agent_->punt(common::egress_key(q.vnic, peer), now_);
+      return nullptr;
+    }
+    r.resolve(e->egress, c_.underlay_mac, c_.path_sets, snap.version, peer, q.pkey);
+    q.remote_underlay = r.underlay;
+    return &r;
+  }
+  void translate_remote(const QpCtx& q, common::RocePacket& pkt, uint8_t* payload) noexcept;
+
+  // Every live QP to ERR and its WQEs flushed (the worker stops): the core
+  // completes what it holds with IBV_WC_WR_FLUSH_ERR, the host interface moves
+  // the QP to ERR (applications see a dead QP, not a hang).
+  void flush_all(uint64_t now);
+
+  const PortConfig c_;
+  Level2Table& table_;
+  host::HostServer& host_;
+  AgentLink* agent_;
+  Transport core_;
+  WorkerCounters k_;
+  uint64_t now_ = 0;  // the current iteration's time (the I/O layer's clock)
+
+ private:
+  uint32_t pump_qp(QpCtx& q) noexcept;
+  RecvWr core_recv(const host::RecvWork& w, uint64_t wr_id) const noexcept;
+  uint32_t pump_srq(SrqCtx& s) noexcept;
+  SrqCtx* srq_by_host(uint32_t host_srq) noexcept {
+    for (SrqCtx& s : srqs_)
+      if (s.live && s.host_srq == host_srq) return &s;
+    return nullptr;
+  }
+  void on_srq_created(uint32_t host_srq, uint32_t depth);
+  void on_srq_destroyed(uint32_t host_srq);
+  void on_qp_created(uint32_t host_qpn);
+  void on_qp_state(uint32_t host_qpn, ibv_qp_state state, uint64_t now);
+  void on_qp_destroyed(uint32_t host_qpn, bool died);
+  void fail_qp(QpCtx& q) noexcept { host_.qp_error(q.host_qpn); }
+  // The egress entry toward the QP's remote from its application's vNIC (any
+  // local vNIC if unbound); sets q.vnic/q.vni. nullptr: no route (yet).
+  const Level2Entry* find_route(QpCtx& q, const host::QpInfo& info, uint32_t remote, uint64_t now, bool punt);
+  int apply_rtr(QpCtx& q, const host::QpInfo& info, const Level2Entry& e, uint32_t remote);
+  int apply_rts(QpCtx& q, const host::QpInfo& info);
+  uint32_t pending_routes(uint64_t now);
+  void refresh_vnics();
+  void update_vnics(const RnicChannel& ch);
+
+  // The port's vNICs: the YAML's in standalone mode; in DPU mode the vNIC
+  // entries of the committed table (refresh_vnics() right after the channel
+  // commits, on this thread, so find_route's snapshot and this list are of
+  // the same table version), or the YAML's with an agent older than v3.
+  std::vector<Vnic> vnics_;
+  mutable std::mutex vnics_mu_;  // other threads read vnics_; the lcore only locks to change it
+  bool vnics_from_agent_ = false;
+  uint64_t vnics_generation_ = 0;
+  uint64_t vnics_version_ = 0;          // table version vnics_ was taken from (agent source)
+  uint64_t vnics_withdrawn_ = 0;        // vNICs the agent removed
+  uint64_t qps_on_withdrawn_vnic_ = 0;  // live QPs routed over a vNIC when it was removed
+  bool yaml_vnics_warned_ = false;
+  bool old_agent_warned_ = false;
+  uint32_t core_cq_ = 0;
+  uint32_t ident_key_ = 0;
+  std::vector<QpCtx> ctx_;              // index = core QPN - kQpnBase
+  std::vector<uint32_t> host_index_;    // host QPN slot -> ctx index
+  std::vector<uint32_t> backlog_;       // host QPNs with WQEs left to fetch
+  std::vector<uint32_t> route_wait_;    // host QPNs whose RTR waits for the agent
+  uint64_t routes_seen_version_ = ~uint64_t{0};  // table version pending_routes last looked at
+  uint64_t next_route_scan_ns_ = 0;
+  std::vector<SrqCtx> srqs_ = std::vector<SrqCtx>(kMaxSrqs);
+  uint32_t live_srqs_ = 0;
+  std::array<SendWr, kBurst> post_list_{};  // pump_qp's WRs for the core (a member: not re-initialised per call)
+};
+
+// Remote addresses in the packet are the remote application's (rkey, VA):
+// the host interface checks them against this QP's application, PD and
+// access rights and gives the worker pointer, which the core then uses
+// through the identity region. A refused access becomes rkey 0 (the core
+// NAKs it with a remote access error). A zero-length access names no memory
+// and its R_Key is not checked (IBTA C9-88): verbs libraries flush and fence
+// with zero-length writes on rkey 0 (UCX's rc_verbs does).
+inline void PortLogic::translate_remote(const QpCtx& q, common::RocePacket& pkt, uint8_t* payload) noexcept {
+  const uint8_t op = pkt.bth.opcode;
+  if (!common::opcode_has(op, common::kOpRequest)) return;
+  const bool is_write = common::opcode_has(op, common::kOpWrite);
+  if (common::opcode_has(op, common::kOpReth)) {
+    const int access = is_write ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
+    uint8_t* p = pkt.reth.len == 0 ? reinterpret_cast<uint8_t*>(kIdentityBase)
+                                   : host_.translate_remote(q.host_qpn, pkt.reth.rkey, pkt.reth.va, pkt.reth.len, access);
+    if (p == nullptr) {
+      ++k_.remote_refused;
+      pkt.reth.rkey = 0;
+    } else {
+      pkt.reth.rkey = ident_key_;
+      pkt.reth.va = reinterpret_cast<uint64_t>(p);
+    }
+  }
+  if (c_.mode == Reliability::kIrn && is_write && pkt.payload_len >= kXethLen && payload[0] == kXethMagic) {
+    // XETH: bytes 8-11 msg_len, 12-15 rkey, 16-23 va (big-endian).
+    const uint32_t msg_len = common::load_be32(payload + 8);
+    const uint32_t rkey = common::load_be32(payload + 12);
+    const uint64_t va = common::load_be64(payload + 16);
+    uint8_t* p = msg_len == 0 ? reinterpret_cast<uint8_t*>(kIdentityBase)
+                              : host_.translate_remote(q.host_qpn, rkey, va, msg_len, IBV_ACCESS_REMOTE_WRITE);
+    if (p == nullptr) {
+      ++k_.remote_refused;
+      common::store_be32(payload + 12, 0);
+    } else {
+      common::store_be32(payload + 12, ident_key_);
+      common::store_be64(payload + 16, reinterpret_cast<uint64_t>(p));
+    }
+  }
+}
+
+}  // namespace tandem::rnic::port

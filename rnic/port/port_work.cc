@@ -1,0 +1,208 @@
+// PortLogic's work: WQEs from the host interface's rings to the core (QPs,
+// SRQs, the backlog of QPs with more to fetch) and completions back.
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <span>
+
+#include "rnic/port/port_logic.h"
+
+namespace tandem::rnic::port {
+
+namespace {
+
+constexpr uint64_t kRecvTag = uint64_t{1} << 32;  // core wr_id = slot (| kRecvTag for RECVs)
+// SRQ receives: wr_id = kRecvTag | kSrqTag | SrqCtx index << 16 | slot.
+constexpr uint64_t kSrqTag = uint64_t{1} << 33;
+
+}  // namespace
+
+// A validated receive WQE as the core's RecvWr (QP and SRQ receives alike).
+RecvWr PortLogic::core_recv(const host::RecvWork& w, uint64_t wr_id) const noexcept {
+  RecvWr wr;
+  wr.wr_id = wr_id;
+  wr.num_sge = w.num_sge;
+  for (uint32_t g = 0; g < w.num_sge; ++g)
+    wr.sg_list[g] = Sge{reinterpret_cast<uint64_t>(w.sge[g].addr), w.sge[g].length, ident_key_};
+  return wr;
+}
+
+uint32_t PortLogic::pump_srq(SrqCtx& s) noexcept {
+  host::RecvWork rw[kBurst];
+  const std::size_t rn = host_.fetch_srq_recv(s.host_srq, std::span(rw, std::min<std::size_t>(kBurst, s.free.size())));
+  const uint64_t tag = kRecvTag | kSrqTag | (uint64_t{static_cast<uint32_t>(&s - srqs_.data())} << 16);
+  for (std::size_t i = 0; i < rn; ++i) {
+    const uint32_t slot = s.free.back();
+    s.free.pop_back();
+    s.slots[slot] = rw[i];
+    if (core_.post_srq_recv(s.core_srq, core_recv(rw[i], tag | slot)) != 0) {
+      ++k_.wqe_refused;  // cannot happen with the identity MR; no QP owns it to fail
+      s.free.push_back(slot);
+    } else {
+      ++k_.srq_wqe_recv;
+    }
+  }
+  s.backlog = !s.free.empty() && host_.srq_queued(s.host_srq) > 0;
+  return static_cast<uint32_t>(rn);
+}
+
+uint32_t PortLogic::pump_qp(QpCtx& q) noexcept {
+  if (q.route_pending) {
+    q.backlog = false;  // pending_routes() puts it back once routed
+    return 0;
+  }
+  uint32_t n = 0;
+  host::RecvWork rw[kBurst];
+  const std::size_t rn = host_.fetch_recv(q.host_qpn, std::span(rw, std::min<std::size_t>(kBurst, q.recv_free.size())));
+  for (std::size_t i = 0; i < rn; ++i) {
+    const uint32_t slot = q.recv_free.back();
+    q.recv_free.pop_back();
+    q.recv_slots[slot] = rw[i];
+    if (core_.post_recv(q.core_qpn, core_recv(rw[i], slot | kRecvTag)) != 0) {
+      ++k_.wqe_refused;
+      host_.complete_recv(q.host_qpn, rw[i], IBV_WC_LOC_QP_OP_ERR, 0, IBV_WC_RECV, false, 0, 0);
+      q.recv_free.push_back(slot);
+    } else {
+      ++k_.wqe_recv;
+    }
+  }
+  host::SendWork sw[kBurst];
+  SendWr* const wrs = post_list_.data();
+  const std::size_t sn = host_.fetch_send(q.host_qpn, std::span(sw, std::min<std::size_t>(kBurst, q.send_free.size())));
+  for (std::size_t i = 0; i < sn; ++i) {
+    const uint32_t slot = q.send_free.back();
+    q.send_free.pop_back();
+    host::SendWork& w = q.send_slots[slot];
+    w = sw[i];
+    SendWr& wr = wrs[i];
+    wr.wr_id = slot;
+    wr.opcode = w.opcode;
+    wr.send_flags = IBV_SEND_SIGNALED | (w.send_flags & IBV_SEND_SOLICITED);
+    wr.imm_data = ntohl(w.imm_data);
+    wr.remote_addr = w.remote_addr;
+    wr.rkey = w.rkey;
+    if (w.inline_len > 0 || (w.send_flags & IBV_SEND_INLINE)) {
+      wr.num_sge = w.inline_len ? 1 : 0;
+      wr.sg_list[0] = Sge{reinterpret_cast<uint64_t>(w.inline_data), w.inline_len, ident_key_};
+    } else {
+      wr.num_sge = w.num_sge;
+      for (uint32_t s = 0; s < w.num_sge; ++s)
+        wr.sg_list[s] = Sge{reinterpret_cast<uint64_t>(w.sge[s].addr), w.sge[s].length, ident_key_};
+    }
+  }
+  // The fetched WQEs as one list (one QP lookup for the burst, as
+  // ibv_post_send takes a list); a WR the core refuses fails alone, with
+  // LOC_QP_OP_ERR, and the rest of the list is posted after it.
+  for (uint32_t from = 0; from < sn;) {
+    uint32_t posted = 0;
+    const int rc = core_.post_send(q.core_qpn, wrs + from, static_cast<uint32_t>(sn) - from, &posted);
+    k_.wqe_send += posted;
+    if (rc == 0) break;
+    const uint32_t slot = static_cast<uint32_t>(wrs[from + posted].wr_id);
+    ++k_.wqe_refused;
+    host_.complete_send(q.host_qpn, q.send_slots[slot], IBV_WC_LOC_QP_OP_ERR);
+    q.send_free.push_back(slot);
+    from += posted + 1;
+  }
+  n = static_cast<uint32_t>(rn + sn);
+  // Edge-triggered doorbells: keep the QP while WQEs are left to fetch.
+  q.backlog = host_.send_queued(q.host_qpn) > 0 || host_.recv_queued(q.host_qpn) > 0;
+  return n;
+}
+
+uint32_t PortLogic::pump_work() noexcept {
+  uint32_t ready[64];
+  uint32_t n = 0;
+  std::size_t r;
+  while ((r = host_.ready_qps(std::span(ready, 64))) > 0) {
+    for (std::size_t i = 0; i < r; ++i) {
+      if (ready[i] & host::kSrqDoorbell) {
+        if (SrqCtx* s = srq_by_host(ready[i] & ~host::kSrqDoorbell)) n += pump_srq(*s);
+        continue;
+      }
+      QpCtx* q = by_host(ready[i]);
+      if (q == nullptr) {
+        // Unknown to the core (creation refused): let the host flush it.
+        host::SendWork sw[8];
+        host::RecvWork rw[8];
+        host_.fetch_send(ready[i], std::span(sw, 8));
+        host_.fetch_recv(ready[i], std::span(rw, 8));
+        continue;
+      }
+      const bool was = q->backlog;
+      n += pump_qp(*q);
+      if (q->backlog && !was) backlog_.push_back(q->host_qpn);
+    }
+    if (r < 64) break;
+  }
+  // SRQs whose rings hold more than the core had room for.
+  if (live_srqs_ != 0)
+    for (SrqCtx& s : srqs_)
+      if (s.live && s.backlog) n += pump_srq(s);
+  // QPs left over from earlier iterations.
+  for (std::size_t i = 0; i < backlog_.size();) {
+    QpCtx* q = by_host(backlog_[i]);
+    if (q != nullptr && q->backlog) n += pump_qp(*q);
+    if (q == nullptr || !q->backlog) {
+      backlog_[i] = backlog_.back();
+      backlog_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  return n;
+}
+
+uint32_t PortLogic::completions() noexcept {
+  Completion wc[64];
+  uint32_t total = 0;
+  uint32_t n;
+  while ((n = core_.poll_cq(core_cq_, wc, 64)) > 0) {
+    total += n;
+    for (uint32_t i = 0; i < n; ++i) {
+      QpCtx* q = by_core(wc[i].qp_num);
+      if (wc[i].wr_id & kSrqTag) {
+        // The slot is the SRQ's: freed even if the QP that took it is gone.
+        const uint32_t si = static_cast<uint32_t>(wc[i].wr_id >> 16) & 0xFFFF;
+        const uint32_t slot = static_cast<uint32_t>(wc[i].wr_id & 0xFFFF);
+        if (si >= srqs_.size() || !srqs_[si].live || slot >= srqs_[si].slots.size()) continue;
+        SrqCtx& s = srqs_[si];
+        if (q != nullptr &&
+            !host_.complete_recv(q->host_qpn, s.slots[slot], wc[i].status, wc[i].byte_len, wc[i].opcode,
+                                 (wc[i].wc_flags & IBV_WC_WITH_IMM) != 0, htonl(wc[i].imm_data), wc[i].src_qp))
+          ++k_.cqe_lost;
+        s.free.push_back(slot);
+        ++k_.cqe_recv;
+        if (!s.backlog && host_.srq_queued(s.host_srq) > 0) s.backlog = true;
+        continue;
+      }
+      if (q == nullptr) continue;
+      bool ok;
+      if (wc[i].wr_id & kRecvTag) {
+        const uint32_t slot = static_cast<uint32_t>(wc[i].wr_id & 0xFFFFFFFF);
+        if (slot >= q->recv_slots.size()) continue;
+        ok = host_.complete_recv(q->host_qpn, q->recv_slots[slot], wc[i].status, wc[i].byte_len,
+                                 wc[i].opcode, (wc[i].wc_flags & IBV_WC_WITH_IMM) != 0, htonl(wc[i].imm_data),
+                                 wc[i].src_qp);
+        q->recv_free.push_back(slot);
+        ++k_.cqe_recv;
+      } else {
+        const uint32_t slot = static_cast<uint32_t>(wc[i].wr_id);
+        if (slot >= q->send_slots.size()) continue;
+        ok = host_.complete_send(q->host_qpn, q->send_slots[slot], wc[i].status);
+        q->send_free.push_back(slot);
+        ++k_.cqe_send;
+      }
+      if (!ok) ++k_.cqe_lost;
+      // Freed slots may let a QP fetch more.
+      if (!q->backlog && (host_.send_queued(q->host_qpn) > 0 || host_.recv_queued(q->host_qpn) > 0)) {
+        q->backlog = true;
+        backlog_.push_back(q->host_qpn);
+      }
+    }
+    if (n < 64) break;
+  }
+  return total;
+}
+
+}  // namespace tandem::rnic::port

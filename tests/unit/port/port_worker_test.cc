@@ -1,0 +1,743 @@
+// The port layer (rnic/port/port_worker.h) on the fake I/O: two ports back to
+// back, tenant applications attached through the real host interface, real
+// frames between them. What the worker's Python system tests could only see
+// from outside: QP lifecycle under traffic, route waits and their deadline,
+// TX back-pressure, application death, remote access checks, counters.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <cstring>
+#include <vector>
+
+#include "common/wire/icrc.h"
+#include "common/wire/opcode.h"
+#include "port_harness.h"
+#include "rnic/port/port_counters.h"
+#include "rnic/host/verbs.h"
+
+using namespace tandem;
+using namespace tandem::rnic;
+using namespace tandem::rnic::port;
+using namespace tandem::rnic::port::test;
+using common::DropReason;
+
+namespace {
+
+constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+constexpr std::size_t kBufBytes = 64 * 1024;
+constexpr uint32_t kRqPsn = 100;
+
+// One tenant application on a port: PD, a registered buffer, a CQ, RC QPs.
+struct Tenant {
+  explicit Tenant(const std::string& socket, int access = kAllAccess) {
+    host::DeviceAttr attr;
+    attr.name = "port-test";
+    ctx = host::open_device(socket.c_str(), attr);
+    REQUIRE(ctx != nullptr);
+    pd = host::alloc_pd(ctx);
+    REQUIRE(pd != nullptr);
+    buf = static_cast<uint8_t*>(host::alloc_buf(ctx, kBufBytes));
+    REQUIRE(buf != nullptr);
+    mr = host::reg_mr(pd, buf, kBufBytes, access);
+    REQUIRE(mr != nullptr);
+    cq = host::create_cq(ctx, 1024);
+    REQUIRE(cq != nullptr);
+  }
+  ~Tenant() {
+    for (host::Qp* q : qps) host::destroy_qp(q);
+    host::destroy_cq(cq);
+    host::dereg_mr(mr);
+    host::free_buf(ctx, buf);
+    host::dealloc_pd(pd);
+    host::close_device(ctx);
+  }
+  Tenant(const Tenant&) = delete;
+  Tenant& operator=(const Tenant&) = delete;
+
+  host::Qp* create_qp(uint32_t depth = 64) {
+    host::QpInitAttr init;
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.cap.max_send_wr = depth;
+    init.cap.max_recv_wr = depth;
+    init.cap.max_send_sge = 2;
+    init.cap.max_recv_sge = 2;
+    host::Qp* q = host::create_qp(pd, &init);
+    REQUIRE(q != nullptr);
+    qps.push_back(q);
+    return q;
+  }
+  void destroy(host::Qp* q) {
+    REQUIRE(host::destroy_qp(q) == 0);
+    qps.erase(std::find(qps.begin(), qps.end(), q));
+  }
+
+  // INIT -> RTR (toward `remote_overlay`'s QP `remote_qpn`) -> RTS.
+  static int connect(host::Qp* q, uint32_t remote_qpn, uint32_t remote_overlay) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = kAllAccess;
+    if (int rc = host::modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+      return rc;
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = remote_qpn;
+    a.rq_psn = kRqPsn;
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = 12;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.port_num = 1;
+    uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    common::store_be32(gid + 12, remote_overlay);
+    std::memcpy(a.ah_attr.grh.dgid.raw, gid, 16);
+    if (int rc = host::modify_qp(q, &a,
+                                 IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+      return rc;
+    a = {};
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = kRqPsn;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 4;
+    return host::modify_qp(q, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                      IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+  }
+
+  int post(host::Qp* q, ibv_wr_opcode op, uint64_t wr_id, uint32_t off, uint32_t len, uint64_t remote_addr,
+           uint32_t rkey) {
+    ibv_sge s{reinterpret_cast<uintptr_t>(buf) + off, len, mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey = rkey;
+    ibv_send_wr* bad = nullptr;
+    return host::post_send(q, &wr, &bad);
+  }
+  int post_recv(host::Qp* q, uint64_t wr_id, uint32_t off, uint32_t len) {
+    ibv_sge s{reinterpret_cast<uintptr_t>(buf) + off, len, mr->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    return host::post_recv(q, &wr, &bad);
+  }
+  uint64_t va(uint32_t off = 0) const { return reinterpret_cast<uint64_t>(buf) + off; }
+
+  // Up to n completions within ~10 s of real time.
+  std::vector<ibv_wc> poll(std::size_t n) {
+    std::vector<ibv_wc> got;
+    for (int i = 0; i < 100000 && got.size() < n; ++i) {
+      ibv_wc wc[16];
+      const int r = host::poll_cq(cq, static_cast<int>(std::min<std::size_t>(16, n - got.size())), wc);
+      if (r < 0) break;
+      got.insert(got.end(), wc, wc + r);
+      if (r == 0) usleep(100);
+    }
+    return got;
+  }
+
+  host::Context* ctx = nullptr;
+  host::Pd* pd = nullptr;
+  uint8_t* buf = nullptr;
+  host::Mr* mr = nullptr;
+  host::Cq* cq = nullptr;
+  std::vector<host::Qp*> qps;
+};
+
+// A connected QP pair: ta's on port A, tb's on port B. The host interface
+// answers modify_qp before the port logic applies it (next iteration):
+// returns once both ports have (A's may be left waiting for its route).
+struct Link {
+  host::Qp* qa;
+  host::Qp* qb;
+};
+Link connect(Pair& p, Tenant& ta, Tenant& tb) {
+  Link l{ta.create_qp(), tb.create_qp()};
+  REQUIRE(Tenant::connect(l.qa, l.qb->qp_num, Pair::kOverlayB) == 0);
+  REQUIRE(Tenant::connect(l.qb, l.qa->qp_num, Pair::kOverlayA) == 0);
+  REQUIRE(p.wait_for([&] {
+    const QpCtx* a = p.a.pw->qp_by_host(l.qa->qp_num);
+    const QpCtx* b = p.b.pw->qp_by_host(l.qb->qp_num);
+    return a && b && a->state == IBV_QPS_RTS && b->state == IBV_QPS_RTS;
+  }));
+  return l;
+}
+
+void fill(uint8_t* p, std::size_t n, uint8_t seed) {
+  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(seed + i * 7);
+}
+
+bool all_success(const std::vector<ibv_wc>& wcs) {
+  for (const ibv_wc& w : wcs)
+    if (w.status != IBV_WC_SUCCESS) return false;
+  return true;
+}
+
+uint64_t dropped(const Node& n, Stage s, DropReason r) { return n.k().dropped(s, r); }
+
+// A frame as port A would send it to B's QP `dqpn` (IRN WRITE_ONLY with its
+// XETH), for tests that forge what arrives.
+std::vector<uint8_t> forged_write(uint32_t dqpn, uint32_t psn, uint32_t rkey, uint64_t va, const uint8_t* data,
+                                  uint32_t len, uint32_t src_underlay = Pair::kUnderlayA, uint16_t pkey = 0xFFFF) {
+  TxDesc d;
+  d.bth.opcode = IBV_OPCODE_RC_RDMA_WRITE_ONLY;
+  d.bth.dqpn = dqpn;
+  d.bth.psn = psn;
+  d.bth.pkey = pkey;
+  d.bth.ack_req = true;
+  d.reth.va = va;
+  d.reth.rkey = rkey;
+  d.reth.len = len;
+  d.has_xeth = true;
+  d.xeth.msg_len = len;
+  d.xeth.rkey = rkey;
+  d.xeth.va = va;
+  d.payload_len = len;
+  d.num_segs = 1;
+  d.segs[0] = TxSeg{data, len};
+  d.udp_sport = common::kEntropyPortBase;
+  FrameAddrs a;
+  a.src_mac = {2, 0, 0, 0, 0, 1};
+  a.dst_mac = {2, 0, 0, 0, 0, 2};
+  a.src_ip = src_underlay;
+  a.dst_ip = Pair::kUnderlayB;
+  std::vector<uint8_t> f(2048);
+  f.resize(build_frame(d, a, f.data(), f.size()));
+  REQUIRE(!f.empty());
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("port layer: WRITE and SEND cross two ports, counted at each stage") {
+  Pair p;
+  Tenant ta(p.a.socket), tb(p.b.socket);
+  Link l = connect(p, ta, tb);
+  fill(ta.buf, 8192, 3);
+  REQUIRE(tb.post_recv(l.qb, 77, 16384, 256) == 0);
+  REQUIRE(ta.post(l.qa, IBV_WR_RDMA_WRITE, 1, 0, 8192, tb.va(0), tb.mr->rkey) == 0);
+  REQUIRE(ta.post(l.qa, IBV_WR_SEND, 2, 100, 200, 0, 0) == 0);
+  const auto wa = ta.poll(2);
+  REQUIRE(wa.size() == 2);
+  CHECK(all_success(wa));
+  const auto wb = tb.poll(1);
+  REQUIRE(wb.size() == 1);
+  CHECK(wb[0].status == IBV_WC_SUCCESS);
+  CHECK(wb[0].wr_id == 77);
+  CHECK(wb[0].byte_len == 200);
+  CHECK(std::memcmp(tb.buf, ta.buf, 8192) == 0);
+  CHECK(std::memcmp(tb.buf + 16384, ta.buf + 100, 200) == 0);
+  // Every frame A's port took reaches B's (the last ACKs may still be on their way back).
+  REQUIRE(p.wait_for([&] { return p.b.k().rx_packets == p.a.k().tx_packets; }));
+  p.with([&] {
+    const WorkerCounters& ka = p.a.k();
+    const WorkerCounters& kb = p.b.k();
+    CHECK(ka.qps_created == 1);
+    CHECK(kb.qps_created == 1);
+    CHECK(ka.wqe_send == 2);
+    CHECK(ka.cqe_send == 2);
+    CHECK(kb.wqe_recv == 1);
+    CHECK(kb.cqe_recv == 1);
+    CHECK(ka.tx_packets >= 9);  // 8 KiB at MTU 1024, and the SEND
+    CHECK(kb.rx_accepted >= 9);
+    CHECK(ka.tx_bytes > 8192);
+    CHECK(kb.remote_refused == 0);
+    CHECK(ka.apps_attached == 1);
+    for (std::size_t s = 0; s < static_cast<std::size_t>(Stage::kCount); ++s)
+      for (std::size_t r = 1; r < common::kDropReasonCount; ++r) {
+        CHECK(ka.drops[s][r] == 0);
+        CHECK(kb.drops[s][r] == 0);
+      }
+    const QpCtx* q = p.a.pw->qp_by_host(l.qa->qp_num);
+    REQUIRE(q != nullptr);
+    CHECK(q->routed);
+    CHECK(q->vnic == kVnic);
+    CHECK(q->remote_overlay == Pair::kOverlayB);
+    CHECK(q->remote_underlay == Pair::kUnderlayB);
+    CHECK(q->mtu == 1024);
+  });
+}
+
+TEST_CASE("port layer: QPs created, connected and destroyed while another QP streams") {
+  Pair p;
+  Tenant ta(p.a.socket), tb(p.b.socket);
+  Link stream = connect(p, ta, tb);
+  fill(ta.buf, kBufBytes / 2, 9);
+  constexpr int kRounds = 12;
+  constexpr int kPerRound = 8;
+  uint64_t done = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    // The stream keeps going: 8 WRITEs of 2 KiB each round.
+    for (int i = 0; i < kPerRound; ++i) {
+      const uint32_t off = static_cast<uint32_t>(((round * kPerRound + i) % 16) * 2048);
+      REQUIRE(ta.post(stream.qa, IBV_WR_RDMA_WRITE, 1000 + done + i, off, 2048, tb.va(off), tb.mr->rkey) == 0);
+    }
+    // Meanwhile a QP pair comes, moves one WRITE, and goes (or goes with work queued).
+    Link l = connect(p, ta, tb);
+    if (round % 3 != 2) {
+      REQUIRE(ta.post(l.qa, IBV_WR_RDMA_WRITE, 5, 0, 64, tb.va(kBufBytes / 2), tb.mr->rkey) == 0);
+    } else {
+      for (int i = 0; i < 16; ++i)
+        REQUIRE(ta.post(l.qa, IBV_WR_RDMA_WRITE, 6, 0, 1024, tb.va(kBufBytes / 2), tb.mr->rkey) == 0);
+    }
+    std::vector<ibv_wc> got = ta.poll(kPerRound + (round % 3 != 2 ? 1 : 0));
+    ta.destroy(l.qa);
+    tb.destroy(l.qb);
+    std::size_t stream_ok = 0;
+    for (const ibv_wc& w : got)
+      if (w.qp_num == stream.qa->qp_num) {
+        CHECK(w.status == IBV_WC_SUCCESS);
+        ++stream_ok;
+      }
+    // Completions of the stream that the poll above left for later.
+    while (stream_ok < kPerRound) {
+      for (const ibv_wc& w : ta.poll(1))
+        if (w.qp_num == stream.qa->qp_num) {
+          CHECK(w.status == IBV_WC_SUCCESS);
+          ++stream_ok;
+        }
+    }
+    done += kPerRound;
+  }
+  CHECK(std::memcmp(tb.buf, ta.buf, 16 * 2048) == 0);
+  REQUIRE(p.wait_for([&] { return p.a.k().qps_destroyed == kRounds && p.b.k().qps_destroyed == kRounds; }));
+  p.with([&] {
+    CHECK(p.a.k().qps_created == kRounds + 1);
+    CHECK(p.a.pw->live_qps() == 1);
+    CHECK(p.b.pw->live_qps() == 1);
+    CHECK(p.a.k().qps_app_died == 0);
+    CHECK(p.a.k().wqe_refused == 0);
+  });
+}
+
+TEST_CASE("port layer: RTR waits for the agent's route, then the WQEs posted meanwhile flow") {
+  Pair p(PairOptions{.dpu_a = true});
+  Tenant ta(p.a.socket), tb(p.b.socket);
+  fill(ta.buf, 4096, 5);
+  Link l = connect(p, ta, tb);  // A's RTR finds no egress entry: it asks the agent and waits
+  p.with([&] {
+    const QpCtx* q = p.a.pw->qp_by_host(l.qa->qp_num);
+    REQUIRE(q != nullptr);
+    CHECK(q->route_pending);
+    CHECK(!q->routed);
+    CHECK(p.a.pw->route_waits() == 1);
+    REQUIRE(!p.a.agent.punts.empty());
+    CHECK(p.a.agent.punts[0] == common::egress_key(kVnic, Pair::kOverlayB));
+  });
+  REQUIRE(ta.post(l.qa, IBV_WR_RDMA_WRITE, 1, 0, 4096, tb.va(0), tb.mr->rkey) == 0);
+  p.iterations(500);
+  p.with([&] {
+    CHECK(p.a.k().tx_packets == 0);
+    CHECK(p.a.k().wqe_send == 0);  // the WQE waits in the application's ring
+  });
+  CHECK(ta.poll(1).empty());
+  p.with([&] { p.a.add_route(); });  // the agent installs it
+  const auto wa = ta.poll(1);
+  REQUIRE(wa.size() == 1);
+  CHECK(wa[0].status == IBV_WC_SUCCESS);
+  CHECK(std::memcmp(tb.buf, ta.buf, 4096) == 0);
+  p.with([&] {
+    const QpCtx* q = p.a.pw->qp_by_host(l.qa->qp_num);
+    REQUIRE(q != nullptr);
+    CHECK(!q->route_pending);
+    CHECK(q->routed);
+    CHECK(q->route_wait_ns >= 500 * 1000);  // 500 iterations of 1 us at least
+    CHECK(p.a.pw->route_waits() == 0);
+    CHECK(p.a.k().qps_no_route == 0);
+  });
+}
+
+TEST_CASE("port layer: a route that never comes fails the QP at the deadline, not before") {
+  Pair p(PairOptions{.dpu_a = true});
+  Tenant ta(p.a.socket);
+  constexpr uint32_t kNowhere = 0xC0A80709;  // no egress entry, ever
+  host::Qp* q = ta.create_qp();
+  REQUIRE(Tenant::connect(q, 0x4242, kNowhere) == 0);
+  REQUIRE(p.wait_for([&] {
+    const QpCtx* c = p.a.pw->qp_by_host(q->qp_num);
+    return c && c->state == IBV_QPS_RTS && c->route_pending;
+  }));
+  REQUIRE(ta.post(q, IBV_WR_RDMA_WRITE, 9, 0, 64, 0x1000, 1) == 0);
+  p.with([&] { p.now += kRouteWaitNs - 10'000'000; });  // 10 ms before the deadline
+  p.iterations(2);
+  const std::size_t punts = p.with([&] { return p.a.agent.punts.size(); });
+  CHECK(punts >= 2);  // at RTR, and again on the rescans
+  p.iterations(200);  // 0.2 ms: less than one rescan period
+  p.with([&] {
+    CHECK(p.a.k().qps_no_route == 0);
+    CHECK(p.a.pw->route_waits() == 1);
+    // Waiting QPs are looked at again (and re-punted) at most once a rescan period.
+    CHECK(p.a.agent.punts.size() <= punts + 1);
+    for (const common::EntryKey& k : p.a.agent.punts) CHECK(k == common::egress_key(kVnic, kNowhere));
+  });
+  p.with([&] { p.now += 20'000'000; });
+  REQUIRE(p.wait_for([&] { return p.a.k().qps_no_route == 1; }));
+  const auto wc = ta.poll(1);
+  REQUIRE(wc.size() == 1);
+  CHECK(wc[0].wr_id == 9);
+  CHECK(wc[0].status == IBV_WC_WR_FLUSH_ERR);
+  REQUIRE(host::query_qp_state(q) == 0);
+  CHECK(q->state == IBV_QPS_ERR);
+  p.with([&] {
+    CHECK(p.a.pw->route_waits() == 0);
+    CHECK(p.a.k().tx_packets == 0);
+  });
+}
+
+TEST_CASE("port layer: frames the port refuses wait at the front of the burst; nothing is lost") {
+  Pair p;
+  Tenant ta(p.a.socket), tb(p.b.socket);
+  Link l = connect(p, ta, tb);
+  fill(ta.buf, 64 * 512, 11);
+  p.with([&] { p.a.io.tx_room = 0; });  // the port takes nothing
+  for (int i = 0; i < 64; ++i)
+    REQUIRE(ta.post(l.qa, IBV_WR_RDMA_WRITE, static_cast<uint64_t>(i), static_cast<uint32_t>(i * 512), 512,
+                    tb.va(static_cast<uint32_t>(i * 512)), tb.mr->rkey) == 0);
+  REQUIRE(p.wait_for([&] { return p.a.pw->tx_held() == kBurst; }));
+  p.iterations(200);
+  p.with([&] {
+    CHECK(p.a.pw->tx_held() == kBurst);  // a full burst held, the core's queue left alone
+    CHECK(p.a.k().tx_packets == 0);
+    CHECK(p.a.k().tx_backpressure > 0);
+    CHECK(p.a.k().tx_not_sent == 0);
+    CHECK(dropped(p.a, Stage::kEgress, DropReason::kNoBuffer) == 0);
+    p.a.io.tx_room = 5;  // a few at a time, then all
+  });
+  p.iterations(50);
+  p.with([&] {
+    CHECK(p.a.k().tx_packets == 5);
+    p.a.io.tx_room = FakeIo::kUnlimited;
+  });
+  const auto wa = ta.poll(64);
+  REQUIRE(wa.size() == 64);
+  CHECK(all_success(wa));
+  for (int i = 0; i < 64; ++i) CHECK(wa[static_cast<std::size_t>(i)].wr_id == static_cast<uint64_t>(i));
+  CHECK(std::memcmp(tb.buf, ta.buf, 64 * 512) == 0);
+  p.with([&] {
+    CHECK(p.a.pw->tx_held() == 0);
+    CHECK(p.a.k().tx_retransmits == 0);  // held, not lost: nothing to recover by timeout
+    CHECK(p.b.k().remote_refused == 0);
+  });
+}
+
+TEST_CASE("port layer: no buffer for a frame is a counted egress drop, recovered by retransmission") {
+  Pair p;
+  Tenant ta(p.a.socket), tb(p.b.socket);
+  Link l = connect(p, ta, tb);
+  fill(ta.buf, 1024, 21);
+  std::vector<FakeFrame*> held;
+  p.with([&] {
+    while (FakeFrame* f = p.a.io.alloc()) held.push_back(f);
+  });
+  REQUIRE(ta.post(l.qa, IBV_WR_RDMA_WRITE, 1, 0, 1024, tb.va(0), tb.mr->rkey) == 0);
+  REQUIRE(p.wait_for([&] { return dropped(p.a, Stage::kEgress, DropReason::kNoBuffer) >= 1; }));
+  p.with([&] {
+    for (FakeFrame* f : held) p.a.io.release(f);
+    p.now += 100'000'000;  // past the retransmission timeout
+  });
+  const auto wa = ta.poll(1);
+  REQUIRE(wa.size() == 1);
+  CHECK(wa[0].status == IBV_WC_SUCCESS);
+  CHECK(std::memcmp(tb.buf, ta.buf, 1024) == 0);
+  p.with([&] { CHECK(p.a.k().tx_retransmits >= 1); });
+}
+
+TEST_CASE("port layer: an application killed with QPs and work in flight is cleaned up; the port goes on") {
+  Pair p;
+  Tenant tb(p.b.socket);
+  host::Qp* sink = tb.create_qp();
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // A tenant on A with 4 QPs toward B (a QP there that is not connected, and
+    // unknown QPNs: B drops their packets, A retransmits), WRITEs queued.
+    close(fds[0]);
+    host::Context* ctx = host::open_device(p.a.socket.c_str());
+    if (ctx == nullptr) _exit(10);
+    host::Pd* pd = host::alloc_pd(ctx);
+    auto* buf = static_cast<uint8_t*>(host::alloc_buf(ctx, 1 << 16));
+    host::Mr* mr = buf ? host::reg_mr(pd, buf, 1 << 16, IBV_ACCESS_LOCAL_WRITE) : nullptr;
+    host::Cq* cq = host::create_cq(ctx, 256);
+    if (mr == nullptr || cq == nullptr) _exit(11);
+    for (int i = 0; i < 4; ++i) {
+      host::QpInitAttr init;
+      init.send_cq = cq;
+      init.recv_cq = cq;
+      init.cap.max_send_wr = 32;
+      init.cap.max_recv_wr = 8;
+      init.cap.max_send_sge = 1;
+      init.cap.max_recv_sge = 1;
+      host::Qp* q = host::create_qp(pd, &init);
+      if (q == nullptr || Tenant::connect(q, i == 0 ? sink->qp_num : 0x7000 + i, Pair::kOverlayB) != 0) _exit(12);
+      for (int w = 0; w < 16; ++w) {
+        ibv_sge s{reinterpret_cast<uintptr_t>(buf), 4096, mr->lkey};
+        ibv_send_wr wr{};
+        wr.sg_list = &s;
+        wr.num_sge = 1;
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(tb.buf);
+        wr.wr.rdma.rkey = tb.mr->rkey;
+        ibv_send_wr* bad = nullptr;
+        if (host::post_send(q, &wr, &bad) != 0) _exit(13);
+      }
+    }
+    const char ok = 1;
+    if (write(fds[1], &ok, 1) != 1) _exit(14);
+    pause();
+    _exit(0);
+  }
+  close(fds[1]);
+  char ok = 0;
+  REQUIRE(read(fds[0], &ok, 1) == 1);
+  close(fds[0]);
+  REQUIRE(p.wait_for([&] { return p.a.k().tx_packets > 16; }));  // traffic in flight
+  kill(child, SIGKILL);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFSIGNALED(status));
+  REQUIRE(p.wait_for([&] { return p.a.k().qps_app_died == 4; }));
+  p.with([&] {
+    CHECK(p.a.k().apps_detached == 1);
+    CHECK(p.a.k().qps_destroyed == 0);
+    CHECK(p.a.pw->live_qps() == 0);
+    CHECK(!p.a.pw->has_backlog());
+  });
+  // The port goes on: a new tenant on A moves data to B.
+  Tenant ta(p.a.socket);
+  Link l = connect(p, ta, tb);
+  fill(ta.buf, 2048, 33);
+  REQUIRE(ta.post(l.qa, IBV_WR_RDMA_WRITE, 1, 0, 2048, tb.va(8192), tb.mr->rkey) == 0);
+  const auto wa = ta.poll(1);
+  REQUIRE(wa.size() == 1);
+  CHECK(wa[0].status == IBV_WC_SUCCESS);
+  CHECK(std::memcmp(tb.buf + 8192, ta.buf, 2048) == 0);
+}
+
+TEST_CASE("port layer: a bad R_Key, a VA out of bounds or missing access rights are refused") {
+  // IRN checks each packet's RETH and XETH; go-back-N the first packet's RETH.
+  const Reliability mode = GENERATE(Reliability::kIrn, Reliability::kGoBackN);
+  INFO((mode == Reliability::kIrn ? "IRN" : "go-back-N"));
+  Pair p(PairOptions{.mode = mode});
+  Tenant ta(p.a.socket), tb(p.b.socket);
+  Tenant tb_local(p.b.socket, IBV_ACCESS_LOCAL_WRITE);  // no remote access at all
+  fill(ta.buf, 4096, 1);
+  std::memset(tb.buf, 0xEE, kBufBytes);
+  std::memset(tb_local.buf, 0xEE, kBufBytes);
+  struct Case {
+    const char* what;
+    ibv_wr_opcode op;
+    uint64_t va;
+    uint32_t rkey;
+    uint32_t len;
+  };
+  const Case cases[] = {
+      {"unknown rkey", IBV_WR_RDMA_WRITE, tb.va(0), tb.mr->rkey ^ 0x5A5A00, 256},
+      {"VA past the MR's end", IBV_WR_RDMA_WRITE, tb.va(kBufBytes - 128), tb.mr->rkey, 256},
+      {"VA before the MR", IBV_WR_RDMA_WRITE, tb.va(0) - 4096, tb.mr->rkey, 256},
+      {"a 4-packet WRITE running past the MR's end", IBV_WR_RDMA_WRITE, tb.va(kBufBytes - 2048), tb.mr->rkey, 4096},
+      {"WRITE to an MR without REMOTE_WRITE", IBV_WR_RDMA_WRITE, tb_local.va(0), tb_local.mr->rkey, 256},
+      {"READ of an MR without REMOTE_READ", IBV_WR_RDMA_READ, tb_local.va(0), tb_local.mr->rkey, 256},
+  };
+  uint64_t refused = 0;
+  for (const Case& c : cases) {
+    INFO(c.what);
+    Link l = connect(p, ta, tb);  // the error takes the QP to ERR: a fresh pair per case
+    REQUIRE(ta.post(l.qa, c.op, 1, 0, c.len, c.va, c.rkey) == 0);
+    const auto wa = ta.poll(1);
+    REQUIRE(wa.size() == 1);
+    CHECK(wa[0].status == IBV_WC_REM_ACCESS_ERR);
+    // Refused at B's ingress (a WRITE's RETH and XETH each), before its core.
+    const uint64_t now_refused = p.with([&] { return p.b.k().remote_refused; });
+    CHECK(now_refused > refused);
+    refused = now_refused;
+  }
+  for (std::size_t i = 0; i < kBufBytes; ++i) {
+    if (tb.buf[i] != 0xEE || tb_local.buf[i] != 0xEE) {
+      FAIL("remote memory changed at " << i);
+      break;
+    }
+  }
+  p.with([&] { CHECK(p.b.host->counters().bad_rkey == refused); });  // every refusal is the host's check
+}
+
+TEST_CASE("port layer: a forged frame naming the core's identity key or a raw worker address is refused") {
+  Pair p;
+  Tenant ta(p.a.socket), tb(p.b.socket);
+  Link l = connect(p, ta, tb);
+  std::memset(tb.buf, 0xEE, 4096);
+  uint8_t evil[256];
+  std::memset(evil, 0x66, sizeof evil);
+  // The core's one MR is the identity region with the first key it hands out
+  // (address == worker pointer). In this one process the application's
+  // address of its buffer is a valid worker address too, so a packet with
+  // that key and address reaching the core unchecked would land in tb.buf.
+  const uint32_t identity_key = p.with([&] { return p.b.pw->identity_key(); });
+  const uint64_t app_ptr = reinterpret_cast<uint64_t>(tb.buf);
+  for (uint32_t rkey : {identity_key, 0u, tb.mr->rkey + 1}) {
+    const std::vector<uint8_t> f = forged_write(l.qb->qp_num, kRqPsn, rkey, app_ptr, evil, sizeof evil);
+    p.with([&] { REQUIRE(p.b.io.inject(f.data(), static_cast<uint32_t>(f.size()))); });
+  }
+  REQUIRE(p.wait_for([&] { return p.b.k().rx_packets >= 3; }));
+  p.iterations(20);
+  // The RETH and the XETH of each were refused (rewritten to key 0), the core NAKed.
+  CHECK(p.with([&] { return p.b.k().remote_refused; }) == 6);
+  for (int i = 0; i < 4096; ++i)
+    if (tb.buf[i] != 0xEE) FAIL("placed at " << i);
+  p.with([&] { CHECK(p.b.host->counters().bad_rkey == 6); });
+}
+
+TEST_CASE("port layer: frames refused before the core are counted by stage and reason") {
+  Pair p;
+  Tenant ta(p.a.socket), tb(p.b.socket);
+  Link l = connect(p, ta, tb);
+  uint8_t data[64] = {};
+  const uint32_t q = l.qb->qp_num;
+  auto inject = [&](std::vector<uint8_t> f) {
+    p.with([&] { REQUIRE(p.b.io.inject(f.data(), static_cast<uint32_t>(f.size()))); });
+  };
+  std::vector<uint8_t> bad_icrc = forged_write(q, kRqPsn, tb.mr->rkey, tb.va(0), data, 64);
+  bad_icrc.back() ^= 0xFF;
+  inject(bad_icrc);
+  inject(std::vector<uint8_t>(bad_icrc.begin(), bad_icrc.begin() + 30));  // truncated in the IPv4 header
+  inject(forged_write(0x00FFFF, kRqPsn, tb.mr->rkey, tb.va(0), data, 64));                // no such QP
+  inject(forged_write(q, kRqPsn, tb.mr->rkey, tb.va(0), data, 64, 0x0A000009));           // from another underlay
+  inject(forged_write(q, kRqPsn, tb.mr->rkey, tb.va(0), data, 64, Pair::kUnderlayA, 0x8005));  // another partition
+  REQUIRE(p.wait_for([&] { return p.b.k().rx_packets == 5; }));
+  p.with([&] {
+    const Node& b = p.b;
+    CHECK(dropped(b, Stage::kParse, DropReason::kBadIcrc) == 1);
+    uint64_t parse = 0;
+    for (std::size_t r = 1; r < common::kDropReasonCount; ++r) parse += b.k().drops[0][r];
+    CHECK(parse == 2);
+    CHECK(dropped(b, Stage::kIngress, DropReason::kUnknownQpn) == 1);
+    CHECK(dropped(b, Stage::kIngress, DropReason::kTenantMismatch) == 1);
+    CHECK(dropped(b, Stage::kIngress, DropReason::kPkeyViolation) == 1);
+    CHECK(b.k().rx_accepted == 0);
+    CHECK(b.k().remote_refused == 0);  // refused before the rkey was looked at
+  });
+}
+
+TEST_CASE("port layer: every counter is one row (group, name, help) and each live QP one snapshot row") {
+  Pair p;
+  Tenant ta(p.a.socket), tb(p.b.socket);
+  Link l = connect(p, ta, tb);
+  fill(ta.buf, 4096, 7);
+  REQUIRE(ta.post(l.qa, IBV_WR_RDMA_WRITE, 1, 0, 4096, tb.va(0), tb.mr->rkey) == 0);
+  REQUIRE(ta.poll(1).size() == 1);
+  uint8_t data[32] = {};
+  const std::vector<uint8_t> stray = forged_write(0x00FFFF, kRqPsn, tb.mr->rkey, tb.va(0), data, 32);
+  p.with([&] { REQUIRE(p.b.io.inject(stray.data(), static_cast<uint32_t>(stray.size()))); });
+  REQUIRE(p.wait_for([&] { return dropped(p.b, Stage::kIngress, DropReason::kUnknownQpn) == 1; }));
+  p.with([&] {
+    std::map<std::string, uint64_t> rows;
+    int io_rows = 0, more_rows = 0;
+    p.b.pw->visit_counters(
+        [&](const char* g, const char* n, uint64_t v, const char* help) {
+          const std::string key = std::string(g) + "/" + n;
+          CHECK(rows.count(key) == 0);  // visited once
+          CHECK(std::strlen(help) > 0);
+          rows[key] = v;
+        },
+        [&](auto&& f) {
+          ++io_rows;
+          CHECK(rows.count("drops.ingress/unknown_qpn") == 1);  // after the drops
+          f("io", "x", 7, "the I/O layer's row");
+        },
+        [&](auto&&) {
+          ++more_rows;
+          CHECK(rows.count("/live_qps") == 0);  // before live_qps
+        });
+    CHECK(io_rows == 1);
+    CHECK(more_rows == 1);
+    const WorkerCounters& k = p.b.k();
+    CHECK(rows["worker/rx_packets"] == k.rx_packets);
+    CHECK(rows["worker/rx_accepted"] == k.rx_accepted);
+    CHECK(rows["drops.ingress/unknown_qpn"] == 1);
+    CHECK(rows.count("drops.parse/bad_icrc") == 0);  // only the drops that happened
+    CHECK(rows["io/x"] == 7);
+    CHECK(rows["core/rx_pkts"] == p.b.pw->core().counters().rx_pkts);
+    CHECK(rows["host/recv_wqes"] == p.b.host->counters().recv_wqes);
+    CHECK(rows["table/entries"] == 1);
+    CHECK(rows["vnics/count"] == 1);
+    CHECK(rows["/live_qps"] == 1);
+
+    QpRows q;
+    q.rows.resize(4);
+    p.a.pw->fill_qp_rows(q);
+    REQUIRE(q.n == 1);
+    const QpRow& r = q.rows[0];
+    CHECK(r.host_qpn == l.qa->qp_num);
+    CHECK(r.state == IBV_QPS_RTS);
+    CHECK(r.vnic == kVnic);
+    CHECK(r.remote_overlay == Pair::kOverlayB);
+    CHECK(r.remote_underlay == Pair::kUnderlayB);
+    CHECK(r.mtu == 1024);
+    CHECK(!r.route_pending);
+    REQUIRE(r.has_counters);
+    CHECK(r.tx_pkts >= 4);
+    CHECK(r.paths >= 1);
+  });
+}
+
+TEST_CASE("port layer: a QP moved to ERR under traffic completes every WQE, finished or flushed") {
+  Pair p;
+  Tenant ta(p.a.socket), tb(p.b.socket);
+  Link l = connect(p, ta, tb);
+  Link other = connect(p, ta, tb);
+  fill(ta.buf, kBufBytes, 13);
+  constexpr int kWrites = 48;
+  p.with([&] { p.deliver = false; });  // in flight, unacknowledged, until the QP is in ERR
+  for (int i = 0; i < kWrites; ++i)
+    REQUIRE(ta.post(l.qa, IBV_WR_RDMA_WRITE, static_cast<uint64_t>(i), 0, 4096, tb.va(0), tb.mr->rkey) == 0);
+  REQUIRE(p.wait_for([&] { return p.a.k().wqe_send > 0; }));  // some of it in the core
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_ERR;
+  REQUIRE(host::modify_qp(l.qa, &a, IBV_QP_STATE) == 0);
+  REQUIRE(p.wait_for([&] { return p.a.pw->qp_by_host(l.qa->qp_num)->state == IBV_QPS_ERR; }));
+  p.with([&] { p.deliver = true; });
+  std::vector<ibv_wc> wa = ta.poll(kWrites);
+  REQUIRE(wa.size() == kWrites);
+  std::size_t ok = 0, flushed = 0;
+  for (std::size_t i = 0; i < wa.size(); ++i) {
+    CHECK(wa[i].wr_id == i);  // in order, each once
+    if (wa[i].status == IBV_WC_SUCCESS) {
+      CHECK(flushed == 0);  // no success after the first flush
+      ++ok;
+    } else {
+      CHECK(wa[i].status == IBV_WC_WR_FLUSH_ERR);
+      ++flushed;
+    }
+  }
+  CHECK(flushed > 0);
+  // The other QP on the same ports is untouched.
+  REQUIRE(ta.post(other.qa, IBV_WR_RDMA_WRITE, 99, 0, 4096, tb.va(8192), tb.mr->rkey) == 0);
+  const auto wo = ta.poll(1);
+  REQUIRE(wo.size() == 1);
+  CHECK(wo[0].status == IBV_WC_SUCCESS);
+  CHECK(std::memcmp(tb.buf + 8192, ta.buf, 4096) == 0);
+  p.with([&] {
+    const QpCtx* q = p.a.pw->qp_by_host(l.qa->qp_num);
+    REQUIRE(q != nullptr);
+    CHECK(q->state == IBV_QPS_ERR);
+    CHECK(p.a.k().cqe_send == p.a.k().wqe_send);  // what the core took, it gave back
+    CHECK(p.a.k().cqe_lost == 0);
+  });
+}
