@@ -40,6 +40,8 @@
 #include "rnic/port/egress_route.h"
 #include "rnic/dpdk/rx_stage.h"
 #include "rnic/dpdk/tx_encap.h"
+#include "common/trace/trace_file.h"
+#include "rnic/port/tx_trace.h"
 #include "rnic/table/level2_table.h"
 
 using namespace tandem;
@@ -63,14 +65,20 @@ int main(int argc, char** argv) {
   double seconds = 3;
   uint32_t payload = 64, n_frames = 0;  // 0: as many as fit in kReplayBytes
   bool control = true;
+  std::string trace_mode = "none";  // trace units: none (no trace code path), off, nomatch, match
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--trace" && i + 1 < argc) {
+      trace_mode = argv[++i];
+      continue;
+    }
     if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
     else if (a == "--payload" && i + 1 < argc) payload = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--frames" && i + 1 < argc) n_frames = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--no-control") control = false;  // the pipeline alone, no floor (for perf record)
     else {
-      std::fprintf(stderr, "usage: rx_pipeline_bench [--seconds S] [--payload B] [--frames N (even; default: 0.66 MB of frames)] [--no-control]\n");
+      std::fprintf(stderr, "usage: rx_pipeline_bench [--seconds S] [--payload B] [--frames N (even; default: 0.66 MB of frames)] [--no-control]\n"
+                           "       [--trace none|off|nomatch|match (the worker's tracer: none, no rule, a rule matching nothing, every packet)]\n");
       return 2;
     }
   }
@@ -200,6 +208,23 @@ int main(int argc, char** argv) {
   };
   rnic::dpdk::RxStage stage;
   rnic::dpdk::WorkerCounters k;
+  // The worker's tracer over an in-memory ring of the worker's size.
+  if (trace_mode != "none" && trace_mode != "off" && trace_mode != "nomatch" && trace_mode != "match") {
+    std::fprintf(stderr, "rx_pipeline_bench: --trace none|off|nomatch|match\n");
+    return 2;
+  }
+  const bool traced = trace_mode != "none";
+  std::vector<uint64_t> ring_mem(common::trace::ring_bytes(common::trace::kDefaultCapacity) / 8 + 1);
+  common::trace::Tracer tracer;
+  tracer.attach(common::trace::ring_init(ring_mem.data(), common::trace::kDefaultCapacity, 0, "bench"));
+  common::trace::Rule rule;
+  if (trace_mode == "nomatch") rule.ip_a = 0x01020304;  // no packet here comes from or goes to 1.2.3.4
+  auto arm = [&] {  // per pass: a match-all rule would fill the ring and stop
+    if (trace_mode == "nomatch" || trace_mode == "match") {
+      tracer.request(rule);
+      tracer.poll(clock.now_ns());
+    }
+  };
   auto run = [&](bool full) {
     uint64_t pkts = 0, acks = 0;
     k = rnic::dpdk::WorkerCounters{};
@@ -207,6 +232,7 @@ int main(int argc, char** argv) {
     const uint64_t t0 = clock.now_ns(), end = t0 + static_cast<uint64_t>(seconds * 1e9);
     while (clock.now_ns() < end) {
       if (full) connect(rx, rqpn, sqpn, 0xC0A80001, true);
+      if (full && traced) arm();
       for (std::size_t i = 0; i < index.size(); i += 32) {
         rte_mbuf* ms[32];
         const std::size_t n = std::min<std::size_t>(32, index.size() - i);
@@ -228,7 +254,7 @@ int main(int argc, char** argv) {
         // the host interface, which this bench has not got (the core's MR is
         // the receive buffer itself).
         const Level2Table::Snapshot snap = table.begin_read();
-        stage.run(ms, static_cast<uint16_t>(n), rx, k, now, [&](common::RocePacket& pkt, uint8_t*) noexcept {
+        auto ingress = [&](common::RocePacket& pkt, uint8_t*) noexcept {
           BenchQp* q = nullptr;
           const common::DropReason r = rnic::dpdk::check_ingress(
               pkt, kLocalUnderlay, table, snap,
@@ -238,17 +264,26 @@ int main(int argc, char** argv) {
           if (r != common::DropReason::kNone) return r;
           pkt.bth.dqpn = q->core_qpn;
           return common::DropReason::kNone;
-        });
+        };
+        if (traced)
+          stage.run(ms, static_cast<uint16_t>(n), rx, k, now, ingress, tracer);
+        else
+          stage.run(ms, static_cast<uint16_t>(n), rx, k, now, ingress);
         rte_pktmbuf_free_bulk(ms, static_cast<unsigned>(n));
         // Worker::tx_drain: ACK/SACK frames from the QP's route template,
         // ICRCs deferred to the burst's finish().
         rx.poll(now);
         rte_mbuf* out[64];
         uint16_t no = 0;
+        const bool tracing = traced && tracer.active();
         while (!rx.tx().empty() && no < 64) {
           const TxDesc& d = rx.tx().front();
-          if (const rnic::port::EgressRoute* r = fresh_route(qp, d.peer, snap))
-            if (rte_mbuf* m = encap.build(d, r->tmpl, r->sport(d.udp_sport), true)) out[no++] = m;
+          if (const rnic::port::EgressRoute* r = fresh_route(qp, d.peer, snap)) {
+            const uint16_t sport = r->sport(d.udp_sport);
+            if (rte_mbuf* m = encap.build(d, r->tmpl, sport, true)) out[no++] = m;
+            if (tracing) [[unlikely]]
+              rnic::port::trace_tx(tracer, d, *r, sport, encap.last_ip_id(), [&clock] { return clock.now_ns(); });
+          }
           rx.tx().pop();
         }
         encap.finish();
@@ -278,10 +313,11 @@ int main(int argc, char** argv) {
   std::printf("{\"mpps\": %.4f, \"floor_mpps\": %.4f, \"accepted\": %lu, \"acks_sent\": %lu, \"payload\": %u, "
               "\"frame_bytes\": %u, \"frames_per_pass\": %u, \"ns_per_packet_cpu\": %.1f, "
               "\"floor_ns_per_packet_cpu\": %.1f, \"qp_reset_ns\": %.0f, \"qp_reset_ns_per_packet\": %.2f, "
-              "\"dropped\": %lu, \"icrc\": \"%s\"}\n",
+              "\"dropped\": %lu, \"icrc\": \"%s\", \"trace\": \"%s\", \"trace_records\": %lu}\n",
               mpps, floor_mpps, static_cast<unsigned long>(accepted), static_cast<unsigned long>(acks), payload,
               index.empty() ? 0 : index[0].second, n_frames, cpu, floor_cpu, reset_ns, reset_ns / n_frames,
-              static_cast<unsigned long>(dropped), common::crc32_backend());
+              static_cast<unsigned long>(dropped), common::crc32_backend(), trace_mode.c_str(),
+              static_cast<unsigned long>(tracer.written()));
   (void)b1;
   (void)b2;
   common::dpdk::port_close(0);

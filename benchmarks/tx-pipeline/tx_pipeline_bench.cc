@@ -42,6 +42,8 @@
 #include "rnic/core/transport.h"
 #include "rnic/port/egress_route.h"
 #include "rnic/dpdk/tx_encap.h"
+#include "common/trace/trace_file.h"
+#include "rnic/port/tx_trace.h"
 #include "rnic/table/level2_table.h"
 
 using namespace tandem;
@@ -181,6 +183,7 @@ bool floor_frame_ok(rte_mbuf* m, TxDesc d, const FrameAddrs& fa, uint32_t psn, u
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::string trace_mode = "none";
   double seconds = 3;
   uint32_t payload = 64, n_qps = 4, txq = 1024, cq_size = 1 << 16, depth = 256, signal_every = 1, post_list = 1;
   bool copy = false, gbn = false, floor = false, encap_only = false;
@@ -198,6 +201,7 @@ int main(int argc, char** argv) {
     else if (a == "--gbn") gbn = true;
     else if (a == "--floor") floor = true;
     else if (a == "--encap-only") encap_only = true;
+    else if (a == "--trace" && i + 1 < argc) trace_mode = argv[++i];
     else {
       std::fprintf(stderr, "usage: tx_pipeline_bench [--seconds S] [--payload B] [--qps N] [--tx-copy] [--gbn]\n"
                    "         [--txq N (core TX queue, 1024)] [--cq N (CQ entries, 65536)]\n"
@@ -205,7 +209,9 @@ int main(int argc, char** argv) {
                    "         [--signal-every N (IBV_SEND_SIGNALED on one WR in N per QP, as perftest's --cq-mod; 1)]\n"
                    "         [--post-list N (WRs per post_send call, as perftest's --post_list; 1)]\n"
                    "         [--floor (no transport: template, patch, copy, ICRC, tx_burst)]\n"
-                   "         [--encap-only (TxEncap::build from a kept descriptor, no transport)]\n");
+                   "         [--encap-only (TxEncap::build from a kept descriptor, no transport)]\n"
+                   "         [--trace none|off|nomatch|match (the worker's tracer: none, no rule, a rule matching\n"
+                   "          nothing, every packet)]\n");
       return 2;
     }
   }
@@ -220,6 +226,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string prefix = "tandem-txbench-" + std::to_string(getpid());
+  if (trace_mode != "none" && trace_mode != "off" && trace_mode != "nomatch" && trace_mode != "match") {
+    std::fprintf(stderr, "tx_pipeline_bench: --trace none|off|nomatch|match\n");
+    return 2;
+  }
+  // The worker's tracer over an in-memory ring of the worker's size.
+  const bool traced = trace_mode != "none";
+  const bool rearm = trace_mode == "nomatch" || trace_mode == "match";
+  std::vector<uint64_t> ring_mem(common::trace::ring_bytes(common::trace::kDefaultCapacity) / 8 + 1);
+  common::trace::Tracer tracer;
+  tracer.attach(common::trace::ring_init(ring_mem.data(), common::trace::kDefaultCapacity, 0, "bench"));
+  common::trace::Rule rule;
+  if (trace_mode == "nomatch") rule.ip_a = 0x01020304;  // no packet here comes from or goes to 1.2.3.4
   common::dpdk::eal_init("tx_pipeline_bench", {"--no-huge", "--no-pci", "-l", "0", "-m", "256",
                                                "--file-prefix=" + prefix, "--log-level=error", "--vdev=net_null0"});
   rte_mempool* pool = rte_pktmbuf_pool_create("tx_hdr", 8191, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
@@ -354,6 +372,10 @@ int main(int argc, char** argv) {
     uint64_t now = t0;
     for (uint64_t iter = 0; now < end; ++iter) {
       now = clock.now_ns();
+      if (rearm && !tracer.active()) [[unlikely]] {  // a match-all rule fills the ring and stops: again
+        tracer.request(rule);
+        tracer.poll(now);
+      }
       // The application's side: WRs reused (as a verbs program reuses its
       // ibv_send_wr), only the id, buffer and flags change; --post-list of
       // them per call (one: the single-WR post_send).
@@ -401,6 +423,7 @@ int main(int argc, char** argv) {
         core.poll(now);
         const Level2Table::Snapshot snap = table.begin_read();
         TxQueue& tx = core.tx();
+        const bool tracing = traced && tracer.active();
         while (!tx.empty()) {
           const TxDesc& d = tx.front();
           const uint32_t qi = d.local_qpn - kQpnBase;
@@ -412,6 +435,9 @@ int main(int argc, char** argv) {
             if (rte_mbuf* m = encap->build(d, r.tmpl_for(d.bth.dqpn), r.sport(d.udp_sport), true)) {
               burst[nb++] = m;
               if (tally.frame_bytes == 0) tally.frame_bytes = rte_pktmbuf_pkt_len(m);
+              if (tracing) [[unlikely]]
+                rnic::port::trace_tx(tracer, d, r, r.sport(d.udp_sport), encap->last_ip_id(),
+                                     [&clock] { return clock.now_ns(); });
             }
           last_psn[qi] = d.bth.psn;
           ++since_ack[qi];
@@ -452,11 +478,12 @@ int main(int argc, char** argv) {
   std::printf("{\"mode\": \"%s\", \"packets\": %lu, \"not_sent\": %lu, \"seconds\": %.3f, \"mpps\": %.4f, "
               "\"cpu_seconds\": %.3f, \"mpps_per_cpu_second\": %.4f, \"ns_per_packet_cpu\": %.1f, \"payload\": %u, "
               "\"qps\": %u, \"frame_bytes\": %u, \"zero_copy_segs\": %lu, \"copied_bytes\": %lu, "
-              "\"signal_every\": %u, \"post_list\": %u}\n",
+              "\"signal_every\": %u, \"post_list\": %u, \"trace\": \"%s\", \"trace_records\": %lu}\n",
               mode, static_cast<unsigned long>(sent), static_cast<unsigned long>(tally.not_sent), secs,
               sent / secs / 1e6, cpu_secs, sent / cpu_secs / 1e6,
               cpu_secs * 1e9 / static_cast<double>(sent ? sent : 1), payload, n_qps, tally.frame_bytes,
-              static_cast<unsigned long>(counters.zero_copy_segs), static_cast<unsigned long>(counters.copied_bytes), signal_every, post_list);
+              static_cast<unsigned long>(counters.zero_copy_segs), static_cast<unsigned long>(counters.copied_bytes), signal_every, post_list,
+              trace_mode.c_str(), static_cast<unsigned long>(tracer.written()));
   common::dpdk::port_close(0);
   common::dpdk::eal_cleanup();
   std::error_code ec;

@@ -137,7 +137,7 @@ class PortWorker final : public PortLogic {
       if (tracing) [[unlikely]] {
         uint16_t ip_id = 0;
         if constexpr (requires { io_.last_ip_id(); }) ip_id = io_.last_ip_id();
-        trace_tx(*tracer_, d, *r, sport, ip_id, io_.now_ns());
+        trace_tx(*tracer_, d, *r, sport, ip_id, [this] { return io_.now_ns(); });
       }
       if (d.retransmit) ++k_.tx_retransmits;
       tx.pop();

@@ -12,11 +12,14 @@
 
 namespace tandem::rnic::port {
 
+// `now()` is read only for a packet the rule matches (a clock read costs more
+// than the match).
+template <class Now>
 inline void trace_tx(common::trace::Tracer& t, const TxDesc& d, const EgressRoute& r, uint16_t sport, uint16_t ip_id,
-                     uint64_t now) noexcept {
-  if (!t.matches(r.local_underlay, r.underlay, d.bth.dqpn, r.tmpl.pkey)) return;
+                     Now&& now) noexcept {
+  if (!t.matches(r.local_underlay, r.underlay, d.bth.dqpn, r.tmpl.pkey)) [[likely]] return;
   common::trace::Record x;
-  x.ts_ns = now;
+  x.ts_ns = now();
   x.src_ip = r.local_underlay;
   x.dst_ip = r.underlay;
   x.dqpn = d.bth.dqpn;
