@@ -171,10 +171,12 @@ int trace_show(const TraceArgs& a) {
   tr::Merged m = tr::merge(rings, verdict_name, &cal);
   auto pkt_json = [&](const tr::Timeline& t) {
     json ev = json::array();
-    for (const tr::Event& e : t.events)
+    for (const tr::Event& e : t.events) {
       ev.push_back({{"t_ns", e.t_ns}, {"process", e.process}, {"stage", tr::stage_name(e.r.stage)},
                     {"verdict", verdict_name(e.r.stage, e.r.verdict)}, {"sport", e.r.sport}, {"aux", e.r.aux},
                     {"copy", e.copy}, {"retransmit", (e.r.flags & tr::kFlagRetransmit) != 0}});
+      if (e.r.stage == tr::Stage::kRxIngress || e.r.stage == tr::Stage::kRxCore) ev.back()["table_version"] = e.r.aux;
+    }
     json j = {{"src", ip_str(t.key.src_ip)}, {"dst", ip_str(t.key.dst_ip)}, {"dqpn", t.key.dqpn}, {"psn", t.key.psn},
               {"opcode", opcode_name(t.key.opcode)}, {"outcome", tr::outcome_name(t.outcome)}, {"copies", t.copies},
               {"drops", t.drops}, {"foreign", t.foreign}, {"out_of_order", t.out_of_order}, {"events", ev}};

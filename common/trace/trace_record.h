@@ -20,7 +20,7 @@ namespace tandem::common::trace {
   X(kFabricDeliver, "fabric_deliver") /* fabric: left path `aux` for its port */    \
   X(kRxParse, "rx_parse")           /* RNIC: headers or ICRC refused */             \
   X(kRxIngress, "rx_ingress")       /* RNIC: tenant check (aux: table version) */   \
-  X(kRxCore, "rx_core")             /* RNIC: the core's verdict (none: accepted) */
+  X(kRxCore, "rx_core")             /* RNIC: the core's verdict (none: accepted; aux: table version) */
 
 enum class Stage : uint8_t {
 #define TANDEM_TRACE_STAGE_ENUM(name, str) name,
@@ -47,7 +47,7 @@ struct Record {
   uint32_t src_ip = 0, dst_ip = 0;  // underlay, host order
   uint32_t dqpn = 0;                // BTH destination QP as on the wire
   uint32_t psn = 0;
-  uint32_t aux = 0;  // fabric: path index; rx_ingress: table version (low 32 bits)
+  uint32_t aux = 0;  // fabric: path index; rx_ingress, rx_core: the level-2 table version the check read (low 32 bits)
   uint16_t sport = 0;
   Stage stage = Stage::kNone;
   uint8_t opcode = 0;

@@ -79,7 +79,8 @@ class PortWorker final : public PortLogic {
     const Level2Table::Snapshot snap = table_.begin_read();
     if (tracer_->active()) [[unlikely]] now = io_.now_ns();  // records stamped after the burst arrived
     rx_.run(pkts, n, core_, k_, now,
-            [&](common::RocePacket& pkt, uint8_t* data) noexcept { return accept(pkt, data, snap); }, *tracer_);
+            [&](common::RocePacket& pkt, uint8_t* data) noexcept { return accept(pkt, data, snap); }, *tracer_,
+            snap.version);
     io_.free_bulk(pkts, n);  // placement copied what it kept
     return n;
   }

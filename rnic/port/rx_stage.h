@@ -95,10 +95,13 @@ class RxStage {
     return taken;
   }
   // The same with tracing (common/trace): one test of `trace.active()` per
-  // burst; only a burst under a rule runs the recording variant.
+  // burst; only a burst under a rule runs the recording variant, whose
+  // tenant-check and core records carry `table_version` (the snapshot the
+  // check read).
   template <class Ingress>
   uint32_t run(Buf* const* m, uint16_t n, Transport& core, WorkerCounters& k, uint64_t now, Ingress&& ingress,
-               common::trace::Tracer& trace) noexcept {
+               common::trace::Tracer& trace, uint64_t table_version = 0) noexcept {
+    trace_aux_ = static_cast<uint32_t>(table_version);
     uint32_t taken = 0;
     for (uint16_t at = 0; at < n; at += kMaxBurst) {
       const uint16_t b = static_cast<uint16_t>(n - at < kMaxBurst ? n - at : kMaxBurst);
@@ -212,8 +215,8 @@ class RxStage {
     return took;
   }
 
-  static void trace_rx(common::trace::Tracer& t, const common::RocePacket& pkt, uint32_t wire_dqpn,
-                       common::trace::Stage stage, common::DropReason verdict, uint64_t now) noexcept {
+  void trace_rx(common::trace::Tracer& t, const common::RocePacket& pkt, uint32_t wire_dqpn,
+                common::trace::Stage stage, common::DropReason verdict, uint64_t now) const noexcept {
     const common::Ipv4Header& ip = pkt.has_outer ? pkt.outer.ip : pkt.ip;
     if (!t.matches(ip.src, ip.dst, wire_dqpn, pkt.bth.pkey)) return;
     common::trace::Record r;
@@ -227,6 +230,7 @@ class RxStage {
     r.stage = stage;
     r.opcode = pkt.bth.opcode;
     r.verdict = static_cast<uint8_t>(verdict);
+    if (stage != common::trace::Stage::kRxParse) r.aux = trace_aux_;
     t.record(r);
   }
 
@@ -251,6 +255,7 @@ class RxStage {
   RxPacketRef refs_[kMaxBurst];
   common::DropReason why_[kMaxBurst];
   uint32_t wire_dqpn_[kMaxBurst];
+  uint32_t trace_aux_ = 0;  // traced bursts: the table version their tenant check read
   std::vector<uint8_t> scratch_;
 };
 

@@ -149,6 +149,8 @@ def trace_phase(f):
     check(len(fo) == 1 and fo[0]["foreign"] and fo[0].get("dropped_at", {}).get("stage") == "rx_ingress"
           and fo[0]["dropped_at"].get("reason") == "pkey_violation",
           f"the foreign frame: dropped at {fo[0].get('dropped_at') if fo else None}, not sent by a traced QP")
+    tv = [e.get("table_version") for p in fo for e in p["events"] if e["stage"] == "rx_ingress"]
+    check(tv and tv[0] >= 1, f"its tenant check read level-2 table version {tv}")
     hops = t.get("hops", {})
     check(all(h.get("p50_ns", 0) > 0 for k, h in hops.items() if k.startswith("tx>") or k.endswith(">rx_core"))
           and "tx>fabric_enqueue" in hops and "fabric_deliver>rx_core" in hops,
