@@ -118,8 +118,13 @@ def main():
     # The agent reads TANDEM_ETCD_PASSWORD from its environment: the harness passes ours.
     l1 = lambda: ctl("table", "dump", "--level", 1)[1]
     got = poll_until(lambda: [v["id"] for v in l1().get("vnics", [])] == [1], 20, "agent applied")
-    rc, st = etcdctl("get", "/tandem/v1/status/s1", "--print-value-only")
-    status = json.loads(st) if rc == 0 and st.strip().startswith("{") else {}
+
+    def status_now():
+        rc, st = etcdctl("get", "/tandem/v1/status/s1", "--print-value-only")
+        return json.loads(st) if rc == 0 and st.strip().startswith("{") else {}
+    # The status is published by its own thread, a moment after the change is applied.
+    poll_until(lambda: status_now().get("applied_revision", 0) > 0, 20, "agent status")
+    status = status_now()
     check(rcs == [0, 0] and got and status.get("applied_revision", 0) > 0,
           f"tandem-dpu with the same TLS and authentication options applies the desired state (level 1 "
           f"{[t['vni'] for t in l1().get('tenants', [])]}, vNICs {[v['id'] for v in l1().get('vnics', [])]}) and "
