@@ -1,7 +1,5 @@
 #include "apps/tandemctl/trace_cmd.h"
 
-#include <arpa/inet.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -14,6 +12,7 @@
 #include "common/trace/trace_merge.h"
 #include "common/trace/trace_rule.h"
 #include "common/wire/drop_reason.h"
+#include "common/wire/ipv4_text.h"
 #include "common/wire/opcode.h"
 
 namespace tandem::dpu::ctl {
@@ -23,18 +22,6 @@ using nlohmann::json;
 namespace tr = common::trace;
 
 std::string session_path(const TraceArgs& a) { return a.flow.socket + ".trace"; }
-
-uint32_t ip_of(const std::string& s) {
-  in_addr x{};
-  if (inet_pton(AF_INET, s.c_str(), &x) != 1) throw Refused("not an IPv4 address: " + s);
-  return ntohl(x.s_addr);
-}
-
-std::string ip_str(uint32_t ip) {
-  in_addr x{htonl(ip)};
-  char b[INET_ADDRSTRLEN];
-  return inet_ntop(AF_INET, &x, b, sizeof b) ? b : "?";
-}
 
 std::string verdict_name(tr::Stage s, uint8_t v) {
   if (v == 0) return "ok";
@@ -75,8 +62,8 @@ int trace_start(const TraceArgs& a) {
     }
     if (ua.empty() || ub.empty()) throw Refused("the flow's two underlay addresses are not both mapped");
     tr::Rule rule;
-    rule.ip_a = ip_of(ua);
-    rule.ip_b = ip_of(ub);
+    rule.ip_a = common::parse_ipv4(ua);
+    rule.ip_b = common::parse_ipv4(ub);
     // The wire names a QP's packets by the QP they go to: both ends' QPs and their peers.
     std::set<uint32_t> qpns;
     for (const json& e : flow["ends"])
@@ -177,7 +164,7 @@ int trace_show(const TraceArgs& a) {
                     {"copy", e.copy}, {"retransmit", (e.r.flags & tr::kFlagRetransmit) != 0}});
       if (e.r.stage == tr::Stage::kRxIngress || e.r.stage == tr::Stage::kRxCore) ev.back()["table_version"] = e.r.aux;
     }
-    json j = {{"src", ip_str(t.key.src_ip)}, {"dst", ip_str(t.key.dst_ip)}, {"dqpn", t.key.dqpn}, {"psn", t.key.psn},
+    json j = {{"src", common::format_ipv4(t.key.src_ip)}, {"dst", common::format_ipv4(t.key.dst_ip)}, {"dqpn", t.key.dqpn}, {"psn", t.key.psn},
               {"opcode", opcode_name(t.key.opcode)}, {"outcome", tr::outcome_name(t.outcome)}, {"copies", t.copies},
               {"drops", t.drops}, {"foreign", t.foreign}, {"out_of_order", t.out_of_order}, {"events", ev}};
     if (t.drop >= 0)
@@ -240,7 +227,7 @@ int trace_show(const TraceArgs& a) {
     if (t.copies > 1) end += ", " + std::to_string(t.copies - 1) + " retransmission(s)";
     if (t.foreign) end += ", not sent by a traced QP";
     if (t.out_of_order) end += ", out of order";
-    std::printf("\n%s -> %s QP 0x%x PSN %u %s: %s\n", ip_str(t.key.src_ip).c_str(), ip_str(t.key.dst_ip).c_str(),
+    std::printf("\n%s -> %s QP 0x%x PSN %u %s: %s\n", common::format_ipv4(t.key.src_ip).c_str(), common::format_ipv4(t.key.dst_ip).c_str(),
                 t.key.dqpn, t.key.psn, opcode_name(t.key.opcode).c_str(), end.c_str());
     const uint64_t t0 = t.events.empty() ? 0 : t.events.front().t_ns;
     for (const tr::Event& e : t.events) {

@@ -3,6 +3,8 @@
 // without allocation.
 #pragma once
 
+#include "common/wire/ipv4_text.h"
+
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -58,8 +60,5 @@ class RouteTable {
   std::size_t size_ = 0;
 };
 
-// "10.0.0.2" -> host-order address; throws std::invalid_argument.
-uint32_t parse_ipv4(const std::string& text);
-std::string format_ipv4(uint32_t ip);
 
 }  // namespace tandem::common

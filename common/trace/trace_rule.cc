@@ -1,19 +1,12 @@
 #include "common/trace/trace_rule.h"
 
-#include <arpa/inet.h>
-
 #include <charconv>
 #include <stdexcept>
 
+#include "common/wire/ipv4_text.h"
+
 namespace tandem::common::trace {
 namespace {
-
-uint32_t ip(std::string_view v) {
-  in_addr a{};
-  const std::string s(v);
-  if (inet_pton(AF_INET, s.c_str(), &a) != 1) throw std::invalid_argument("not an IPv4 address: " + s);
-  return ntohl(a.s_addr);
-}
 
 uint64_t num(std::string_view v, std::string_view field) {
   int base = 10;
@@ -42,9 +35,9 @@ std::optional<Rule> parse_rule(std::string_view text) {
     const std::string_view k = kv.substr(0, eq);
     std::string_view v = kv.substr(eq + 1);
     if (k == "a") {
-      r.ip_a = ip(v);
+      r.ip_a = parse_ipv4(std::string(v));
     } else if (k == "b") {
-      r.ip_b = ip(v);
+      r.ip_b = parse_ipv4(std::string(v));
     } else if (k == "pkey") {
       r.pkey = static_cast<uint16_t>(num(v, k));
     } else if (k == "count") {
@@ -67,14 +60,10 @@ std::optional<Rule> parse_rule(std::string_view text) {
 }
 
 std::string format_rule(const Rule& r) {
-  auto ipstr = [](uint32_t x) {
-    return std::to_string(x >> 24) + "." + std::to_string((x >> 16) & 255) + "." + std::to_string((x >> 8) & 255) +
-           "." + std::to_string(x & 255);
-  };
   std::string s;
   auto add = [&](const std::string& kv) { s += (s.empty() ? "" : ",") + kv; };
-  if (r.ip_a) add("a=" + ipstr(r.ip_a));
-  if (r.ip_b) add("b=" + ipstr(r.ip_b));
+  if (r.ip_a) add("a=" + format_ipv4(r.ip_a));
+  if (r.ip_b) add("b=" + format_ipv4(r.ip_b));
   if (r.pkey) add("pkey=" + std::to_string(r.pkey));
   if (r.n_qpns) {
     std::string q;

@@ -1,6 +1,8 @@
-#include "common/fabric/route_table.h"
+#include "common/wire/ipv4_text.h"
 
 #include <arpa/inet.h>
+
+#include <stdexcept>
 
 namespace tandem::common {
 
