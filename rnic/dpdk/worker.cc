@@ -340,6 +340,29 @@ std::string flat_name(const port::CounterRow& row) {
   return std::string(g) + "_" + row.name;
 }
 
+// A QP row's binding and core counters: what /tandem/rnic/qps pages and
+// /tandem/rnic/qp both say of it.
+void qp_fields(cd::TelemetryDict& d, const port::QpRow& q) {
+  d.u64("core_qpn", q.core_qpn);
+  d.u64("app", q.app_id);
+  d.str("state", port::qp_state_name(static_cast<ibv_qp_state>(q.state)));
+  d.u64("vnic", q.vnic);
+  d.u64("vni", q.vni);
+  d.str("remote", format_ipv4(q.remote_overlay));
+  d.str("remote_underlay", format_ipv4(q.remote_underlay));
+  d.u64("dest_qpn", q.dest_qpn);
+  d.u64("mtu", q.mtu);
+  d.u64("route_pending", q.route_pending);
+  d.u64("route_wait_us", q.route_wait_us);
+  if (!q.has_counters) return;
+  d.u64("tx_pkts", q.tx_pkts);
+  d.u64("rx_pkts", q.rx_pkts);
+  d.u64("retx_pkts", q.retx_pkts);
+  d.u64("sacks_rx", q.sacks_rx);
+  d.u64("timeouts", q.timeouts);
+  d.u64("reorder_depth_max", q.reorder_depth_max);
+}
+
 void Worker::register_telemetry() {
   using cd::TelemetryDict;
   cd::telemetry_register("/tandem/rnic/stats", "tandem-rnic worker counters (per stage drops by reason)",
@@ -376,24 +399,7 @@ void Worker::register_telemetry() {
                                char key[16];
                                std::snprintf(key, sizeof key, "0x%x", q.host_qpn);
                                out.dict(key, [&](TelemetryDict& d) {
-                                 d.u64("core_qpn", q.core_qpn);
-                                 d.u64("app", q.app_id);
-                                 d.str("state", port::qp_state_name(static_cast<ibv_qp_state>(q.state)));
-                                 d.u64("vnic", q.vnic);
-                                 d.u64("vni", q.vni);
-                                 d.str("remote", format_ipv4(q.remote_overlay));
-                                 d.str("remote_underlay", format_ipv4(q.remote_underlay));
-                                 d.u64("mtu", q.mtu);
-                                 d.u64("route_pending", q.route_pending);
-                                 d.u64("route_wait_us", q.route_wait_us);
-                                 if (q.has_counters) {
-                                   d.u64("tx_pkts", q.tx_pkts);
-                                   d.u64("rx_pkts", q.rx_pkts);
-                                   d.u64("retx_pkts", q.retx_pkts);
-                                   d.u64("sacks_rx", q.sacks_rx);
-                                   d.u64("timeouts", q.timeouts);
-                                   d.u64("reorder_depth_max", q.reorder_depth_max);
-                                 }
+                                 qp_fields(d, q);
                                  if (q.paths == 0) return;
                                  std::string per_path, silent, loss, excused, pkts, ports;  // "a/b/c/d", path by path
                                  for (uint32_t i = 0; i < std::min(q.paths, port::kRowPaths); ++i) {
@@ -443,23 +449,7 @@ void Worker::register_telemetry() {
           return 0;
         }
         out.u64("host_qpn", q.host_qpn);
-        out.u64("core_qpn", q.core_qpn);
-        out.u64("app", q.app_id);
-        out.str("state", port::qp_state_name(static_cast<ibv_qp_state>(q.state)));
-        out.u64("vnic", q.vnic);
-        out.u64("vni", q.vni);
-        out.str("remote", format_ipv4(q.remote_overlay));
-        out.str("remote_underlay", format_ipv4(q.remote_underlay));
-        out.u64("dest_qpn", q.dest_qpn);
-        out.u64("mtu", q.mtu);
-        out.u64("route_pending", q.route_pending);
-        out.u64("route_wait_us", q.route_wait_us);
-        out.u64("tx_pkts", q.tx_pkts);
-        out.u64("rx_pkts", q.rx_pkts);
-        out.u64("retx_pkts", q.retx_pkts);
-        out.u64("sacks_rx", q.sacks_rx);
-        out.u64("timeouts", q.timeouts);
-        out.u64("reorder_depth_max", q.reorder_depth_max);
+        qp_fields(out, q);
         out.str("cc", q.cc);
         out.u64("cc_credits_received", q.credits_received);
         out.u64("cc_credits_used", q.credits_used);
