@@ -100,14 +100,18 @@ def start_injector(testpmd):
 def trace_phase(f):
     a_qps = [q for e in f.get("ends", []) if e["rnic"] == "A" for q in e.get("qps", [])]
     target = a_qps[0]["host_qpn"] if a_qps else 0
+    ftel = Telemetry(f"{TAG}-fab", ready="/tandem/fabric/paths")
+    # A source port the fabric sends over a loss-free path: the frame must reach A's tenant check.
+    sport = next(p for p in range(0xC000, 0xC100)
+                 if (ftel.cmd(f"/tandem/fabric/route,{UNDERLAY['B'][0]},{UNDERLAY['A'][0]},{p}") or {}).get("path")
+                 not in (None, LOSSY))
     with open(f"{D}/foreign.jsonl", "w") as spec:  # another partition's WRITE aimed at A's QP, "from" B
         spec.write(json.dumps({"opcode": "RC_RDMA_WRITE_ONLY", "src": UNDERLAY["B"][0], "dst": UNDERLAY["A"][0],
-                               "src_mac": UNDERLAY["B"][1], "dst_mac": UNDERLAY["A"][1], "sport": 0xC000,
+                               "src_mac": UNDERLAY["B"][1], "dst_mac": UNDERLAY["A"][1], "sport": sport,
                                "dqpn": target, "psn": FOREIGN_PSN, "pkey": "0x8002", "ack_req": True,
                                "reth": {"va": 4096, "rkey": 1, "len": 64}, "payload_len": 64}) + "\n")
     run_checked_cmd([WIRE, "encode", f"{D}/foreign.jsonl", f"{D}/foreign.pcap"])
     testpmd = start_injector(shutil.which("dpdk-testpmd"))
-    ftel = Telemetry(f"{TAG}-fab", ready="/tandem/fabric/paths")
     wait_for(lambda: (ftel.cmd("/ethdev/link_status,2") or {}).get("status") == "UP" or testpmd.poll() is not None,
              "the injector's memif link did not come up", timeout=20)
     rc, out, err = trace("start", "--vni", 100, "--src", "192.168.7.2", "--dst", "192.168.7.1", "--seconds", 0.3,
