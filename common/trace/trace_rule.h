@@ -35,6 +35,12 @@ struct Rule {
     const bool ba = (ip_a == 0 || dst == ip_a) && (ip_b == 0 || src == ip_b);
     return (ab || ba) && (pkey == 0 || bth_pkey == pkey);
   }
+  // One end alone (the other not known yet, as at a punt): whether packets
+  // between `end` and some address could match.
+  bool matches_end(uint32_t end, uint16_t bth_pkey) const noexcept {
+    const bool near = ip_a == 0 || ip_b == 0 || end == ip_a || end == ip_b;
+    return near && (pkey == 0 || bth_pkey == pkey);
+  }
 };
 
 // "a=10.0.0.1,b=10.0.0.2,qpns=65536:131072,pkey=0x8001,count=1000,ms=5000"
