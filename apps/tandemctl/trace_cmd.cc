@@ -1,12 +1,14 @@
 #include "apps/tandemctl/trace_cmd.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "apps/tandemctl/control_client.h"
 #include "common/fabric/path_model.h"
 #include "common/trace/trace_file.h"
 #include "common/trace/trace_merge.h"
@@ -25,8 +27,15 @@ std::string session_path(const TraceArgs& a) { return a.flow.socket + ".trace"; 
 
 std::string verdict_name(tr::Stage s, uint8_t v) {
   if (v == 0) return "ok";
+  if (tr::is_setup_stage(s)) return std::string(tr::setup_verdict_name(v));
   if (s == tr::Stage::kFabricDrop) return std::string(common::path_drop_name(static_cast<common::PathDrop>(v)));
   return std::string(common::drop_reason_name(static_cast<common::DropReason>(v)));
+}
+
+std::string hex(uint32_t v) {
+  char b[16];
+  std::snprintf(b, sizeof b, "0x%x", v);
+  return b;
 }
 
 std::string opcode_name(uint8_t op) {
@@ -39,6 +48,17 @@ json arm(const TelemetryEndpoint& e, const std::string& cmd, const std::string& 
   json r = telemetry_query(e, cmd + "," + rule);
   if (!r.is_object()) return {{"error", "no answer to " + cmd + " (an older build without tracing?)"}};
   return r;
+}
+
+// The agent takes rules over its control socket (`trace` command): its reply, or an error object.
+json arm_agent(const TraceArgs& a, const std::string& rule) {
+  try {
+    json r = call(a.flow.socket, {{"cmd", "trace"}, {"rule", rule}});
+    if (!r.value("ok", false)) return {{"error", r.value("error", std::string("refused"))}};
+    return r.value("trace", json::object());
+  } catch (const std::exception& e) {
+    return {{"error", e.what()}};
+  }
 }
 
 // The session file: which processes were armed, with which rule.
@@ -101,6 +121,17 @@ int trace_start(const TraceArgs& a) {
       if (const TelemetryEndpoint* w = by_pid(eps, e["channel"].value("rnic_pid", 0L)))
         add(*w, "/tandem/rnic/trace", "tandem-rnic " + e["rnic"].get<std::string>());
     if (fab) add(*fab, "/tandem/fabric/trace", "tandem-fabric");
+    {  // the agent: punts it resolves and the transactions it commits (set-up records)
+      const json r = arm_agent(a, text);
+      ok &= !r.contains("error");
+      const std::filesystem::path ring = r.value("ring", std::string());
+      const std::string prefix = ring.parent_path().filename();
+      session["processes"].push_back(
+          {{"prefix", prefix}, {"what", "tandem-dpu"}, {"via", "control"}, {"ring", ring.string()}, {"reply", r}});
+      std::printf("%-28s %-18s %s\n", "tandem-dpu", prefix.c_str(),
+                  r.contains("error") ? ("REFUSED: " + r["error"].get<std::string>()).c_str()
+                                      : ("armed, ring " + std::to_string(r.value("ring_bytes", 0) / 1024) + " KiB").c_str());
+    }
     std::ofstream(session_path(a)) << session.dump(2) << "\n";
     std::printf("rule %s\n", text.c_str());
     if (qpns.empty()) std::printf("(no QP carries the flow yet: every packet of the tenant between the two RNICs)\n");
@@ -120,29 +151,38 @@ int trace_stop(const TraceArgs& a) {
     return 2;
   }
   const std::vector<TelemetryEndpoint> eps = discover_telemetry(s.value("runtime_dir", a.flow.runtime_dir));
-  for (const json& p : s["processes"])
+  for (const json& p : s["processes"]) {
+    if (p.value("via", "") == "control") {
+      const json r = arm_agent(a, "off");
+      if (r.contains("error")) std::fprintf(stderr, "tandemctl: trace stop: the agent: %s\n", r["error"].get<std::string>().c_str());
+      continue;
+    }
     for (const auto& e : eps)
       if (e.prefix == p["prefix"])
         arm(e, p["what"].get<std::string>().rfind("tandem-fabric", 0) == 0 ? "/tandem/fabric/trace" : "/tandem/rnic/trace",
             "off");
+  }
   std::puts("stopped (the records stay in the rings until overwritten)");
   return 0;
 }
 
 int trace_show(const TraceArgs& a) {
   const json s = read_session(a);
-  std::vector<std::string> prefixes = a.prefixes;
   const std::string dir = s.is_object() ? s.value("runtime_dir", a.flow.runtime_dir) : a.flow.runtime_dir;
+  std::vector<std::pair<std::string, std::string>> prefixes;  // (prefix, ring file)
+  for (const std::string& p : a.prefixes) prefixes.push_back({p, dir + "/" + p + "/" + tr::kRingFileName});
   if (prefixes.empty() && s.is_object())
-    for (const json& p : s["processes"]) prefixes.push_back(p["prefix"]);
+    for (const json& p : s["processes"]) {  // the agent names its ring (its runtime dir may be elsewhere)
+      const std::string ring = p.value("ring", std::string());
+      prefixes.push_back({p["prefix"], ring.empty() ? dir + "/" + p["prefix"].get<std::string>() + "/" + tr::kRingFileName : ring});
+    }
   if (prefixes.empty()) {
     std::fprintf(stderr, "tandemctl: trace show: no trace session (%s) and no --prefix\n", session_path(a).c_str());
     return 2;
   }
   std::vector<tr::RingDump> rings;
   json sources = json::array();
-  for (const std::string& p : prefixes) {
-    const std::string path = dir + "/" + p + "/" + tr::kRingFileName;
+  for (const auto& [p, path] : prefixes) {
     try {
       tr::RingFile f = tr::RingFile::open(path);
       tr::RingDump d{f.header()->process, f.header()->clock_offset_ns, tr::ring_read(f.header()),
@@ -186,13 +226,40 @@ int trace_show(const TraceArgs& a) {
   auto eventful = [&](const tr::Timeline& t) { return rank(t) <= 4; };
   json hops = json::object();
   for (auto& [k, v] : m.hops) hops[k] = {{"n", v.size()}, {"p50_ns", tr::percentile(v, 50)}, {"p99_ns", tr::percentile(v, 99)}};
+  json setup_hops = json::object();
+  for (auto& [k, v] : m.setup_hops)
+    setup_hops[k] = {{"n", v.size()}, {"p50_ns", tr::percentile(v, 50)}, {"p99_ns", tr::percentile(v, 99)}};
+  // A flow's set-up (a punted miss, its resolution and commit, then the
+  // first packet between the two RNICs): set-up records, then that packet's.
+  auto setup_json = [&](const tr::Setup& su) {
+    json ev = json::array();
+    for (std::size_t i = 0; i < su.events.size(); ++i) {
+      const tr::Event& e = su.events[i];
+      ev.push_back({{"t_ns", e.t_ns}, {"process", e.process}, {"stage", tr::stage_name(e.r.stage)},
+                    {"verdict", verdict_name(e.r.stage, e.r.verdict)}});
+      if (e.r.stage == tr::Stage::kTxnCommit) ev.back()["table_version"] = e.r.aux;
+      if (static_cast<int>(i) > su.last_setup) ev.back().update({{"psn", e.r.psn}, {"dqpn", e.r.dqpn}, {"copy", e.copy}});
+    }
+    json j = {{"src", common::format_ipv4(su.src_ip)}, {"dst", su.dst_ip ? json(common::format_ipv4(su.dst_ip)) : json(nullptr)},
+              {"vnic", su.vnic}, {"overlay", common::format_ipv4(su.overlay)},
+              {"outcome", tr::setup_outcome_name(su.outcome)}, {"table_version", su.version}, {"events", ev}};
+    if (su.first_packet >= 0) {
+      const tr::Timeline& t = m.packets[static_cast<std::size_t>(su.first_packet)];
+      j["first_packet"] = {{"dqpn", t.key.dqpn}, {"psn", t.key.psn}, {"opcode", opcode_name(t.key.opcode)},
+                           {"outcome", tr::outcome_name(t.outcome)}, {"after_punt_ns", su.end_ns - su.first_ns}};
+    }
+    return j;
+  };
   if (a.flow.json) {
+    json su = json::array();
+    for (const tr::Setup& x : m.setups) su.push_back(setup_json(x));
     json pk = json::array();
     for (const tr::Timeline& t : m.packets)
       if (a.all || eventful(t)) pk.push_back(pkt_json(t));
     std::cout << json{{"sources", sources}, {"records", m.records}, {"packets", m.packets.size()},
                       {"window_ns", {m.window_start_ns, m.window_end_ns}},
-                      {"outcomes", m.outcomes}, {"drops_at", m.drops_at}, {"hops", hops}, {"timelines", pk}}
+                      {"outcomes", m.outcomes}, {"drops_at", m.drops_at}, {"hops", hops}, {"timelines", pk},
+                      {"setups", su}, {"setup_outcomes", m.setup_outcomes}, {"setup_hops", setup_hops}}
                      .dump(2)
               << "\n";
     return 0;
@@ -209,6 +276,39 @@ int trace_show(const TraceArgs& a) {
   for (const auto& [k, h] : hops.items())
     std::printf("  %-32s p50 %6.1f us  p99 %7.1f us  (%s delivered copies)\n", k.c_str(),
                 h["p50_ns"].get<uint64_t>() / 1e3, h["p99_ns"].get<uint64_t>() / 1e3, h["n"].dump().c_str());
+  if (!m.setups.empty()) {
+    std::printf("%zu flow set-up(s):", m.setups.size());
+    for (const auto& [k, v] : m.setup_outcomes) std::printf(" %s %lu", k.c_str(), static_cast<unsigned long>(v));
+    std::puts("");
+    for (const auto& [k, h] : setup_hops.items())
+      std::printf("  %-32s p50 %6.1f us  p99 %7.1f us  (%s set-ups)\n", k.c_str(), h["p50_ns"].get<uint64_t>() / 1e3,
+                  h["p99_ns"].get<uint64_t>() / 1e3, h["n"].dump().c_str());
+  }
+  std::size_t shown_setups = 0;
+  for (const tr::Setup& su : m.setups) {
+    if (shown_setups++ == a.limit) {
+      std::printf("... (--limit N for more set-ups)\n");
+      break;
+    }
+    std::string end = tr::setup_outcome_name(su.outcome);
+    if (su.version) end += ", table v" + std::to_string(su.version);
+    if (su.first_packet >= 0)
+      end += ", first packet " + std::string(tr::outcome_name(m.packets[static_cast<std::size_t>(su.first_packet)].outcome)) +
+             " " + std::to_string((su.end_ns - su.first_ns) / 1000) + " us after the first set-up record";
+    std::printf("\nset-up of %s vNIC %u -> %s (%s): %s\n", common::format_ipv4(su.src_ip).c_str(), su.vnic,
+                common::format_ipv4(su.overlay).c_str(),
+                su.dst_ip ? ("at " + common::format_ipv4(su.dst_ip)).c_str() : "not resolved", end.c_str());
+    for (std::size_t i = 0; i < su.events.size(); ++i) {
+      const tr::Event& e = su.events[i];
+      std::string what = verdict_name(e.r.stage, e.r.verdict);
+      if (e.r.stage == tr::Stage::kTxnCommit) what += " v" + std::to_string(e.r.aux);
+      if (e.r.stage == tr::Stage::kAgentResolve && e.r.dst_ip) what += " -> " + common::format_ipv4(e.r.dst_ip);
+      if (static_cast<int>(i) > su.last_setup)  // the first packet's records
+        what = "QP " + hex(e.r.dqpn) + " PSN " + std::to_string(e.r.psn) + " " + what;
+      std::printf("  %+10.1f us  %-22s %-16s %s\n", (e.t_ns - su.first_ns) / 1e3, e.process.c_str(),
+                  std::string(tr::stage_name(e.r.stage)).c_str(), what.c_str());
+    }
+  }
   std::vector<const tr::Timeline*> order;
   for (const tr::Timeline& t : m.packets)
     if (a.all || eventful(t)) order.push_back(&t);

@@ -41,6 +41,7 @@
 #include "rnic/dpdk/rx_stage.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "common/trace/trace_file.h"
+#include "rnic/port/trace_flags.h"
 #include "rnic/port/tx_trace.h"
 #include "rnic/table/level2_table.h"
 
@@ -184,9 +185,14 @@ int main(int argc, char** argv) {
     return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
   };
   const std::vector<std::vector<uint16_t>> no_path_sets;
+  // The worker's tracer over an in-memory ring of the worker's size.
+  std::vector<uint64_t> ring_mem(common::trace::ring_bytes(common::trace::kDefaultCapacity) / 8 + 1);
+  common::trace::Tracer tracer;
+  tracer.attach(common::trace::ring_init(ring_mem.data(), common::trace::kDefaultCapacity, 0, "bench"));
   // The receiving QP as the worker holds it: bound to vNIC 1 and its remote,
   // the route resolved from the egress entry once per table version (as
-  // Worker::fresh_route does; there is no agent to punt a miss to here).
+  // Worker::fresh_route does, which also compiles the trace rule into the
+  // QP's flags; there is no agent to punt a miss to here).
   struct BenchQp {
     bool routed = true;
     uint32_t vni = 100;
@@ -195,6 +201,7 @@ int main(int argc, char** argv) {
     uint32_t remote_overlay = 0xC0A80001;
     uint32_t core_qpn = 0;
     rnic::port::EgressRoute route;
+    rnic::port::TraceFlags trace;  // the rule compiled for this QP, as PortLogic does
   };
   BenchQp qp;
   qp.core_qpn = rqpn;
@@ -204,25 +211,25 @@ int main(int argc, char** argv) {
     const Level2Entry* e = table.lookup(snap, common::egress_key(q.vnic, peer));
     if (e == nullptr) return nullptr;
     q.route.resolve(e->egress, common::MacAddr{}, no_path_sets, snap.version, peer);
+    q.trace = rnic::port::compile_trace_flags(tracer, kLocalUnderlay, q.route, q.core_qpn);
     return &q.route;
   };
   rnic::dpdk::RxStage stage;
   rnic::dpdk::WorkerCounters k;
-  // The worker's tracer over an in-memory ring of the worker's size.
   if (trace_mode != "none" && trace_mode != "off" && trace_mode != "nomatch" && trace_mode != "match") {
     std::fprintf(stderr, "rx_pipeline_bench: --trace none|off|nomatch|match\n");
     return 2;
   }
   const bool traced = trace_mode != "none";
-  std::vector<uint64_t> ring_mem(common::trace::ring_bytes(common::trace::kDefaultCapacity) / 8 + 1);
-  common::trace::Tracer tracer;
-  tracer.attach(common::trace::ring_init(ring_mem.data(), common::trace::kDefaultCapacity, 0, "bench"));
   common::trace::Rule rule;
   if (trace_mode == "nomatch") rule.ip_a = 0x01020304;  // no packet here comes from or goes to 1.2.3.4
   auto arm = [&] {  // per pass: a match-all rule would fill the ring and stop
     if (trace_mode == "nomatch" || trace_mode == "match") {
       tracer.request(rule);
       tracer.poll(clock.now_ns());
+      // PortLogic::compile_trace: the lcore adopted a rule
+      if (qp.route.version != rnic::port::EgressRoute::kUnresolved)
+        qp.trace = rnic::port::compile_trace_flags(tracer, kLocalUnderlay, qp.route, qp.core_qpn);
     }
   };
   auto run = [&](bool full) {
@@ -254,7 +261,7 @@ int main(int argc, char** argv) {
         // the host interface, which this bench has not got (the core's MR is
         // the receive buffer itself).
         const Level2Table::Snapshot snap = table.begin_read();
-        auto ingress = [&](common::RocePacket& pkt, uint8_t*) noexcept {
+        auto ingress = [&](common::RocePacket& pkt, uint8_t*, bool& traced_qp) noexcept {
           BenchQp* q = nullptr;
           const common::DropReason r = rnic::dpdk::check_ingress(
               pkt, kLocalUnderlay, table, snap,
@@ -263,6 +270,7 @@ int main(int argc, char** argv) {
               &q);
           if (r != common::DropReason::kNone) return r;
           pkt.bth.dqpn = q->core_qpn;
+          traced_qp = q->trace.rx;
           return common::DropReason::kNone;
         };
         if (traced)
@@ -281,7 +289,7 @@ int main(int argc, char** argv) {
           if (const rnic::port::EgressRoute* r = fresh_route(qp, d.peer, snap)) {
             const uint16_t sport = r->sport(d.udp_sport);
             if (rte_mbuf* m = encap.build(d, r->tmpl, sport, true)) out[no++] = m;
-            if (tracing) [[unlikely]]
+            if (tracing && qp.trace.tx) [[unlikely]]
               rnic::port::trace_tx(tracer, d, *r, sport, encap.last_ip_id(), [&clock] { return clock.now_ns(); });
           }
           rx.tx().pop();

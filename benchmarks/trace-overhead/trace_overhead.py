@@ -5,7 +5,8 @@ noise falls on all of them alike:
   none     the pipelines without the trace code path (RxStage::run without a tracer, no
            trace_tx call): the baseline;
   off      a tracer with no rule (what every worker runs: one test per burst);
-  nomatch  a rule that matches no packet (every packet is checked against it);
+  nomatch  a rule that matches no packet (compiled into per-QP flags, none set: a flag
+           test per packet);
   match    a rule that matches every packet (each leaves a 40-byte record).
 
 Per pipeline: the median CPU ns per packet of each mode (ns_per_packet_<mode>), off_ratio

@@ -43,6 +43,7 @@
 #include "rnic/port/egress_route.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "common/trace/trace_file.h"
+#include "rnic/port/trace_flags.h"
 #include "rnic/port/tx_trace.h"
 #include "rnic/table/level2_table.h"
 
@@ -265,6 +266,14 @@ int main(int argc, char** argv) {
   const common::MacAddr src_mac = {2, 0, 0, 0, 0, 1};
   const std::vector<std::vector<uint16_t>> no_path_sets;
   std::vector<rnic::port::EgressRoute> routes(n_qps);
+  // The trace rule compiled into each QP's flags, as PortLogic does when its
+  // lcore adopts a rule and whenever it resolves a QP's route.
+  std::vector<rnic::port::TraceFlags> trace_flags(n_qps);
+  auto compile_flags = [&](uint32_t qi) {
+    trace_flags[qi] = routes[qi].version == rnic::port::EgressRoute::kUnresolved
+                          ? rnic::port::TraceFlags{}
+                          : rnic::port::compile_trace_flags(tracer, ea.underlay_src_ip, routes[qi], 0);
+  };
   rte_mbuf* burst[kBurst];
   uint16_t nb = 0;
   Tally tally;
@@ -375,6 +384,7 @@ int main(int argc, char** argv) {
       if (rearm && !tracer.active()) [[unlikely]] {  // a match-all rule fills the ring and stops: again
         tracer.request(rule);
         tracer.poll(now);
+        for (uint32_t i = 0; i < n_qps; ++i) compile_flags(i);
       }
       // The application's side: WRs reused (as a verbs program reuses its
       // ibv_send_wr), only the id, buffer and flags change; --post-list of
@@ -431,11 +441,11 @@ int main(int argc, char** argv) {
           const Level2Entry* e = nullptr;
           if (r.fresh(snap.version, d.peer) ||
               ((e = table.lookup(snap, common::egress_key(1, d.peer))) != nullptr &&
-               (r.resolve(e->egress, src_mac, no_path_sets, snap.version, d.peer), true)))
+               (r.resolve(e->egress, src_mac, no_path_sets, snap.version, d.peer), compile_flags(qi), true)))
             if (rte_mbuf* m = encap->build(d, r.tmpl_for(d.bth.dqpn), r.sport(d.udp_sport), true)) {
               burst[nb++] = m;
               if (tally.frame_bytes == 0) tally.frame_bytes = rte_pktmbuf_pkt_len(m);
-              if (tracing) [[unlikely]]
+              if (tracing && trace_flags[qi].tx) [[unlikely]]
                 rnic::port::trace_tx(tracer, d, r, r.sport(d.udp_sport), encap->last_ip_id(),
                                      [&clock] { return clock.now_ns(); });
             }

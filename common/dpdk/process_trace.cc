@@ -23,21 +23,25 @@ std::shared_ptr<ProcessTrace> open_process_trace(const std::string& process, con
   return t;
 }
 
+void trace_request(ProcessTrace& t, std::string_view rule) {
+  if (!t.ring) throw std::runtime_error("this process has no trace ring");
+  if (auto r = trace::parse_rule(rule)) {
+    t.tracer.request(*r);
+    t.last_rule = trace::format_rule(*r);
+    if (t.last_rule.empty()) t.last_rule = "all";
+  } else {
+    t.tracer.stop();
+    t.last_rule = "off";
+  }
+}
+
 void register_trace_telemetry(const std::string& cmd, std::shared_ptr<ProcessTrace> t) {
   telemetry_register(cmd, "Trace rule: ',a=IP,b=IP,qpns=Q:Q,pkey=P,count=N,ms=M' installs, ',off' stops",
                      [t](std::string_view params, TelemetryDict& out) {
                        std::lock_guard<std::mutex> g(t->mu);
                        if (!params.empty()) {
                          try {
-                           if (!t->ring) throw std::runtime_error("this process has no trace ring");
-                           if (auto r = trace::parse_rule(params)) {
-                             t->tracer.request(*r);
-                             t->last_rule = trace::format_rule(*r);
-                             if (t->last_rule.empty()) t->last_rule = "all";
-                           } else {
-                             t->tracer.stop();
-                             t->last_rule = "off";
-                           }
+                           trace_request(*t, params);
                            out.str("requested", t->last_rule);
                          } catch (const std::exception& e) {
                            out.str("error", e.what());

@@ -33,4 +33,9 @@ std::shared_ptr<ProcessTrace> open_process_trace(const std::string& process, con
 
 void register_trace_telemetry(const std::string& cmd, std::shared_ptr<ProcessTrace> t);
 
+// What the telemetry command does with its parameters (a rule, or "off"), for
+// a process that also takes rules another way (the agent's control socket).
+// Call with t.mu held; throws std::invalid_argument or std::runtime_error.
+void trace_request(ProcessTrace& t, std::string_view rule);
+
 }  // namespace tandem::common::dpdk

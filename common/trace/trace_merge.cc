@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 namespace tandem::common::trace {
 
@@ -13,6 +14,18 @@ const char* outcome_name(Outcome o) noexcept {
     case Outcome::kInFlight: return "in_flight";
     case Outcome::kUnknown: return "unknown";
     case Outcome::kEdge: return "edge";
+  }
+  return "?";
+}
+
+const char* setup_outcome_name(SetupOutcome o) noexcept {
+  switch (o) {
+    case SetupOutcome::kDelivered: return "delivered";
+    case SetupOutcome::kFirstLost: return "first_packet_lost";
+    case SetupOutcome::kCommitted: return "committed";
+    case SetupOutcome::kRefused: return "refused";
+    case SetupOutcome::kAborted: return "aborted";
+    case SetupOutcome::kPunted: return "punted";
   }
   return "?";
 }
@@ -86,19 +99,99 @@ void classify(Timeline& t, Merged& m, VerdictNamer namer) {
   }
 }
 
+bool by_time(const Event& a, const Event& b) noexcept {
+  return a.t_ns != b.t_ns ? a.t_ns < b.t_ns : a.r.stage < b.r.stage;
+}
+
+// Set-up records into set-ups: one per missed entry (RNIC, vNIC, remote
+// overlay), a punt after a commit starting another; each linked to the
+// first traced packet between the two RNICs after its resolution (the
+// packet cannot leave before the RNIC committed it, which the agent may
+// learn a moment after the packet left).
+void build_setups(std::vector<Event>& recs, Merged& m) {
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, std::vector<Event>> by_entry;
+  for (Event& e : recs) by_entry[{e.r.src_ip, e.r.dqpn, e.r.psn}].push_back(e);
+  for (auto& [k, ev] : by_entry) {
+    std::stable_sort(ev.begin(), ev.end(), by_time);
+    Setup cur;
+    bool committed = false;
+    auto flush = [&] {
+      if (!cur.events.empty()) m.setups.push_back(std::move(cur));
+      cur = Setup{};
+      committed = false;
+    };
+    for (const Event& e : ev) {
+      if (e.r.stage == Stage::kPunt && committed) flush();
+      cur.src_ip = std::get<0>(k);
+      cur.vnic = std::get<1>(k);
+      cur.overlay = std::get<2>(k);
+      if (e.r.dst_ip) cur.dst_ip = e.r.dst_ip;
+      if (e.r.stage == Stage::kTxnCommit && e.r.verdict == 0) committed = true;
+      cur.events.push_back(e);
+    }
+    flush();
+  }
+  for (Setup& s : m.setups) {
+    const Event *punt = nullptr, *resolved = nullptr, *refused = nullptr, *commit = nullptr, *aborted = nullptr;
+    for (const Event& e : s.events) {
+      if (e.r.stage == Stage::kPunt) {
+        if (!punt) punt = &e;
+        if (e.r.verdict != 0) refused = &e;
+      } else if (e.r.stage == Stage::kAgentResolve) {
+        if (e.r.verdict == 0 && !resolved) resolved = &e;
+        if (e.r.verdict != 0 && e.r.verdict != static_cast<uint8_t>(SetupVerdict::kDuplicate)) refused = &e;
+      } else if (e.r.stage == Stage::kTxnCommit) {
+        if (e.r.verdict == 0 && !commit) commit = &e;
+        if (e.r.verdict != 0) aborted = &e;
+      }
+    }
+    s.first_ns = s.events.front().t_ns;
+    s.end_ns = s.events.back().t_ns;
+    s.last_setup = static_cast<int>(s.events.size()) - 1;
+    if (commit) s.version = commit->r.aux;
+    if (punt && resolved && resolved->t_ns >= punt->t_ns)
+      m.setup_hops["punt>agent_resolve"].push_back(resolved->t_ns - punt->t_ns);
+    if (resolved && commit && commit->t_ns >= resolved->t_ns)
+      m.setup_hops["agent_resolve>txn_commit"].push_back(commit->t_ns - resolved->t_ns);
+    if (!commit) {
+      s.outcome = aborted ? SetupOutcome::kAborted : refused ? SetupOutcome::kRefused : SetupOutcome::kPunted;
+      continue;
+    }
+    const uint64_t after = resolved ? resolved->t_ns : commit->t_ns;
+    for (std::size_t i = 0; i < m.packets.size(); ++i) {  // by first record
+      const Timeline& t = m.packets[i];
+      if (t.key.src_ip != s.src_ip || t.key.dst_ip != s.dst_ip || t.first_ns < after || t.copies == 0) continue;
+      s.first_packet = static_cast<int>(i);
+      break;
+    }
+    if (s.first_packet < 0) {
+      s.outcome = SetupOutcome::kCommitted;
+      continue;
+    }
+    const Timeline& t = m.packets[static_cast<std::size_t>(s.first_packet)];
+    s.outcome = t.outcome == Outcome::kDelivered ? SetupOutcome::kDelivered : SetupOutcome::kFirstLost;
+    if (punt && t.outcome == Outcome::kDelivered && t.end_ns >= punt->t_ns)
+      m.setup_hops["punt>delivered"].push_back(t.end_ns - punt->t_ns);
+    s.events.insert(s.events.end(), t.events.begin(), t.events.end());
+    std::stable_sort(s.events.begin() + s.last_setup + 1, s.events.end(), by_time);
+    s.end_ns = t.outcome == Outcome::kDelivered ? t.end_ns : s.events.back().t_ns;
+  }
+  std::sort(m.setups.begin(), m.setups.end(), [](const Setup& a, const Setup& b) { return a.first_ns < b.first_ns; });
+  for (const Setup& s : m.setups) ++m.setup_outcomes[setup_outcome_name(s.outcome)];
+}
+
 }  // namespace
 
 Merged merge(const std::vector<RingDump>& rings, VerdictNamer namer, const TscCalibration* cal) {
   Merged m;
   std::map<PacketKey, Timeline> by_key;
+  std::vector<Event> setup_records;
   bool first_ring = true;
   for (const RingDump& d : rings) {
     uint64_t lo = UINT64_MAX, hi = 0;
     for (const Record& r : d.records) {
       ++m.records;
       const PacketKey k{r.src_ip, r.dst_ip, r.dqpn & 0xFFFFFF, r.psn & 0xFFFFFF, r.opcode};
-      Timeline& t = by_key[k];
-      t.key = k;
       int64_t t_ns = static_cast<int64_t>(r.ts_ns) + d.clock_offset_ns;
       if (cal && cal->hz > 0 && d.tsc_mult != 0) {
         const uint64_t cycles = d.tsc_base + static_cast<uint64_t>((static_cast<unsigned __int128>(r.ts_ns) << 32) / d.tsc_mult);
@@ -106,11 +199,17 @@ Merged merge(const std::vector<RingDump>& rings, VerdictNamer namer, const TscCa
         t_ns = cal->anchor_ns + static_cast<int64_t>(dc * 1e9 / cal->hz);
       }
       const auto at = static_cast<uint64_t>(std::max<int64_t>(0, t_ns));
+      if (is_setup_stage(r.stage)) {
+        setup_records.push_back(Event{at, d.process, r, 0});
+        continue;
+      }
+      Timeline& t = by_key[k];
+      t.key = k;
       lo = std::min(lo, at);
       hi = std::max(hi, at);
       t.events.push_back(Event{at, d.process, r, 0});
     }
-    if (d.records.empty()) continue;
+    if (hi == 0) continue;  // no packet records
     m.window_start_ns = first_ring ? lo : std::max(m.window_start_ns, lo);
     m.window_end_ns = first_ring ? hi : std::min(m.window_end_ns, hi);
     first_ring = false;
@@ -188,6 +287,7 @@ Merged merge(const std::vector<RingDump>& rings, VerdictNamer namer, const TscCa
   }
   std::sort(m.packets.begin(), m.packets.end(),
             [](const Timeline& a, const Timeline& b) { return a.first_ns < b.first_ns; });
+  build_setups(setup_records, m);
   return m;
 }
 

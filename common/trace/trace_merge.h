@@ -4,7 +4,10 @@
 // (underlay source, destination, destination QP, PSN, opcode); the copies a
 // sender resent share it, and each record after a copy's tx is that copy's.
 // A transmission of the same name not flagged as a retransmission (a repeated
-// ACK) starts a packet of its own.
+// ACK) starts a packet of its own. Set-up records (a punted table miss, the
+// agent's resolution, the transaction that installed it) make one set-up per
+// missed entry, which ends with the first traced packet between the two RNICs
+// after the commit.
 #pragma once
 
 #include <cstdint>
@@ -65,14 +68,41 @@ struct Timeline {
   uint64_t first_ns = 0, end_ns = 0;  // first record; delivery (or last record)
 };
 
+enum class SetupOutcome : uint8_t {
+  kDelivered,   // committed, and the first packet between the two RNICs after it was delivered
+  kFirstLost,   // committed; that first packet was dropped (or is still on its way)
+  kCommitted,   // committed; no traced packet after it
+  kRefused,     // the agent refused it (or the punt was over budget) and nothing installed it since
+  kAborted,     // the RNIC aborted the transaction
+  kPunted,      // punted (and perhaps resolved), no commit traced yet
+};
+const char* setup_outcome_name(SetupOutcome o) noexcept;
+
+struct Setup {
+  uint32_t src_ip = 0;   // the RNIC whose egress entry it is (the one that punted)
+  uint32_t dst_ip = 0;   // the remote underlay the agent resolved (0: not resolved)
+  uint32_t vnic = 0;     // the missed key: local vNIC id and remote overlay address
+  uint32_t overlay = 0;
+  std::vector<Event> events;  // by time: punt(s), agent_resolve, txn_commit, then the first packet's
+  SetupOutcome outcome = SetupOutcome::kPunted;
+  int last_setup = -1;  // index in events of the last set-up record (the first packet's follow it)
+  int first_packet = -1;  // index in Merged::packets
+  uint64_t version = 0;  // committed table version (low 32 bits)
+  uint64_t first_ns = 0, end_ns = 0;  // first record; the first packet's delivery (or last record)
+};
+
 struct Merged {
   std::vector<Timeline> packets;  // by first record
+  std::vector<Setup> setups;      // by first record
   std::map<std::string, uint64_t> outcomes;            // outcome name -> packets
   std::map<std::string, uint64_t> drops_at;            // "stage/verdict" -> copies dropped there
   std::map<std::string, std::vector<uint64_t>> hops;   // "stage>stage" -> latencies (ns) of delivered copies
+  std::map<std::string, uint64_t> setup_outcomes;      // set-up outcome name -> set-ups
+  std::map<std::string, std::vector<uint64_t>> setup_hops;  // punt>agent_resolve, agent_resolve>txn_commit, punt>delivered
   uint64_t records = 0;
-  // The time every process with records was recording: from the latest
-  // first record to the earliest last one.
+  // The time every process with packet records was recording: from the
+  // latest first record to the earliest last one (set-up records are rare and
+  // do not narrow it).
   uint64_t window_start_ns = 0, window_end_ns = 0;
 };
 

@@ -20,7 +20,10 @@ namespace tandem::common::trace {
   X(kFabricDeliver, "fabric_deliver") /* fabric: left path `aux` for its port */    \
   X(kRxParse, "rx_parse")           /* RNIC: headers or ICRC refused */             \
   X(kRxIngress, "rx_ingress")       /* RNIC: tenant check (aux: table version) */   \
-  X(kRxCore, "rx_core")             /* RNIC: the core's verdict (none: accepted; aux: table version) */
+  X(kRxCore, "rx_core")             /* RNIC: the core's verdict (none: accepted; aux: table version) */ \
+  X(kPunt, "punt")                  /* RNIC: a table miss asked of the agent (set-up record) */ \
+  X(kAgentResolve, "agent_resolve") /* agent: the miss resolved from level 1, or refused (set-up record) */ \
+  X(kTxnCommit, "txn_commit")       /* agent: the RNIC committed (or aborted) the entry (aux: table version) */
 
 enum class Stage : uint8_t {
 #define TANDEM_TRACE_STAGE_ENUM(name, str) name,
@@ -40,8 +43,37 @@ constexpr std::string_view stage_name(Stage s) noexcept {
 
 inline constexpr uint8_t kFlagRetransmit = 1;  // kTx: the core resent this PSN
 
+// Set-up records (punt, agent_resolve, txn_commit) are about a flow's
+// level-2 egress entry, not a packet: src_ip is the RNIC whose entry it is
+// (the one that punted), dst_ip the remote underlay the agent resolved (0 at
+// the punt: not known yet), dqpn the local vNIC id and psn the remote overlay
+// address of the missed key; no opcode, port or IPv4 id.
+constexpr bool is_setup_stage(Stage s) noexcept {
+  return s == Stage::kPunt || s == Stage::kAgentResolve || s == Stage::kTxnCommit;
+}
+
+// A set-up record's verdict (0: passed on).
+enum class SetupVerdict : uint8_t {
+  kOk = 0,
+  kOverBudget,  // punt: the vNIC's punt budget refused it (asked again later)
+  kDuplicate,   // agent_resolve: already being installed
+  kRefused,     // agent_resolve: no mapping, unknown vNIC
+  kDenied,      // agent_resolve: isolation
+  kOverQuota,   // agent_resolve: the tenant's flow quota on the RNIC
+  kNoTarget,    // agent_resolve: the entry's RNIC has no channel
+  kAborted,     // txn_commit: the RNIC aborted the transaction
+  kCount
+};
+
+constexpr std::string_view setup_verdict_name(uint8_t v) noexcept {
+  constexpr std::string_view kNames[] = {"ok", "over_budget", "duplicate", "refused", "denied",
+                                         "over_quota", "no_target", "aborted"};
+  return v < std::size(kNames) ? kNames[v] : "?";
+}
+
 // 40 bytes. `verdict` is 0 when the stage passed the packet on; otherwise a
-// common::DropReason (RNIC stages) or a fabric PathDrop (kFabricDrop).
+// common::DropReason (RNIC stages), a fabric PathDrop (kFabricDrop) or a
+// SetupVerdict (set-up stages).
 struct Record {
   uint64_t ts_ns = 0;  // the writer's clock; + the ring's clock_offset_ns = CLOCK_MONOTONIC_RAW
   uint32_t src_ip = 0, dst_ip = 0;  // underlay, host order

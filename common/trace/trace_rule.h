@@ -22,14 +22,24 @@ struct Rule {
   uint64_t ms = 0;      // for this long after it is installed (0: until stopped)
 
   bool matches(uint32_t src, uint32_t dst, uint32_t dqpn, uint16_t bth_pkey) const noexcept {
-    const bool ab = (ip_a == 0 || src == ip_a) && (ip_b == 0 || dst == ip_b);
-    const bool ba = (ip_a == 0 || dst == ip_a) && (ip_b == 0 || src == ip_b);
-    if (!ab && !ba) return false;
-    if (pkey != 0 && bth_pkey != pkey) return false;
+    if (!matches_pair(src, dst, bth_pkey)) return false;
     if (n_qpns == 0) return true;
     for (uint32_t i = 0; i < n_qpns; ++i)
       if (qpns[i] == (dqpn & 0xFFFFFF)) return true;
     return false;
+  }
+  // The addresses and partition alone: whether any packet between `src` and
+  // `dst` could match (what a worker compiles into a QP's trace flag).
+  bool matches_pair(uint32_t src, uint32_t dst, uint16_t bth_pkey) const noexcept {
+    const bool ab = (ip_a == 0 || src == ip_a) && (ip_b == 0 || dst == ip_b);
+    const bool ba = (ip_a == 0 || dst == ip_a) && (ip_b == 0 || src == ip_b);
+    return (ab || ba) && (pkey == 0 || bth_pkey == pkey);
+  }
+  // One end alone (the other not known yet, as at a punt): whether packets
+  // between `end` and some address could match.
+  bool matches_end(uint32_t end, uint16_t bth_pkey) const noexcept {
+    const bool near = ip_a == 0 || ip_b == 0 || end == ip_a || end == ip_b;
+    return near && (pkey == 0 || bth_pkey == pkey);
   }
 };
 

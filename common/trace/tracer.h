@@ -2,7 +2,8 @@
 // the ring it writes. Another thread (telemetry) hands a new rule or a stop
 // over with request()/stop(); the lcore adopts it in poll(), which it calls
 // from its periodic work, never per packet. With no rule the fast path tests
-// active() once per burst and records nothing.
+// active() once per burst and records nothing; under a rule a worker tests a
+// flag it compiled into each QP (rnic/port/trace_flags.h), not the rule.
 #pragma once
 
 #include <algorithm>
@@ -52,6 +53,9 @@ class Tracer {
       adopt(now_ns);
     if (active_ && until_ns_ != 0 && now_ns >= until_ns_) set_active(false);
   }
+  // The lcore: changes whenever poll() adopted a request (a new rule or a
+  // stop), so per-QP flags compiled from rule() know to compile again.
+  uint64_t generation() const noexcept { return gen_; }
   // Any thread (telemetry): records written so far, whether a rule is in force.
   uint64_t written() const noexcept { return written_.load(std::memory_order_relaxed); }
   bool running() const noexcept { return running_.load(std::memory_order_relaxed); }

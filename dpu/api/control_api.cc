@@ -308,6 +308,16 @@ json ControlApi::dispatch(const std::string& cmd, const json& r) {
                                static_cast<uint32_t>(u64(r, "b", kVniMax))});
   }
   if (cmd == "table.dump") return table_dump(r);
+  if (cmd == "trace") {
+    json t;
+    try {
+      t = hooks_ ? hooks_->trace(r.contains("rule") ? str(r, "rule") : std::string()) : json(nullptr);
+    } catch (const std::invalid_argument& e) {
+      throw RequestError(std::string("rule: ") + e.what());
+    }
+    if (t.is_null()) throw RequestError("this agent has no trace ring");
+    return ok({{"trace", t}});
+  }
   if (cmd == "flow.show")
     return ok({{"flow", flow_view(state_, store_, hooks_, static_cast<uint32_t>(u64(r, "vni", kVniMax)),
                                   ipv4(r, "src"), ipv4(r, "dst"))}});

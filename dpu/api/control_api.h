@@ -42,6 +42,15 @@ class AgentHooks {
   // The installed level-2 table of one RNIC (the agent's committed shadow), or
   // null if the agent has no channel of that name.
   virtual nlohmann::json level2(const std::string& rnic) const = 0;
+  // `tandemctl trace start|stop`: install the trace rule (common/trace text
+  // form; "off" stops it, "" asks) in the agent's own trace ring, whose
+  // set-up records (resolutions, commits) join the workers'. Returns the
+  // ring's state, or null if this agent has no ring. Throws
+  // std::invalid_argument for a bad rule.
+  virtual nlohmann::json trace(const std::string& rule) {
+    (void)rule;
+    return nullptr;
+  }
 };
 
 // What begin_line() did with a request line.

@@ -273,3 +273,35 @@ TEST_CASE("flow.show: level 1, the entries each end needs against the shadow, an
   CHECK(api.handle({{"cmd", "flow.show"}, {"vni", 100}, {"src", "10.1.1.1"}, {"dst", "10.1.1.2"}})["ok"] == false);
   CHECK(api.handle({{"cmd", "flow.show"}, {"vni", 7}, {"src", "192.168.0.1"}, {"dst", "192.168.0.2"}})["ok"] == false);
 }
+
+namespace {
+struct TracingHooks : FakeHooks {
+  std::vector<std::string> rules;
+  json trace(const std::string& rule) override {
+    if (rule == "bad") throw std::invalid_argument("bad field");
+    rules.push_back(rule);
+    return {{"requested", rule.empty() ? "off" : rule}, {"ring", "/run/x/tandem-trace.ring"}};
+  }
+};
+}  // namespace
+
+TEST_CASE("trace: the rule goes to the agent's ring; a bad rule or an agent without one is refused") {
+  TempDb db;
+  Level1State st;
+  Store store(db.path);
+  TracingHooks hooks;
+  ControlApi api(st, store, &hooks);
+  json r = api.handle({{"cmd", "trace"}, {"rule", "a=10.0.0.1,b=10.0.0.2"}});
+  CHECK(r["ok"] == true);
+  CHECK(r["trace"]["ring"] == "/run/x/tandem-trace.ring");
+  CHECK(api.handle({{"cmd", "trace"}})["ok"] == true);  // status only
+  CHECK(hooks.rules == std::vector<std::string>{"a=10.0.0.1,b=10.0.0.2", ""});
+  r = api.handle({{"cmd", "trace"}, {"rule", "bad"}});
+  CHECK(r["ok"] == false);
+  CHECK(r["error"].get<std::string>().find("bad field") != std::string::npos);
+  FakeHooks plain;  // an agent without a ring
+  ControlApi api2(st, store, &plain);
+  r = api2.handle({{"cmd", "trace"}, {"rule", "off"}});
+  CHECK(r["ok"] == false);
+  CHECK(r["error"] == "this agent has no trace ring");
+}

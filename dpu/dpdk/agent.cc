@@ -18,6 +18,7 @@
 
 #include "common/channel/channel_region.h"
 #include "common/dpdk/eal.h"
+#include "common/dpdk/process_trace.h"
 #include "common/dpdk/stop_signal.h"
 #include "common/dpdk/telemetry.h"
 #include "common/dpdk/tsc_clock.h"
@@ -103,6 +104,11 @@ class Agent final : public AgentHooks {
     for (const std::string& n : c.rnics) open_link(n);
     socket_ = std::make_unique<ControlSocket>(c.control_socket, api_);
     start_fleet();
+    // Trace units (common/trace): the set-up stages this process handles
+    // (agent_resolve, txn_commit), rules from tandemctl over the control
+    // socket (trace()) or telemetry, as the workers take theirs.
+    trace_ = cd::open_process_trace("tandem-dpu", clock_);
+    cd::register_trace_telemetry("/tandem/dpu/trace", trace_);
     cd::telemetry_register("/tandem/dpu/rnics", "tandem-dpu managed RNICs: channel state, versions, BAR counters",
                            [this](std::string_view, cd::TelemetryDict& d) {
                              std::lock_guard<std::mutex> g(snap_mu_);
@@ -136,6 +142,7 @@ class Agent final : public AgentHooks {
     while (!cd::stop_requested()) {
       uint64_t now = clock_.now_ns();
       if (end && now >= end) break;
+      trace_->tracer.poll(now);
       bool did = false;
       for (auto& [name, l] : links_) did |= service(*l, now);
       if (did || now - last_sock >= 200'000) {  // control socket and etcd's batches: every 200 us while idle
@@ -193,6 +200,15 @@ class Agent final : public AgentHooks {
     json a = json::array();
     for (const auto& [name, l] : links_) a.push_back(link_json(*l));
     return a;
+  }
+
+  json trace(const std::string& rule) override {
+    std::lock_guard<std::mutex> g(trace_->mu);
+    if (!trace_->ring) return nullptr;
+    if (!rule.empty()) cd::trace_request(*trace_, rule);
+    return {{"requested", trace_->last_rule}, {"ring", trace_->path}, {"ring_bytes", trace_->ring->bytes()},
+            {"capacity", trace_->ring->header()->capacity}, {"running", trace_->tracer.running()},
+            {"written", trace_->tracer.written()}, {"pid", getpid()}};
   }
 
   json level2(const std::string& rnic) const override {
@@ -295,6 +311,7 @@ class Agent final : public AgentHooks {
     }
     for (TxnOutcome& o : l.ch->take_outcomes()) {
       did = true;
+      if (trace_->tracer.active()) [[unlikely]] trace_commit(l, o, now);
       if (o.committed) {
         try {
           // A replay re-sends the whole shadow: store all of it (its net effect
@@ -362,7 +379,21 @@ class Agent final : public AgentHooks {
   }
 
   void resolve_punt(Link& l, uint32_t vni, const common::PuntMsg& p) {
+    using common::trace::SetupVerdict;
     ++l.punts.received;
+    // Where the punt ended, for a trace rule (agent_resolve records).
+    const common::Level2Entry* resolved = nullptr;
+    SetupVerdict verdict = SetupVerdict::kRefused;
+    struct Traced {
+      Agent& a;
+      const Link& l;
+      const common::EntryKey& missed;
+      const common::Level2Entry*& resolved;
+      SetupVerdict& verdict;
+      ~Traced() {
+        if (a.trace_->tracer.active()) [[unlikely]] a.trace_resolve(l, missed, resolved, verdict);
+      }
+    } traced{*this, l, p.missed, resolved, verdict};
     // The key travels in the message; the slot only carries the headers for
     // diagnostics, so a reused slot does not lose the punt.
     uint8_t hdr[2048];
@@ -371,6 +402,7 @@ class Agent final : public AgentHooks {
       ++l.punts.slot_lost;
     if (l.pending.contains(p.missed)) {
       ++l.punts.duplicate;
+      verdict = SetupVerdict::kDuplicate;
       return;
     }
     ResolveStatus why = ResolveStatus::kOk;
@@ -379,7 +411,10 @@ class Agent final : public AgentHooks {
         change_set_for_miss(state_, p.missed, tag, &target_, &why, &l.ch->shadow(), &l.pending);
     if (!cs) {
       ++l.punts.refused;
-      if (why == ResolveStatus::kDeniedByIsolation) ++l.punts.denied;
+      if (why == ResolveStatus::kDeniedByIsolation) {
+        ++l.punts.denied;
+        verdict = SetupVerdict::kDenied;
+      }
       return;
     }
     // Nearly always the punting RNIC itself: no map lookup by name then.
@@ -393,18 +428,89 @@ class Agent final : public AgentHooks {
     }
     if (!to || !cs) {
       ++l.punts.refused;
+      if (!to) verdict = SetupVerdict::kNoTarget;
       return;
     }
     if (vni != 0 && !within_quota(*to, vni)) {
       ++l.punts.refused;
       ++l.punts.over_quota;
+      verdict = SetupVerdict::kOverQuota;
       l.fair.note_over_quota(vni);
       return;
     }
     ++l.punts.resolved;
     ++to->inflight[vni];
     to->pending.add(p.missed, *cs, state_.generation());
+    if (trace_->tracer.active()) [[unlikely]] {
+      verdict = SetupVerdict::kOk;
+      resolved_entry_ = egress_put(*cs, p.missed);
+      resolved = resolved_entry_ ? &*resolved_entry_ : nullptr;
+    }
     to->ch->submit(std::move(*cs));
+  }
+
+  // ---- trace units (set-up records; common/trace/trace_record.h)
+  // The egress entry a change set puts for `key` (what a resolution installs).
+  static std::optional<common::Level2Entry> egress_put(const ChangeSet& cs, const common::EntryKey& key) {
+    for (const auto& op : cs.ops)
+      if (!op.del && op.entry.key == key) return op.entry;
+    return std::nullopt;
+  }
+  // The BTH P_Key of the tenant whose vNIC `vnic_id` is (what a rule's pkey names).
+  uint16_t wire_pkey_of_vnic(uint32_t vnic_id) const {
+    const Vnic* v = state_.vnic(vnic_id);
+    const Tenant* t = v ? state_.tenant(v->vni) : nullptr;
+    return common::wire_pkey(t ? t->entry_pkey() : 0);
+  }
+  uint32_t underlay_of(const std::string& rnic) const {
+    const Rnic* r = state_.rnic(rnic);
+    return r ? r->underlay_ip : 0;
+  }
+  void trace_setup(common::trace::Stage stage, uint32_t src, uint32_t dst, const common::EntryKey& key,
+                   common::trace::SetupVerdict verdict, uint32_t aux, uint64_t now) {
+    common::trace::Record r;
+    r.ts_ns = now;
+    r.stage = stage;
+    r.src_ip = src;
+    r.dst_ip = dst;
+    r.dqpn = key.word0;  // the local vNIC
+    r.psn = key.word1;   // the remote overlay address
+    r.verdict = static_cast<uint8_t>(verdict);
+    r.aux = aux;
+    trace_->tracer.record(r);
+  }
+  // A punt from `l`'s RNIC ended (resolved: the egress entry it installs).
+  void trace_resolve(const Link& l, const common::EntryKey& missed, const common::Level2Entry* resolved,
+                     common::trace::SetupVerdict verdict) {
+    if (missed.kind != common::EntryKind::kEgress) return;  // the only kind workers punt
+    const common::trace::Rule& rule = trace_->tracer.rule();
+    const uint16_t pkey = wire_pkey_of_vnic(missed.word0);
+    const uint32_t src = resolved ? resolved->egress.underlay_src_ip : underlay_of(l.name);
+    const uint32_t dst = resolved ? resolved->egress.underlay_dst_ip : 0;
+    if (dst ? !rule.matches_pair(src, dst, pkey) : !rule.matches_end(src, pkey)) return;
+    trace_setup(common::trace::Stage::kAgentResolve, src, dst, missed, verdict, 0, clock_.now_ns());
+  }
+  // A transaction on `l`'s RNIC ended: one record per egress entry it put
+  // that the rule covers (committed: its net puts; aborted: the resolutions
+  // it carried), with the committed table version.
+  void trace_commit(const Link& l, const TxnOutcome& o, uint64_t now) {
+    if (o.replay) return;  // the whole shadow again, nothing new
+    const common::trace::Rule& rule = trace_->tracer.rule();
+    const auto verdict = o.committed ? common::trace::SetupVerdict::kOk : common::trace::SetupVerdict::kAborted;
+    auto one = [&](const common::Level2Entry& e) {
+      if (e.key.kind != common::EntryKind::kEgress) return;
+      const common::EgressAction& a = e.egress;
+      if (!rule.matches_pair(a.underlay_src_ip, a.underlay_dst_ip, wire_pkey_of_vnic(e.key.word0))) return;
+      trace_setup(common::trace::Stage::kTxnCommit, a.underlay_src_ip, a.underlay_dst_ip, e.key, verdict,
+                  static_cast<uint32_t>(o.version), now);
+    };
+    if (o.committed) {
+      for (const common::Level2Entry& e : o.net_puts) one(e);
+      return;
+    }
+    for (uint64_t tag : o.tags)
+      if (const PendingPunts::Entry* pp = l.pending.find(tag))
+        for (const common::Level2Entry& e : pp->installs()) one(e);
   }
 
   // Per tenant: punts taken, served, dropped (queue full), refused over quota,
@@ -606,6 +712,8 @@ class Agent final : public AgentHooks {
   std::map<std::string, std::unique_ptr<Link>> links_;
   std::map<std::string, uint16_t> rnic_version_;  // last negotiated channel version per RNIC
   std::unique_ptr<ControlSocket> socket_;
+  std::shared_ptr<cd::ProcessTrace> trace_;  // trace units: the loop's tracer and its ring
+  std::optional<common::Level2Entry> resolved_entry_;  // resolve_punt's traced resolution
   uint64_t next_tag_ = 1;
   std::string target_;                                // resolve_punt's target RNIC name, reused
   std::vector<common::Level2Entry> revalidate_puts_;  // revalidate's argument, reused

@@ -96,10 +96,10 @@ uint32_t DpuLink::service(uint64_t now) noexcept {
   return moved;
 }
 
-void DpuLink::punt(const common::EntryKey& key, const uint8_t* hdr, std::size_t len, uint16_t port,
-                   uint64_t now) noexcept {
+DpuLink::Punted DpuLink::punt(const common::EntryKey& key, const uint8_t* hdr, std::size_t len, uint16_t port,
+                              uint64_t now) noexcept {
   ++counters_[static_cast<std::size_t>(common::BarCounter::kTableMisses)];
-  if (!ch_) return;
+  if (!ch_) return Punted::kQuiet;
   // Egress keys (the only ones punted) carry the local vNIC in word0.
   const uint32_t vnic = budget_.index_of(key.word0, now);
   uint64_t h = (uint64_t{key.word0} << 32 | key.word1) * 0x9E3779B97F4A7C15ull ^ static_cast<uint8_t>(key.kind);
@@ -107,7 +107,7 @@ void DpuLink::punt(const common::EntryKey& key, const uint8_t* hdr, std::size_t 
   const uint64_t version = table_.version();
   uint64_t wait = kRepuntNs;
   if (r.key == key && r.version == version) {
-    if (now - r.at < r.wait) return;
+    if (now - r.at < r.wait) return Punted::kQuiet;
     // Asked again right away: back off; quiet for a while: a fresh miss.
     wait = now - r.at > 2 * r.wait ? kRepuntNs : std::min(2 * r.wait, kRepuntMaxNs);
   }
@@ -119,7 +119,7 @@ void DpuLink::punt(const common::EntryKey& key, const uint8_t* hdr, std::size_t 
   if (!budget_.admit_at(vnic, now)) {
     r.wait = kRepuntNs;
     ++counters_[static_cast<std::size_t>(common::BarCounter::kPuntsDropped)];
-    return;
+    return Punted::kOverBudget;
   }
   r.wait = wait;
   auto* hd = static_cast<common::ChannelHeader*>(base_);
@@ -128,6 +128,7 @@ void DpuLink::punt(const common::EntryKey& key, const uint8_t* hdr, std::size_t 
   std::size_t cap = common::slot_payload_capacity(hd->geometry);
   ch_->punt(slot, gen, static_cast<uint16_t>(len < cap ? len : cap), port, key);
   ++counters_[static_cast<std::size_t>(common::BarCounter::kPunts)];
+  return Punted::kSent;
 }
 
 }  // namespace tandem::rnic::dpdk

@@ -34,7 +34,8 @@ class DpuLink {
   uint32_t service(uint64_t now) noexcept;
   // A packet (headers `hdr`) missed `key`: tell the agent (rate-limited per key,
   // and per vNIC by the budget: a refusal is counted, and the key asked again later).
-  void punt(const common::EntryKey& key, const uint8_t* hdr, std::size_t len, uint16_t port, uint64_t now) noexcept;
+  enum class Punted : uint8_t { kQuiet, kSent, kOverBudget };  // kQuiet: no agent, or asked again too soon
+  Punted punt(const common::EntryKey& key, const uint8_t* hdr, std::size_t len, uint16_t port, uint64_t now) noexcept;
   // Worker counters mirrored into the BAR (the channel publishes commits/aborts/table_full).
   void set(common::BarCounter c, uint64_t v) noexcept { counters_[static_cast<std::size_t>(c)] = v; }
 

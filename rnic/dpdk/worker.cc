@@ -114,15 +114,47 @@ port::PortConfig port_config(const WorkerConfig& c, const StandaloneTable& st) {
 }
 
 // The port logic's view of the DPU agent: DpuLink's punts, state and channel.
+// A punt made (sent, or refused by the budget) under a trace rule is a set-up
+// record (common/trace/trace_record.h) of the lcore's tracer.
 class DpuAgent final : public port::AgentLink {
  public:
   explicit DpuAgent(DpuLink& link) noexcept : link_(link) {}
-  void punt(const common::EntryKey& key, uint64_t now) noexcept override { link_.punt(key, nullptr, 0, 0, now); }
+  void punt(const common::EntryKey& key, uint64_t now) noexcept override {
+    const DpuLink::Punted p = link_.punt(key, nullptr, 0, 0, now);
+    if (tracer_ && tracer_->active() && p != DpuLink::Punted::kQuiet) [[unlikely]] trace_punt(key, p, now);
+  }
   bool active() const noexcept override { return link_.state() == RnicChannelState::kActive; }
   const RnicChannel* channel() const noexcept override { return link_.channel(); }
+  void set_tracer(common::trace::Tracer* t, const port::PortLogic* pl, uint32_t underlay) noexcept {
+    tracer_ = t;
+    pl_ = pl;
+    underlay_ = underlay;
+  }
 
  private:
+  void trace_punt(const common::EntryKey& key, DpuLink::Punted p, uint64_t now) noexcept {
+    if (key.kind != common::EntryKind::kEgress) return;  // the only kind punted
+    // The vNIC's partition, as the rule names the tenant (a punt is rare: the list's lock is fine).
+    const uint16_t pkey = pl_->with_vnics([&](const std::vector<Vnic>& vs, auto&&...) {
+      for (const Vnic& v : vs)
+        if (v.id == key.word0) return common::wire_pkey(v.pkey);
+      return uint16_t{0xFFFF};
+    });
+    if (!tracer_->rule().matches_end(underlay_, pkey)) return;
+    common::trace::Record r;
+    r.ts_ns = now;
+    r.stage = common::trace::Stage::kPunt;
+    r.src_ip = underlay_;
+    r.dqpn = key.word0;  // the local vNIC
+    r.psn = key.word1;   // the remote overlay address
+    r.verdict = static_cast<uint8_t>(p == DpuLink::Punted::kSent ? common::trace::SetupVerdict::kOk
+                                                                  : common::trace::SetupVerdict::kOverBudget);
+    tracer_->record(r);
+  }
   DpuLink& link_;
+  common::trace::Tracer* tracer_ = nullptr;
+  const port::PortLogic* pl_ = nullptr;
+  uint32_t underlay_ = 0;
 };
 
 using port::PortLogic;
@@ -155,6 +187,7 @@ class Worker {
     port::core_drop_names();  // built here, not on the lcore's first publication
     trace_ = cd::open_process_trace("tandem-rnic " + c.name, io_.clock());
     pw_.set_tracer(&trace_->tracer);
+    if (agent_) agent_->set_tracer(&trace_->tracer, &pw_, st_.underlay_ip);
   }
 
   void setup_port(rte_mempool* hdr_pool, rte_mempool* ext_pool, uint16_t n_ports, TxPayloadMode mode) {

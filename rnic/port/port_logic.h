@@ -30,6 +30,7 @@
 #include "rnic/port/agent_link.h"
 #include "rnic/port/egress_route.h"
 #include "rnic/port/rx_stage.h"
+#include "rnic/port/trace_flags.h"
 #include "rnic/port/vnic.h"
 #include "rnic/port/worker_counters.h"
 #include "rnic/port/worker_snapshot.h"
@@ -72,6 +73,7 @@ struct PortConfig {
 struct QpCtx {
   bool live = false;
   bool routed = false;  // RTR done: vNIC and remote resolved
+  TraceFlags trace;     // the trace rule in force, compiled for this QP (trace_flags.h)
   uint32_t host_qpn = 0;
   uint32_t core_qpn = 0;
   uint32_t app_id = 0;
@@ -134,6 +136,8 @@ class PortLogic {
   uint32_t follow_agent(uint64_t now);
   // QPs with WQEs left to fetch (the loop must not sleep).
   bool has_backlog() const noexcept { return !backlog_.empty(); }
+  // Trace units (common/trace): the process's tracer, with its ring (default: one that never runs).
+  void set_tracer(common::trace::Tracer* t) noexcept { tracer_ = t ? t : &no_tracer_; }
 
   // ---- reading (the lcore, or after it stopped)
   const PortConfig& config() const noexcept { return c_; }
@@ -189,15 +193,16 @@ class PortLogic {
     return &ctx_[i];
   }
   // The tenant check of rx_stage.h against this port's QPs and routes; on
-  // kNone the packet's dqpn is the core's.
+  // kNone the packet's dqpn is the core's and `traced` is the QP's trace flag.
   common::DropReason accept(common::RocePacket& pkt, [[maybe_unused]] uint8_t* data,
-                            const Level2Table::Snapshot& snap) noexcept {
+                            const Level2Table::Snapshot& snap, bool& traced) noexcept {
     QpCtx* q = nullptr;
     const common::DropReason r = check_ingress(
         pkt, c_.underlay_ip, table_, snap, [this](uint32_t host_qpn) { return by_host(host_qpn); },
         [&](QpCtx& qp) -> const EgressRoute* { return fresh_route(qp, qp.remote_overlay, snap); }, &q);
     if (r != common::DropReason::kNone) return r;
     pkt.bth.dqpn = q->core_qpn;
+    traced = q->trace.rx;
     return common::DropReason::kNone;
   }
   // The QP's route to `peer` in this table version: resolved from its egress
@@ -214,6 +219,7 @@ class PortLogic {
     }
     r.resolve(e->egress, c_.underlay_mac, c_.path_sets, snap.version, peer, q.pkey);
     q.remote_underlay = r.underlay;
+    q.trace = compile_trace_flags(*tracer_, c_.underlay_ip, r, q.host_qpn);
     return &r;
   }
 
@@ -221,6 +227,10 @@ class PortLogic {
   // completes what it holds with IBV_WC_WR_FLUSH_ERR, the host interface moves
   // the QP to ERR (applications see a dead QP, not a hang).
   void flush_all(uint64_t now);
+  // The lcore adopted a trace rule (or a stop): every QP's flags compiled
+  // again (port_trace.cc); a QP whose route is not resolved yet gets them
+  // when it is (fresh_route).
+  void compile_trace() noexcept;
 
   const PortConfig c_;
   Level2Table& table_;
@@ -229,6 +239,9 @@ class PortLogic {
   Transport core_;
   WorkerCounters k_;
   uint64_t now_ = 0;  // the current iteration's time (the I/O layer's clock)
+  common::trace::Tracer no_tracer_;
+  common::trace::Tracer* tracer_ = &no_tracer_;
+  uint64_t trace_generation_ = 0;  // the tracer's generation the QPs' flags were compiled for
 
  private:
   uint32_t pump_qp(QpCtx& q) noexcept;

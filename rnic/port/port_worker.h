@@ -35,6 +35,7 @@ class PortWorker final : public PortLogic {
     now_ = now;
     ++k_.loop_iterations;
     tracer_->poll(now);  // a new or expired trace rule: one load when nothing changed
+    if (tracer_->generation() != trace_generation_) [[unlikely]] compile_trace();
     uint32_t work = rx_burst(now);
     // Objects the control thread finished (QPs, CQs, MRs mapped for the
     // device, departures): one load when there are none, never a syscall.
@@ -61,8 +62,6 @@ class PortWorker final : public PortLogic {
 
   // Frames built and not yet taken by the port.
   uint16_t tx_held() const noexcept { return tx_n_; }
-  // Trace units (common/trace): the process's tracer, with its ring (default: one that never runs).
-  void set_tracer(common::trace::Tracer* t) noexcept { tracer_ = t ? t : &no_tracer_; }
 
  private:
   uint32_t rx_burst(uint64_t now) noexcept {
@@ -79,7 +78,10 @@ class PortWorker final : public PortLogic {
     const Level2Table::Snapshot snap = table_.begin_read();
     if (tracer_->active()) [[unlikely]] now = io_.now_ns();  // records stamped after the burst arrived
     rx_.run(pkts, n, core_, k_, now,
-            [&](common::RocePacket& pkt, uint8_t* data) noexcept { return accept(pkt, data, snap); }, *tracer_,
+            [&](common::RocePacket& pkt, uint8_t* data, bool& traced) noexcept {
+              return accept(pkt, data, snap, traced);
+            },
+            *tracer_,
             snap.version);
     io_.free_bulk(pkts, n);  // placement copied what it kept
     return n;
@@ -135,7 +137,7 @@ class PortWorker final : public PortLogic {
       }
       const uint16_t sport = r->sport(d.udp_sport);
       Buf* m = io_.build(d, r->tmpl_for(d.bth.dqpn), sport);
-      if (tracing) [[unlikely]] {
+      if (tracing && q->trace.tx) [[unlikely]] {  // the QP's flag (trace_flags.h), then the rule
         uint16_t ip_id = 0;
         if constexpr (requires { io_.last_ip_id(); }) ip_id = io_.last_ip_id();
         trace_tx(*tracer_, d, *r, sport, ip_id, [this] { return io_.now_ns(); });
@@ -157,8 +159,6 @@ class PortWorker final : public PortLogic {
   Buf* tx_buf_[kBurst];
   uint16_t tx_n_ = 0;
   RxStage<Io> rx_;  // the receive passes over a burst (rx_stage.h)
-  common::trace::Tracer no_tracer_;
-  common::trace::Tracer* tracer_ = &no_tracer_;
 };
 
 }  // namespace tandem::rnic::port

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "common/trace/tracer.h"
@@ -80,9 +81,12 @@ class RxStage {
   // Runs frames m[0..n) (any n; in pieces of kMaxBurst) and leaves freeing
   // them to the caller (the core copied what it kept). Every frame is counted
   // in k: rx_packets/rx_bytes, then either rx_accepted or one drop (stage,
-  // reason). `ingress(RocePacket&, uint8_t* frame)` -> DropReason is the
-  // tenant check; on kNone it has set pkt.bth.dqpn to the core's QPN (and may
-  // rewrite the frame's remote addresses). Returns the frames the core took.
+  // reason). `ingress(RocePacket&, uint8_t* frame[, bool& traced])` ->
+  // DropReason is the tenant check; on kNone it has set pkt.bth.dqpn to the
+  // core's QPN (and may rewrite the frame's remote addresses) and, if it takes
+  // `traced`, set it to the QP's trace flag (trace_flags.h; without it every
+  // accepted packet of a traced burst is matched against the rule). Returns
+  // the frames the core took.
   template <class Ingress>
   uint32_t run(Buf* const* m, uint16_t n, Transport& core, WorkerCounters& k, uint64_t now,
                Ingress&& ingress) noexcept {
@@ -97,7 +101,9 @@ class RxStage {
   // The same with tracing (common/trace): one test of `trace.active()` per
   // burst; only a burst under a rule runs the recording variant, whose
   // tenant-check and core records carry `table_version` (the snapshot the
-  // check read).
+  // check read). There an accepted packet costs the test of its QP's flag;
+  // the rule itself is matched only for flagged packets and for the rare
+  // ones refused before the core (no QP to hold a flag).
   template <class Ingress>
   uint32_t run(Buf* const* m, uint16_t n, Transport& core, WorkerCounters& k, uint64_t now, Ingress&& ingress,
                common::trace::Tracer& trace, uint64_t table_version = 0) noexcept {
@@ -190,18 +196,24 @@ class RxStage {
                  common::trace::Tracer* trace) noexcept {
     const uint16_t ok = validate<kTrace>(m, b, k, trace, now);
     uint16_t in = 0;
+    [[maybe_unused]] bool any_traced = false;
     for (uint16_t i = 0; i < ok; ++i) {
       const uint16_t j = good_[i];
       common::RocePacket& pkt = pkt_[j];
       uint8_t* data = data_[j];
       [[maybe_unused]] const uint32_t wire_dqpn = pkt.bth.dqpn;  // ingress rewrites it to the core's
-      const common::DropReason r = ingress(pkt, data);
+      bool traced = true;
+      const common::DropReason r = call_ingress(ingress, pkt, data, traced);
       if (r != common::DropReason::kNone) [[unlikely]] {
         k.drop(Stage::kIngress, r);
         if constexpr (kTrace) trace_rx(*trace, pkt, wire_dqpn, common::trace::Stage::kRxIngress, r, now);
         continue;
       }
-      if constexpr (kTrace) wire_dqpn_[in] = wire_dqpn;
+      if constexpr (kTrace) {
+        wire_dqpn_[in] = wire_dqpn;
+        traced_[in] = traced;
+        any_traced |= traced;
+      }
       refs_[in++] = RxPacketRef{&pkt, data + pkt.payload_offset, pkt.payload_len};
     }
     const uint32_t took = core.on_packets(refs_, in, now, why_);
@@ -209,10 +221,21 @@ class RxStage {
       for (uint16_t i = 0; i < in; ++i)
         if (why_[i] != common::DropReason::kNone) k.drop(Stage::kCore, why_[i]);
     if constexpr (kTrace)
-      for (uint16_t i = 0; i < in; ++i)
-        trace_rx(*trace, *refs_[i].pkt, wire_dqpn_[i], common::trace::Stage::kRxCore,
-                 took == in ? common::DropReason::kNone : why_[i], now);
+      if (any_traced)
+        for (uint16_t i = 0; i < in; ++i)
+          if (traced_[i])
+            trace_rx(*trace, *refs_[i].pkt, wire_dqpn_[i], common::trace::Stage::kRxCore,
+                     took == in ? common::DropReason::kNone : why_[i], now);
     return took;
+  }
+
+  template <class Ingress>
+  static common::DropReason call_ingress(Ingress& ingress, common::RocePacket& pkt, uint8_t* data,
+                                         bool& traced) noexcept {
+    if constexpr (std::is_invocable_v<Ingress&, common::RocePacket&, uint8_t*, bool&>)
+      return ingress(pkt, data, traced);
+    else
+      return ingress(pkt, data);
   }
 
   void trace_rx(common::trace::Tracer& t, const common::RocePacket& pkt, uint32_t wire_dqpn,
@@ -255,6 +278,7 @@ class RxStage {
   RxPacketRef refs_[kMaxBurst];
   common::DropReason why_[kMaxBurst];
   uint32_t wire_dqpn_[kMaxBurst];
+  bool traced_[kMaxBurst];  // traced bursts: the accepted packet's QP flag
   uint32_t trace_aux_ = 0;  // traced bursts: the table version their tenant check read
   std::vector<uint8_t> scratch_;
 };

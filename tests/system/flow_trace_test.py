@@ -27,6 +27,12 @@ another partition's P_Key (a foreign tenant). `trace show --json --all` must pla
   * the stage latencies (tx -> fabric -> rx) positive: the clocks of three processes agree.
 write_bw must still verify.
 
+Then a new flow traced from its start: `trace start` on tenant blue's flow (192.168.8.2 -> 192.168.8.1)
+before any of its QPs exist, then a short write_bw on it. Each end's RTR misses its egress entry and
+punts it; `trace show --json` must show B's set-up as punt (tandem-rnic B) -> agent_resolve ->
+txn_commit (tandem-dpu, the committed table version) -> the first packet delivered at A's core, and
+the text form must print it.
+
 usage: flow_trace_test.py TANDEM_DPU TANDEMCTL TANDEM_FABRIC TANDEM_RNIC TANDEM_PERF TANDEM_WIRE [--keep]"""
 import argparse
 import json
@@ -61,6 +67,7 @@ checks = Checks()
 check = checks.check
 UNDERLAY = {"A": ("10.0.0.1", "02:00:00:00:00:01"), "B": ("10.0.0.2", "02:00:00:00:00:02")}
 VNICS = [(1, "A", "192.168.7.1", "02:00:00:00:01:01"), (2, "B", "192.168.7.2", "02:00:00:00:01:02")]
+BLUE = [(3, "A", "192.168.8.1", "02:00:00:00:02:01"), (4, "B", "192.168.8.2", "02:00:00:00:02:02")]
 LOSSY = 2
 FOREIGN_PSN = 0x7FFF00
 
@@ -117,7 +124,7 @@ def trace_phase(f):
     rc, out, err = trace("start", "--vni", 100, "--src", "192.168.7.2", "--dst", "192.168.7.1", "--seconds", 0.3,
                          "--fabric", f"{TAG}-fab")
     print(out)
-    check(rc == 0 and out.count("armed") == 3, f"trace start armed both workers and the fabric (rc {rc}) {err.strip()}")
+    check(rc == 0 and out.count("armed") == 4, f"trace start armed both workers, the fabric and the agent (rc {rc}) {err.strip()}")
     testpmd.stdin.write(b"start\n")
     testpmd.stdin.flush()
     time.sleep(0.8)  # past the rule's 0.3 s everywhere
@@ -130,7 +137,9 @@ def trace_phase(f):
     with open(f"{D}/trace.json", "w") as keep:  # for a failure's post-mortem (--keep)
         keep.write(out)
     srcs = {x.get("process", "?"): x.get("records", 0) for x in t.get("sources", [])}
-    check(len(srcs) == 3 and all(n > 0 for n in srcs.values()), f"records from the three processes: {srcs}")
+    data = {k: v for k, v in srcs.items() if k != "tandem-dpu"}  # no flow is set up meanwhile: the agent may have none
+    check(len(data) == 3 and all(n > 0 for n in data.values()) and "tandem-dpu" in srcs,
+          f"records from the three processes on the packets' way, the agent's ring read too: {srcs}")
     tl = t.get("timelines", [])
     end = (t.get("window_ns") or [0, 0])[1]
     outcomes = t.get("outcomes", {})
@@ -166,6 +175,50 @@ def trace_phase(f):
     return testpmd
 
 
+def setup_phase(port):
+    """Tenant blue's flow traced before its QPs exist: B's punt, the agent's resolution and commit, the first packet."""
+    rc, out, err = trace("start", "--vni", 200, "--src", "192.168.8.2", "--dst", "192.168.8.1", "--seconds", 5,
+                         "--fabric", f"{TAG}-fab")
+    print(out)
+    check(rc == 0 and out.count("armed") == 4 and "tandem-dpu" in out,
+          f"trace start on a flow with no QP armed the agent too (rc {rc}) {err.strip()}")
+    base = ["nice", "-n", "10", PERF, "write_bw", "-p", str(port), "--json", "--timeout", "30"]
+    srv = lab.start(base + ["--device", f"{D}/A.rnic", "--gid", "192.168.8.1"], "blue-server", separate_stderr=True)
+    time.sleep(0.4)
+    cli = lab.start(base + ["-D", "1", "-s", "4096", "--verify", "--device", f"{D}/B.rnic", "--gid", "192.168.8.2",
+                            "127.0.0.1"], "blue-client", separate_stderr=True)
+    cli_rc, srv_rc = cli.wait(60), srv.wait(30)
+    check(cli_rc == 0 and srv_rc == 0, f"blue's write_bw ran (exit {cli_rc}/{srv_rc})")
+    rc, out, err = trace("show", "--json")
+    t = json.loads(out) if rc == 0 else {}
+    with open(f"{D}/trace-setup.json", "w") as keep:
+        keep.write(out)
+    setups = t.get("setups", [])
+    print(f"set-ups: {t.get('setup_outcomes')}, latencies {json.dumps(t.get('setup_hops'))}")
+    b = [x for x in setups if x["src"] == UNDERLAY["B"][0] and x["overlay"] == "192.168.8.1"]
+    ev = b[0]["events"] if b else []
+    way = [(e["stage"], e["process"]) for e in ev]
+    first = lambda st: next((i for i, e in enumerate(ev) if e["stage"] == st), None)  # noqa: E731
+    # The agent records a commit when it hears of it, which may be after the first packet left: only
+    # punt -> resolve -> commit and resolve -> delivered are ordered for certain.
+    order = [first(st) for st in ("punt", "agent_resolve", "txn_commit", "rx_core")]
+    check(len(b) == 1 and b[0]["outcome"] == "delivered" and None not in order
+          and order[0] < order[1] < order[2] and order[1] < order[3]
+          and ("punt", "tandem-rnic B") in way and ("agent_resolve", "tandem-dpu") in way
+          and ("txn_commit", "tandem-dpu") in way and ("rx_core", "tandem-rnic A") in way,
+          f"B's set-up: punt -> agent_resolve -> txn_commit -> delivered: {b[0]['outcome'] if b else None}, {way}")
+    tv = [e.get("table_version", 0) for e in ev if e["stage"] == "txn_commit"]
+    check(tv and tv[0] >= 1 and b[0]["dst"] == UNDERLAY["A"][0] and b[0].get("first_packet", {}).get("outcome") == "delivered",
+          f"the commit names the table version ({tv}), the resolution A's underlay ({b[0]['dst'] if b else None})")
+    a = [x for x in setups if x["src"] == UNDERLAY["A"][0] and x["overlay"] == "192.168.8.2"]
+    check(a and a[0]["outcome"] in ("delivered", "committed"), f"A's set-up for its ACKs: {[x['outcome'] for x in a]}")
+    rc, text, _ = trace("show", "--limit", 2)
+    print(text)
+    check(rc == 0 and "set-up of 10.0.0.2 vNIC 4 -> 192.168.8.1 (at 10.0.0.1): delivered" in text,
+          "trace show prints the set-up timeline")
+    check(trace("stop")[0] == 0, "trace stop (the agent too)")
+
+
 def main():
     pre = f"{TAG}-dpu"
     agent = lab.start([DPU, "--db", f"{D}/dpu.sqlite", "--control-socket", f"{D}/ctl.sock", "--channel-dir", CH,
@@ -175,8 +228,10 @@ def main():
     for n, (ip, mac) in UNDERLAY.items():
         ctl("rnic", "add", n, "--underlay-ip", ip, "--mac", mac, "--path-base-port", 0xC000, "--path-count", 4)
     check(ctl("tenant", "add", 100, "red")[0] == 0, "tenant red added")
-    for v, r, o, m in VNICS:
-        ctl("vnic", "add", v, "--vni", 100, "--rnic", r, "--ip", o, "--mac", m)
+    check(ctl("tenant", "add", 200, "blue")[0] == 0, "tenant blue added")
+    for vni, vnics in ((100, VNICS), (200, BLUE)):
+        for v, r, o, m in vnics:
+            ctl("vnic", "add", v, "--vni", vni, "--rnic", r, "--ip", o, "--mac", m)
     fab_pre = f"{TAG}-fab"
     fab = lab.start(lab_fabric_argv(FABRIC, fab_pre, D, ["--path", f"{LOSSY}:loss=0.05"])
                     + [f"--vdev=net_memif2,role=server,socket={D}/inj.sock"], "fabric", fab_pre)
@@ -260,6 +315,7 @@ def main():
         cj = {}
     check(cli_rc == 0 and srv_rc == 0 and cj.get("verify") == "ok",
           f"write_bw --verify over the lossy fabric: exit {cli_rc}/{srv_rc}, verify {cj.get('verify')}")
+    setup_phase(free_port())
     for p in workers + [agent, fab, testpmd]:
         lab.stop(p)
 

@@ -671,6 +671,144 @@ TEST_CASE("port layer: frames refused before the core are counted by stage and r
   });
 }
 
+// A tracer over an in-memory ring (the worker's ring is a shared-memory file).
+struct TestTracer {
+  static constexpr uint64_t kCap = 4096;
+  std::vector<uint64_t> mem = std::vector<uint64_t>(common::trace::ring_bytes(kCap) / 8 + 1);
+  common::trace::Tracer t;
+  TestTracer() { t.attach(common::trace::ring_init(mem.data(), kCap, 0, "test")); }
+  // Records of `stage` (kNone: any) for destination QP `dqpn` (0: any).
+  std::size_t count(common::trace::Stage stage, uint32_t dqpn = 0) const {
+    std::size_t n = 0;
+    for (const common::trace::Record& r : common::trace::ring_read(t.ring()))
+      if ((stage == common::trace::Stage::kNone || r.stage == stage) && (dqpn == 0 || r.dqpn == dqpn)) ++n;
+    return n;
+  }
+};
+
+// Installs `r` (nullptr: stop) in both ports and waits until their lcores adopted it.
+void trace_rule(Pair& p, TestTracer& ta, TestTracer& tb, const common::trace::Rule* r) {
+  const uint64_t ga = p.with([&] { return ta.t.generation(); }), gb = p.with([&] { return tb.t.generation(); });
+  for (TestTracer* t : {&ta, &tb}) r ? t->t.request(*r) : t->t.stop();
+  REQUIRE(p.wait_for([&] { return ta.t.generation() != ga && tb.t.generation() != gb; }));
+}
+
+TraceFlags flags(Pair& p, Node& n, host::Qp* q) {
+  return p.with([&] {
+    const QpCtx* c = n.pw->qp_by_host(q->qp_num);
+    REQUIRE(c != nullptr);
+    return c->trace;
+  });
+}
+
+void write_once(Tenant& ta, Tenant& tb, host::Qp* q, uint64_t id) {
+  REQUIRE(ta.post(q, IBV_WR_RDMA_WRITE, id, 0, 256, tb.va(0), tb.mr->rkey) == 0);
+  const auto wc = ta.poll(1);
+  REQUIRE(wc.size() == 1);
+  CHECK(wc[0].status == IBV_WC_SUCCESS);
+}
+
+TEST_CASE("port layer: a trace rule is compiled into QP flags: over live QPs, for new ones, until stopped or destroyed") {
+  using common::trace::Stage;
+  Pair p;
+  TestTracer ra, rb;
+  p.with([&] {
+    p.a.pw->set_tracer(&ra.t);
+    p.b.pw->set_tracer(&rb.t);
+  });
+  Tenant ta(p.a.socket), tb(p.b.socket);
+  Link l1 = connect(p, ta, tb);
+  write_once(ta, tb, l1.qa, 1);  // both routes resolved
+  CHECK_FALSE(flags(p, p.a, l1.qa).rx);
+  CHECK_FALSE(flags(p, p.a, l1.qa).tx);
+
+  // Adopted after the QPs exist: the rule names l1's QPs.
+  common::trace::Rule r1;
+  r1.ip_a = Pair::kUnderlayA;
+  r1.ip_b = Pair::kUnderlayB;
+  r1.qpns[0] = l1.qa->qp_num;
+  r1.qpns[1] = l1.qb->qp_num;
+  r1.n_qpns = 2;
+  trace_rule(p, ra, rb, &r1);
+  for (auto [n, q] : {std::pair{&p.a, l1.qa}, std::pair{&p.b, l1.qb}}) {
+    CHECK(flags(p, *n, q).rx);
+    CHECK(flags(p, *n, q).tx);
+  }
+  // Created under it, not named by it: received packets are not flagged;
+  // sent ones are (the pair matches) and the rule then refuses their QPN.
+  Link l2 = connect(p, ta, tb);
+  write_once(ta, tb, l2.qa, 2);
+  write_once(ta, tb, l1.qa, 3);
+  CHECK_FALSE(flags(p, p.a, l2.qa).rx);
+  CHECK_FALSE(flags(p, p.b, l2.qb).rx);
+  CHECK(flags(p, p.a, l2.qa).tx);
+  REQUIRE(p.wait_for([&] { return rb.count(Stage::kTx, l1.qa->qp_num) > 0; }));  // l1's ACK left B
+  CHECK(ra.count(Stage::kTx, l1.qb->qp_num) > 0);
+  CHECK(rb.count(Stage::kRxCore, l1.qb->qp_num) > 0);
+  CHECK(ra.count(Stage::kNone, l2.qb->qp_num) + rb.count(Stage::kNone, l2.qb->qp_num) == 0);
+  CHECK(ra.count(Stage::kNone, l2.qa->qp_num) + rb.count(Stage::kNone, l2.qa->qp_num) == 0);
+
+  // A rule over the pair, any QP: adopted over l2 too; l3 is created under it.
+  common::trace::Rule r2 = r1;
+  r2.n_qpns = 0;
+  trace_rule(p, ra, rb, &r2);
+  CHECK(flags(p, p.a, l2.qa).rx);
+  CHECK(flags(p, p.b, l2.qb).rx);
+  Link l3 = connect(p, ta, tb);
+  write_once(ta, tb, l3.qa, 4);
+  CHECK(flags(p, p.a, l3.qa).rx);
+  CHECK(flags(p, p.b, l3.qb).rx);
+  CHECK(flags(p, p.a, l3.qa).tx);
+  REQUIRE(p.wait_for([&] { return rb.count(Stage::kRxCore, l3.qb->qp_num) > 0; }));
+  // A foreign frame (another partition) has no QP flag: matched where it is dropped.
+  uint8_t data[64] = {};
+  const std::vector<uint8_t> foreign =
+      forged_write(l1.qb->qp_num, kRqPsn, tb.mr->rkey, tb.va(0), data, 64, Pair::kUnderlayA, 0x8005);
+  p.with([&] { REQUIRE(p.b.io.inject(foreign.data(), static_cast<uint32_t>(foreign.size()))); });
+  REQUIRE(p.wait_for([&] { return rb.count(Stage::kRxIngress, l1.qb->qp_num) == 1; }));
+
+  // A rule that matches nothing here: no flag, no record.
+  common::trace::Rule r3;
+  r3.ip_a = 0x01020304;
+  trace_rule(p, ra, rb, &r3);
+  CHECK(ra.t.running());
+  for (host::Qp* q : {l1.qa, l2.qa, l3.qa}) {
+    CHECK_FALSE(flags(p, p.a, q).rx);
+    CHECK_FALSE(flags(p, p.a, q).tx);
+  }
+  const uint64_t wa = ra.t.written(), wb = rb.t.written();
+  write_once(ta, tb, l1.qa, 5);
+  p.iterations(50);
+  CHECK(ra.t.written() == wa);
+  CHECK(rb.t.written() == wb);
+
+  // Removed: every flag cleared, nothing recorded.
+  trace_rule(p, ra, rb, &r2);
+  CHECK(flags(p, p.a, l1.qa).tx);
+  trace_rule(p, ra, rb, nullptr);
+  CHECK_FALSE(ra.t.running());
+  for (host::Qp* q : {l1.qa, l2.qa, l3.qa}) {
+    CHECK_FALSE(flags(p, p.a, q).rx);
+    CHECK_FALSE(flags(p, p.a, q).tx);
+  }
+  // Destroyed under a rule: its slot keeps no flag for the next QP.
+  trace_rule(p, ra, rb, &r2);
+  const uint32_t gone = l3.qa->qp_num;
+  ta.destroy(l3.qa);
+  tb.destroy(l3.qb);
+  REQUIRE(p.wait_for([&] { return p.a.pw->qp_by_host(gone) == nullptr; }));
+  p.with([&] {
+    for (const QpCtx& c : p.a.pw->qps())
+      if (!c.live) {
+        CHECK_FALSE(c.trace.rx);
+        CHECK_FALSE(c.trace.tx);
+      }
+  });
+  Link l4 = connect(p, ta, tb);  // may reuse l3's slot; flagged only once its route is resolved
+  write_once(ta, tb, l4.qa, 6);
+  CHECK(flags(p, p.a, l4.qa).rx);
+}
+
 TEST_CASE("port layer: every counter is one row (group, name, help) and each live QP one snapshot row") {
   Pair p;
   Tenant ta(p.a.socket), tb(p.b.socket);

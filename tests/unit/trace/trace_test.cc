@@ -245,3 +245,93 @@ TEST_CASE("merge: a dropped copy, its retransmission delivered, a packet lost fo
   CHECK(percentile(xs, 50) == 3);
   CHECK(percentile(xs, 100) == 5);
 }
+
+namespace {
+
+// A set-up record: RNIC `src`'s egress entry for vNIC 2 -> overlay 192.168.8.1.
+Record setup_rec(uint64_t ts, Stage s, uint32_t src, uint32_t dst, uint8_t verdict = 0, uint32_t aux = 0) {
+  Record r;
+  r.ts_ns = ts;
+  r.stage = s;
+  r.src_ip = src;
+  r.dst_ip = dst;
+  r.dqpn = 2;
+  r.psn = 0xC0A80801;
+  r.verdict = verdict;
+  r.aux = aux;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("merge: a set-up is its punt, the agent's resolution and commit, then the first packet after it") {
+  RingDump b{"rnic B", 0, {}}, agent{"agent", 0, {}}, a{"rnic A", 0, {}};
+  // B punts (twice: re-asked before the answer), the agent resolves and the RNIC commits v7.
+  b.records.push_back(setup_rec(100, Stage::kPunt, kB, 0));
+  b.records.push_back(setup_rec(150, Stage::kPunt, kB, 0));
+  agent.records.push_back(setup_rec(160, Stage::kAgentResolve, kB, kA));
+  // The first packet may leave before the agent hears of the commit: it is
+  // still the set-up's first packet (it cannot leave before the resolution).
+  b.records.push_back(rec(200, Stage::kTx, 1, 0, 0xC000, kB, kA, 0, 1));
+  agent.records.push_back(setup_rec(210, Stage::kTxnCommit, kB, kA, 0, 7));
+  a.records.push_back(rec(260, Stage::kRxCore, 1, 0, 0xC000, kB, kA, 0, 1));
+  b.records.push_back(rec(300, Stage::kTx, 2, 0, 0xC000, kB, kA, 0, 2));
+  a.records.push_back(rec(900, Stage::kRxCore, 2, 0, 0xC000, kB, kA, 0, 2));
+  // A's miss for another overlay address: refused (no mapping), never committed.
+  Record refused_punt = setup_rec(400, Stage::kPunt, kA, 0);
+  refused_punt.psn = 0xC0A80809;
+  Record refusal = setup_rec(420, Stage::kAgentResolve, kA, 0, static_cast<uint8_t>(SetupVerdict::kRefused));
+  refusal.psn = 0xC0A80809;
+  a.records.push_back(refused_punt);
+  agent.records.push_back(refusal);
+  Merged m = merge({b, agent, a}, namer);
+  // Set-up records neither make packets nor narrow the window to the agent's few moments.
+  REQUIRE(m.packets.size() == 2);
+  CHECK(m.window_start_ns == 260);  // B's first packet record 200, A's 260
+  CHECK(m.window_end_ns == 300);
+  REQUIRE(m.setups.size() == 2);
+  const Setup& s = m.setups[0];
+  CHECK(s.src_ip == kB);
+  CHECK(s.dst_ip == kA);
+  CHECK(s.vnic == 2);
+  CHECK(s.overlay == 0xC0A80801);
+  CHECK(s.outcome == SetupOutcome::kDelivered);
+  CHECK(s.version == 7);
+  REQUIRE(s.first_packet >= 0);
+  CHECK(m.packets[static_cast<std::size_t>(s.first_packet)].key.psn == 1);
+  std::vector<Stage> way;
+  for (const Event& e : s.events) way.push_back(e.r.stage);
+  CHECK(way == std::vector<Stage>{Stage::kPunt, Stage::kPunt, Stage::kAgentResolve, Stage::kTxnCommit, Stage::kTx,
+                                  Stage::kRxCore});
+  CHECK(s.last_setup == 3);
+  CHECK(s.end_ns == 260);
+  CHECK(m.setup_hops["punt>agent_resolve"] == std::vector<uint64_t>{60});
+  CHECK(m.setup_hops["agent_resolve>txn_commit"] == std::vector<uint64_t>{50});
+  CHECK(m.setup_hops["punt>delivered"] == std::vector<uint64_t>{160});
+  CHECK(m.setups[1].outcome == SetupOutcome::kRefused);
+  CHECK(m.setups[1].first_packet == -1);
+  CHECK(m.setup_outcomes["delivered"] == 1);
+  CHECK(m.setup_outcomes["refused"] == 1);
+  // An entry punted again after its commit (withdrawn, asked again) is a set-up of its own.
+  RingDump again{"rnic B", 0, {setup_rec(10, Stage::kPunt, kB, 0), setup_rec(20, Stage::kAgentResolve, kB, kA),
+                               setup_rec(30, Stage::kTxnCommit, kB, kA, 0, 3), setup_rec(40, Stage::kPunt, kB, 0)}};
+  Merged m2 = merge({again}, namer);
+  REQUIRE(m2.setups.size() == 2);
+  CHECK(m2.setups[0].outcome == SetupOutcome::kCommitted);
+  CHECK(m2.setups[1].outcome == SetupOutcome::kPunted);
+}
+
+TEST_CASE("rules: one end alone (a punt) matches when it may be either end of the rule's pair") {
+  Rule r;
+  r.ip_a = kA;
+  r.ip_b = kB;
+  r.pkey = 0x8002;
+  CHECK(r.matches_end(kA, 0x8002));
+  CHECK(r.matches_end(kB, 0x8002));
+  CHECK_FALSE(r.matches_end(0x0A000009, 0x8002));
+  CHECK_FALSE(r.matches_end(kA, 0xFFFF));
+  CHECK(r.matches_pair(kB, kA, 0x8002));
+  CHECK_FALSE(r.matches_pair(kB, 0x0A000009, 0x8002));
+  Rule any;
+  CHECK(any.matches_end(0x0A000009, 0xFFFF));
+}
