@@ -79,7 +79,7 @@ struct RecvWqe {
 
 // Checks a receive WR against the transport's MRs (lkey, bounds, local write)
 // and fills `w` with it. False: EINVAL.
-bool make_recv_wqe(const Transport& t, const RecvWr& wr, RecvWqe& w) noexcept;
+bool make_recv_wqe(const Transport& t, const RecvWr& wr, uint32_t pd, RecvWqe& w) noexcept;
 
 // Requester record per PSN in flight (ring indexed by psn & window mask).
 struct PsnRec {

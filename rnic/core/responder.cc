@@ -28,6 +28,27 @@ bool range_in_mr(const MemoryRegion* mr, uint64_t va, uint64_t len) noexcept {
          len <= mr->len - (va - mr->addr);
 }
 
+// A remote access of `len` bytes at (rkey, va) with `need` (IBV_ACCESS_REMOTE_*)
+// on a QP of protection domain `pd` that allows `qp_access`: where it lands, or
+// nullptr if refused. A zero-length access names no memory and its R_Key is not
+// checked (IBTA C9-88: verbs libraries fence with zero-length writes on rkey 0);
+// it gets a non-null pointer no byte is written through.
+uint8_t* remote_ptr(const Transport& t, uint32_t rkey, uint64_t va, uint64_t len, uint32_t need, uint32_t pd,
+                    uint32_t qp_access, const MemoryRegion*& cache) noexcept {
+  if (!(qp_access & need)) return nullptr;
+  if (len == 0) {
+    static uint8_t nothing;
+    return &nothing;
+  }
+  // The cached region is valid while the burst lasts (regions change only
+  // between calls into the core); the burst may hold several QPs' packets.
+  const MemoryRegion* mr =
+      cache != nullptr && cache->lkey == rkey && cache->pd == pd ? cache : t.find_mr(rkey, pd);
+  if (!range_in_mr(mr, va, len) || !(mr->access & need)) return nullptr;
+  cache = mr;
+  return mr->host_ptr + (va - mr->addr);
+}
+
 // Placement: up to 64 bytes (a small WRITE's payload) with two overlapping
 // fixed-size copies inline instead of a call into the library's memcpy.
 inline void place(uint8_t* dst, const uint8_t* src, uint32_t n) noexcept {
@@ -44,13 +65,13 @@ inline void place(uint8_t* dst, const uint8_t* src, uint32_t n) noexcept {
 
 }  // namespace
 
-bool make_recv_wqe(const Transport& t, const RecvWr& wr, RecvWqe& w) noexcept {
+bool make_recv_wqe(const Transport& t, const RecvWr& wr, uint32_t pd, RecvWqe& w) noexcept {
   if (wr.num_sge > kMaxSge) return false;
   w.wr = wr;
   w.len = 0;
   for (uint32_t j = 0; j < wr.num_sge; ++j) {
     const Sge& g = wr.sg_list[j];
-    const MemoryRegion* mr = t.find_mr(g.lkey);
+    const MemoryRegion* mr = t.find_mr(g.lkey, pd);
     if (!range_in_mr(mr, g.addr, g.length) || !(mr->access & IBV_ACCESS_LOCAL_WRITE))
       return false;
     w.sge_ptr[j] = mr->host_ptr + (g.addr - mr->addr);
@@ -68,7 +89,7 @@ int Qp::post_recv(const RecvWr& wr) noexcept {
   }
   if (state == QpState::kReset) return EINVAL;
   if (rq_tail - rq_head >= rq.size()) return ENOMEM;
-  if (!make_recv_wqe(*t, wr, rwqe(rq_tail))) return EINVAL;
+  if (!make_recv_wqe(*t, wr, init.pd, rwqe(rq_tail))) return EINVAL;
   ++rq_tail;
   rnr_armed = true;
   return 0;
@@ -88,9 +109,10 @@ void Qp::nak(uint8_t syndrome, uint32_t psn) noexcept {
 
 // Validates a READ request and queues its responses. False: `why` says why.
 bool Qp::read_job(uint32_t psn, const common::Reth& reth, DropReason& why) noexcept {
-  const MemoryRegion* mr = t->find_mr(reth.rkey);
-  if (!(attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) || !range_in_mr(mr, reth.va, reth.len) ||
-      !(mr->access & IBV_ACCESS_REMOTE_READ)) {
+  const MemoryRegion* cache = nullptr;
+  uint8_t* const p = remote_ptr(*t, reth.rkey, reth.va, reth.len, IBV_ACCESS_REMOTE_READ, init.pd,
+                                attr.qp_access_flags, cache);
+  if (p == nullptr) {
     why = DropReason::kAccessViolation;
     return false;
   }
@@ -100,7 +122,7 @@ bool Qp::read_job(uint32_t psn, const common::Reth& reth, DropReason& why) noexc
   }
   ReadJob& j = reads[reads_tail++ % reads.size()];
   j.psn = psn;
-  j.ptr = mr->host_ptr + (reth.va - mr->addr);
+  j.ptr = p;
   j.len = reth.len;
   j.npkts = reth.len == 0 ? 1 : (reth.len + mtu() - 1) / mtu();
   j.next_pkt = 0;
@@ -176,9 +198,8 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
   if (op == IBV_OPCODE_RC_RDMA_READ_REQUEST) {
     const uint32_t npkts = pkt.reth.len == 0 ? 1 : (pkt.reth.len + mtu() - 1) / mtu();
     if (d + npkts > window) return fail(DropReason::kPsnOutOfWindow);
-    const MemoryRegion* mr = t->find_mr(pkt.reth.rkey);
-    if (!(attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) ||
-        !range_in_mr(mr, pkt.reth.va, pkt.reth.len) || !(mr->access & IBV_ACCESS_REMOTE_READ)) {
+    if (remote_ptr(*t, pkt.reth.rkey, pkt.reth.va, pkt.reth.len, IBV_ACCESS_REMOTE_READ, init.pd,
+                   attr.qp_access_flags, mr_cache) == nullptr) {
       nak(common::kAethNak | common::kNakRemoteAccess, psn);
       return fail(DropReason::kAccessViolation);
     }
@@ -268,17 +289,16 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
     rw = &rwqe(rq_head + delta);
   }
   if (is_write) {
-    // The cached region is the one find_mr gives for its key (regions do not
-    // change while a burst is being received).
-    const MemoryRegion* mr = mr_cache != nullptr && mr_cache->lkey == rkey ? mr_cache : t->find_mr(rkey);
-    mr_cache = mr != nullptr ? mr : mr_cache;
-    if (!(attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) || !range_in_mr(mr, va, msg_len) ||
-        !(mr->access & IBV_ACCESS_REMOTE_WRITE)) {
+    // The whole message's range is checked with each packet (IRN places them
+    // in any order; each carries the message's rkey, va and length).
+    uint8_t* const p = remote_ptr(*t, rkey, va, msg_len, IBV_ACCESS_REMOTE_WRITE, init.pd,
+                                  attr.qp_access_flags, mr_cache);
+    if (p == nullptr) {
       nak(common::kAethNak | common::kNakRemoteAccess, psn);
       if (!irn()) gbn_kind = 0;
       return fail(DropReason::kAccessViolation);
     }
-    place(mr->host_ptr + (va - mr->addr) + offset, data, dlen);
+    place(p + offset, data, dlen);
   } else {
     if (uint64_t{offset} + dlen > rw->len) {
       nak(common::kAethNak | common::kNakInvalidRequest, psn);

@@ -7,7 +7,7 @@
 
 namespace tandem::rnic {
 
-uint32_t Transport::create_srq(uint32_t capacity) {
+uint32_t Transport::create_srq(uint32_t capacity, uint32_t pd) {
   if (capacity == 0 || capacity > (1u << 24)) return 0;
   std::size_t i = 0;
   while (i < srqs_.size() && srqs_[i]) ++i;
@@ -21,6 +21,7 @@ uint32_t Transport::create_srq(uint32_t capacity) {
   s->pool.resize(capacity);
   s->queue.resize(ring);
   s->mask = ring - 1;
+  s->pd = pd;
   s->free.reserve(capacity);
   for (uint32_t k = capacity; k-- > 0;) s->free.push_back(k);
   srqs_[i] = std::move(s);
@@ -40,7 +41,7 @@ int Transport::post_srq_recv(uint32_t id, const RecvWr& wr) noexcept {
   if (s == nullptr) return EINVAL;
   if (s->free.empty()) return ENOMEM;
   const uint32_t slot = s->free.back();
-  if (!make_recv_wqe(*this, wr, s->pool[slot])) return EINVAL;
+  if (!make_recv_wqe(*this, wr, s->pd, s->pool[slot])) return EINVAL;
   s->free.pop_back();
   s->queue[s->tail++ & s->mask] = slot;
   return 0;

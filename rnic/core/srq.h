@@ -22,6 +22,7 @@ struct Srq {
   uint32_t head = 0;
   uint32_t tail = 0;
   uint32_t qps = 0;              // QPs created on it
+  uint32_t pd = 0;               // protection domain of the MRs its receives may use
   uint64_t taken = 0;            // WQEs QPs took
   uint64_t empty = 0;            // a message found it empty (the QP sent an RNR NAK)
 

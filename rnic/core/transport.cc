@@ -58,23 +58,32 @@ MemoryRegion Transport::reg_mr(void* host_ptr, uint64_t len, uint32_t access) no
   return reg_mr(reinterpret_cast<uint64_t>(p), p, len, access);
 }
 
-MemoryRegion Transport::reg_mr(uint64_t addr, uint8_t* host_ptr, uint64_t len,
-                               uint32_t access) noexcept {
+MemoryRegion Transport::reg_mr(uint64_t addr, uint8_t* host_ptr, uint64_t len, uint32_t access,
+                               uint32_t pd) noexcept {
   // Index 0 is never used, so key 0 is never valid.
   for (std::size_t i = 1; i < mrs_.size(); ++i) {
     if (mrs_[i].host_ptr != nullptr) continue;
     mr_generation_ = (mr_generation_ + 1) & 0xFF;
     if (mr_generation_ == 0) mr_generation_ = 1;
     const uint32_t key = static_cast<uint32_t>(i << 8) | mr_generation_;
-    mrs_[i] = MemoryRegion{addr, len, host_ptr, key, key, access};
+    mrs_[i] = MemoryRegion{addr, len, host_ptr, key, key, access, pd};
     return mrs_[i];
   }
   return {};
 }
 
+int Transport::reg_mr_with_key(uint32_t key, uint64_t addr, uint8_t* host_ptr, uint64_t len, uint32_t access,
+                               uint32_t pd) noexcept {
+  const uint32_t i = key >> 8;
+  if ((key & 0xFF) == 0 || i >= mrs_.size() || mrs_[i].host_ptr != nullptr || host_ptr == nullptr)
+    return EINVAL;
+  mrs_[i] = MemoryRegion{addr, len, host_ptr, key, key, access, pd};
+  return 0;
+}
+
 int Transport::dereg_mr(uint32_t lkey) noexcept {
   const uint32_t i = lkey >> 8;
-  if (i == 0 || i >= mrs_.size() || mrs_[i].lkey != lkey || mrs_[i].host_ptr == nullptr)
+  if ((lkey & 0xFF) == 0 || i >= mrs_.size() || mrs_[i].lkey != lkey || mrs_[i].host_ptr == nullptr)
     return EINVAL;
   mrs_[i] = MemoryRegion{};
   return 0;

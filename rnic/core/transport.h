@@ -134,7 +134,13 @@ class Transport {
   MemoryRegion reg_mr(void* host_ptr, uint64_t len, uint32_t access) noexcept;
   // Registers memory whose host-visible address `addr` differs from where
   // this process sees it (`host_ptr`), e.g. mapped from the application.
-  MemoryRegion reg_mr(uint64_t addr, uint8_t* host_ptr, uint64_t len, uint32_t access) noexcept;
+  MemoryRegion reg_mr(uint64_t addr, uint8_t* host_ptr, uint64_t len, uint32_t access, uint32_t pd = 0) noexcept;
+  // With the caller's key (a host interface that hands out its own keys:
+  // index = key >> 8, the low byte a generation) and protection domain.
+  // EINVAL: key 0, index out of the table or its slot in use. A Transport
+  // is given keys this way or takes them from reg_mr above, not both.
+  int reg_mr_with_key(uint32_t key, uint64_t addr, uint8_t* host_ptr, uint64_t len, uint32_t access,
+                      uint32_t pd) noexcept;
   int dereg_mr(uint32_t lkey) noexcept;
 
   // Returns the CQ id, or UINT32_MAX if no more can be created.
@@ -143,7 +149,7 @@ class Transport {
   // with QpInitAttr::srq take their receive WQEs from it, oldest first, one
   // when a message needs it. Returns its id (never 0), or 0 if no more can
   // be created or capacity is 0.
-  uint32_t create_srq(uint32_t capacity);
+  uint32_t create_srq(uint32_t capacity, uint32_t pd = 0);
   // EBUSY while QPs use it, EINVAL if there is no such SRQ.
   int destroy_srq(uint32_t srq) noexcept;
   // WQEs posted and not yet taken by a QP (0 for an unknown SRQ).
@@ -211,11 +217,13 @@ class Transport {
   uint32_t poll_cq(uint32_t cq, Completion* out, uint32_t n) noexcept;
 
   // Internal, used by the QP code.
-  const MemoryRegion* find_mr(uint32_t key) const noexcept {
+  // The region of `key` if it is in protection domain `pd`.
+  const MemoryRegion* find_mr(uint32_t key, uint32_t pd) const noexcept {
+    // Key 0 never matches: every key's low byte (its generation) is non-zero.
     const uint32_t i = key >> 8;
-    if (i == 0 || i >= mrs_.size()) return nullptr;
+    if (i >= mrs_.size()) return nullptr;
     const MemoryRegion& m = mrs_[i];
-    return (m.host_ptr != nullptr && m.lkey == key) ? &m : nullptr;
+    return (m.host_ptr != nullptr && m.lkey == key && m.pd == pd) ? &m : nullptr;
   }
   Cq* cq(uint32_t id) noexcept;
   Srq* srq(uint32_t id) const noexcept {

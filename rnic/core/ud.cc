@@ -63,9 +63,15 @@ int Qp::ud_post_send(const SendWr& wr) noexcept {
   if ((wr.opcode != IBV_WR_SEND && wr.opcode != IBV_WR_SEND_WITH_IMM) || wr.num_sge > kMaxSge) return EINVAL;
   SendWqe& w = wqe(sq_tail);
   uint64_t len = 0;
+  const bool inl = (wr.send_flags & IBV_SEND_INLINE) != 0;  // the caller's own bytes, no MR (as RC)
   for (uint32_t j = 0; j < wr.num_sge; ++j) {
     const Sge& g = wr.sg_list[j];
-    const MemoryRegion* mr = t->find_mr(g.lkey);
+    if (inl) {
+      w.sge[j] = WqeSge{reinterpret_cast<uint8_t*>(g.addr), g.length};
+      len += g.length;
+      continue;
+    }
+    const MemoryRegion* mr = t->find_mr(g.lkey, init.pd);
     if (mr == nullptr || g.addr < mr->addr || g.addr - mr->addr > mr->len ||
         g.length > mr->len - (g.addr - mr->addr))
       return EINVAL;

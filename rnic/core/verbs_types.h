@@ -27,9 +27,13 @@ struct MemoryRegion {
   uint32_t lkey = 0;
   uint32_t rkey = 0;
   uint32_t access = 0;  // IBV_ACCESS_LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ
+  uint32_t pd = 0;      // protection domain: only QPs (and SRQs) of the same pd reach it
 };
 
-// Like ibv_sge: `addr` is in a registered region's address space.
+// Like ibv_sge: `addr` is in a registered region's address space. In a send
+// WR with IBV_SEND_INLINE, `addr` is a pointer to the caller's own bytes and
+// `lkey` is not looked at (as verbs: inline data is copied at post time; the
+// core reads it until the WR completes, so the caller keeps it that long).
 struct Sge {
   uint64_t addr = 0;
   uint32_t length = 0;
@@ -111,6 +115,7 @@ struct QpInitAttr {
   uint32_t sq_depth = 256;     // outstanding send WRs
   uint32_t rq_depth = 256;     // posted receive WRs (unused with an SRQ)
   uint32_t srq = 0;            // 0: its own receive queue; else Transport::create_srq's id
+  uint32_t pd = 0;             // protection domain: the MRs its SGEs and remote accesses may use
   Reliability mode = Reliability::kIrn;
   uint32_t window_pkts = 1024;      // PSNs in flight / reorder bitmap (power of two, <= 2^16)
   uint32_t max_rd_atomic = 16;      // READ requests in flight (requester)

@@ -1085,6 +1085,9 @@ void HostServer::apply(const ControlMsg& m, ControlResult* r) noexcept {
       ev.lkey = make_key(m.gen, m.index);
       ev.addr = m.base;
       ev.length = m.length;
+      ev.va = m.addr;
+      ev.access = m.access;
+      ev.pd = m.pd;
       ev.map_addr = m.map_addr;
       ev.map_length = m.map_length;
       ev.hugetlb = m.hugetlb;
@@ -1387,6 +1390,8 @@ bool HostServer::translate_for(uint32_t app_id, uint32_t pd, const WqeSge& s, bo
   }
   out->addr = mr->base + s.offset;
   out->length = s.length;
+  out->lkey = s.lkey;
+  out->va = mr->addr + s.offset;
   return true;
 }
 

@@ -76,9 +76,13 @@ struct ServerConfig {
 };
 
 // A piece of application memory, translated and bounds-checked.
+// `lkey` and `va` name the same bytes as the MR's key and the application's
+// address, for a transport core that checks them itself.
 struct Segment {
   uint8_t* addr;
   uint32_t length;
+  uint32_t lkey;
+  uint64_t va;
 };
 
 // A send WQE as the transport sees it: copied out of shared memory, validated.
@@ -154,6 +158,9 @@ struct HostEvent {
   uint32_t lkey;       // MR events
   uint8_t* addr;       // MR events: worker-side address of the MR
   uint64_t length;
+  uint64_t va;         // kMrRegistered: the application's address of the MR (what R_Keys' VAs name)
+  uint32_t access;     // kMrRegistered: IBV_ACCESS_* flags
+  uint32_t pd;         // kMrRegistered, kSrqCreated: the protection domain (handles are unique in the worker)
   uint8_t* map_addr;   // MR events: the whole mapping holding it (page aligned),
   uint64_t map_length; //   what rte_extmem_register / rte_dev_dma_map want
   bool hugetlb;        // MR events: the mapping is on hugetlbfs (checked by the worker)

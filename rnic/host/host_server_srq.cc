@@ -132,6 +132,7 @@ void HostServer::apply_srq(const ControlMsg& m) noexcept {
   ev.app_id = s.app_id;
   ev.srq = handle;
   ev.srq_depth = s.depth;
+  ev.pd = s.pd;
   events_.push_back(ev);
 }
 

@@ -27,13 +27,10 @@ PortLogic::PortLogic(const PortConfig& c, Level2Table& table, host::HostServer& 
       table_(table),
       host_(host),
       agent_(agent),
-      core_(TransportConfig{c.max_qps, kQpnBase, 8, 4, 1024}),
+      core_(TransportConfig{c.max_qps, kQpnBase, kCoreMrSlots, 4, 1024}),
       vnics_(c.yaml_vnics) {
   core_cq_ = core_.create_cq(1u << 16);
-  const MemoryRegion mr = core_.reg_mr(kIdentityBase, reinterpret_cast<uint8_t*>(kIdentityBase), kIdentityLen,
-                                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-  if (mr.lkey == 0 || core_cq_ == UINT32_MAX) throw std::runtime_error("transport core: cannot create CQ/MR");
-  ident_key_ = mr.lkey;
+  if (core_cq_ == UINT32_MAX) throw std::runtime_error("transport core: cannot create its CQ");
   ctx_.resize(c.max_qps);
   host_index_.assign(kMaxHostQpSlots, UINT32_MAX);
 }
@@ -78,6 +75,7 @@ void PortLogic::on_qp_created(uint32_t host_qpn) {
   init.policy.cc = c_.cc.c_str();
   init.policy.cc_window_bytes = c_.cc_window_bytes;
   init.policy.num_paths = 16;
+  init.pd = info->pd;
   init.bench_any_psn = c_.bench_any_psn;  // standalone only (tandem-rnic refuses it in DPU mode)
   const bool ud = info->qp_type == IBV_QPT_UD;
   if (ud) {
@@ -183,8 +181,8 @@ void PortLogic::on_qp_destroyed(uint32_t host_qpn, bool died) {
   ++(died ? k_.qps_app_died : k_.qps_destroyed);
 }
 
-void PortLogic::on_srq_created(uint32_t host_srq, uint32_t depth) {
-  const uint32_t core_srq = core_.create_srq(depth);
+void PortLogic::on_srq_created(uint32_t host_srq, uint32_t depth, uint32_t pd) {
+  const uint32_t core_srq = core_.create_srq(depth, pd);
   SrqCtx* s = nullptr;
   for (SrqCtx& c : srqs_)
     if (!c.live) {
@@ -220,6 +218,18 @@ void PortLogic::on_srq_destroyed(uint32_t host_srq) {
   --live_srqs_;
 }
 
+// The core checks every local SGE and remote access against its own copy of
+// the MR (same key, the application's addresses, its PD), so the host
+// interface's keys go to the core unchanged, on the wire and in WQEs.
+void PortLogic::on_mr_registered(const host::HostEvent& ev) noexcept {
+  if (core_.reg_mr_with_key(ev.lkey, ev.va, ev.addr, ev.length, ev.access, ev.pd) != 0) {
+    // Only if the two tables disagree (the core's is sized to the host's).
+    ++k_.mrs_core_refused;
+    std::fprintf(stderr, "%s: MR key 0x%x: the core refused it; accesses to it will fail\n", c_.name.c_str(),
+                 ev.lkey);
+  }
+}
+
 uint32_t PortLogic::host_events(uint64_t now) {
   host::HostEvent ev;
   uint32_t n = 0;
@@ -232,9 +242,9 @@ uint32_t PortLogic::host_events(uint64_t now) {
       case host::HostEventKind::kQpStateChanged: on_qp_state(ev.qpn, ev.state, now); break;
       case host::HostEventKind::kQpDestroyed: on_qp_destroyed(ev.qpn, ev.app_died); break;
       // Mapped for the device by the control thread before it got here (DmaRegistry).
-      case host::HostEventKind::kMrRegistered: break;
-      case host::HostEventKind::kMrDeregistered: break;
-      case host::HostEventKind::kSrqCreated: on_srq_created(ev.srq, ev.srq_depth); break;
+      case host::HostEventKind::kMrRegistered: on_mr_registered(ev); break;
+      case host::HostEventKind::kMrDeregistered: core_.dereg_mr(ev.lkey); break;
+      case host::HostEventKind::kSrqCreated: on_srq_created(ev.srq, ev.srq_depth, ev.pd); break;
       case host::HostEventKind::kSrqDestroyed: on_srq_destroyed(ev.srq); break;
     }
   }

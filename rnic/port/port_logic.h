@@ -6,13 +6,11 @@
 // counters. PortWorker<Io> (port_worker.h) adds the bursts over an I/O layer;
 // the clock is the I/O layer's too (`now` is handed in, never read here).
 //
-// Address spaces. The core sees one "identity" memory region covering the
-// worker's address space (addr == host_ptr); every local SGE is a worker
-// pointer HostServer already validated, and every remote access in a packet
-// (RETH, and the IRN placement header) is re-validated by the host interface
-// for the receiving QP's application and PD and rewritten to a worker pointer
-// before the core sees it. A packet's own rkey therefore never reaches the
-// core: an unknown one becomes key 0, which the core refuses with a NAK.
+// Memory. Every MR the host interface registers is registered in the core
+// too, under the same key, with the application's addresses, the worker's
+// mapping and its PD; QPs and SRQs carry their PD. The core checks every
+// SGE and every remote access (RETH, the IRN placement header) itself: key,
+// PD, bounds and access flags; a packet's rkey and VA reach it unchanged.
 // QP numbers: applications use HostServer's QPNs on the wire (as they
 // exchange them out of band); the worker maps them to core QPNs.
 #pragma once
@@ -41,8 +39,8 @@ namespace tandem::rnic::port {
 
 inline constexpr uint16_t kBurst = 32;
 inline constexpr uint32_t kQpnBase = 0x100;
-inline constexpr uint64_t kIdentityBase = 0x1000;  // the identity MR: worker address == MR address
-inline constexpr uint64_t kIdentityLen = (uint64_t{1} << 47) - kIdentityBase;
+// The core's MR table holds every key the host interface can hand out (index < 2^16).
+inline constexpr uint32_t kCoreMrSlots = 1u << 16;
 // DPU mode: how long a QP's RTR waits for the agent to install its route.
 inline constexpr uint64_t kRouteWaitNs = 3'000'000'000;
 inline constexpr uint64_t kRouteRescanNs = 1'000'000;  // waiting QPs re-checked (and re-punted) at least this often
@@ -150,8 +148,6 @@ class PortLogic {
     return const_cast<PortLogic*>(this)->by_host(host_qpn);
   }
   std::size_t route_waits() const noexcept { return route_wait_.size(); }
-  // The core's key of its identity region (what a packet's rkey is rewritten to once checked).
-  uint32_t identity_key() const noexcept { return ident_key_; }
   // The vNIC list's figures, read without its lock: the lcore (their writer) only.
   std::size_t vnic_count() const noexcept { return vnics_.size(); }
   bool vnics_from_agent() const noexcept { return vnics_from_agent_; }
@@ -195,15 +191,15 @@ class PortLogic {
     return &ctx_[i];
   }
   // The tenant check of rx_stage.h against this port's QPs and routes; on
-  // kNone the packet's remote addresses are translated and its dqpn is the core's.
-  common::DropReason accept(common::RocePacket& pkt, uint8_t* data, const Level2Table::Snapshot& snap) noexcept {
+  // kNone the packet's dqpn is the core's.
+  common::DropReason accept(common::RocePacket& pkt, [[maybe_unused]] uint8_t* data,
+                            const Level2Table::Snapshot& snap) noexcept {
     if (common::opcode_has(pkt.bth.opcode, common::kOpDeth)) [[unlikely]] return accept_ud(pkt, snap);
     QpCtx* q = nullptr;
     const common::DropReason r = check_ingress(
         pkt, c_.underlay_ip, table_, snap, [this](uint32_t host_qpn) { return by_host(host_qpn); },
         [&](QpCtx& qp) -> const EgressRoute* { return fresh_route(qp, qp.remote_overlay, snap); }, &q);
     if (r != common::DropReason::kNone) return r;
-    translate_remote(*q, pkt, data + pkt.payload_offset);
     pkt.bth.dqpn = q->core_qpn;
     return common::DropReason::kNone;
   }
@@ -223,7 +219,6 @@ class PortLogic {
     q.remote_underlay = r.underlay;
     return &r;
   }
-  void translate_remote(const QpCtx& q, common::RocePacket& pkt, uint8_t* payload) noexcept;
   // port_ud.cc: the tenant check of a UD datagram (to a UD QP of this port,
   // from its tenant's partition); the GRH it gets names overlay addresses.
   common::DropReason accept_ud(common::RocePacket& pkt, const Level2Table::Snapshot& snap) noexcept;
@@ -251,7 +246,8 @@ class PortLogic {
       if (s.live && s.host_srq == host_srq) return &s;
     return nullptr;
   }
-  void on_srq_created(uint32_t host_srq, uint32_t depth);
+  void on_srq_created(uint32_t host_srq, uint32_t depth, uint32_t pd);
+  void on_mr_registered(const host::HostEvent& ev) noexcept;
   void on_srq_destroyed(uint32_t host_srq);
   void on_qp_created(uint32_t host_qpn);
   void on_qp_state(uint32_t host_qpn, ibv_qp_state state, uint64_t now);
@@ -280,7 +276,6 @@ class PortLogic {
   bool yaml_vnics_warned_ = false;
   bool old_agent_warned_ = false;
   uint32_t core_cq_ = 0;
-  uint32_t ident_key_ = 0;
   std::vector<QpCtx> ctx_;              // index = core QPN - kQpnBase
   std::vector<uint32_t> host_index_;    // host QPN slot -> ctx index
   std::vector<uint32_t> backlog_;       // host QPNs with WQEs left to fetch
@@ -291,45 +286,5 @@ class PortLogic {
   uint32_t live_srqs_ = 0;
   std::array<SendWr, kBurst> post_list_{};  // pump_qp's WRs for the core (a member: not re-initialised per call)
 };
-
-// Remote addresses in the packet are the remote application's (rkey, VA):
-// the host interface checks them against this QP's application, PD and
-// access rights and gives the worker pointer, which the core then uses
-// through the identity region. A refused access becomes rkey 0 (the core
-// NAKs it with a remote access error). A zero-length access names no memory
-// and its R_Key is not checked (IBTA C9-88): verbs libraries flush and fence
-// with zero-length writes on rkey 0 (UCX's rc_verbs does).
-inline void PortLogic::translate_remote(const QpCtx& q, common::RocePacket& pkt, uint8_t* payload) noexcept {
-  const uint8_t op = pkt.bth.opcode;
-  if (!common::opcode_has(op, common::kOpRequest)) return;
-  const bool is_write = common::opcode_has(op, common::kOpWrite);
-  if (common::opcode_has(op, common::kOpReth)) {
-    const int access = is_write ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
-    uint8_t* p = pkt.reth.len == 0 ? reinterpret_cast<uint8_t*>(kIdentityBase)
-                                   : host_.translate_remote(q.host_qpn, pkt.reth.rkey, pkt.reth.va, pkt.reth.len, access);
-    if (p == nullptr) {
-      ++k_.remote_refused;
-      pkt.reth.rkey = 0;
-    } else {
-      pkt.reth.rkey = ident_key_;
-      pkt.reth.va = reinterpret_cast<uint64_t>(p);
-    }
-  }
-  if (c_.mode == Reliability::kIrn && is_write && pkt.payload_len >= kXethLen && payload[0] == kXethMagic) {
-    // XETH: bytes 8-11 msg_len, 12-15 rkey, 16-23 va (big-endian).
-    const uint32_t msg_len = common::load_be32(payload + 8);
-    const uint32_t rkey = common::load_be32(payload + 12);
-    const uint64_t va = common::load_be64(payload + 16);
-    uint8_t* p = msg_len == 0 ? reinterpret_cast<uint8_t*>(kIdentityBase)
-                              : host_.translate_remote(q.host_qpn, rkey, va, msg_len, IBV_ACCESS_REMOTE_WRITE);
-    if (p == nullptr) {
-      ++k_.remote_refused;
-      common::store_be32(payload + 12, 0);
-    } else {
-      common::store_be32(payload + 12, ident_key_);
-      common::store_be64(payload + 16, reinterpret_cast<uint64_t>(p));
-    }
-  }
-}
 
 }  // namespace tandem::rnic::port

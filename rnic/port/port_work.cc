@@ -23,7 +23,7 @@ RecvWr PortLogic::core_recv(const host::RecvWork& w, uint64_t wr_id) const noexc
   wr.wr_id = wr_id;
   wr.num_sge = w.num_sge;
   for (uint32_t g = 0; g < w.num_sge; ++g)
-    wr.sg_list[g] = Sge{reinterpret_cast<uint64_t>(w.sge[g].addr), w.sge[g].length, ident_key_};
+    wr.sg_list[g] = Sge{w.sge[g].va, w.sge[g].length, w.sge[g].lkey};
   return wr;
 }
 
@@ -36,7 +36,7 @@ uint32_t PortLogic::pump_srq(SrqCtx& s) noexcept {
     s.free.pop_back();
     s.slots[slot] = rw[i];
     if (core_.post_srq_recv(s.core_srq, core_recv(rw[i], tag | slot)) != 0) {
-      ++k_.wqe_refused;  // cannot happen with the identity MR; no QP owns it to fail
+      ++k_.wqe_refused;  // the core disagrees with the host's MR check; no QP owns it to fail
       s.free.push_back(slot);
     } else {
       ++k_.srq_wqe_recv;
@@ -84,12 +84,14 @@ uint32_t PortLogic::pump_qp(QpCtx& q) noexcept {
     if (q.ud)  // queue_layout.h: remote QPN << 32 | destination IPv4; rkey = Q_Key
       wr.ud = UdDest{static_cast<uint32_t>(w.remote_addr), 0, static_cast<uint32_t>(w.remote_addr >> 32), w.rkey};
     if (w.inline_len > 0 || (w.send_flags & IBV_SEND_INLINE)) {
+      // The bytes the host interface copied out of the ring, held in the QP's slot until completion.
+      wr.send_flags |= IBV_SEND_INLINE;
       wr.num_sge = w.inline_len ? 1 : 0;
-      wr.sg_list[0] = Sge{reinterpret_cast<uint64_t>(w.inline_data), w.inline_len, ident_key_};
+      wr.sg_list[0] = Sge{reinterpret_cast<uint64_t>(w.inline_data), w.inline_len, 0};
     } else {
       wr.num_sge = w.num_sge;
       for (uint32_t s = 0; s < w.num_sge; ++s)
-        wr.sg_list[s] = Sge{reinterpret_cast<uint64_t>(w.sge[s].addr), w.sge[s].length, ident_key_};
+        wr.sg_list[s] = Sge{w.sge[s].va, w.sge[s].length, w.sge[s].lkey};
     }
   }
   // The fetched WQEs as one list (one QP lookup for the burst, as

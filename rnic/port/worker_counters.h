@@ -26,7 +26,6 @@ namespace tandem::rnic::port {
   X(cqe_send, "send completions handed to the host interface")                         \
   X(cqe_recv, "receive completions handed to the host interface")                      \
   X(cqe_lost, "completions the host CQ could not take")                                \
-  X(remote_refused, "RETH/XETH accesses refused by the host interface (rkey/bounds)")  \
   X(qps_created, "QPs created")                                                        \
   X(qps_destroyed, "QPs destroyed (by the application)")                               \
   X(qps_app_died, "QPs freed because their application went away")                    \
@@ -34,6 +33,7 @@ namespace tandem::rnic::port {
   X(qps_core_refused, "QPs the core could not create or connect (moved to ERR)")       \
   X(srqs_created, "shared receive queues created")                                     \
   X(srqs_core_refused, "SRQs the core could not create (their QPs fail)")              \
+  X(mrs_core_refused, "MRs the core could not take (accesses to them fail)")            \
   X(srq_wqe_recv, "SRQ receive WQEs posted to the core")                               \
   X(apps_attached, "applications attached")                                            \
   X(apps_detached, "applications detached")                                            \

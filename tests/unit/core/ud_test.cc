@@ -208,6 +208,11 @@ TEST_CASE("UD: verbs' rules for the QP: Q_Key at INIT, SEND opcodes only, RC and
   SendWr wr = ud_wr(a, 1, 0, 8, qb);
   wr.opcode = IBV_WR_RDMA_WRITE;
   CHECK(a.t.post_send(qa, wr) == EINVAL);
+  // Memory of another protection domain is refused, as for RC.
+  const MemoryRegion other = a.t.reg_mr(a.va(8192), a.mem.data() + 8192, 4096, IBV_ACCESS_LOCAL_WRITE, 7);
+  SendWr foreign = ud_wr(a, 2, 0, 8, qb);
+  foreign.sg_list[0] = Sge{other.addr, 8, other.lkey};
+  CHECK(a.t.post_send(qa, foreign) == EINVAL);
 
   // A UD datagram to an RC QP is refused.
   Loop l(1 << 16);

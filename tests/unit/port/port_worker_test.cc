@@ -52,13 +52,18 @@ struct Tenant {
   ~Tenant() {
     for (host::Qp* q : qps) host::destroy_qp(q);
     host::destroy_cq(cq);
-    host::dereg_mr(mr);
+    if (mr != nullptr) host::dereg_mr(mr);
     host::free_buf(ctx, buf);
     host::dealloc_pd(pd);
     host::close_device(ctx);
   }
   Tenant(const Tenant&) = delete;
   Tenant& operator=(const Tenant&) = delete;
+  uint32_t pd_handle() const { return pd->handle; }
+  void dereg() {
+    REQUIRE(host::dereg_mr(mr) == 0);
+    mr = nullptr;
+  }
 
   host::Qp* create_qp(uint32_t depth = 64) {
     host::QpInitAttr init;
@@ -256,7 +261,7 @@ TEST_CASE("port layer: WRITE and SEND cross two ports, counted at each stage") {
     CHECK(ka.tx_packets >= 9);  // 8 KiB at MTU 1024, and the SEND
     CHECK(kb.rx_accepted >= 9);
     CHECK(ka.tx_bytes > 8192);
-    CHECK(kb.remote_refused == 0);
+    CHECK(kb.dropped(Stage::kCore, DropReason::kAccessViolation) == 0);
     CHECK(ka.apps_attached == 1);
     for (std::size_t s = 0; s < static_cast<std::size_t>(Stage::kCount); ++s)
       for (std::size_t r = 1; r < common::kDropReasonCount; ++r) {
@@ -431,7 +436,7 @@ TEST_CASE("port layer: frames the port refuses wait at the front of the burst; n
   p.with([&] {
     CHECK(p.a.pw->tx_held() == 0);
     CHECK(p.a.k().tx_retransmits == 0);  // held, not lost: nothing to recover by timeout
-    CHECK(p.b.k().remote_refused == 0);
+    CHECK(dropped(p.b, Stage::kCore, DropReason::kAccessViolation) == 0);
   });
 }
 
@@ -564,8 +569,8 @@ TEST_CASE("port layer: a bad R_Key, a VA out of bounds or missing access rights 
     const auto wa = ta.poll(1);
     REQUIRE(wa.size() == 1);
     CHECK(wa[0].status == IBV_WC_REM_ACCESS_ERR);
-    // Refused at B's ingress (a WRITE's RETH and XETH each), before its core.
-    const uint64_t now_refused = p.with([&] { return p.b.k().remote_refused; });
+    // Refused by B's core, against its own copy of B's MRs.
+    const uint64_t now_refused = p.with([&] { return dropped(p.b, Stage::kCore, DropReason::kAccessViolation); });
     CHECK(now_refused > refused);
     refused = now_refused;
   }
@@ -575,33 +580,64 @@ TEST_CASE("port layer: a bad R_Key, a VA out of bounds or missing access rights 
       break;
     }
   }
-  p.with([&] { CHECK(p.b.host->counters().bad_rkey == refused); });  // every refusal is the host's check
 }
 
-TEST_CASE("port layer: a forged frame naming the core's identity key or a raw worker address is refused") {
+TEST_CASE("port layer: an MR of another PD or another application is out of reach, by R_Key or by L_Key") {
+  Pair p;
+  Tenant ta(p.a.socket), tb(p.b.socket);
+  Tenant tother(p.b.socket);  // another application on B: its own PD and MR
+  std::memset(tother.buf, 0xEE, kBufBytes);
+  fill(ta.buf, 4096, 5);
+  // A's peer QP on B belongs to tb; tother's valid rkey and VA are not tb's.
+  for (ibv_wr_opcode op : {IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ}) {
+    INFO((op == IBV_WR_RDMA_WRITE ? "WRITE" : "READ"));
+    const uint64_t before = p.with([&] { return dropped(p.b, Stage::kCore, DropReason::kAccessViolation); });
+    Link l = connect(p, ta, tb);
+    REQUIRE(ta.post(l.qa, op, 1, 0, 256, tother.va(0), tother.mr->rkey) == 0);
+    const auto wa = ta.poll(1);
+    REQUIRE(wa.size() == 1);
+    CHECK(wa[0].status == IBV_WC_REM_ACCESS_ERR);
+    CHECK(p.with([&] { return dropped(p.b, Stage::kCore, DropReason::kAccessViolation); }) > before);
+  }
+  for (std::size_t i = 0; i < kBufBytes; ++i)
+    if (tother.buf[i] != 0xEE) FAIL("another application's memory changed at " << i);
+  // The core knows every MR by its key and PD: a key of tb's PD in a WR of
+  // tother's QP is refused by the core (the host interface's check agrees).
+  p.with([&] {
+    const Transport& core = p.b.pw->core();
+    CHECK(core.find_mr(tb.mr->lkey, tb.pd_handle()) != nullptr);
+    CHECK(core.find_mr(tb.mr->lkey, tother.pd_handle()) == nullptr);
+    CHECK(core.find_mr(tother.mr->lkey, tother.pd_handle()) != nullptr);
+  });
+  // Deregistered: gone from the core too.
+  const uint32_t key = tother.mr->lkey;
+  const uint32_t pd = tother.pd_handle();
+  tother.dereg();
+  REQUIRE(p.wait_for([&] { return p.b.pw->core().find_mr(key, pd) == nullptr; }));
+}
+
+TEST_CASE("port layer: a forged frame naming a raw worker address or a wrong key is refused") {
   Pair p;
   Tenant ta(p.a.socket), tb(p.b.socket);
   Link l = connect(p, ta, tb);
   std::memset(tb.buf, 0xEE, 4096);
   uint8_t evil[256];
   std::memset(evil, 0x66, sizeof evil);
-  // The core's one MR is the identity region with the first key it hands out
-  // (address == worker pointer). In this one process the application's
-  // address of its buffer is a valid worker address too, so a packet with
-  // that key and address reaching the core unchecked would land in tb.buf.
-  const uint32_t identity_key = p.with([&] { return p.b.pw->identity_key(); });
+  // In this one process the application's address of its buffer is a worker
+  // address too: keys next to the real one (a generation off, key 0, the
+  // first index) with that address must all be refused.
   const uint64_t app_ptr = reinterpret_cast<uint64_t>(tb.buf);
-  for (uint32_t rkey : {identity_key, 0u, tb.mr->rkey + 1}) {
+  for (uint32_t rkey : {0x101u, 0u, tb.mr->rkey + 1}) {
     const std::vector<uint8_t> f = forged_write(l.qb->qp_num, kRqPsn, rkey, app_ptr, evil, sizeof evil);
     p.with([&] { REQUIRE(p.b.io.inject(f.data(), static_cast<uint32_t>(f.size()))); });
   }
   REQUIRE(p.wait_for([&] { return p.b.k().rx_packets >= 3; }));
   p.iterations(20);
-  // The RETH and the XETH of each were refused (rewritten to key 0), the core NAKed.
-  CHECK(p.with([&] { return p.b.k().remote_refused; }) == 6);
+  // The core refused each (its MR check), NAKed and took the QP to ERR:
+  // the first is refused for its key, the next two arrive at a QP in error.
+  CHECK(p.with([&] { return dropped(p.b, Stage::kCore, DropReason::kAccessViolation); }) >= 1);
   for (int i = 0; i < 4096; ++i)
     if (tb.buf[i] != 0xEE) FAIL("placed at " << i);
-  p.with([&] { CHECK(p.b.host->counters().bad_rkey == 6); });
 }
 
 TEST_CASE("port layer: frames refused before the core are counted by stage and reason") {
@@ -631,7 +667,7 @@ TEST_CASE("port layer: frames refused before the core are counted by stage and r
     CHECK(dropped(b, Stage::kIngress, DropReason::kTenantMismatch) == 1);
     CHECK(dropped(b, Stage::kIngress, DropReason::kPkeyViolation) == 1);
     CHECK(b.k().rx_accepted == 0);
-    CHECK(b.k().remote_refused == 0);  // refused before the rkey was looked at
+    CHECK(b.k().dropped(Stage::kCore, DropReason::kAccessViolation) == 0);  // refused before the rkey was looked at
   });
 }
 
