@@ -32,7 +32,9 @@ namespace tandem::common {
   X(kNoBuffer, "no_buffer")                                            \
   X(kAccessViolation, "access_violation")                              \
   X(kInvalidRequest, "invalid_request")                                \
-  X(kPkeyViolation, "pkey_violation")
+  X(kPkeyViolation, "pkey_violation")                                  \
+  X(kBadQkey, "bad_qkey")                                              \
+  X(kNoRecvWqe, "no_recv_wqe")
 
 enum class DropReason : uint8_t {
 #define TANDEM_DROP_ENUM(name, str) name,

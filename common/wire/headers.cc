@@ -83,6 +83,13 @@ std::size_t write_aeth(uint8_t* p, const Aeth& h) noexcept {
   return kAethLen;
 }
 
+std::size_t write_deth(uint8_t* p, const Deth& h) noexcept {
+  store_be32(p, h.qkey);
+  p[4] = 0;
+  store_be24(p + 5, h.src_qp);
+  return kDethLen;
+}
+
 std::size_t write_atomic_eth(uint8_t* p, const AtomicEth& h) noexcept {
   store_be64(p, h.va);
   store_be32(p + 8, h.rkey);

@@ -29,6 +29,7 @@ inline constexpr std::size_t kBthLen = 12;
 inline constexpr std::size_t kRethLen = 16;
 inline constexpr std::size_t kAethLen = 4;
 inline constexpr std::size_t kImmLen = 4;
+inline constexpr std::size_t kDethLen = 8;
 inline constexpr std::size_t kAtomicEthLen = 28;
 inline constexpr std::size_t kAtomicAckLen = 8;
 inline constexpr std::size_t kCnpPadLen = 16;
@@ -87,6 +88,14 @@ struct Reth {
   uint64_t va = 0;
   uint32_t rkey = 0;
   uint32_t len = 0;
+};
+
+// Datagram extended transport header (UD): the Q_Key the receiving QP must
+// hold and the sending QP's number. Trivial (no initialisers) so that it can
+// share bytes with the RETH in rnic's TxDesc; `Deth{}` is zeros.
+struct Deth {
+  uint32_t qkey;
+  uint32_t src_qp;  // 24 bits
 };
 
 struct Aeth {
@@ -176,6 +185,11 @@ inline void read_reth_into(const uint8_t* p, Reth& h) noexcept {
   h.len = load_be32(p + 12);
 }
 
+inline void read_deth_into(const uint8_t* p, Deth& h) noexcept {
+  h.qkey = load_be32(p);
+  h.src_qp = load_be24(p + 5);
+}
+
 inline void read_aeth_into(const uint8_t* p, Aeth& h) noexcept {
   h.syndrome = p[0];
   h.msn = load_be24(p + 1);
@@ -238,6 +252,7 @@ std::size_t write_vxlan(uint8_t* p, const VxlanHeader& h) noexcept;
 std::size_t write_bth(uint8_t* p, const Bth& h) noexcept;
 std::size_t write_reth(uint8_t* p, const Reth& h) noexcept;
 std::size_t write_aeth(uint8_t* p, const Aeth& h) noexcept;
+std::size_t write_deth(uint8_t* p, const Deth& h) noexcept;
 std::size_t write_atomic_eth(uint8_t* p, const AtomicEth& h) noexcept;
 
 // RFC 1071 checksum over an IPv4 header (checksum field included as is).

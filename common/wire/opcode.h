@@ -1,6 +1,6 @@
 // BTH opcodes, named as in rdma-core's <infiniband/opcode.h>, and what each
-// one carries after the BTH. Only the RC opcodes (and CNP) are accepted by the
-// parser; UC/RD/UD ones are recognised by name but reported as unknown.
+// one carries after the BTH. The RC opcodes, UD's two SEND_ONLY opcodes and
+// CNP are accepted by the parser; UC/RD ones are reported as unknown.
 #pragma once
 
 #include <infiniband/opcode.h>
@@ -13,7 +13,7 @@ namespace tandem::common {
 
 inline constexpr uint8_t kOpcodeCnp = 0x81;
 
-enum OpcodeFlag : uint16_t {
+enum OpcodeFlag : uint32_t {
   kOpReth = 1u << 0,        // RETH follows the BTH
   kOpAeth = 1u << 1,        // AETH follows
   kOpImm = 1u << 2,         // ImmDt follows
@@ -30,19 +30,20 @@ enum OpcodeFlag : uint16_t {
   kOpReadResp = 1u << 13,
   kOpAck = 1u << 14,
   kOpCnp = 1u << 15,
+  kOpDeth = 1u << 16,       // DETH follows the BTH (UD)
 };
 
 struct OpcodeInfo {
   std::string_view name;  // empty: not an opcode Tandem accepts
-  uint16_t flags;
+  uint32_t flags;
 };
 
 namespace detail {
 constexpr std::array<OpcodeInfo, 256> make_opcode_table() {
   std::array<OpcodeInfo, 256> t{};
-  constexpr uint16_t kSendF = kOpSend | kOpRequest | kOpPayload;
-  constexpr uint16_t kWriteF = kOpWrite | kOpRequest | kOpPayload;
-  constexpr uint16_t kReadF = kOpReadResp | kOpPayload;
+  constexpr uint32_t kSendF = kOpSend | kOpRequest | kOpPayload;
+  constexpr uint32_t kWriteF = kOpWrite | kOpRequest | kOpPayload;
+  constexpr uint32_t kReadF = kOpReadResp | kOpPayload;
   t[IBV_OPCODE_RC_SEND_FIRST] = {"RC_SEND_FIRST", kSendF | kOpFirst};
   t[IBV_OPCODE_RC_SEND_MIDDLE] = {"RC_SEND_MIDDLE", kSendF | kOpMiddle};
   t[IBV_OPCODE_RC_SEND_LAST] = {"RC_SEND_LAST", kSendF | kOpLast};
@@ -69,6 +70,10 @@ constexpr std::array<OpcodeInfo, 256> make_opcode_table() {
   t[IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE] = {"RC_ATOMIC_ACKNOWLEDGE", kOpAck | kOpAeth | kOpAtomicAck};
   t[IBV_OPCODE_RC_COMPARE_SWAP] = {"RC_COMPARE_SWAP", kOpRequest | kOpAtomicEth | kOpFirst | kOpLast};
   t[IBV_OPCODE_RC_FETCH_ADD] = {"RC_FETCH_ADD", kOpRequest | kOpAtomicEth | kOpFirst | kOpLast};
+  // UD: one packet per message, a DETH (Q_Key, source QP) after the BTH.
+  t[IBV_OPCODE_UD_SEND_ONLY] = {"UD_SEND_ONLY", kSendF | kOpFirst | kOpLast | kOpDeth};
+  t[IBV_OPCODE_UD_SEND_ONLY_WITH_IMMEDIATE] = {"UD_SEND_ONLY_WITH_IMMEDIATE",
+                                               kSendF | kOpFirst | kOpLast | kOpDeth | kOpImm};
   t[kOpcodeCnp] = {"CNP", kOpCnp};
   return t;
 }
@@ -78,7 +83,7 @@ inline constexpr std::array<OpcodeInfo, 256> kOpcodeTable = detail::make_opcode_
 
 constexpr const OpcodeInfo& opcode_info(uint8_t opcode) noexcept { return kOpcodeTable[opcode]; }
 constexpr bool opcode_known(uint8_t opcode) noexcept { return !kOpcodeTable[opcode].name.empty(); }
-constexpr bool opcode_has(uint8_t opcode, uint16_t flag) noexcept {
+constexpr bool opcode_has(uint8_t opcode, uint32_t flag) noexcept {
   return (kOpcodeTable[opcode].flags & flag) != 0;
 }
 

@@ -81,7 +81,7 @@ bool parse_roce_common_layout(const uint8_t* d, std::size_t len, RocePacket& out
                       std::size_t{udp_len} + kIpv4HdrLen == total_len && len - kIp >= total_len;
   if (!layout) return false;
   if (opts.check_ip_checksum && !ipv4_checksum_ok(d + kIp, kIpv4HdrLen)) return false;
-  const uint16_t f = opcode_info(op).flags;
+  const uint32_t f = opcode_info(op).flags;
   const std::size_t end = kIp + std::size_t{total_len};
   const std::size_t payload_len = end - kExtOff - ext - kIcrcLen - pad;
   if (payload_len != 0 && !(f & kOpPayload)) return false;
@@ -99,6 +99,12 @@ bool parse_roce_common_layout(const uint8_t* d, std::size_t len, RocePacket& out
   read_udp_into(d + kUdp, out.udp);
   read_bth_into(d + kBthOff, out.bth);
   const uint8_t* x = d + kExtOff;
+  if (f & kOpDeth) {
+    read_deth_into(x, out.deth);
+    x += kDethLen;
+  } else {
+    out.deth = {};
+  }
   if (f & kOpReth) {
     read_reth_into(x, out.reth);
     x += kRethLen;
@@ -168,9 +174,10 @@ DropReason parse_roce_general(const uint8_t* data, std::size_t len, RocePacket& 
   if (!opcode_known(op)) return DropReason::kUnknownOpcode;
   off += kBthLen;
 
-  const uint16_t f = opcode_info(op).flags;
+  const uint32_t f = opcode_info(op).flags;
   const std::size_t ext = transport_ext_len(op);
   if (end - off < ext + kIcrcLen) return DropReason::kTruncated;
+  if (f & kOpDeth) { read_deth_into(data + off, out.deth); off += kDethLen; }
   if (f & kOpReth) { read_reth_into(data + off, out.reth); off += kRethLen; }
   if (f & kOpAtomicEth) { read_atomic_eth_into(data + off, out.atomic); off += kAtomicEthLen; }
   if (f & kOpAeth) { read_aeth_into(data + off, out.aeth); off += kAethLen; }
@@ -256,7 +263,8 @@ std::size_t write_roce_headers(const RocePacket& pkt, std::size_t payload_len, u
   bth.pad = pad;
   p += write_bth(p, bth);
 
-  const uint16_t f = opcode_info(pkt.bth.opcode).flags;
+  const uint32_t f = opcode_info(pkt.bth.opcode).flags;
+  if (f & kOpDeth) p += write_deth(p, pkt.deth);
   if (f & kOpReth) p += write_reth(p, pkt.reth);
   if (f & kOpAtomicEth) p += write_atomic_eth(p, pkt.atomic);
   if (f & kOpAeth) p += write_aeth(p, pkt.aeth);

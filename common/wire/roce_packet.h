@@ -29,6 +29,7 @@ struct RocePacket {
   Ipv4Header ip;
   UdpHeader udp;
   Bth bth;
+  Deth deth{};        // kOpDeth (UD)
   Reth reth;          // valid if opcode_has(bth.opcode, kOpReth)
   Aeth aeth;          // kOpAeth
   uint32_t imm = 0;   // kOpImm, host order
@@ -53,6 +54,7 @@ struct RocePacket {
     ip = {};
     udp = {};
     bth = {};
+    deth = {};
     reth = {};
     aeth = {};
     imm = 0;
@@ -84,8 +86,8 @@ bool parse_roce_common_layout(const uint8_t* data, std::size_t len, RocePacket& 
 DropReason parse_roce_general(const uint8_t* data, std::size_t len, RocePacket& out,
                               const ParseOptions& opts = {}) noexcept;
 
-constexpr std::size_t ext_len_of(uint16_t f) noexcept {
-  return ((f & kOpReth) ? kRethLen : 0) + ((f & kOpAtomicEth) ? kAtomicEthLen : 0) +
+constexpr std::size_t ext_len_of(uint32_t f) noexcept {
+  return ((f & kOpDeth) ? kDethLen : 0) + ((f & kOpReth) ? kRethLen : 0) + ((f & kOpAtomicEth) ? kAtomicEthLen : 0) +
          ((f & kOpAeth) ? kAethLen : 0) + ((f & kOpAtomicAck) ? kAtomicAckLen : 0) +
          ((f & kOpImm) ? kImmLen : 0) + ((f & kOpCnp) ? kCnpPadLen : 0);
 }

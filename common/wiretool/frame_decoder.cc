@@ -143,10 +143,16 @@ Json decode_frame(std::span<const uint8_t> frame, std::size_t index, const Decod
   // The ICRC sits in the last 4 bytes of the datagram whatever the opcode.
   const bool have_icrc = w.complete && w.end - off >= kIcrcLen;
   if (opcode_known(bth.opcode)) {
-    const uint16_t f = opcode_info(bth.opcode).flags;
+    const uint32_t f = opcode_info(bth.opcode).flags;
     const std::size_t limit = have_icrc ? w.end - kIcrcLen : w.end;
     auto fits = [&](std::size_t n) { return limit - off >= n; };
     bool all = true;
+    if ((f & kOpDeth) && (all = all && fits(kDethLen))) {
+      Deth d;
+      read_deth_into(data + off, d);
+      j["deth"] = {{"qkey", d.qkey}, {"src_qp", d.src_qp}};
+      off += kDethLen;
+    }
     if ((f & kOpReth) && (all = all && fits(kRethLen))) {
       const Reth r = read_reth(data + off);
       j["reth"] = {{"va", r.va}, {"rkey", r.rkey}, {"len", r.len}};

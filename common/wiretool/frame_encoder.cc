@@ -197,7 +197,7 @@ std::vector<uint8_t> encode_frame(const Json& spec) {
   if (spec.contains("becn")) bth.becn = get_bool(spec["becn"], "becn");
 
   // Extension headers: only those the opcode carries may be given.
-  auto carried = [&](const char* field, uint16_t flag, const char* hdr) {
+  auto carried = [&](const char* field, uint32_t flag, const char* hdr) {
     if (!spec.contains(field)) return false;
     if (!opcode_has(op, flag)) fail(field, op_name + " carries no " + hdr);
     return true;

@@ -19,7 +19,8 @@ std::size_t build_frame(const TxDesc& d, const FrameAddrs& a, uint8_t* out,
   pkt.ip.ttl = a.ttl;
   pkt.udp.sport = d.udp_sport;
   pkt.bth = d.bth;
-  pkt.reth = d.reth;
+  if (common::opcode_has(d.bth.opcode, common::kOpDeth)) pkt.deth = d.deth;
+  else pkt.reth = d.reth;
   pkt.aeth = d.aeth;
   pkt.imm = d.imm;
   pkt.atomic_ack = d.atomic_ack;

@@ -16,7 +16,7 @@
 namespace tandem::rnic {
 
 // Largest transport header block: BTH + RETH + ImmDt + XETH (or BTH + AETH
-// + AtomicAckETH).
+// + AtomicAckETH; UD: BTH + DETH + ImmDt).
 inline constexpr std::size_t kMaxTransportHdrLen = 12 + 16 + 4 + kXethLen;
 
 // L2/L3 addressing for build_frame.
@@ -42,7 +42,12 @@ inline std::size_t write_transport_headers(const TxDesc& d, uint8_t* out) noexce
                                   (b.dqpn & 0xFFFFFFu));
   common::store_be32(out + 8, (b.ack_req ? 0x80000000u : 0u) | (b.psn & 0xFFFFFFu));
   uint8_t* p = out + common::kBthLen;
-  const uint16_t f = common::opcode_info(b.opcode).flags;
+  const uint32_t f = common::opcode_info(b.opcode).flags;
+  if (f & common::kOpDeth) {  // common::write_deth's bytes
+    common::store_be32(p, d.deth.qkey);
+    common::store_be32(p + 4, d.deth.src_qp & 0xFFFFFFu);
+    p += common::kDethLen;
+  }
   if (f & common::kOpReth) {  // common::write_reth's bytes
     common::store_be64(p, d.reth.va);
     common::store_be32(p + 8, d.reth.rkey);

@@ -239,6 +239,7 @@ struct Qp {
   uint32_t credit_kick_round = 0;  // responder: kicks in this silence
   uint64_t credit_kicks = 0;     // responder: kicks given (grant_credits)
 
+  bool ud = false;               // QpType::kUd (ud.cc)
   bool active = false;           // on Transport's active list
   bool granting = false;         // on Transport's granting list (cc credit)
 
@@ -367,6 +368,16 @@ struct Qp {
   bool read_job(uint32_t psn, const common::Reth& reth, common::DropReason& why) noexcept;
   uint8_t ack_syndrome() const noexcept;  // ACK with the credit field (credit_wire.h)
   uint32_t rx_front() const noexcept { return common::psn_lt(high, epsn) ? epsn : high; }
+
+  // ud.cc: a UD QP's whole data path. Its send WQEs keep the destination
+  // where an RC WQE keeps RDMA fields (ud_dest), each is one packet, and it
+  // completes on the poll after the one that queued it (the I/O layer has
+  // taken the packet by then); una trails nxt until then. No ACKs, timers
+  // or PSN checks.
+  int ud_post_send(const SendWr& wr) noexcept;
+  bool ud_tx(uint64_t now) noexcept;  // false: TX queue full
+  common::DropReason ud_on_packet(const common::RocePacket& pkt, const uint8_t* payload,
+                                  uint32_t len) noexcept;
 
   // shared helpers: a TX queue slot with this QP's addressing and every
   // field a packet kind may leave unset cleared (the rest is the caller's),

@@ -71,6 +71,7 @@ inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noex
 
 // Inline into Transport::post_send (its only callers): a call per posted WR.
 [[gnu::always_inline]] inline int Qp::post_send(const SendWr& wr) noexcept {
+  if (ud) [[unlikely]] return ud_post_send(wr);
   if (state != QpState::kRts && state != QpState::kRtr) [[unlikely]] {
     if (state != QpState::kError) return EINVAL;
     send_cq->push(Completion{wr.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(wr.opcode), 0, 0, qpn,
@@ -159,7 +160,7 @@ int Transport::post_send(uint32_t qpn, const SendWr* wrs, uint32_t n, uint32_t* 
   d->bth.opcode = opcode;
   d->bth.ack_req = last || (pkt_idx + 1) % attr.ack_every == 0;
   d->bth.se = last && w.solicited && (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM);
-  const uint16_t f = common::opcode_info(opcode).flags;
+  const uint32_t f = common::opcode_info(opcode).flags;
   if (f & common::kOpReth) d->reth = common::Reth{w.remote_addr, w.rkey, w.len};
   if (f & common::kOpImm) d->imm = w.imm_data;
   if (irn()) {

@@ -121,8 +121,10 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
   if (init.sq_depth == 0 || init.rq_depth == 0 || init.max_dest_rd_atomic == 0) return 0;
   Srq* shared = nullptr;
   if (init.srq != 0 && (shared = srq(init.srq)) == nullptr) return 0;
-  auto path = make_path_policy(init.policy.path);
-  auto cc = make_cc_policy(init.policy.cc);
+  // A UD QP sends single datagrams: no spraying, no congestion window.
+  const bool ud = init.type == QpType::kUd;
+  auto path = make_path_policy(ud ? "single" : init.policy.path);
+  auto cc = make_cc_policy(ud ? "fixed_window" : init.policy.cc);
   if (!path || !cc) return 0;
   for (std::size_t i = 0; i < qps_.size(); ++i) {
     if (qps_[i]) continue;
@@ -130,6 +132,7 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
     qp->t = this;
     qp->qpn = (cfg_.qpn_base + static_cast<uint32_t>(i)) & 0xFFFFFF;
     qp->init = init;
+    qp->ud = ud;
     qp->send_cq = cq(init.send_cq);
     qp->recv_cq = cq(init.recv_cq);
     qp->path = std::move(path);
@@ -279,6 +282,10 @@ int Transport::modify_qp(uint32_t qpn, const QpAttr& a, int mask) noexcept {
     case QpState::kError: ok = true; break;
     case QpState::kInit: ok = from == QpState::kReset || from == QpState::kInit; break;
     case QpState::kRtr:
+      if (qp->ud) {  // a UD QP has no peer: nothing is required
+        ok = from == QpState::kInit || (from == QpState::kRtr && !(mask & IBV_QP_STATE));
+        break;
+      }
       ok = (from == QpState::kInit &&
             (mask & (IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_PATH_MTU | IBV_QP_AV)) ==
                 (IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_PATH_MTU | IBV_QP_AV)) ||
@@ -288,7 +295,10 @@ int Transport::modify_qp(uint32_t qpn, const QpAttr& a, int mask) noexcept {
       ok = (from == QpState::kRtr && (mask & IBV_QP_SQ_PSN)) || from == QpState::kRts;
       break;
   }
+  // A UD QP's Q_Key is set on the way to INIT (ibv_modify_qp requires it).
+  if (qp->ud && to == QpState::kInit && from == QpState::kReset && !(mask & IBV_QP_QKEY)) ok = false;
   if (!ok) return EINVAL;
+  if (mask & IBV_QP_QKEY) qp->attr.qkey = a.qkey;
   if (mask & IBV_QP_PATH_MTU) {
     const uint32_t m = a.path_mtu;
     if (m != 256 && m != 512 && m != 1024 && m != 2048 && m != 4096) return EINVAL;
@@ -316,7 +326,7 @@ int Transport::modify_qp(uint32_t qpn, const QpAttr& a, int mask) noexcept {
     qp->una = qp->nxt = qp->rtx_cursor = qp->read_high = qp->rack_high = qp->attr.sq_psn;
     qp->credit_limit = common::psn_add(qp->attr.sq_psn, qp->cc->unscheduled_pkts());
   }
-  if (to == QpState::kRtr && from == QpState::kInit) {
+  if (to == QpState::kRtr && from == QpState::kInit && !qp->ud) {
     qp->path->reset(PathPolicyParams{qp->qpn, qp->attr.path_seed, qp->init.policy.num_paths});
     qp->cc->reset(CcParams{qp->attr.path_mtu, qp->init.policy.cc_window_bytes,
                           qp->init.policy.line_rate_gbps, qp->init.policy.credit_unsched_bytes});
@@ -373,7 +383,12 @@ DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* pa
     return count(DropReason::kBadQpState);
   }
   DropReason r;
-  if (common::opcode_has(op, common::kOpSend | common::kOpWrite | common::kOpReadReq)) {
+  if (qp->ud || common::opcode_has(op, common::kOpDeth)) {
+    // A datagram to an RC QP, or anything but one to a UD QP, is refused.
+    r = qp->ud && common::opcode_has(op, common::kOpDeth) ? qp->ud_on_packet(pkt, payload, payload_len)
+                                                          : DropReason::kInvalidRequest;
+    if (r != DropReason::kNone) qp->drop(r);
+  } else if (common::opcode_has(op, common::kOpSend | common::kOpWrite | common::kOpReadReq)) {
     const RxPacketRef in{&pkt, payload, payload_len};
     qp->on_requests(&in, 1, now, &r);
     if (qp->credit_mode && !qp->granting && qp->last_rx_ns != 0) {
@@ -393,7 +408,7 @@ DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* pa
 }
 
 uint32_t Transport::on_packets(const RxPacketRef* in, uint32_t n, uint64_t now, DropReason* why) noexcept {
-  constexpr uint16_t kRequest = common::kOpSend | common::kOpWrite | common::kOpReadReq;
+  constexpr uint32_t kRequest = common::kOpSend | common::kOpWrite | common::kOpReadReq;
   note_clock(now);
   uint32_t taken = 0;
   for (uint32_t i = 0; i < n;) {
@@ -402,7 +417,8 @@ uint32_t Transport::on_packets(const RxPacketRef* in, uint32_t n, uint64_t now, 
     // A run of requests to one QP that takes requests is on_packet on each
     // with its lookup, activation and state check done once (a request does
     // not change its QP's state); anything else goes through on_packet.
-    if (qp == nullptr || !common::opcode_has(in[i].pkt->bth.opcode, kRequest) ||
+    if (qp == nullptr || !common::opcode_has(in[i].pkt->bth.opcode, kRequest) || qp->ud ||
+        common::opcode_has(in[i].pkt->bth.opcode, common::kOpDeth) ||
         (qp->state != QpState::kRtr && qp->state != QpState::kRts)) {
       why[i] = on_packet(*in[i].pkt, in[i].payload, in[i].payload_len, now);
       taken += why[i] == DropReason::kNone;
@@ -437,6 +453,10 @@ uint32_t Transport::poll(uint64_t now) noexcept {
   for (std::size_t k = 0; k < n; ++k) {
     // Rotate the starting QP so that one busy QP cannot starve the others.
     Qp* qp = active_[rr_ + k < n ? rr_ + k : rr_ + k - n];
+    if (qp->ud) {
+      if (qp->state == QpState::kRts && !qp->ud_tx(now)) { tx_blocked_ = true; break; }
+      continue;
+    }
     if (qp->state == QpState::kRts) qp->on_timers_requester(now);
     if (qp->state == QpState::kRtr || qp->state == QpState::kRts) {
       if (!qp->tx_responses(now)) { tx_blocked_ = true; break; }
@@ -612,6 +632,10 @@ uint64_t Transport::next_deadline() const noexcept {
   uint64_t d = credit_wake_;
   for (std::size_t k = 0; k < active_n_; ++k) {  // an inactive QP has no timer
     const Qp* qp = active_[k];
+    if (qp->ud) {  // sent datagrams complete on the next poll
+      if (qp->state == QpState::kRts && qp->sq_head != qp->sq_send) d = 0;
+      continue;
+    }
     if (qp->state == QpState::kRts) d = std::min(d, qp->requester_deadline());
     if (qp->state == QpState::kRtr || qp->state == QpState::kRts)
       d = std::min(d, qp->responder_deadline());

@@ -39,7 +39,12 @@ struct alignas(64) TxDesc {
   uint16_t udp_sport = 0;    // path chosen (RoCEv2 entropy port)
   bool retransmit = false;   // for traces and counters only
   bool has_xeth = false;     // IRN placement header precedes the payload
-  common::Reth reth;
+  // A packet has a RETH or (UD) a DETH, never both: they share the bytes.
+  // DETH: Q_Key and source QPN (the core's; the I/O layer renumbers it).
+  union {
+    common::Reth reth{};
+    common::Deth deth;
+  };
 
   Xeth xeth;
   common::Aeth aeth;

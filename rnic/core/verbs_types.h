@@ -40,6 +40,14 @@ struct Sge {
   uint32_t lkey = 0;
 };
 
+// A UD send's destination (ibv_send_wr.wr.ud: the AH, remote QPN and Q_Key).
+struct UdDest {
+  uint32_t peer = 0;         // as QpAttr::peer: opaque id of the remote host, handed back in the TxDesc
+  uint16_t path_seed = 0;    // as QpAttr::path_seed
+  uint32_t remote_qpn = 0;
+  uint32_t remote_qkey = 0;  // high bit set: the QP's own Q_Key (IBA 10.2.5)
+};
+
 // Like ibv_send_wr, flattened. Supported opcodes: IBV_WR_RDMA_WRITE,
 // IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM,
 // IBV_WR_RDMA_READ. `imm_data` is in host order (verbs keeps it big-endian).
@@ -50,6 +58,7 @@ struct SendWr {
   uint32_t imm_data = 0;
   uint64_t remote_addr = 0;  // WRITE / READ
   uint32_t rkey = 0;         // WRITE / READ
+  UdDest ud;                 // UD QPs only
   uint32_t num_sge = 0;
   std::array<Sge, kMaxSge> sg_list{};
 };
@@ -75,6 +84,9 @@ struct Completion {
 
 enum class QpState : uint8_t { kReset, kInit, kRtr, kRts, kError };
 
+// ibv_qp_type: RC (connected, reliable) or UD (datagrams of one packet, ud.cc).
+enum class QpType : uint8_t { kRc, kUd };
+
 // How a QP recovers from loss. Both ends of a connection must use the same.
 enum class Reliability : uint8_t {
   kGoBackN,  // standard RoCE: in-order receive, NAK on a gap, resend from there
@@ -96,6 +108,8 @@ struct PolicyConfig {
 // Fixed at creation (like ibv_qp_init_attr). Everything is sized here so that
 // nothing is allocated per packet afterwards.
 struct QpInitAttr {
+  QpType type = QpType::kRc;
+  uint32_t wire_qpn = 0;       // UD: the QPN its DETH names (the I/O layer's numbering); 0: its own
   uint32_t send_cq = 0;
   uint32_t recv_cq = 0;
   uint32_t sq_depth = 256;     // outstanding send WRs
@@ -129,6 +143,7 @@ struct QpAttr {
   uint8_t retry_cnt = 7;                 // IBV_QP_RETRY_CNT: timeouts before RETRY_EXC_ERR
   uint8_t rnr_retry = 7;                 // IBV_QP_RNR_RETRY: 7 = retry forever
   uint8_t min_rnr_timer = 1;             // IBV_QP_MIN_RNR_TIMER: IB code 0-31 sent in RNR NAKs
+  uint32_t qkey = 0;                     // IBV_QP_QKEY (UD): what arriving datagrams must carry
   // Also set with IBV_QP_AV (Tandem's additions; set them all together):
   uint64_t reorder_delay_ns = 50'000;    // IRN: how long a gap may last before it is SACKed
   uint32_t ack_every = 16;               // responder ACKs at least every N request packets

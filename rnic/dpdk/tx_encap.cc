@@ -37,7 +37,12 @@ void no_free(void*, void*) noexcept {}
     common::store_be32(bth + 4, (uint32_t{b.fecn} << 31) | (uint32_t{b.becn} << 30) | (b.dqpn & 0xFFFFFFu));
   common::store_be32(bth + 8, (uint32_t{b.ack_req} << 31) | (b.psn & 0xFFFFFFu));
   uint8_t* p = bth + common::kBthLen;
-  const uint16_t f = common::opcode_info(b.opcode).flags;
+  const uint32_t f = common::opcode_info(b.opcode).flags;
+  if (f & common::kOpDeth) [[unlikely]] {  // UD: Q_Key and source QP
+    common::store_be32(p, d.deth.qkey);
+    common::store_be32(p + 4, d.deth.src_qp & 0xFFFFFFu);
+    p += common::kDethLen;
+  }
   if (f & common::kOpReth) {
     common::store_be64(p, d.reth.va);
     common::store_be32(p + 8, d.reth.rkey);

@@ -108,7 +108,7 @@ struct CreateQpRequest {
   uint32_t recv_cq;     // CQ handle for receive completions (may equal send_cq)
   uint32_t sq_depth;    // SQ entries, power of two
   uint32_t rq_depth;    // RQ entries, power of two
-  uint32_t qp_type;     // ibv_qp_type; only IBV_QPT_RC
+  uint32_t qp_type;     // ibv_qp_type: IBV_QPT_RC or IBV_QPT_UD
   uint32_t sq_sig_all;  // 1: every send WQE completes as if signaled
   uint32_t srq;         // SRQ handle its receives come from; 0: its own RQ (rq_depth unused otherwise)
 };
@@ -117,7 +117,7 @@ struct CreateQpReply {
   uint32_t doorbell_bit;  // bit in the application's DoorbellPage
 };
 
-// The RC subset of ibv_qp_attr; fields are used when their IBV_QP_* bit is in attr_mask.
+// The RC and UD subset of ibv_qp_attr; fields are used when their IBV_QP_* bit is in attr_mask.
 struct ModifyQpRequest {
   uint32_t qpn;                 // QP to modify
   uint32_t attr_mask;           // IBV_QP_* bits
@@ -136,6 +136,7 @@ struct ModifyQpRequest {
   uint8_t min_rnr_timer;        // IBV_QP_MIN_RNR_TIMER
   uint8_t max_rd_atomic;        // IBV_QP_MAX_QP_RD_ATOMIC
   uint8_t max_dest_rd_atomic;   // IBV_QP_MAX_DEST_RD_ATOMIC
+  uint32_t qkey;                // IBV_QP_QKEY (UD): the Q_Key arriving datagrams must carry
 };
 struct ModifyQpReply {
   uint32_t qp_state;  // state after the modify

@@ -797,7 +797,7 @@ Status HostServer::on_create_qp(App& app, uint32_t app_index, const Request& req
   if (scq == nullptr || rcq == nullptr || scq->app_id != app.id || rcq->app_id != app.id) {
     return Status::kNotFound;
   }
-  if (c.qp_type != IBV_QPT_RC) return Status::kUnsupported;
+  if (c.qp_type != IBV_QPT_RC && c.qp_type != IBV_QPT_UD) return Status::kUnsupported;
   SrqCtl* srq = nullptr;
   if (c.srq != 0 && ((srq = find_srq_ctl(c.srq)) == nullptr || srq->app_id != app.id)) return Status::kNotFound;
   if (!is_power_of_two(c.sq_depth) || !is_power_of_two(c.rq_depth) ||
@@ -854,6 +854,8 @@ Status HostServer::on_create_qp(App& app, uint32_t app_index, const Request& req
   info.sq_depth = c.sq_depth;
   info.rq_depth = c.rq_depth;
   info.srq = c.srq;
+  info.qp_type = static_cast<ibv_qp_type>(c.qp_type);
+  info.qkey = 0;
   qp.srq = c.srq;
   uint8_t* base = region.data();
   m.sq = RingReader<SendWqe>(reinterpret_cast<RingControl*>(base + layout.sq_control),
@@ -1153,8 +1155,13 @@ Status HostServer::apply_modify(const ControlMsg& msg, ibv_qp_state* state) noex
                  (cur == IBV_QPS_RTR && target == IBV_QPS_RTS) ||
                  (cur == IBV_QPS_RTS && target == IBV_QPS_RTS);
   if (!allowed) return Status::kBadState;
+  // RC: RTR names the peer. UD: no peer (each WR names one); INIT sets the Q_Key.
+  const bool ud = q.qp_type == IBV_QPT_UD;
   constexpr uint32_t kRtrNeeds = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-  if (cur == IBV_QPS_INIT && target == IBV_QPS_RTR && (mask & kRtrNeeds) != kRtrNeeds) {
+  if (!ud && cur == IBV_QPS_INIT && target == IBV_QPS_RTR && (mask & kRtrNeeds) != kRtrNeeds) {
+    return Status::kInvalidArgument;
+  }
+  if (ud && cur == IBV_QPS_RESET && target == IBV_QPS_INIT && (mask & IBV_QP_QKEY) == 0) {
     return Status::kInvalidArgument;
   }
   if (cur == IBV_QPS_RTR && target == IBV_QPS_RTS && (mask & IBV_QP_SQ_PSN) == 0) {
@@ -1166,6 +1173,7 @@ Status HostServer::apply_modify(const ControlMsg& msg, ibv_qp_state* state) noex
       ((mask & IBV_QP_SQ_PSN) != 0 && m.sq_psn > 0xFFFFFF)) {
     return Status::kInvalidArgument;
   }
+  if ((mask & IBV_QP_QKEY) != 0) q.qkey = m.qkey;
   if ((mask & IBV_QP_ACCESS_FLAGS) != 0) q.qp_access_flags = m.qp_access_flags;
   if ((mask & IBV_QP_PORT) != 0) q.port_num = m.port_num;
   if ((mask & IBV_QP_PATH_MTU) != 0) q.path_mtu = static_cast<ibv_mtu>(m.path_mtu);
@@ -1605,11 +1613,12 @@ bool HostServer::complete_send(uint32_t qpn, const SendWork& work, ibv_wc_status
 
 bool HostServer::complete_recv(uint32_t qpn, const RecvWork& work, ibv_wc_status status,
                                uint32_t byte_len, ibv_wc_opcode opcode, bool with_imm,
-                               uint32_t imm_data, uint32_t src_qp) noexcept {
+                               uint32_t imm_data, uint32_t src_qp, bool grh) noexcept {
   QpSlot* qp = find_qp(qpn);
   if (qp == nullptr) return false;
   if (qp->info.srq == 0) qp->rq.completed(1);  // an SRQ's WQEs are in no QP's ring
-  if (status != IBV_WC_SUCCESS) set_error(*qp);
+  // A UD receive too short for its datagram fails alone; the QP goes on.
+  if (status != IBV_WC_SUCCESS && qp->info.qp_type != IBV_QPT_UD) set_error(*qp);
   Cqe c{};
   c.wr_id = work.wr_id;
   c.qp_num = qpn;
@@ -1617,7 +1626,7 @@ bool HostServer::complete_recv(uint32_t qpn, const RecvWork& work, ibv_wc_status
   c.opcode = static_cast<uint8_t>(opcode);
   c.byte_len = byte_len;
   c.imm_data = imm_data;
-  c.wc_flags = with_imm ? IBV_WC_WITH_IMM : 0;
+  c.wc_flags = static_cast<uint16_t>((with_imm ? IBV_WC_WITH_IMM : 0) | (grh ? IBV_WC_GRH : 0));
   c.src_qp = src_qp;
   if (!write_cqe(qp->info.recv_cq, c)) {
     set_error(*qp);

@@ -133,6 +133,8 @@ struct QpInfo {
   uint32_t rq_depth;
   uint32_t vnic_ip;  // its application's vNIC (HelloRequest::vnic_ip); 0: not bound
   uint32_t srq;      // the SRQ its receives come from (fetch_srq_recv); 0: its own RQ
+  ibv_qp_type qp_type;  // IBV_QPT_RC or IBV_QPT_UD
+  uint32_t qkey;        // UD: IBV_QP_QKEY
 };
 
 enum class HostEventKind : uint8_t {
@@ -284,7 +286,7 @@ class HostServer {
   bool complete_send(uint32_t qpn, const SendWork& work, ibv_wc_status status) noexcept;
   bool complete_recv(uint32_t qpn, const RecvWork& work, ibv_wc_status status,
                      uint32_t byte_len, ibv_wc_opcode opcode, bool with_imm, uint32_t imm_data,
-                     uint32_t src_qp) noexcept;
+                     uint32_t src_qp, bool grh = false) noexcept;
   // Free CQE slots on a QP's send or receive CQ.
   uint32_t cq_space(uint32_t qpn, bool send) noexcept;
 

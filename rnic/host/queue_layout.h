@@ -29,7 +29,8 @@ struct WqeSge {
 static_assert(sizeof(WqeSge) == 16);
 
 // Send queue entry: a flattened ibv_send_wr (the `next` chain is unrolled
-// into consecutive entries).
+// into consecutive entries). On a UD QP remote_addr = remote QPN << 32 | the
+// destination's IPv4 (its AH's GID) and rkey = the remote Q_Key (wr.ud).
 struct SendWqe {
   uint64_t wr_id;        // returned in the completion
   uint64_t remote_addr;  // RDMA WRITE/READ: remote virtual address

@@ -363,6 +363,29 @@ bool buf_is_hugetlb(Context* ctx, const void* addr) {
   return a < it->first + it->second->size() && it->second->hugetlb();
 }
 
+Ah* create_ah(Pd* pd, const ibv_ah_attr* attr) {
+  if (pd == nullptr || attr == nullptr) {
+    fail(Status::kInvalidArgument, "null PD or attr");
+    return nullptr;
+  }
+  // RoCEv2: the destination is a GID, and Tandem's GIDs are IPv4-mapped.
+  static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  const uint8_t* g = attr->grh.dgid.raw;
+  if (!attr->is_global || std::memcmp(g, kMapped, sizeof kMapped) != 0) {
+    fail(Status::kInvalidArgument, "AH needs is_global and an IPv4-mapped dgid (RoCEv2)");
+    return nullptr;
+  }
+  auto* ah = new Ah{};
+  ah->owner = pd->context;
+  ah->ipv4 = uint32_t{g[12]} << 24 | uint32_t{g[13]} << 16 | uint32_t{g[14]} << 8 | g[15];
+  return ah;
+}
+
+int destroy_ah(Ah* ah) {
+  delete ah;
+  return 0;
+}
+
 Pd* alloc_pd(Context* ctx) {
   Request req{};
   Reply rep{};
@@ -655,8 +678,8 @@ Qp* create_qp(Pd* pd, QpInitAttr* attr) {
     fail(Status::kInvalidArgument, "send_cq and recv_cq are required");
     return nullptr;
   }
-  if (attr->qp_type != IBV_QPT_RC) {
-    fail(Status::kUnsupported, "only RC QPs");
+  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD) {
+    fail(Status::kUnsupported, "only RC and UD QPs");
     return nullptr;
   }
   ibv_qp_cap& cap = attr->cap;
@@ -691,7 +714,7 @@ Qp* create_qp(Pd* pd, QpInitAttr* attr) {
   c.recv_cq = attr->recv_cq->handle;
   c.sq_depth = sq_depth;
   c.rq_depth = rq_depth;
-  c.qp_type = IBV_QPT_RC;
+  c.qp_type = attr->qp_type;
   c.sq_sig_all = attr->sq_sig_all != 0 ? 1 : 0;
   c.srq = attr->srq != nullptr ? attr->srq->handle : 0;
   Reply rep{};
@@ -712,7 +735,7 @@ Qp* create_qp(Pd* pd, QpInitAttr* attr) {
   qp->qp_context = attr->qp_context;
   qp->qp_num = rep.body.create_qp.qpn;
   qp->state = IBV_QPS_RESET;
-  qp->qp_type = IBV_QPT_RC;
+  qp->qp_type = attr->qp_type;
   qp->cap = cap;
   qp->hugetlb = qp->queue_memory.hugetlb();
   qp->doorbell_bit = rep.body.create_qp.doorbell_bit;
@@ -755,6 +778,7 @@ int modify_qp(Qp* qp, ibv_qp_attr* attr, int attr_mask) {
   m.min_rnr_timer = attr->min_rnr_timer;
   m.max_rd_atomic = attr->max_rd_atomic;
   m.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+  m.qkey = attr->qkey;
   Reply rep{};
   Status st = call(qp->context, req, MsgType::kModifyQp, nullptr, 0, &rep);
   if (st != Status::kOk) return rc(st);
@@ -813,6 +837,12 @@ int post_send(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       st = fail(Status::kUnsupported, "send opcode %d", static_cast<int>(wr->opcode));
       break;
     }
+    const bool ud = qp->qp_type == IBV_QPT_UD;
+    if (ud && ((wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) || wr->wr.ud.ah == nullptr ||
+               reinterpret_cast<const Ah*>(wr->wr.ud.ah)->owner != ctx)) {
+      st = fail(Status::kInvalidArgument, "UD send needs SEND(_WITH_IMM) and an AH of this context");
+      break;
+    }
     if (wr->num_sge < 0 || (!inl && static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge) ||
         (wr->num_sge > 0 && wr->sg_list == nullptr)) {
       st = fail(Status::kInvalidArgument, "num_sge %d (max %u)", wr->num_sge,
@@ -835,8 +865,14 @@ int post_send(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       break;
     }
     w->wr_id = wr->wr_id;
-    w->remote_addr = wr->wr.rdma.remote_addr;
-    w->rkey = wr->wr.rdma.rkey;
+    if (ud) {
+      const Ah* ah = reinterpret_cast<const Ah*>(wr->wr.ud.ah);
+      w->remote_addr = uint64_t{wr->wr.ud.remote_qpn & 0xFFFFFF} << 32 | ah->ipv4;
+      w->rkey = wr->wr.ud.remote_qkey;
+    } else {
+      w->remote_addr = wr->wr.rdma.remote_addr;
+      w->rkey = wr->wr.rdma.rkey;
+    }
     w->imm_data = wr->imm_data;
     w->send_flags = wr->send_flags;
     w->opcode = static_cast<uint8_t>(wr->opcode);
@@ -988,6 +1024,10 @@ int poll_cq(Cq* cq, int num_entries, ibv_wc* wc) {
     w.qp_num = c.qp_num;
     w.src_qp = c.src_qp;
     w.wc_flags = c.wc_flags;
+    // A datagram's GRH holds an IPv4 header (RoCEv2 over IPv4). ibv_wc has no field
+    // for that; RoCE devices report it in sl as the packet's L3 type (mlx5: bit 3 UDP,
+    // bits 2:0 0x2 IPv4), which UCX's ud_verbs reads to find the destination GID.
+    if (c.wc_flags & IBV_WC_GRH) w.sl = 0xA;
   }
   cq->ring.release(n);
   return static_cast<int>(n);

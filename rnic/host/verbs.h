@@ -93,12 +93,21 @@ struct Srq {
   std::mutex post_mu;  // verbs lets several threads post to one SRQ
 };
 
+// Address handle (ibv_ah) of a UD destination: its RoCEv2 GID's IPv4. The
+// application's library keeps it; which destinations a QP may reach is the
+// worker's decision per datagram (its vNIC's routes), whatever the AH says.
+struct Ah {
+  ibv_ah ibv;       // first: what the application holds (ibv_send_wr.wr.ud.ah)
+  Context* owner;   // post_send refuses another context's AH
+  uint32_t ipv4;    // host order
+};
+
 struct QpInitAttr {
   void* qp_context = nullptr;
   Cq* send_cq = nullptr;
   Cq* recv_cq = nullptr;
   ibv_qp_cap cap{};  // max_send_wr/max_recv_wr/sges/inline; updated to what was granted
-  ibv_qp_type qp_type = IBV_QPT_RC;
+  ibv_qp_type qp_type = IBV_QPT_RC;  // or IBV_QPT_UD
   int sq_sig_all = 0;
   Srq* srq = nullptr;  // receives come from this SRQ (cap.max_recv_wr/sge are then ignored)
 };
@@ -146,6 +155,10 @@ int adopt_buf(Context* ctx, void* addr, std::size_t length);
 // True if the alloc_buf() buffer holding addr is on huge pages.
 bool buf_is_hugetlb(Context* ctx, const void* addr);
 
+// An AH for a RoCEv2 destination: is_global with an IPv4-mapped dgid
+// (kInvalidArgument otherwise). No worker round trip.
+Ah* create_ah(Pd* pd, const ibv_ah_attr* attr);
+int destroy_ah(Ah* ah);
 Pd* alloc_pd(Context* ctx);
 int dealloc_pd(Pd* pd);
 

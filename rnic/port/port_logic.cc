@@ -77,6 +77,11 @@ void PortLogic::on_qp_created(uint32_t host_qpn) {
   init.policy.num_paths = 16;
   init.pd = info->pd;
   init.bench_any_psn = c_.bench_any_psn;  // standalone only (tandem-rnic refuses it in DPU mode)
+  const bool ud = info->qp_type == IBV_QPT_UD;
+  if (ud) {
+    init.type = QpType::kUd;
+    init.wire_qpn = host_qpn;  // its datagrams' DETH names the QPN the application knows
+  }
   if (info->srq != 0) {
     const SrqCtx* s = srq_by_host(info->srq);
     init.srq = s != nullptr ? s->core_srq : UINT32_MAX;  // none: the core refuses the QP
@@ -93,6 +98,7 @@ void PortLogic::on_qp_created(uint32_t host_qpn) {
   q.host_qpn = host_qpn;
   q.core_qpn = core_qpn;
   q.app_id = info->app_id;
+  q.ud = ud;
   q.send_slots.resize(init.sq_depth);
   q.recv_slots.resize(init.rq_depth);
   for (uint32_t i = init.sq_depth; i-- > 0;) q.send_free.push_back(i);
@@ -112,9 +118,14 @@ void PortLogic::on_qp_state(uint32_t host_qpn, ibv_qp_state state, uint64_t now)
     case IBV_QPS_INIT:
       a.state = QpState::kInit;
       a.qp_access_flags = info->qp_access_flags;
-      rc = core_.modify_qp(q->core_qpn, a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS);
+      a.qkey = info->qkey;
+      rc = core_.modify_qp(q->core_qpn, a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | (q->ud ? IBV_QP_QKEY : 0));
       break;
     case IBV_QPS_RTR: {
+      if (q->ud) {
+        rc = apply_ud_rtr(*q, *info);
+        break;
+      }
       // The remote GID is the remote vNIC's overlay IPv4 (::ffff:a.b.c.d).
       const uint32_t remote = common::load_be32(info->dgid + 12);
       if (const Level2Entry* e = find_route(*q, *info, remote, now, agent_ != nullptr)) {

@@ -72,7 +72,9 @@ struct PortConfig {
 // the WQEs the core holds, by slot (the core's wr_id).
 struct QpCtx {
   bool live = false;
-  bool routed = false;  // RTR done: vNIC and remote resolved
+  bool routed = false;  // RTR done: vNIC and remote resolved (UD: vNIC only)
+  bool ud = false;      // IBV_QPT_UD: each WQE names its destination (port_ud.cc)
+  uint32_t local_overlay = 0;  // UD: its vNIC's overlay IPv4 (the GRH's destination)
   TraceFlags trace;     // the trace rule in force, compiled for this QP (trace_flags.h)
   uint32_t host_qpn = 0;
   uint32_t core_qpn = 0;
@@ -196,6 +198,10 @@ class PortLogic {
   // kNone the packet's dqpn is the core's and `traced` is the QP's trace flag.
   common::DropReason accept(common::RocePacket& pkt, [[maybe_unused]] uint8_t* data,
                             const Level2Table::Snapshot& snap, bool& traced) noexcept {
+    if (common::opcode_has(pkt.bth.opcode, common::kOpDeth)) [[unlikely]] {
+      traced = false;  // trace rules name a connected flow; datagrams are not traced
+      return accept_ud(pkt, snap);
+    }
     QpCtx* q = nullptr;
     const common::DropReason r = check_ingress(
         pkt, c_.underlay_ip, table_, snap, [this](uint32_t host_qpn) { return by_host(host_qpn); },
@@ -222,6 +228,10 @@ class PortLogic {
     q.trace = compile_trace_flags(*tracer_, c_.underlay_ip, r, q.host_qpn);
     return &r;
   }
+  // port_ud.cc: the tenant check of a UD datagram (to a UD QP of this port,
+  // from its tenant's partition); the GRH it gets names overlay addresses.
+  common::DropReason accept_ud(common::RocePacket& pkt, const Level2Table::Snapshot& snap) noexcept;
+  int apply_ud_rtr(QpCtx& q, const host::QpInfo& info);
 
   // Every live QP to ERR and its WQEs flushed (the worker stops): the core
   // completes what it holds with IBV_WC_WR_FLUSH_ERR, the host interface moves

@@ -81,6 +81,8 @@ uint32_t PortLogic::pump_qp(QpCtx& q) noexcept {
     wr.imm_data = ntohl(w.imm_data);
     wr.remote_addr = w.remote_addr;
     wr.rkey = w.rkey;
+    if (q.ud)  // queue_layout.h: remote QPN << 32 | destination IPv4; rkey = Q_Key
+      wr.ud = UdDest{static_cast<uint32_t>(w.remote_addr), 0, static_cast<uint32_t>(w.remote_addr >> 32), w.rkey};
     if (w.inline_len > 0 || (w.send_flags & IBV_SEND_INLINE)) {
       // The bytes the host interface copied out of the ring, held in the QP's slot until completion.
       wr.send_flags |= IBV_SEND_INLINE;
@@ -171,7 +173,8 @@ uint32_t PortLogic::completions() noexcept {
         SrqCtx& s = srqs_[si];
         if (q != nullptr &&
             !host_.complete_recv(q->host_qpn, s.slots[slot], wc[i].status, wc[i].byte_len, wc[i].opcode,
-                                 (wc[i].wc_flags & IBV_WC_WITH_IMM) != 0, htonl(wc[i].imm_data), wc[i].src_qp))
+                                 (wc[i].wc_flags & IBV_WC_WITH_IMM) != 0, htonl(wc[i].imm_data), wc[i].src_qp,
+                                 (wc[i].wc_flags & IBV_WC_GRH) != 0))
           ++k_.cqe_lost;
         s.free.push_back(slot);
         ++k_.cqe_recv;
@@ -185,7 +188,7 @@ uint32_t PortLogic::completions() noexcept {
         if (slot >= q->recv_slots.size()) continue;
         ok = host_.complete_recv(q->host_qpn, q->recv_slots[slot], wc[i].status, wc[i].byte_len,
                                  wc[i].opcode, (wc[i].wc_flags & IBV_WC_WITH_IMM) != 0, htonl(wc[i].imm_data),
-                                 wc[i].src_qp);
+                                 wc[i].src_qp, (wc[i].wc_flags & IBV_WC_GRH) != 0);
         q->recv_free.push_back(slot);
         ++k_.cqe_recv;
       } else {

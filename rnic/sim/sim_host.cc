@@ -446,7 +446,7 @@ void SimHost::kick_nic(uint64_t now) {
     const auto& set = spray_set(peer_host);
     if (!set.empty()) d.udp_sport = set[spray_next_[peer_host]++ % set.size()];
   }
-  const uint16_t flags = common::opcode_info(d.bth.opcode).flags;
+  const uint32_t flags = common::opcode_info(d.bth.opcode).flags;
   if ((flags & (common::kOpRequest | common::kOpReadResp)) && d.payload_len > 0) {
     ++nic_.data_pkts;
     if (d.retransmit) {

@@ -30,6 +30,8 @@ TandemContext* context_of(ibv_context* c);
 void install_ops(ibv_context& ctx);
 // rnic/host's Status (an int) as the errno libibverbs would give.
 int errno_of(int status);
+// The rnic/host PD behind an application's PD (objects.cc).
+host::Pd* host_pd_of(ibv_pd* pd);
 // ::ffff:a.b.c.d, the RoCEv2 GID of an IPv4 address (host order).
 void gid_of(uint32_t ipv4, ibv_gid* gid);
 

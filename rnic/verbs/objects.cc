@@ -6,10 +6,13 @@
 #include <infiniband/verbs.h>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -41,6 +44,7 @@ struct TandemChannel {
 struct TandemCq {
   ibv_cq cq;
   th::Cq* h;
+  std::atomic<uint32_t> empty_polls{0};  // consecutive polls that found nothing
 };
 struct TandemSrq {
   ibv_srq srq;
@@ -90,9 +94,34 @@ T* null_errno() {
   return nullptr;
 }
 
+// Applications wait for completions by spinning on ibv_poll_cq (perftest,
+// UCX). A hardware RNIC does not need the CPU they spin on; Tandem's worker may:
+// where it shares cores with the application (tests, a small VM, an
+// oversubscribed host), the spin delays the very completion it waits for. So
+// after kSpinPolls empty polls in a row, every kYieldEvery-th empty poll
+// yields the core. With a core of its own nothing else is runnable and
+// sched_yield returns at once (a syscall, ~0.3 us per ~2 us of polling, only
+// once the wait is already ~10 us long); TANDEM_POLL_YIELD=0 turns it off.
+constexpr uint32_t kSpinPolls = 1024;
+constexpr uint32_t kYieldEvery = 256;
+const bool kPollYield = [] {
+  const char* e = std::getenv("TANDEM_POLL_YIELD");
+  return e == nullptr || std::strcmp(e, "0") != 0;
+}();
+
 int ops_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
-  const int r = th::poll_cq(of<TandemCq>(cq)->h, n, wc);
-  return r >= 0 ? r : -1;  // libibverbs: negative on error
+  TandemCq* c = of<TandemCq>(cq);
+  const int r = th::poll_cq(c->h, n, wc);
+  if (r != 0) {
+    if (c->empty_polls.load(std::memory_order_relaxed) != 0) c->empty_polls.store(0, std::memory_order_relaxed);
+    return r > 0 ? r : -1;  // libibverbs: negative on error
+  }
+  // Relaxed load and store, not an atomic add: threads polling one CQ at once
+  // may lose a count, which only moves a yield.
+  const uint32_t k = c->empty_polls.load(std::memory_order_relaxed) + 1;
+  c->empty_polls.store(k, std::memory_order_relaxed);
+  if (kPollYield && k >= kSpinPolls && k % kYieldEvery == 0) sched_yield();
+  return 0;
 }
 int ops_req_notify(ibv_cq* cq, int solicited_only) {
   return to_errno(th::req_notify_cq(of<TandemCq>(cq)->h, solicited_only));
@@ -117,6 +146,7 @@ ibv_qp* ops_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* a);
 
 namespace tandem::rnic::verbs {
 int errno_of(int status) { return to_errno(status); }
+th::Pd* host_pd_of(ibv_pd* pd) { return of<TandemPd>(pd)->h; }
 
 void install_ops(ibv_context& ctx) {
   // The extended QP verb the header's inline ibv_create_qp_ex reaches (verbs_get_ctx_op).
@@ -357,8 +387,8 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* a) {
     errno = EINVAL;
     return nullptr;
   }
-  if (a->qp_type != IBV_QPT_RC) {
-    errno = EOPNOTSUPP;  // UC/UD/XRC QPs: not built
+  if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UD) {
+    errno = EOPNOTSUPP;  // UC/XRC/raw packet QPs: not built
     return nullptr;
   }
   if (a->srq != nullptr && a->srq->context != pd->context) {
@@ -370,7 +400,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* a) {
   hi.send_cq = of<TandemCq>(a->send_cq)->h;
   hi.recv_cq = of<TandemCq>(a->recv_cq)->h;
   hi.cap = a->cap;
-  hi.qp_type = IBV_QPT_RC;
+  hi.qp_type = a->qp_type;
   hi.sq_sig_all = a->sq_sig_all;
   hi.srq = a->srq != nullptr ? of<TandemSrq>(a->srq)->h : nullptr;
   th::Qp* h = th::create_qp(of<TandemPd>(pd)->h, &hi);
@@ -386,7 +416,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* a) {
   q->qp.handle = h->qp_num;
   q->qp.qp_num = h->qp_num;
   q->qp.state = IBV_QPS_RESET;
-  q->qp.qp_type = IBV_QPT_RC;
+  q->qp.qp_type = a->qp_type;
   pthread_mutex_init(&q->qp.mutex, nullptr);
   pthread_cond_init(&q->qp.cond, nullptr);
   q->h = h;
@@ -407,6 +437,7 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   ibv_qp_attr& s = q->attr;
   if (mask & IBV_QP_STATE) qp->state = s.qp_state = attr->qp_state;
   if (mask & IBV_QP_ACCESS_FLAGS) s.qp_access_flags = attr->qp_access_flags;
+  if (mask & IBV_QP_QKEY) s.qkey = attr->qkey;
   if (mask & IBV_QP_PKEY_INDEX) s.pkey_index = attr->pkey_index;
   if (mask & IBV_QP_PORT) s.port_num = attr->port_num;
   if (mask & IBV_QP_AV) s.ah_attr = attr->ah_attr;
@@ -477,6 +508,10 @@ ibv_qp* ops_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* a) {
     errno = EINVAL;
     return nullptr;
   }
+  if (a->qp_type != IBV_QPT_RC) {
+    errno = EOPNOTSUPP;  // the wr_* builders have no UD address setter (ibv_create_qp makes UD QPs)
+    return nullptr;
+  }
   ibv_qp_init_attr legacy{};
   legacy.qp_context = a->qp_context;
   legacy.send_cq = a->send_cq;
@@ -485,7 +520,7 @@ ibv_qp* ops_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* a) {
   legacy.cap = a->cap;
   legacy.qp_type = a->qp_type;
   legacy.sq_sig_all = a->sq_sig_all;
-  ibv_qp* qp = ibv_create_qp(a->pd, &legacy);  // errno set on failure (EOPNOTSUPP for non-RC)
+  ibv_qp* qp = ibv_create_qp(a->pd, &legacy);  // errno set on failure
   if (qp == nullptr) return nullptr;
   a->cap = legacy.cap;  // what was granted
   if (!make_qp_ex(of<TandemQp>(qp))) {

@@ -25,17 +25,13 @@ int fail_minus_one() {
 
 extern "C" {
 
-// --- public verbs not built yet (issue 14: AHs, dmabuf, rereg, resize) ---
+// --- public verbs not built yet (issue 14: dmabuf, rereg, resize) ---
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) { return fail_null<ibv_mr>(); }
 int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) { return EOPNOTSUPP; }
 int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
 int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 0; }
 int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
 int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
-ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) { return fail_null<ibv_ah>(); }
-ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, uint8_t) { return fail_null<ibv_ah>(); }
-int ibv_init_ah_from_wc(ibv_context*, uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) { return fail_minus_one(); }
-int ibv_destroy_ah(ibv_ah*) { return EOPNOTSUPP; }
 int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*) { return EOPNOTSUPP; }
 
 // --- not Tandem's: multicast, shared (imported) objects ---

@@ -8,6 +8,7 @@ has --device-owner 1=4242.
     it finds it through /dev/infiniband/uverbs0 and reads the GID type from /sys/class/infiniband,
     both only in tandem-run's private mount namespace (with TANDEM_SYSFS=0 UCX lists no Tandem
     device, and the host's /sys and /dev never show them);
+  * UCP (ucx_perftest tag_bw/tag_lat) with UCX_TLS=rc_verbs,ud_verbs and with ud_verbs alone;
   * UCX's rc_verbs between the workers: ucx_perftest put_bw (64 KiB zero-copy RDMA writes) and
     am_lat (8 B sends; UCX flushes with zero-length RDMA writes on rkey 0); rc_verbs receives on an
     SRQ. An interface that does not open fails the test;
@@ -140,6 +141,26 @@ def main():
             final = [ln for ln in cout.splitlines() if ln.startswith("Final:")]
             check(code == 0 and srv.returncode == 0 and final,
                   f"ucx_perftest {test} {' '.join(extra)} over rc_verbs, B -> A (exit {code}/{srv.returncode}): "
+                  f"{' '.join(final[0].split()) if final else cout[-600:] + sout[-600:]}")
+
+    # UCP (what MPI and applications use) over the workers: it wires up over ud_verbs (UD QPs
+    # and AHs), then runs on rc_verbs, or on ud_verbs alone.
+    for tls in ("rc_verbs,ud_verbs", "ud_verbs"):
+        for test, extra in (("tag_bw", ["-s", "65536", "-n", "200"]), ("tag_lat", ["-s", "8", "-n", "200"])):
+            args = [f"{BINDIR}/ucx_perftest", "-t", test, "-p", str(free_port())] + extra
+            ucp = {"UCX_TLS": tls, "UCX_NET_DEVICES": f"{DEV}:1"}
+            srv = subprocess.Popen([RUN] + args, env=dict(ENV["A"], **ucp), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+            time.sleep(1)
+            code, cout = run(args + ["127.0.0.1"], env=dict(ENV["B"], **ucp), timeout=90)
+            try:
+                sout, _ = srv.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                srv.kill()
+                sout = srv.communicate()[0] + "\n(hung: killed)"
+            final = [ln for ln in cout.splitlines() if ln.startswith("Final:")]
+            check(code == 0 and srv.returncode == 0 and final,
+                  f"UCP ucx_perftest {test} {' '.join(extra)} with UCX_TLS={tls}, B -> A (exit {code}/{srv.returncode}): "
                   f"{' '.join(final[0].split()) if final else cout[-600:] + sout[-600:]}")
 
     # Access: A's vNIC 1 is uid 4242's; root and 4242 open it, uid 65534 does not.

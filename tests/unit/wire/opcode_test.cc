@@ -11,11 +11,14 @@ TEST_CASE("opcode table follows rdma-core's numbering") {
         "RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE");
   CHECK(opcode_info(IBV_OPCODE_RC_ACKNOWLEDGE).name == "RC_ACKNOWLEDGE");
   CHECK(opcode_info(kOpcodeCnp).name == "CNP");
-  CHECK_FALSE(opcode_known(IBV_OPCODE_UD_SEND_ONLY));
+  CHECK(opcode_info(IBV_OPCODE_UD_SEND_ONLY).name == "UD_SEND_ONLY");
+  CHECK(opcode_has(IBV_OPCODE_UD_SEND_ONLY_WITH_IMMEDIATE, kOpDeth | kOpImm));
+  CHECK(transport_ext_len(IBV_OPCODE_UD_SEND_ONLY_WITH_IMMEDIATE) == kDethLen + kImmLen);
+  CHECK_FALSE(opcode_known(IBV_OPCODE_UC_SEND_ONLY));
   CHECK_FALSE(opcode_known(0x15));
   int known = 0;
   for (int i = 0; i < 256; ++i) known += opcode_known(static_cast<uint8_t>(i));
-  CHECK(known == 22);  // 21 RC opcodes + CNP
+  CHECK(known == 24);  // 21 RC opcodes, UD's two SEND_ONLY + CNP
 }
 
 TEST_CASE("opcode names parse back, with or without the IBV_OPCODE_ prefix") {
