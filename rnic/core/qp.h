@@ -77,6 +77,29 @@ struct RecvWqe {
   uint64_t len = 0;
 };
 
+// Resolves a send WR's gather list into `w.sge` and sums it into `len`: each
+// SGE must lie in a region of protection domain `pd` (with local write when
+// `local_write`, for a READ's landing buffer); inline SGEs are the caller's own
+// bytes and name no region (as verbs). False: EINVAL. RC and UD sends share it.
+[[gnu::always_inline]] inline bool gather_send_sges(const Transport& t, const SendWr& wr, uint32_t pd,
+                                                    bool local_write, SendWqe& w, uint64_t& len) noexcept {
+  const bool inl = (wr.send_flags & IBV_SEND_INLINE) != 0;
+  for (uint32_t j = 0; j < wr.num_sge; ++j) {
+    const Sge& g = wr.sg_list[j];
+    if (inl) [[unlikely]] {
+      w.sge[j] = WqeSge{reinterpret_cast<uint8_t*>(g.addr), g.length};
+    } else {
+      const MemoryRegion* mr = t.find_mr(g.lkey, pd);
+      if (mr == nullptr || g.addr < mr->addr || g.addr - mr->addr > mr->len ||
+          g.length > mr->len - (g.addr - mr->addr) || (local_write && !(mr->access & IBV_ACCESS_LOCAL_WRITE)))
+        return false;
+      w.sge[j] = WqeSge{mr->host_ptr + (g.addr - mr->addr), g.length};
+    }
+    len += g.length;
+  }
+  return len <= (1ull << 31);
+}
+
 // Checks a receive WR against the transport's MRs (lkey, bounds, local write)
 // and fills `w` with it. False: EINVAL.
 bool make_recv_wqe(const Transport& t, const RecvWr& wr, uint32_t pd, RecvWqe& w) noexcept;

@@ -89,27 +89,10 @@ inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noex
   SendWqe& w = wqe(sq_tail);
   __builtin_prefetch(&wqe(sq_tail + 1), 1);  // the next post's slot, last written a ring ago
   uint64_t len = 0;
-  if (wr.send_flags & IBV_SEND_INLINE) [[unlikely]] {
-    // The caller's own bytes, no MR (verbs does not look at an inline SGE's lkey);
-    // a READ has nothing to send and no inline data.
-    if (op == IBV_WR_RDMA_READ) return EINVAL;
-    for (uint32_t j = 0; j < wr.num_sge; ++j) {
-      w.sge[j] = WqeSge{reinterpret_cast<uint8_t*>(wr.sg_list[j].addr), wr.sg_list[j].length};
-      len += wr.sg_list[j].length;
-    }
-  } else {
-    for (uint32_t j = 0; j < wr.num_sge; ++j) {
-      const Sge& g = wr.sg_list[j];
-      const MemoryRegion* mr = t->find_mr(g.lkey, init.pd);
-      if (mr == nullptr || g.addr < mr->addr || g.addr - mr->addr > mr->len ||
-          g.length > mr->len - (g.addr - mr->addr))
-        return EINVAL;
-      if (op == IBV_WR_RDMA_READ && !(mr->access & IBV_ACCESS_LOCAL_WRITE)) return EINVAL;
-      w.sge[j] = WqeSge{mr->host_ptr + (g.addr - mr->addr), g.length};
-      len += g.length;
-    }
-  }
-  if (len > (1ull << 31)) return EINVAL;
+  const bool is_read = op == IBV_WR_RDMA_READ;
+  // A READ has nothing to send and so no inline data.
+  if ((is_read && (wr.send_flags & IBV_SEND_INLINE)) || !gather_send_sges(*t, wr, init.pd, is_read, w, len))
+    return EINVAL;
   w.wr_id = wr.wr_id;
   w.remote_addr = wr.remote_addr;
   w.rkey = wr.rkey;

@@ -63,22 +63,7 @@ int Qp::ud_post_send(const SendWr& wr) noexcept {
   if ((wr.opcode != IBV_WR_SEND && wr.opcode != IBV_WR_SEND_WITH_IMM) || wr.num_sge > kMaxSge) return EINVAL;
   SendWqe& w = wqe(sq_tail);
   uint64_t len = 0;
-  const bool inl = (wr.send_flags & IBV_SEND_INLINE) != 0;  // the caller's own bytes, no MR (as RC)
-  for (uint32_t j = 0; j < wr.num_sge; ++j) {
-    const Sge& g = wr.sg_list[j];
-    if (inl) {
-      w.sge[j] = WqeSge{reinterpret_cast<uint8_t*>(g.addr), g.length};
-      len += g.length;
-      continue;
-    }
-    const MemoryRegion* mr = t->find_mr(g.lkey, init.pd);
-    if (mr == nullptr || g.addr < mr->addr || g.addr - mr->addr > mr->len ||
-        g.length > mr->len - (g.addr - mr->addr))
-      return EINVAL;
-    w.sge[j] = WqeSge{mr->host_ptr + (g.addr - mr->addr), g.length};
-    len += g.length;
-  }
-  if (len > (1ull << 31)) return EINVAL;
+  if (!gather_send_sges(*t, wr, init.pd, false, w, len)) return EINVAL;
   // A message over the MTU is taken and completes with IBV_WC_LOC_LEN_ERR
   // when its turn comes (ud_tx), as a hardware RNIC reports it.
   w.wr_id = wr.wr_id;
