@@ -26,6 +26,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from tandem_harness import (Checks, Lab, Telemetry, free_port, lab_fabric_argv, lab_worker_argv,  # noqa: E402
                             run_checked, wait_fabric_started, write_lab_tables)
+import perftest_pair  # noqa: E402
+from perftest_pair import result_row  # noqa: E402
 
 FABRIC, RNIC, RUN, BINDIR = sys.argv[1:5]
 IBV_DEVICES, IBV_DEVINFO = f"{BINDIR}/ibv_devices", f"{BINDIR}/ibv_devinfo"
@@ -46,32 +48,7 @@ def run(argv, timeout=20):
 
 
 def pair(prog, args, timeout=60):
-    """Server on tandem_A_v1, client on tandem_B_v1; returns ((exit, output) of client, of server)."""
-    port = ["-p", str(free_port())]
-    srv = subprocess.Popen([RUN, f"{BINDIR}/{prog}", "-d", "tandem_A_v1"] + port + args, env=ENV,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(0.5)
-    cli = subprocess.Popen([RUN, f"{BINDIR}/{prog}", "-d", "tandem_B_v1"] + port + args + ["127.0.0.1"], env=ENV,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out = []
-    for p in (cli, srv):
-        try:
-            o, _ = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            o, _ = p.communicate()
-            o += "\n(hung: killed)"
-        out.append((p.returncode, o))
-    return out
-
-
-def result_row(out, size):
-    """perftest's result line for `size` bytes: the numbers after it, or None."""
-    for line in out.splitlines():
-        f = line.split()
-        if len(f) >= 4 and f[0] == str(size) and all(x.replace(".", "").isdigit() for x in f[1:4]):
-            return [float(x) for x in f[1:]]
-    return None
+    return perftest_pair.pair(RUN, BINDIR, ENV, prog, args, timeout)
 
 
 def main():
