@@ -4,9 +4,9 @@
 // channel, snapshots) is the caller's.
 //
 // Per iteration (run_once):
+//   host_.apply_control -> host events onto the core's verbs -> WQEs to the core
 //   rx_burst(32) per port -> RxStage passes (parse, ICRCs, tenant check and
 //     remote-address translation, core.on_packets)
-//   host_.apply_control -> host events onto the core's verbs -> WQEs to the core
 //   core.poll(now) -> TxQueue -> egress route -> io.build -> tx_burst (what
 //     the port refuses stays at the front of the burst and is retried first)
 //   core.poll_cq -> host completions
@@ -36,13 +36,15 @@ class PortWorker final : public PortLogic {
     ++k_.loop_iterations;
     tracer_->poll(now);  // a new or expired trace rule: one load when nothing changed
     if (tracer_->generation() != trace_generation_) [[unlikely]] compile_trace();
-    uint32_t work = rx_burst(now);
     // Objects the control thread finished (QPs, CQs, MRs mapped for the
     // device, departures): one load when there are none, never a syscall.
-    work += host_.apply_control(now);
+    uint32_t work = host_.apply_control(now);
     work += host_events(now);
     work += completions();
+    // WQEs before the RX burst, as an RNIC reads the doorbell when a packet
+    // needs a WQE: a RECV posted before its SEND arrived is found (UD has no RNR retry).
     work += pump_work();
+    work += rx_burst(now);
     for (int i = 0; i < 8; ++i) {
       core_.poll(now);
       work += tx_drain();

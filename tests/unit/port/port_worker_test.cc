@@ -710,8 +710,8 @@ void write_once(Tenant& ta, Tenant& tb, host::Qp* q, uint64_t id) {
 
 TEST_CASE("port layer: a trace rule is compiled into QP flags: over live QPs, for new ones, until stopped or destroyed") {
   using common::trace::Stage;
+  TestTracer ra, rb;  // before the pair: its lcore thread writes them until the pair stops
   Pair p;
-  TestTracer ra, rb;
   p.with([&] {
     p.a.pw->set_tracer(&ra.t);
     p.b.pw->set_tracer(&rb.t);
