@@ -35,7 +35,10 @@
 #include "common/wire/icrc.h"
 #include "common/wire/roce_packet.h"
 #include "rnic/core/connect_rc.h"
+#include "rnic/core/credit_wire.h"
 #include "rnic/core/frame.h"
+#include "rnic/core/path_health.h"
+#include "rnic/core/policy_factory.h"
 #include "rnic/core/transport.h"
 #include "rnic/port/egress_route.h"
 #include "rnic/dpdk/rx_stage.h"
@@ -67,6 +70,8 @@ int main(int argc, char** argv) {
   uint32_t payload = 64, n_frames = 0;  // 0: as many as fit in kReplayBytes
   bool control = true;
   std::string trace_mode = "none";  // trace units: none (no trace code path), off, nomatch, match
+  std::string path_policy = "round_robin", cc_policy = "credit";  // the lab's
+  uint32_t n_paths = 4;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--trace" && i + 1 < argc) {
@@ -77,11 +82,21 @@ int main(int argc, char** argv) {
     else if (a == "--payload" && i + 1 < argc) payload = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--frames" && i + 1 < argc) n_frames = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--no-control") control = false;  // the pipeline alone, no floor (for perf record)
+    else if (a == "--path" && i + 1 < argc) path_policy = argv[++i];
+    else if (a == "--cc" && i + 1 < argc) cc_policy = argv[++i];
+    else if (a == "--paths" && i + 1 < argc) n_paths = static_cast<uint32_t>(std::atoi(argv[++i]));
     else {
       std::fprintf(stderr, "usage: rx_pipeline_bench [--seconds S] [--payload B] [--frames N (even; default: 0.66 MB of frames)] [--no-control]\n"
-                           "       [--trace none|off|nomatch|match (the worker's tracer: none, no rule, a rule matching nothing, every packet)]\n");
+                           "       [--trace none|off|nomatch|match (the worker's tracer: none, no rule, a rule matching nothing, every packet)]\n"
+                           "       [--path single|round_robin|adaptive (round_robin)] [--cc fixed_window|credit|dcqcn (credit)]\n"
+                           "       [--paths N (path set size, 4)]   (both ends' QPs; the lab's policies by default)\n");
       return 2;
     }
+  }
+  if (!make_path_policy(path_policy.c_str()) || !make_cc_policy(cc_policy.c_str()) || n_paths == 0 ||
+      n_paths > kMaxPaths) {
+    std::fprintf(stderr, "rx_pipeline_bench: unknown --path or --cc policy, or --paths not 1..%u\n", kMaxPaths);
+    return 2;
   }
   // The replay array stays cache-resident (this core's L2 is 1 MiB), as the
   // baseline PMD's one dummy frame does: 4096 frames of 64 B WRITEs.
@@ -104,6 +119,9 @@ int main(int argc, char** argv) {
   init.send_cq = rcq;
   init.recv_cq = rcq;
   init.sq_depth = 512;
+  init.policy.path = path_policy.c_str();
+  init.policy.cc = cc_policy.c_str();
+  init.policy.num_paths = n_paths;
   const uint32_t rqpn = rx.create_qp(init);
   Level2Table table(Level2TableConfig{64});
   common::IngressAction ia;
@@ -164,7 +182,7 @@ int main(int argc, char** argv) {
       ack.bth.opcode = IBV_OPCODE_RC_ACKNOWLEDGE;
       ack.bth.dqpn = sqpn;
       ack.bth.psn = last_psn;
-      ack.aeth.syndrome = 0x1F;
+      ack.aeth.syndrome = cc_policy == "credit" ? credit_encode(512) : 0x1F;  // a grant past what is posted
       tx.on_packet(ack, nullptr, 0, 0);
       since_ack = 0;
     }
@@ -321,11 +339,12 @@ int main(int argc, char** argv) {
   std::printf("{\"mpps\": %.4f, \"floor_mpps\": %.4f, \"accepted\": %lu, \"acks_sent\": %lu, \"payload\": %u, "
               "\"frame_bytes\": %u, \"frames_per_pass\": %u, \"ns_per_packet_cpu\": %.1f, "
               "\"floor_ns_per_packet_cpu\": %.1f, \"qp_reset_ns\": %.0f, \"qp_reset_ns_per_packet\": %.2f, "
-              "\"dropped\": %lu, \"icrc\": \"%s\", \"trace\": \"%s\", \"trace_records\": %lu}\n",
+              "\"dropped\": %lu, \"icrc\": \"%s\", \"trace\": \"%s\", \"trace_records\": %lu, "
+              "\"path\": \"%s\", \"cc\": \"%s\", \"paths\": %u}\n",
               mpps, floor_mpps, static_cast<unsigned long>(accepted), static_cast<unsigned long>(acks), payload,
               index.empty() ? 0 : index[0].second, n_frames, cpu, floor_cpu, reset_ns, reset_ns / n_frames,
               static_cast<unsigned long>(dropped), common::crc32_backend(), trace_mode.c_str(),
-              static_cast<unsigned long>(tracer.written()));
+              static_cast<unsigned long>(tracer.written()), path_policy.c_str(), cc_policy.c_str(), n_paths);
   (void)b1;
   (void)b2;
   common::dpdk::port_close(0);

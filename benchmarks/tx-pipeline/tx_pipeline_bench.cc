@@ -38,7 +38,10 @@
 #include "common/wire/entropy.h"
 #include "common/wire/icrc.h"
 #include "common/wire/roce_packet.h"
+#include "rnic/core/credit_wire.h"
 #include "rnic/core/frame.h"
+#include "rnic/core/path_set.h"
+#include "rnic/core/policy_factory.h"
 #include "rnic/core/transport.h"
 #include "rnic/port/egress_route.h"
 #include "rnic/dpdk/tx_encap.h"
@@ -184,8 +187,9 @@ bool floor_frame_ok(rte_mbuf* m, TxDesc d, const FrameAddrs& fa, uint32_t psn, u
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string trace_mode = "none";
+  std::string trace_mode = "none", path_policy = "round_robin", cc_policy = "credit";
   double seconds = 3;
+  uint32_t n_paths = 4;
   uint32_t payload = 64, n_qps = 4, txq = 1024, cq_size = 1 << 16, depth = 256, signal_every = 1, post_list = 1;
   bool copy = false, gbn = false, floor = false, encap_only = false;
   for (int i = 1; i < argc; ++i) {
@@ -203,6 +207,9 @@ int main(int argc, char** argv) {
     else if (a == "--floor") floor = true;
     else if (a == "--encap-only") encap_only = true;
     else if (a == "--trace" && i + 1 < argc) trace_mode = argv[++i];
+    else if (a == "--path" && i + 1 < argc) path_policy = argv[++i];
+    else if (a == "--cc" && i + 1 < argc) cc_policy = argv[++i];
+    else if (a == "--paths" && i + 1 < argc) n_paths = static_cast<uint32_t>(std::atoi(argv[++i]));
     else {
       std::fprintf(stderr, "usage: tx_pipeline_bench [--seconds S] [--payload B] [--qps N] [--tx-copy] [--gbn]\n"
                    "         [--txq N (core TX queue, 1024)] [--cq N (CQ entries, 65536)]\n"
@@ -212,7 +219,10 @@ int main(int argc, char** argv) {
                    "         [--floor (no transport: template, patch, copy, ICRC, tx_burst)]\n"
                    "         [--encap-only (TxEncap::build from a kept descriptor, no transport)]\n"
                    "         [--trace none|off|nomatch|match (the worker's tracer: none, no rule, a rule matching\n"
-                   "          nothing, every packet)]\n");
+                   "          nothing, every packet)]\n"
+                   "         [--path POLICY (spraying: single|round_robin|adaptive; round_robin, the lab's)]\n"
+                   "         [--cc POLICY (fixed_window|credit|dcqcn; credit, the lab's: the synthesised ACKs grant)]\n"
+                   "         [--paths N (path set size, 4)]\n");
       return 2;
     }
   }
@@ -220,6 +230,11 @@ int main(int argc, char** argv) {
       signal_every == 0 || signal_every > depth || post_list == 0 || post_list > kMaxPostList) {
     std::fprintf(stderr, "tx_pipeline_bench: bad arguments (payload 1..1 MiB, qps 1..64, one mode, "
                  "signal-every 1..outstanding, post-list 1..%u)\n", kMaxPostList);
+    return 2;
+  }
+  if (!make_path_policy(path_policy.c_str()) || !make_cc_policy(cc_policy.c_str()) || n_paths == 0 ||
+      n_paths > kMaxPaths) {
+    std::fprintf(stderr, "tx_pipeline_bench: unknown --path or --cc policy, or --paths not 1..%u\n", kMaxPaths);
     return 2;
   }
   if ((floor || encap_only) && payload > 1024) {
@@ -346,6 +361,9 @@ int main(int argc, char** argv) {
       init.recv_cq = cq;
       init.sq_depth = 512;
       init.mode = gbn ? Reliability::kGoBackN : Reliability::kIrn;
+      init.policy.path = path_policy.c_str();
+      init.policy.cc = cc_policy.c_str();
+      init.policy.num_paths = n_paths;
       const uint32_t q = core.create_qp(init);
       QpAttr a;
       a.state = QpState::kInit;
@@ -468,7 +486,9 @@ int main(int argc, char** argv) {
         ack.bth.opcode = IBV_OPCODE_RC_ACKNOWLEDGE;
         ack.bth.dqpn = qpns[i];
         ack.bth.psn = last_psn[i];
-        ack.aeth.syndrome = 0x1F;
+        // Credit QPs: the grant of a receiver that takes all (limit = PSN + 1
+        // + 512, past what the bench keeps posted); others: no credit field.
+        ack.aeth.syndrome = cc_policy == "credit" ? credit_encode(512) : 0x1F;
         core.on_packet(ack, nullptr, 0, now);
         since_ack[i] = 0;
       }
@@ -488,12 +508,14 @@ int main(int argc, char** argv) {
   std::printf("{\"mode\": \"%s\", \"packets\": %lu, \"not_sent\": %lu, \"seconds\": %.3f, \"mpps\": %.4f, "
               "\"cpu_seconds\": %.3f, \"mpps_per_cpu_second\": %.4f, \"ns_per_packet_cpu\": %.1f, \"payload\": %u, "
               "\"qps\": %u, \"frame_bytes\": %u, \"zero_copy_segs\": %lu, \"copied_bytes\": %lu, "
-              "\"signal_every\": %u, \"post_list\": %u, \"trace\": \"%s\", \"trace_records\": %lu}\n",
+              "\"signal_every\": %u, \"post_list\": %u, \"trace\": \"%s\", \"trace_records\": %lu, "
+              "\"path\": \"%s\", \"cc\": \"%s\", \"paths\": %u}\n",
               mode, static_cast<unsigned long>(sent), static_cast<unsigned long>(tally.not_sent), secs,
               sent / secs / 1e6, cpu_secs, sent / cpu_secs / 1e6,
               cpu_secs * 1e9 / static_cast<double>(sent ? sent : 1), payload, n_qps, tally.frame_bytes,
               static_cast<unsigned long>(counters.zero_copy_segs), static_cast<unsigned long>(counters.copied_bytes), signal_every, post_list,
-              trace_mode.c_str(), static_cast<unsigned long>(tracer.written()));
+              trace_mode.c_str(), static_cast<unsigned long>(tracer.written()), path_policy.c_str(), cc_policy.c_str(),
+              n_paths);
   common::dpdk::port_close(0);
   common::dpdk::eal_cleanup();
   std::error_code ec;

@@ -12,10 +12,6 @@ void CcCredit::reset(const CcParams& p) noexcept {
   s_ = CcStats{};
 }
 
-bool CcCredit::can_send(uint64_t inflight_bytes, uint32_t bytes, uint64_t) noexcept {
-  return inflight_bytes == 0 || inflight_bytes + bytes <= window_;
-}
-
 void CcCredit::on_credit(uint32_t credits, uint64_t) noexcept {
   s_.credits_received += credits;
   stalled_ = false;

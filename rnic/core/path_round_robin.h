@@ -28,6 +28,10 @@ class PathRoundRobin final : public PathPolicy {
   PathSet set_;
   uint32_t next_ = 0;
   uint64_t now_ = 0;  // latest time seen (on_loss may be told 0)
+  // PathHealth::tick walks every path: once per clock reading (the I/O loop
+  // reads it once per round, for a burst of packets), not per packet.
+  uint64_t ticked_at_ = 0;
+  bool ticked_probe_ = false;  // that tick could pick a probe (new data)
 };
 
 }  // namespace tandem::rnic

@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "common/wire/psn.h"
+#include "rnic/core/cc_credit.h"
 #include "rnic/core/cc_fixed_window.h"
 #include "rnic/core/cc_policy.h"
 #include "rnic/core/path_policy.h"
+#include "rnic/core/path_round_robin.h"
 #include "rnic/core/path_single.h"
 #include "rnic/core/qp_counters.h"
 #include "rnic/core/srq.h"
@@ -160,11 +162,14 @@ struct Qp {
   Cq* recv_cq = nullptr;
   std::unique_ptr<PathPolicy> path;
   std::unique_ptr<CcPolicy> cc;
-  // The default policies (final classes) are called directly, inline, from
-  // the per-packet paths (cc_can_send, cc_on_sent, path_choose, path_on_ack):
-  // a virtual call each, three or four per packet, cost more than the work.
+  // The default policies and the lab's (final classes) are called directly
+  // from the per-packet paths (cc_can_send, cc_on_sent, cc_credit_used,
+  // path_choose, path_on_ack): a virtual call each, four or five per packet,
+  // cost more than the work.
   bool cc_fixed = false;     // cc is a CcFixedWindow
+  bool cc_credit = false;    // cc is a CcCredit
   bool path_single = false;  // path is a PathSingle
+  bool path_rr = false;      // path is a PathRoundRobin
   uint32_t wmask = 0;  // window_pkts - 1
 
   // --- requester ---
@@ -214,6 +219,7 @@ struct Qp {
   bool credit_mode = false;
   uint32_t credit_limit = 0;     // requester: new PSNs below this may go
   uint32_t credit_new_sent = 0;  // requester: new packets sent (the first unscheduled ones free)
+  uint32_t credit_unsched = 0;   // requester: cc->unscheduled_pkts(), read once at RTR
 
   // --- responder ---
   std::vector<RecvWqe> rq;   // empty on an SRQ QP
@@ -270,22 +276,32 @@ struct Qp {
   // Sets cc_fixed / path_single from the policies' types.
   void note_policy_kinds() noexcept {
     cc_fixed = dynamic_cast<CcFixedWindow*>(cc.get()) != nullptr;
+    cc_credit = dynamic_cast<CcCredit*>(cc.get()) != nullptr;
     path_single = dynamic_cast<PathSingle*>(path.get()) != nullptr;
+    path_rr = dynamic_cast<PathRoundRobin*>(path.get()) != nullptr;
   }
   bool cc_can_send(uint64_t inflight, uint32_t bytes, uint64_t now) noexcept {
     if (cc_fixed) return static_cast<CcFixedWindow*>(cc.get())->CcFixedWindow::can_send(inflight, bytes, now);
+    if (cc_credit) return static_cast<CcCredit*>(cc.get())->CcCredit::can_send(inflight, bytes, now);
     return cc->can_send(inflight, bytes, now);
   }
   void cc_on_sent(uint32_t bytes, uint64_t now) noexcept {
     if (cc_fixed) static_cast<CcFixedWindow*>(cc.get())->CcFixedWindow::on_sent(bytes, now);
-    else cc->on_sent(bytes, now);
+    else if (!cc_credit) cc->on_sent(bytes, now);  // CcCredit keeps the base's no-op
+  }
+  // A new packet past the unscheduled ones (a credit QP).
+  void cc_credit_used(uint64_t now) noexcept {
+    if (cc_credit) static_cast<CcCredit*>(cc.get())->CcCredit::on_credit_used(now);
+    else cc->on_credit_used(now);
   }
   uint16_t path_choose(uint32_t psn, bool retransmit, uint64_t now) noexcept {
     if (path_single) return static_cast<PathSingle*>(path.get())->PathSingle::choose(psn, retransmit, now);
+    if (path_rr) return static_cast<PathRoundRobin*>(path.get())->PathRoundRobin::choose(psn, retransmit, now);
     return path->choose(psn, retransmit, now);
   }
   void path_on_ack(uint16_t sport, uint64_t rtt_ns, uint64_t now) noexcept {
     if (path_single) static_cast<PathSingle*>(path.get())->PathSingle::on_ack(sport, rtt_ns, now);
+    else if (path_rr) static_cast<PathRoundRobin*>(path.get())->PathRoundRobin::on_ack(sport, rtt_ns, now);
     else path->on_ack(sport, rtt_ns, now);
   }
   // Whether poll() has anything to do for this QP now or later without a

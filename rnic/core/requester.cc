@@ -253,7 +253,7 @@ bool Qp::tx_requests(uint64_t now) noexcept {
           cc->on_credit_stall(now);
           return true;  // the next ACK carrying credit calls poll again
         }
-        if (++credit_new_sent > cc->unscheduled_pkts()) cc->on_credit_used(now);
+        if (++credit_new_sent > credit_unsched) cc_credit_used(now);
       }
       if (una == nxt) last_progress = now;  // the retransmission timer starts
       TxDesc* d = tx_slot();

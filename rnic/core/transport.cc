@@ -331,6 +331,7 @@ int Transport::modify_qp(uint32_t qpn, const QpAttr& a, int mask) noexcept {
     qp->cc->reset(CcParams{qp->attr.path_mtu, qp->init.policy.cc_window_bytes,
                           qp->init.policy.line_rate_gbps, qp->init.policy.credit_unsched_bytes});
     qp->credit_mode = qp->cc->uses_credits();
+    qp->credit_unsched = qp->cc->unscheduled_pkts();
     if (qp->credit_mode) {
       // Both ends know the unscheduled amount: the first grant is implied.
       qp->grant_psn = common::psn_add(qp->attr.rq_psn, qp->cc->unscheduled_pkts());
