@@ -284,10 +284,12 @@ int main(int argc, char** argv) {
   // The trace rule compiled into each QP's flags, as PortLogic does when its
   // lcore adopts a rule and whenever it resolves a QP's route.
   std::vector<rnic::port::TraceFlags> trace_flags(n_qps);
+  bool tx_flags = false;  // PortLogic::trace_tx_flags_: some QP's TX flag set since the rule
   auto compile_flags = [&](uint32_t qi) {
     trace_flags[qi] = routes[qi].version == rnic::port::EgressRoute::kUnresolved
                           ? rnic::port::TraceFlags{}
                           : rnic::port::compile_trace_flags(tracer, ea.underlay_src_ip, routes[qi], 0);
+    tx_flags |= trace_flags[qi].tx;
   };
   rte_mbuf* burst[kBurst];
   uint16_t nb = 0;
@@ -402,6 +404,7 @@ int main(int argc, char** argv) {
       if (rearm && !tracer.active()) [[unlikely]] {  // a match-all rule fills the ring and stops: again
         tracer.request(rule);
         tracer.poll(now);
+        tx_flags = false;
         for (uint32_t i = 0; i < n_qps; ++i) compile_flags(i);
       }
       // The application's side: WRs reused (as a verbs program reuses its
@@ -451,7 +454,7 @@ int main(int argc, char** argv) {
         core.poll(now);
         const Level2Table::Snapshot snap = table.begin_read();
         TxQueue& tx = core.tx();
-        const bool tracing = traced && tracer.active();
+        bool tracing = traced && tx_flags && tracer.active();
         while (!tx.empty()) {
           const TxDesc& d = tx.front();
           const uint32_t qi = d.local_qpn - kQpnBase;
@@ -459,7 +462,8 @@ int main(int argc, char** argv) {
           const Level2Entry* e = nullptr;
           if (r.fresh(snap.version, d.peer) ||
               ((e = table.lookup(snap, common::egress_key(1, d.peer))) != nullptr &&
-               (r.resolve(e->egress, src_mac, no_path_sets, snap.version, d.peer), compile_flags(qi), true)))
+               (r.resolve(e->egress, src_mac, no_path_sets, snap.version, d.peer), compile_flags(qi),
+                tracing = traced && tx_flags && tracer.active(), true)))
             if (rte_mbuf* m = encap->build(d, r.tmpl_for(d.bth.dqpn), r.sport(d.udp_sport), true)) {
               burst[nb++] = m;
               if (tally.frame_bytes == 0) tally.frame_bytes = rte_pktmbuf_pkt_len(m);

@@ -226,6 +226,7 @@ class PortLogic {
     r.resolve(e->egress, c_.underlay_mac, c_.path_sets, snap.version, peer, q.pkey);
     q.remote_underlay = r.underlay;
     q.trace = compile_trace_flags(*tracer_, c_.underlay_ip, r, q.host_qpn);
+    trace_tx_flags_ |= q.trace.tx;
     return &r;
   }
   // port_ud.cc: the tenant check of a UD datagram (to a UD QP of this port,
@@ -252,6 +253,9 @@ class PortLogic {
   common::trace::Tracer no_tracer_;
   common::trace::Tracer* tracer_ = &no_tracer_;
   uint64_t trace_generation_ = 0;  // the tracer's generation the QPs' flags were compiled for
+  // Some QP's TX flag was set since the rule was compiled (cleared only by
+  // the next compile): without one, TX tests no flag per packet.
+  bool trace_tx_flags_ = false;
 
  private:
   uint32_t pump_qp(QpCtx& q) noexcept;

@@ -6,6 +6,7 @@ namespace tandem::rnic::port {
 
 void PortLogic::compile_trace() noexcept {
   trace_generation_ = tracer_->generation();
+  trace_tx_flags_ = false;
   for (QpCtx& q : ctx_) {
     // An unresolved route has no addresses yet: fresh_route compiles it.
     if (!q.live || !q.routed || q.route.version == EgressRoute::kUnresolved) {
@@ -13,6 +14,7 @@ void PortLogic::compile_trace() noexcept {
       continue;
     }
     q.trace = compile_trace_flags(*tracer_, c_.underlay_ip, q.route, q.host_qpn);
+    trace_tx_flags_ |= q.trace.tx;
   }
 }
 

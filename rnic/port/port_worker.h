@@ -120,7 +120,9 @@ class PortWorker final : public PortLogic {
     if (!tx_flush() && tx_n_ == kBurst) return 0;  // the port is full: leave the core's queue alone
     if (tx.empty()) return 0;
     const Level2Table::Snapshot snap = table_.begin_read();
-    const bool tracing = tracer_->active();
+    // A rule that flags none of this port's QPs costs no test per packet; a
+    // route resolved here may flag its QP, so the test is re-read after one.
+    bool tracing = trace_tx_flags_ && tracer_->active();
     uint32_t n = 0;
     while (!tx.empty() && tx_n_ < kBurst) {
       const TxDesc& d = tx.front();
@@ -131,7 +133,11 @@ class PortWorker final : public PortLogic {
         tx.pop();
         continue;
       }
-      EgressRoute* r = fresh_route(*q, d.peer, snap);
+      EgressRoute* r = &q->route;
+      if (!r->fresh(snap.version, d.peer)) [[unlikely]] {
+        r = fresh_route(*q, d.peer, snap);
+        tracing = trace_tx_flags_ && tracer_->active();
+      }
       if (r == nullptr) {
         k_.drop(Stage::kEgress, common::DropReason::kTableMiss);
         tx.pop();

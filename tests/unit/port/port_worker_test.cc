@@ -807,6 +807,20 @@ TEST_CASE("port layer: a trace rule is compiled into QP flags: over live QPs, fo
   Link l4 = connect(p, ta, tb);  // may reuse l3's slot; flagged only once its route is resolved
   write_once(ta, tb, l4.qa, 6);
   CHECK(flags(p, p.a, l4.qa).rx);
+
+  // Adopted while no QP is live: TX then tests no flag per packet until a
+  // route the rule matches resolves, and that QP's first packets are recorded.
+  trace_rule(p, ra, rb, nullptr);
+  for (Link* l : {&l1, &l2, &l4}) {
+    ta.destroy(l->qa);
+    tb.destroy(l->qb);
+  }
+  REQUIRE(p.wait_for([&] { return p.a.pw->live_qps() == 0 && p.b.pw->live_qps() == 0; }));
+  trace_rule(p, ra, rb, &r2);
+  Link l5 = connect(p, ta, tb);
+  write_once(ta, tb, l5.qa, 7);
+  REQUIRE(p.wait_for([&] { return ra.count(Stage::kTx, l5.qb->qp_num) > 0; }));  // the WRITE left A
+  CHECK(rb.count(Stage::kTx, l5.qa->qp_num) > 0);  // its ACK left B
 }
 
 TEST_CASE("port layer: every counter is one row (group, name, help) and each live QP one snapshot row") {
