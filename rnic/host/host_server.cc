@@ -1396,6 +1396,15 @@ bool HostServer::translate_for(uint32_t app_id, uint32_t pd, const WqeSge& s, bo
 }
 
 std::size_t HostServer::fetch_send(uint32_t qpn, std::span<SendWork> out) noexcept {
+  return fetch_send_to(qpn, out.size(), [&](std::size_t i) -> SendWork& { return out[i]; });
+}
+
+std::size_t HostServer::fetch_send(uint32_t qpn, SendWork* const* out, std::size_t max) noexcept {
+  return fetch_send_to(qpn, max, [&](std::size_t i) -> SendWork& { return *out[i]; });
+}
+
+template <class Out>
+std::size_t HostServer::fetch_send_to(uint32_t qpn, std::size_t max, Out&& out) noexcept {
   QpSlot* qp = find_qp(qpn);
   if (qp == nullptr) return 0;
   if (qp->info.state == IBV_QPS_ERR) {
@@ -1410,10 +1419,10 @@ std::size_t HostServer::fetch_send(uint32_t qpn, std::span<SendWork> out) noexce
     return 0;
   }
   std::size_t n = 0;
-  while (n < out.size() && n < avail) {
+  while (n < max && n < avail) {
     SendWqe w;
     copy_from_shared(&w, qp->sq.peek(static_cast<uint32_t>(n)));
-    SendWork& o = out[n];
+    SendWork& o = out(n);
     ibv_wc_status why = IBV_WC_SUCCESS;
     uint32_t vendor = 0;
     bool inl = (w.send_flags & IBV_SEND_INLINE) != 0;
@@ -1478,6 +1487,15 @@ std::size_t HostServer::fetch_send(uint32_t qpn, std::span<SendWork> out) noexce
 }
 
 std::size_t HostServer::fetch_recv(uint32_t qpn, std::span<RecvWork> out) noexcept {
+  return fetch_recv_to(qpn, out.size(), [&](std::size_t i) -> RecvWork& { return out[i]; });
+}
+
+std::size_t HostServer::fetch_recv(uint32_t qpn, RecvWork* const* out, std::size_t max) noexcept {
+  return fetch_recv_to(qpn, max, [&](std::size_t i) -> RecvWork& { return *out[i]; });
+}
+
+template <class Out>
+std::size_t HostServer::fetch_recv_to(uint32_t qpn, std::size_t max, Out&& out) noexcept {
   QpSlot* qp = find_qp(qpn);
   if (qp == nullptr) return 0;
   if (qp->info.state == IBV_QPS_ERR) {
@@ -1492,10 +1510,10 @@ std::size_t HostServer::fetch_recv(uint32_t qpn, std::span<RecvWork> out) noexce
     return 0;
   }
   std::size_t n = 0;
-  while (n < out.size() && n < avail) {
+  while (n < max && n < avail) {
     RecvWqe w;
     copy_from_shared(&w, qp->rq.peek(static_cast<uint32_t>(n)));
-    RecvWork& o = out[n];
+    RecvWork& o = out(n);
     ibv_wc_status why = IBV_WC_SUCCESS;
     uint32_t vendor = 0;
     uint64_t total = 0;

@@ -268,6 +268,10 @@ class HostServer {
   // IBV_WC_WR_FLUSH_ERR (flush what you hold first, then call this).
   std::size_t fetch_send(uint32_t qpn, std::span<SendWork> out) noexcept;
   std::size_t fetch_recv(uint32_t qpn, std::span<RecvWork> out) noexcept;
+  // The same into up to `max` places the caller keeps (e.g. the WQE slots it
+  // holds until completion): no second copy of each WQE.
+  std::size_t fetch_send(uint32_t qpn, SendWork* const* out, std::size_t max) noexcept;
+  std::size_t fetch_recv(uint32_t qpn, RecvWork* const* out, std::size_t max) noexcept;
   // Entries queued and not yet fetched (0 for an unknown QP).
   uint32_t send_queued(uint32_t qpn) noexcept;
   uint32_t recv_queued(uint32_t qpn) noexcept;
@@ -349,6 +353,10 @@ class HostServer {
   struct SrqSlot;
 
  private:
+  template <class Out>
+  std::size_t fetch_send_to(uint32_t qpn, std::size_t max, Out&& out) noexcept;
+  template <class Out>
+  std::size_t fetch_recv_to(uint32_t qpn, std::size_t max, Out&& out) noexcept;
   // control half
   void accept_apps();
   void serve(uint32_t app_index);

@@ -52,28 +52,33 @@ uint32_t PortLogic::pump_qp(QpCtx& q) noexcept {
     return 0;
   }
   uint32_t n = 0;
-  host::RecvWork rw[kBurst];
-  const std::size_t rn = host_.fetch_recv(q.host_qpn, std::span(rw, std::min<std::size_t>(kBurst, q.recv_free.size())));
+  // The host interface writes each WQE straight into the slot it is held in
+  // until completion: the free slots from the back, in pop_back order.
+  host::RecvWork* rdst[kBurst];
+  const std::size_t rmax = std::min<std::size_t>(kBurst, q.recv_free.size());
+  for (std::size_t i = 0; i < rmax; ++i) rdst[i] = &q.recv_slots[q.recv_free[q.recv_free.size() - 1 - i]];
+  const std::size_t rn = host_.fetch_recv(q.host_qpn, rdst, rmax);
   for (std::size_t i = 0; i < rn; ++i) {
     const uint32_t slot = q.recv_free.back();
     q.recv_free.pop_back();
-    q.recv_slots[slot] = rw[i];
-    if (core_.post_recv(q.core_qpn, core_recv(rw[i], slot | kRecvTag)) != 0) {
+    const host::RecvWork& rw = q.recv_slots[slot];
+    if (core_.post_recv(q.core_qpn, core_recv(rw, slot | kRecvTag)) != 0) {
       ++k_.wqe_refused;
-      host_.complete_recv(q.host_qpn, rw[i], IBV_WC_LOC_QP_OP_ERR, 0, IBV_WC_RECV, false, 0, 0);
+      host_.complete_recv(q.host_qpn, rw, IBV_WC_LOC_QP_OP_ERR, 0, IBV_WC_RECV, false, 0, 0);
       q.recv_free.push_back(slot);
     } else {
       ++k_.wqe_recv;
     }
   }
-  host::SendWork sw[kBurst];
+  host::SendWork* sdst[kBurst];
+  const std::size_t smax = std::min<std::size_t>(kBurst, q.send_free.size());
+  for (std::size_t i = 0; i < smax; ++i) sdst[i] = &q.send_slots[q.send_free[q.send_free.size() - 1 - i]];
   SendWr* const wrs = post_list_.data();
-  const std::size_t sn = host_.fetch_send(q.host_qpn, std::span(sw, std::min<std::size_t>(kBurst, q.send_free.size())));
+  const std::size_t sn = host_.fetch_send(q.host_qpn, sdst, smax);
   for (std::size_t i = 0; i < sn; ++i) {
     const uint32_t slot = q.send_free.back();
     q.send_free.pop_back();
-    host::SendWork& w = q.send_slots[slot];
-    w = sw[i];
+    const host::SendWork& w = q.send_slots[slot];
     SendWr& wr = wrs[i];
     wr.wr_id = slot;
     wr.opcode = w.opcode;
