@@ -34,12 +34,12 @@
 // excused is counted per path (PathStats::stall_excused).
 //
 // Silence needs as many unanswered packets as the loss rule needs losses
-// (kLossesToRemove), the last of them past its own deadline: on a sparse
+// (kLossesToRemove), the last of them past its RTT spread: on a sparse
 // path (the lab's: 16 paths per QP at ~1 Gb/s, a packet per path per ms,
 // each out alone) a random loss of 0.2 % loses two packets in a row about
 // once per 250,000 packets, and the gap between them is longer than the
 // silence time; two losses are loss evidence, not a path that stopped. A
-// dead path loses every packet and is out one deadline after its third.
+// dead path loses every packet and is out an RTT spread after its third.
 //
 // A pure responder gets no acknowledgements for its ACK paths. Its evidence
 // is the requester resending a request the responder had already
@@ -186,9 +186,10 @@ class PathHealth {
       p.excused_ns = 0;
       p.excused = false;
     }
-    // The kLossesToRemove-th unanswered packet must have had its time too.
-    if (++p.unanswered == kLossesToRemove && now + silence_ns(i) > p.silent_after) {
-      p.silent_after = now + silence_ns(i);
+    // The kLossesToRemove-th unanswered packet must have had its time too:
+    // its path's RTT spread (the silence time runs from the first).
+    if (++p.unanswered == kLossesToRemove && now + spread_ns(i) > p.silent_after) {
+      p.silent_after = now + spread_ns(i);
       p.excused_ns = 0;  // stalls before it was sent do not delay its answer
       p.excused = false;
     }
