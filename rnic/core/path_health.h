@@ -36,10 +36,10 @@
 // Silence needs as many unanswered packets as the loss rule needs losses
 // (kLossesToRemove), the last of them past its RTT spread: on a sparse
 // path (the lab's: 16 paths per QP at ~1 Gb/s, a packet per path per ms,
-// each out alone) a random loss of 0.2 % loses two packets in a row about
-// once per 250,000 packets, and the gap between them is longer than the
-// silence time; two losses are loss evidence, not a path that stopped. A
-// dead path loses every packet and is out an RTT spread after its third.
+// each out alone, longer than the silence time) one random loss that RACK
+// reports after that time, or two in a row, left a path that delivers
+// unanswered: that is loss evidence, not a path that stopped. A dead path
+// loses every packet and is out an RTT spread after its third.
 //
 // A pure responder gets no acknowledgements for its ACK paths. Its evidence
 // is the requester resending a request the responder had already
