@@ -33,6 +33,14 @@
 // spread. A silence the old deadline would have convicted but a stall
 // excused is counted per path (PathStats::stall_excused).
 //
+// Silence needs as many unanswered packets as the loss rule needs losses
+// (kLossesToRemove), the last of them past its RTT spread: on a sparse
+// path (the lab's: 16 paths per QP at ~1 Gb/s, a packet per path per ms,
+// each out alone, longer than the silence time) one random loss that RACK
+// reports after that time, or two in a row, left a path that delivers
+// unanswered: that is loss evidence, not a path that stopped. A dead path
+// loses every packet and is out an RTT spread after its third.
+//
 // A pure responder gets no acknowledgements for its ACK paths. Its evidence
 // is the requester resending a request the responder had already
 // acknowledged (on_duplicate): if every ACK that carried the news went on one
@@ -150,8 +158,8 @@ class PathHealth {
           ++p.s.silent_removals;
           take_out(i, now);
         } else if (!p.excused && p.excused_ns != 0 && p.s.acks > 0 && p.outstanding_since != 0 &&
-                   now > p.silent_after - p.excused_ns && most_answer_since(i, p.outstanding_since) &&
-                   alone_troubled(i, now)) {
+                   p.unanswered >= kLossesToRemove && now > p.silent_after - p.excused_ns &&
+                   most_answer_since(i, p.outstanding_since) && alone_troubled(i, now)) {
           p.excused = true;  // convicted without the stall's time; once per silence
           ++p.s.stall_excused;
         }
@@ -178,6 +186,13 @@ class PathHealth {
       p.excused_ns = 0;
       p.excused = false;
     }
+    // The kLossesToRemove-th unanswered packet must have had its time too:
+    // its path's RTT spread (the silence time runs from the first).
+    if (++p.unanswered == kLossesToRemove && now + spread_ns(i) > p.silent_after) {
+      p.silent_after = now + spread_ns(i);
+      p.excused_ns = 0;  // stalls before it was sent do not delay its answer
+      p.excused = false;
+    }
     if (p.down && p.s.acks > 0) p.next_probe = now + probe_interval_ns(i);
   }
   // A packet sent on path i `rtt_ns` ago was acknowledged (rtt_ns 0: its
@@ -199,6 +214,7 @@ class PathHealth {
     p.acked_sent = std::max(p.acked_sent, sent);
     // Something on the path answered: restart its silence clock.
     p.outstanding_since = 0;
+    p.unanswered = 0;
     p.lost_since_ack = false;
     if (rtt_ns) {
       if (p.srtt == 0) {
@@ -231,6 +247,8 @@ class PathHealth {
         p.lost_since_ack = true;
         if (p.last_sent_at > sent_at) {
           p.outstanding_since = p.last_sent_at;
+          // Never before on_sent's deadline for the kLossesToRemove-th
+          // unanswered packet: the newest was sent no earlier.
           p.silent_after = p.outstanding_since + silence_ns(i);
           p.excused_ns = 0;
           p.excused = false;
@@ -321,6 +339,7 @@ class PathHealth {
     uint64_t last_loss_at = 0;  // when a loss was last reported (confirmed or not)
     uint32_t last_psn = 0;
     uint32_t consecutive_losses = 0;
+    uint32_t unanswered = 0;  // packets sent on it since its last answer (or removal)
     uint64_t excused_ns = 0;  // stall time added to silent_after since the clock started
     uint32_t hold_shift = 0;
     bool down = false;
@@ -339,7 +358,8 @@ class PathHealth {
   }
   bool silent(uint32_t i, uint64_t now) const noexcept {
     const PerPath& p = p_[i];
-    return p.s.acks > 0 && p.outstanding_since != 0 && now > p.silent_after;
+    return p.s.acks > 0 && p.outstanding_since != 0 && p.unanswered >= kLossesToRemove &&
+           now > p.silent_after;
   }
   // Most other live paths have had a packet acknowledged that was sent
   // after `t`: the peer answers, and not only on one fast path (a healed,
@@ -383,6 +403,7 @@ class PathHealth {
     p.removed_at = now;
     p.consecutive_losses = 0;
     p.outstanding_since = 0;
+    p.unanswered = 0;
     p.next_probe = now + probe_interval_ns(i);
   }
   static void bring_back(PerPath& p, uint64_t now) noexcept {

@@ -52,8 +52,8 @@ void burst_without_path3(Qp4& q, uint64_t at) {
 
 TEST_CASE("a gap in the sender's own loop takes no path out") {
   Qp4 q;
-  q.send_round();
-  q.send_round();
+  // Three packets on each path: enough unanswered ones for a silence.
+  for (int k = 0; k < 3; ++k) q.send_round();
   const uint64_t stall_from = q.t, stall_to = q.t + 2'000'000;  // descheduled for 2 ms
   q.p.on_local_gap(stall_from, stall_to);
   burst_without_path3(q, stall_to);
@@ -124,8 +124,9 @@ TEST_CASE("one path silent while the others answer later packets is out within i
     CHECK_FALSE(q.p.health().up(1));
     CHECK(q.p.path_stats(1).silent_removals == 1);
     CHECK(q.removals() == 1);
-    // Out within its own deadline (plus a packet time), not counting the
-    // time the sender's loop did not run.
-    CHECK(q.p.path_stats(1).first_removed_ns <= died + deadline + missed + 5'000);
+    // Out within its own deadline after its third unanswered packet (a
+    // packet on it every 4 us; plus a packet time), not counting the time
+    // the sender's loop did not run.
+    CHECK(q.p.path_stats(1).first_removed_ns <= died + 2 * 4'000 + deadline + missed + 5'000);
   }
 }
