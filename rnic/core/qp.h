@@ -273,7 +273,7 @@ struct Qp {
   bool granting = false;         // on Transport's granting list (cc credit)
 
   uint32_t mtu() const noexcept { return attr.path_mtu; }
-  // Sets cc_fixed / path_single from the policies' types.
+  // Sets the policy kinds above from the policies' types.
   void note_policy_kinds() noexcept {
     cc_fixed = dynamic_cast<CcFixedWindow*>(cc.get()) != nullptr;
     cc_credit = dynamic_cast<CcCredit*>(cc.get()) != nullptr;
