@@ -281,6 +281,7 @@ class HostServer {
   // library refuses unknown lkeys when posting): it is counted (bad_lkey,
   // sge_out_of_bounds or bad_wqe, and srq_wqes_dropped) and skipped.
   std::size_t fetch_srq_recv(uint32_t srq, std::span<RecvWork> out) noexcept;
+  std::size_t fetch_srq_recv(uint32_t srq, RecvWork* const* out, std::size_t max) noexcept;  // into the caller's slots
   uint32_t srq_queued(uint32_t srq) noexcept;
 
   // Completions. Send side: written only if signaled (or sq_sig_all) or on
@@ -357,6 +358,8 @@ class HostServer {
   std::size_t fetch_send_to(uint32_t qpn, std::size_t max, Out&& out) noexcept;
   template <class Out>
   std::size_t fetch_recv_to(uint32_t qpn, std::size_t max, Out&& out) noexcept;
+  template <class Out>
+  std::size_t fetch_srq_recv_to(uint32_t srq, std::size_t max, Out&& out) noexcept;
   // control half
   void accept_apps();
   void serve(uint32_t app_index);

@@ -155,6 +155,15 @@ HostServer::SrqSlot* HostServer::find_srq(uint32_t handle) noexcept {
 }
 
 std::size_t HostServer::fetch_srq_recv(uint32_t srq, std::span<RecvWork> out) noexcept {
+  return fetch_srq_recv_to(srq, out.size(), [&](std::size_t i) -> RecvWork& { return out[i]; });
+}
+
+std::size_t HostServer::fetch_srq_recv(uint32_t srq, RecvWork* const* out, std::size_t max) noexcept {
+  return fetch_srq_recv_to(srq, max, [&](std::size_t i) -> RecvWork& { return *out[i]; });
+}
+
+template <class Out>
+std::size_t HostServer::fetch_srq_recv_to(uint32_t srq, std::size_t max, Out&& out) noexcept {
   SrqSlot* s = find_srq(srq & ~kSrqDoorbell);
   if (s == nullptr) return 0;
   const uint32_t avail = s->ring.available();
@@ -164,11 +173,11 @@ std::size_t HostServer::fetch_srq_recv(uint32_t srq, std::span<RecvWork> out) no
   }
   std::size_t n = 0;
   uint32_t used = 0;
-  for (; used < avail && n < out.size(); ++used) {
+  for (; used < avail && n < max; ++used) {
     RecvWqe w;
     std::memcpy(&w, s->ring.peek(used), sizeof w);  // shared memory: one copy, then look only at it
     asm volatile("" ::: "memory");
-    RecvWork& o = out[n];
+    RecvWork& o = out(n);
     bool good = w.num_sge <= kMaxSge;
     uint64_t total = 0;
     uint32_t vendor = 0;

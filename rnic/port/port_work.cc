@@ -28,14 +28,16 @@ RecvWr PortLogic::core_recv(const host::RecvWork& w, uint64_t wr_id) const noexc
 }
 
 uint32_t PortLogic::pump_srq(SrqCtx& s) noexcept {
-  host::RecvWork rw[kBurst];
-  const std::size_t rn = host_.fetch_srq_recv(s.host_srq, std::span(rw, std::min<std::size_t>(kBurst, s.free.size())));
+  // As pump_qp: each WQE straight into its slot (the free ones from the back).
+  host::RecvWork* dst[kBurst];
+  const std::size_t max = std::min<std::size_t>(kBurst, s.free.size());
+  for (std::size_t i = 0; i < max; ++i) dst[i] = &s.slots[s.free[s.free.size() - 1 - i]];
+  const std::size_t rn = host_.fetch_srq_recv(s.host_srq, dst, max);
   const uint64_t tag = kRecvTag | kSrqTag | (uint64_t{static_cast<uint32_t>(&s - srqs_.data())} << 16);
   for (std::size_t i = 0; i < rn; ++i) {
     const uint32_t slot = s.free.back();
     s.free.pop_back();
-    s.slots[slot] = rw[i];
-    if (core_.post_srq_recv(s.core_srq, core_recv(rw[i], tag | slot)) != 0) {
+    if (core_.post_srq_recv(s.core_srq, core_recv(s.slots[slot], tag | slot)) != 0) {
       ++k_.wqe_refused;  // the core disagrees with the host's MR check; no QP owns it to fail
       s.free.push_back(slot);
     } else {
