@@ -287,7 +287,8 @@ struct Qp {
   }
   void cc_on_sent(uint32_t bytes, uint64_t now) noexcept {
     if (cc_fixed) static_cast<CcFixedWindow*>(cc.get())->CcFixedWindow::on_sent(bytes, now);
-    else if (!cc_credit) cc->on_sent(bytes, now);  // CcCredit keeps the base's no-op
+    else if (cc_credit) static_cast<CcCredit*>(cc.get())->CcCredit::on_sent(bytes, now);
+    else cc->on_sent(bytes, now);
   }
   // A new packet past the unscheduled ones (a credit QP).
   void cc_credit_used(uint64_t now) noexcept {
