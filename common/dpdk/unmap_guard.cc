@@ -9,12 +9,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 
 namespace tandem::common::dpdk {
 
 namespace unmap_guard_detail {
-std::atomic<uint64_t> epoch{0};
+Epoch epochs[kMaxDataPaths];
+std::atomic<unsigned> n_data_paths{0};
+thread_local Epoch* epoch = &epochs[0];
 bool data_path_fence = true;
 thread_local bool on_data_path = false;
 }  // namespace unmap_guard_detail
@@ -37,19 +40,25 @@ void wait_for_data_path() noexcept {
   // load of the epoch, against the data path's epoch store and flag load.
   if (g_membarrier) syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
   else std::atomic_thread_fence(std::memory_order_seq_cst);
-  const uint64_t e = epoch.load(std::memory_order_acquire);
-  if ((e & 1) == 0) return;
-  g_waited.fetch_add(1, std::memory_order_relaxed);
-  const uint64_t t0 = mono_ns();
+  const unsigned n = std::min(n_data_paths.load(std::memory_order_acquire), kMaxDataPaths);
   uint64_t waited = 0;
-  while (epoch.load(std::memory_order_acquire) == e) {
-    waited = mono_ns() - t0;
-    if (waited > 1'000'000'000u) {
-      g_timeouts.fetch_add(1, std::memory_order_relaxed);
-      break;
+  bool any = false;
+  const uint64_t t0 = mono_ns();
+  for (unsigned i = 0; i < std::max(n, 1u); ++i) {
+    const uint64_t e = epochs[i].v.load(std::memory_order_acquire);
+    if ((e & 1) == 0) continue;
+    if (!any) g_waited.fetch_add(1, std::memory_order_relaxed);
+    any = true;
+    while (epochs[i].v.load(std::memory_order_acquire) == e) {
+      waited = mono_ns() - t0;
+      if (waited > 1'000'000'000u) {
+        g_timeouts.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
+      sched_yield();
     }
-    sched_yield();
   }
+  if (!any) return;
   uint64_t m = g_wait_ns_max.load(std::memory_order_relaxed);
   while (waited > m && !g_wait_ns_max.compare_exchange_weak(m, waited, std::memory_order_relaxed)) {
   }
@@ -59,6 +68,8 @@ void wait_for_data_path() noexcept {
 void unmap_guard_init() noexcept {
   using namespace unmap_guard_detail;
   on_data_path = true;
+  const unsigned slot = n_data_paths.fetch_add(1, std::memory_order_acq_rel);
+  epoch = &epochs[std::min(slot, kMaxDataPaths - 1)];
   g_membarrier = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
   data_path_fence = !g_membarrier;
 }

@@ -13,7 +13,8 @@
 // flag and does not touch the regions: the waiter and the data path each
 // order their store before their load with a fence (membarrier() on the
 // waiter's side when the kernel has it, so the data path pays only a store).
-// One data-path thread per process. An executable that links common/dpdk
+// Up to kMaxDataPaths data-path threads per process (tandem-rnic --lcores):
+// each has its own epoch; munmap waits for every one inside a section. An executable that links common/dpdk
 // and calls munmap itself gets this munmap too (the archive member resolves
 // it); with no PortSection it only adds a fence.
 //
@@ -28,13 +29,20 @@
 
 namespace tandem::common::dpdk {
 
+inline constexpr unsigned kMaxDataPaths = 16;
 namespace unmap_guard_detail {
-extern std::atomic<uint64_t> epoch;  // odd: the data path is inside a section
+struct alignas(64) Epoch {
+  std::atomic<uint64_t> v{0};  // odd: that data path is inside a section
+};
+extern Epoch epochs[kMaxDataPaths];
+extern std::atomic<unsigned> n_data_paths;
+extern thread_local Epoch* epoch;  // this thread's (slot 0 until unmap_guard_init)
 extern bool data_path_fence;         // membarrier unavailable: fence on enter
 extern thread_local bool on_data_path;
 }  // namespace unmap_guard_detail
 
-// Call once on the data-path thread before its loop (registers membarrier).
+// Call once on each data-path thread before its loop (takes it an epoch,
+// registers membarrier). More than kMaxDataPaths: they share the last one.
 void unmap_guard_init() noexcept;
 // Call on a thread whose munmaps never touch the port's regions (their memory
 // has its own grace period, e.g. the RNIC's host control thread): its munmap
@@ -45,7 +53,7 @@ class PortSection {
  public:
   PortSection() noexcept {
     using namespace unmap_guard_detail;
-    epoch.store(epoch.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    epoch->v.store(epoch->v.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if (data_path_fence) std::atomic_thread_fence(std::memory_order_seq_cst);
     else std::atomic_signal_fence(std::memory_order_seq_cst);
   }
@@ -55,7 +63,7 @@ class PortSection {
     using namespace unmap_guard_detail;
     if (!inside_) return;
     inside_ = false;
-    epoch.store(epoch.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    epoch->v.store(epoch->v.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   }
   PortSection(const PortSection&) = delete;
   PortSection& operator=(const PortSection&) = delete;
