@@ -57,6 +57,10 @@ int main(int argc, char** argv) {
   app.add_option("--hold", c.hold_per_path, "Mbufs a path can hold in flight, power of two (default 2048)");
   app.add_option("--rxd", c.port.rx_desc, "RX ring size per port (default 512)");
   app.add_option("--txd", c.port.tx_desc, "TX ring size per port (default 512)");
+  app.add_option("--rx-queues", c.port.rx_queues,
+                 "Queue pairs per port, every RX queue polled (default 1): a memif client with several queues "
+                 "(tandem-rnic --lcores N) connects only to a server with as many; the fabric sends on queue 0")
+      ->check(CLI::Range(1, 16));
   app.add_option("--link-wait-ms", c.port.link_wait_ms, "How long to wait for each port's link (default 2000)");
   app.add_option("--idle", idle, "busy (poll, default) or adaptive (pause, then 50 us sleeps when idle; never sleeps while a path holds packets, so delays stay exact)")
       ->check(CLI::IsMember({"busy", "adaptive"}));
@@ -69,6 +73,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  c.port.tx_queues = c.port.rx_queues;  // memif: the client's RX rings are the server's TX rings
   try {
     if (!yaml.empty()) fab::load_fabric_yaml(yaml, c);
     for (const auto& r : routes) c.routes.push_back(fab::parse_route(r));

@@ -47,17 +47,22 @@ bool port_setup(uint16_t port, rte_mempool* pool, const PortSetup& s) {
   rte_eth_dev_info info{};
   if (int rc = rte_eth_dev_info_get(port, &info); rc != 0) fail(port, "dev_info_get", rc);
 
+  if (s.rx_queues == 0 || s.rx_queues > info.max_rx_queues || s.tx_queues == 0 || s.tx_queues > info.max_tx_queues)
+    throw std::runtime_error("port " + std::to_string(port) + " (" + port_name(port) + "): " +
+                             std::to_string(s.rx_queues) + " RX / " + std::to_string(s.tx_queues) +
+                             " TX queues asked, the device has at most " + std::to_string(info.max_rx_queues) +
+                             " / " + std::to_string(info.max_tx_queues));
   rte_eth_conf conf{};
-  if (int rc = rte_eth_dev_configure(port, 1, 1, &conf); rc != 0) fail(port, "configure", rc);
+  if (int rc = rte_eth_dev_configure(port, s.rx_queues, s.tx_queues, &conf); rc != 0) fail(port, "configure", rc);
   uint16_t rxd = s.rx_desc, txd = s.tx_desc;
   if (int rc = rte_eth_dev_adjust_nb_rx_tx_desc(port, &rxd, &txd); rc != 0)
     fail(port, "adjust descriptors", rc);
   const int socket = rte_eth_dev_socket_id(port);
   const unsigned sock = socket < 0 ? rte_socket_id() : static_cast<unsigned>(socket);
-  if (int rc = rte_eth_rx_queue_setup(port, 0, rxd, sock, nullptr, pool); rc != 0)
-    fail(port, "rx queue setup", rc);
-  if (int rc = rte_eth_tx_queue_setup(port, 0, txd, sock, nullptr); rc != 0)
-    fail(port, "tx queue setup", rc);
+  for (uint16_t q = 0; q < s.rx_queues; ++q)
+    if (int rc = rte_eth_rx_queue_setup(port, q, rxd, sock, nullptr, pool); rc != 0) fail(port, "rx queue setup", rc);
+  for (uint16_t q = 0; q < s.tx_queues; ++q)
+    if (int rc = rte_eth_tx_queue_setup(port, q, txd, sock, nullptr); rc != 0) fail(port, "tx queue setup", rc);
 
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(s.link_wait_ms);
   int rc = rte_eth_dev_start(port);

@@ -1,5 +1,5 @@
-// Port and mbuf-pool set-up shared by every Tandem process: one RX and one
-// TX queue per port, sized rings, promiscuous mode, start, and a bounded
+// Port and mbuf-pool set-up shared by every Tandem process: RX and TX queues
+// (one each unless asked for more), sized rings, promiscuous mode, start, and a bounded
 // wait for the link (a memif server's link stays down until its client
 // connects, so "no link yet" is reported, not fatal).
 #pragma once
@@ -14,6 +14,8 @@ namespace tandem::common::dpdk {
 struct PortSetup {
   uint16_t rx_desc = 512;
   uint16_t tx_desc = 512;
+  uint16_t rx_queues = 1;  // a worker with several lcores: one TX queue each, RX as the device allows
+  uint16_t tx_queues = 1;
   bool promiscuous = true;
   uint32_t link_wait_ms = 2000;
 };

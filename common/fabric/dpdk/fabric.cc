@@ -49,6 +49,7 @@ struct alignas(64) PortState {
   rte_mbuf* tx_buf[kBurst] = {};
   uint16_t tx_n = 0;
   uint32_t empty_polls = 0;  // rx bursts in a row that brought nothing
+  uint16_t next_rxq = 0;     // --rx-queues > 1: the queue polled first next round
 };
 
 // A port that has been quiet for kQuietPolls bursts is polled only every
@@ -259,6 +260,7 @@ struct Fabric {
     rte_mbuf* burst[kBurst];
     const uint64_t end = cfg.duration_s > 0 ? clock.now_ns() + static_cast<uint64_t>(cfg.duration_s * 1e9) : 0;
     uint64_t iteration = 0;
+    const uint16_t n_rxq = cfg.port.rx_queues;
     bool busy = false;  // the last iteration moved packets
     dpdk::unmap_guard_init();
     while (!dpdk::stop_requested()) {
@@ -273,7 +275,9 @@ struct Fabric {
         dpdk::PortSection in_ports;
         for (auto& p : ports) {
           if (busy && p.empty_polls >= kQuietPolls && iteration % kQuietStride != 0) continue;
-          const uint16_t n = rte_eth_rx_burst(p.id, 0, burst, kBurst);
+          uint16_t n = 0;
+          for (uint16_t q = 0; q < n_rxq && n == 0; ++q, p.next_rxq = p.next_rxq + 1 == n_rxq ? 0 : p.next_rxq + 1)
+            n = rte_eth_rx_burst(p.id, p.next_rxq, burst, kBurst);
           if (n == 0) {
             if (p.empty_polls < kQuietPolls) ++p.empty_polls;
             continue;
@@ -482,7 +486,7 @@ int run(const FabricConfig& c) {
     ps.fifo.resize(c.hold_per_path);
     ps.mask = c.hold_per_path - 1;
   }
-  const uint32_t n_mbufs = dpdk::mempool_size(n_ports, c.port, kBurst, fabric->n_paths * c.hold_per_path);
+  const uint32_t n_mbufs = dpdk::mempool_size(n_ports * c.port.rx_queues, c.port, kBurst, fabric->n_paths * c.hold_per_path);
   rte_mempool* pool = dpdk::create_pktmbuf_pool("fabric_pool", n_mbufs);
   uint16_t pid;
   RTE_ETH_FOREACH_DEV(pid) {
