@@ -219,6 +219,7 @@ struct Qp {
   bool credit_mode = false;
   uint32_t credit_limit = 0;     // requester: new PSNs below this may go
   uint32_t credit_new_sent = 0;  // requester: new packets sent (the first unscheduled ones free)
+  uint64_t credit_stall_since = kNever;  // requester: out of credit, nothing in flight, since (persist timer)
   uint32_t credit_unsched = 0;   // requester: cc->unscheduled_pkts(), read once at RTR
 
   // --- responder ---
@@ -352,6 +353,7 @@ struct Qp {
   bool tx_requests(uint64_t now) noexcept;  // false: TX queue full
   void on_timers_requester(uint64_t now) noexcept;
   uint64_t requester_deadline() const noexcept;
+  bool credit_probe(uint64_t now) noexcept;  // out of credit: may one packet go anyway? (requester.cc)
   void to_error(ibv_wc_status first_status) noexcept;
   void complete_sends() noexcept;
   bool send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept;

@@ -26,6 +26,7 @@ struct QpCounters {
   uint64_t rnr_naks_tx = 0;
   uint64_t rnr_naks_rx = 0;
   uint64_t timeouts = 0;
+  uint64_t credit_probes = 0;   // cc credit: packets sent without credit after an RTO out of it (requester.cc)
   uint64_t ecn_ce_rx = 0;       // data packets that arrived CE-marked
   uint64_t cnp_rx = 0;
   uint64_t cnp_tx = 0;

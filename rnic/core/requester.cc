@@ -249,7 +249,7 @@ bool Qp::tx_requests(uint64_t now) noexcept {
         return true;
       }
       if (credit_mode) {
-        if (!psn_lt(nxt, credit_limit)) {
+        if (!psn_lt(nxt, credit_limit) && !credit_probe(now)) {
           cc->on_credit_stall(now);
           return true;  // the next ACK carrying credit calls poll again
         }
@@ -631,6 +631,7 @@ DropReason Qp::on_response(const common::RocePacket& pkt, const uint8_t* payload
         if (psn_lt(credit_limit, limit)) {
           cc->on_credit(static_cast<uint32_t>(psn_diff(limit, credit_limit)), now);
           credit_limit = limit;
+          credit_stall_since = kNever;
         }
       }
       if (op == IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE) {
@@ -757,8 +758,30 @@ void Qp::on_timers_requester(uint64_t now) noexcept {
   }
 }
 
+// Out of credit with nothing in flight, no ACK will come to bring more: the
+// receiver's kicks (transport.cc grant_credits) are bounded, and all of them
+// can die with a burst of loss (an overloaded receiving port). After an RTO
+// without credit one new packet goes anyway, as TCP's zero-window probe; its
+// ACK carries the receiver's grant. With packets in flight their ACKs, or
+// the retransmission timer, do this.
+bool Qp::credit_probe(uint64_t now) noexcept {
+  if (una != nxt) {
+    credit_stall_since = kNever;
+    return false;
+  }
+  if (credit_stall_since == kNever) {
+    credit_stall_since = now;
+    return false;
+  }
+  if (now < credit_stall_since + rto()) return false;
+  credit_stall_since = kNever;
+  ++c.credit_probes;
+  return true;
+}
+
 uint64_t Qp::requester_deadline() const noexcept {
   uint64_t d = kNever;
+  if (credit_stall_since != kNever) d = credit_stall_since + rto();
   if (una != nxt) d = std::min(last_progress + rto(), rack_timer);
   if (rnr_wait) d = std::min(d, rnr_until);
   if (read_hole_since != kNever) d = std::min(d, read_hole_since + attr.reorder_delay_ns);

@@ -264,6 +264,7 @@ void Qp::reset_state() noexcept {
   gbn_offset = 0;
   reads_head = reads_tail = 0;
   credit_limit = credit_new_sent = 0;
+  credit_stall_since = kNever;
   grant_psn = grant_unacked = 0;
   last_rx_ns = credit_kick_ns = credit_kick_rx_ns = 0;
   credit_kicks = 0;

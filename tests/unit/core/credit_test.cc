@@ -155,6 +155,35 @@ TEST_CASE("a silent credit sender is kicked with its grant again") {
   CHECK(l.now < 2'000'000);
 }
 
+// Every credit-only ACK lost (the receiver's grants between data ACKs, and
+// its kicks, which repeat the last acknowledged PSN): once a data ACK acks
+// everything and grants nothing new, the sender is out of credit with
+// nothing in flight, and the receiver gives up kicking after 8. Without its
+// persist timer the sender would wait forever; with it, one packet goes
+// without credit after an RTO, and that packet's ACK brings the grant.
+TEST_CASE("a credit sender whose grants and kicks all died probes after an RTO") {
+  QpSetup s;
+  s.mtu = 1024;
+  s.cc = "credit";
+  s.timeout_ns = 1'000'000;
+  s.credit_unsched_bytes = 4 * 1024;
+  TransportConfig cfg;
+  cfg.credit.rate_gbps = 0.01;  // a grant every ~0.8 ms: each goes in a credit-only ACK
+  Loop l(1 << 20, s, {}, 1, cfg);
+  REQUIRE(l.ok);
+  uint32_t last_psn = UINT32_MAX;
+  l.filter = [&](bool from_a, const tandem::common::RocePacket& p) {
+    if (from_a || p.bth.opcode != IBV_OPCODE_RC_ACKNOWLEDGE) return true;
+    if (p.bth.psn == last_psn) return false;
+    last_psn = p.bth.psn;
+    return true;
+  };
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, 1, l.a, 0, 16 * 1024, &l.b, 0)) == 0);
+  REQUIRE(l.run([&] { return l.a.done.size() == 1; }));
+  CHECK(l.a.done[0].status == IBV_WC_SUCCESS);
+  CHECK(l.a.t.qp_counters(l.a.qpn)->credit_probes >= 1);
+}
+
 // The last packets of a burst lost, nothing sent after them: no SACK can
 // reveal the loss, only a timer. With few packets out the QP uses a timer
 // of a few RTTs (IRN's RTO_low), not its 20 ms timeout.
