@@ -4,18 +4,37 @@
 
 #include "common/dpdk/unmap_guard.h"
 
+#include <sys/epoll.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
 namespace tandem::rnic::dpdk {
 
-HostControl::HostControl(host::HostServer& server, const char* name, const common::dpdk::TscClock& clock)
-    : server_(server), clock_(clock) {
-  server_.set_threaded(true);
+HostControl::HostControl(std::vector<host::HostServer*> servers, const char* name,
+                         const common::dpdk::TscClock& clock)
+    : servers_(std::move(servers)), clock_(clock) {
+  if (servers_.size() > 1) {
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0) throw std::runtime_error(std::string("epoll_create1: ") + std::strerror(errno));
+    for (host::HostServer* s : servers_) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, s->wait_fd(), &ev) != 0)
+        throw std::runtime_error(std::string("epoll_ctl: ") + std::strerror(errno));
+    }
+  }
+  for (host::HostServer* s : servers_) s->set_threaded(true);
   const int rc = rte_ctrl_thread_create(&thread_, name, nullptr, &HostControl::run, this);
   if (rc != 0) throw std::runtime_error(std::string("cannot start the host control thread: ") + std::strerror(-rc));
   running_ = true;
+}
+
+HostControl::~HostControl() {
+  stop();
+  if (epoll_fd_ >= 0) close(epoll_fd_);
 }
 
 void* HostControl::run(void* self) noexcept {
@@ -24,14 +43,22 @@ void* HostControl::run(void* self) noexcept {
   // extmem), never of memif regions: no need to wait for, or IPI, the lcore.
   common::dpdk::unmap_guard_exempt_this_thread();
   // Blocks in epoll_wait; wakes at least every 5 ms to release retired mappings and see stop().
-  while (!h->stop_.load(std::memory_order_acquire)) h->server_.serve_control(h->clock_.now_ns(), 5);
+  while (!h->stop_.load(std::memory_order_acquire)) {
+    if (h->servers_.size() == 1) {
+      h->servers_[0]->serve_control(h->clock_.now_ns(), 5);
+      continue;
+    }
+    epoll_event evs[8];
+    epoll_wait(h->epoll_fd_, evs, 8, 5);
+    for (host::HostServer* s : h->servers_) s->serve_control(h->clock_.now_ns(), 0);
+  }
   return nullptr;
 }
 
 void HostControl::stop() noexcept {
   if (!running_) return;
   stop_.store(true, std::memory_order_release);
-  server_.stop_control();
+  for (host::HostServer* s : servers_) s->stop_control();
   pthread_join(thread_, nullptr);
   running_ = false;
 }

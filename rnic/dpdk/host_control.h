@@ -2,12 +2,15 @@
 // (accept, recvmsg, memfd mmap, DMA registration of MRs, unmapping after the
 // grace period) so the data lcore never makes a control system call. Made
 // with rte_ctrl_thread_create: it runs on the EAL's control CPU set, off the
-// lcore's core.
+// lcore's core. With several lcores per port (--lcores), one thread serves
+// every lcore's server: the port's fair shares and DMA mappings then have
+// one writer, and a slow registration holds up control, never packets.
 #pragma once
 
 #include <pthread.h>
 
 #include <atomic>
+#include <vector>
 
 #include "common/dpdk/tsc_clock.h"
 #include "rnic/host/host_server.h"
@@ -16,10 +19,10 @@ namespace tandem::rnic::dpdk {
 
 class HostControl {
  public:
-  // Puts `server` in threaded mode and starts serving it. Throws on failure.
-  // clock: the lcore's (apply_control's `now`), so grace periods compare.
-  HostControl(host::HostServer& server, const char* name, const common::dpdk::TscClock& clock);
-  ~HostControl() { stop(); }
+  // Puts the servers in threaded mode and starts serving them. Throws on failure.
+  // clock: the lcores' (apply_control's `now`), so grace periods compare.
+  HostControl(std::vector<host::HostServer*> servers, const char* name, const common::dpdk::TscClock& clock);
+  ~HostControl();
   HostControl(const HostControl&) = delete;
   HostControl& operator=(const HostControl&) = delete;
 
@@ -29,7 +32,8 @@ class HostControl {
  private:
   static void* run(void* self) noexcept;
 
-  host::HostServer& server_;
+  std::vector<host::HostServer*> servers_;
+  int epoll_fd_ = -1;  // several servers: their epoll fds, to wait on all at once
   const common::dpdk::TscClock& clock_;
   std::atomic<bool> stop_{false};
   pthread_t thread_{};

@@ -217,11 +217,34 @@ HostServer::HostServer(const ServerConfig& config)
     : config_(config),
       to_fast_(std::make_unique<SpscQueue<ControlMsg, 64>>()),
       to_ctl_(std::make_unique<SpscQueue<ControlResult, 64>>()) {
-  quotas_ = std::make_unique<TenantQuotas>(config_.limits);
-  if (config_.max_qps > 0xFFFF) config_.max_qps = 0xFFFF;
+  quotas_ = config_.quotas ? config_.quotas : std::make_shared<TenantQuotas>(config_.limits);
+  if (config_.qp_slot_base > 0xFFFF) throw std::invalid_argument("qp_slot_base past 16 bits");
+  if (config_.max_qps > 0xFFFF - config_.qp_slot_base) config_.max_qps = 0xFFFF - config_.qp_slot_base;
+  next_app_id_ = 1 + config_.qp_slot_base;  // the port's servers' application ids do not collide
   if (config_.max_cqs > 0xFFFF) config_.max_cqs = 0xFFFF;
   if (config_.max_mrs > kMaxMrs - 1) config_.max_mrs = kMaxMrs - 1;
   if (config_.max_queue_depth > kMaxQueueDepth) config_.max_queue_depth = kMaxQueueDepth;
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epoll_fd_ < 0 || wake_fd_ < 0) {
+    throw std::runtime_error(std::string("epoll/eventfd: ") + std::strerror(errno));
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kTagWake;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  if (config_.listen) listen_on();
+  if (ShmRegion::create("tandem-worker", sizeof(WorkerPage), false, &worker_page_) != Status::kOk) {
+    throw std::runtime_error("cannot create the worker page (memfd)");
+  }
+  page_ = reinterpret_cast<WorkerPage*>(worker_page_.data());
+  page_->magic = WorkerPage::kMagic;
+  page_->version = kProtocolVersionMax;
+  page_->sleeping.store(0, std::memory_order_relaxed);
+  page_->heartbeat_ns.store(0, std::memory_order_relaxed);
+}
+
+void HostServer::listen_on() {
   sockaddr_un sa{};
   sa.sun_family = AF_UNIX;
   if (config_.socket_path.empty() || config_.socket_path.size() >= sizeof sa.sun_path) {
@@ -242,25 +265,10 @@ HostServer::HostServer(const ServerConfig& config)
     close(listen_fd_);
     throw std::runtime_error("cannot open " + config_.socket_path + " to all users: " + std::strerror(e));
   }
-  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (epoll_fd_ < 0 || wake_fd_ < 0) {
-    throw std::runtime_error(std::string("epoll/eventfd: ") + std::strerror(errno));
-  }
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kTagListen;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
-  ev.data.u64 = kTagWake;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
-  if (ShmRegion::create("tandem-worker", sizeof(WorkerPage), false, &worker_page_) != Status::kOk) {
-    throw std::runtime_error("cannot create the worker page (memfd)");
-  }
-  page_ = reinterpret_cast<WorkerPage*>(worker_page_.data());
-  page_->magic = WorkerPage::kMagic;
-  page_->version = kProtocolVersionMax;
-  page_->sleeping.store(0, std::memory_order_relaxed);
-  page_->heartbeat_ns.store(0, std::memory_order_relaxed);
 }
 
 HostServer::~HostServer() {
@@ -380,35 +388,40 @@ void HostServer::accept_apps() {
   for (;;) {
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
-    if (app_count() >= config_.max_apps) {
-      close(fd);
-      count_ctl(ctl_requests_refused_);
-      continue;
-    }
-    uint32_t index = 0;
-    while (index < apps_.size() && apps_[index]) ++index;
-    if (index == apps_.size()) apps_.emplace_back();
-    auto app = std::make_unique<App>();
-    app->id = next_app_id_++;
-    app->index = index;
-    app->sock = fd;
-    ucred cred{};
-    socklen_t len = sizeof cred;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-      app->pid = static_cast<uint32_t>(cred.pid);
-      app->uid = cred.uid;
-      app->gid = cred.gid;
-      app->cred_known = true;
-    }
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = kTagFirstApp + index;
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      close(fd);
-      continue;
-    }
-    apps_[index] = std::move(app);
+    HostServer* to = config_.place ? config_.place() : nullptr;
+    (to != nullptr ? to : this)->adopt(fd);
   }
+}
+
+void HostServer::adopt(int fd) {
+  if (app_count() >= config_.max_apps) {
+    close(fd);
+    count_ctl(ctl_requests_refused_);
+    return;
+  }
+  uint32_t index = 0;
+  while (index < apps_.size() && apps_[index]) ++index;
+  if (index == apps_.size()) apps_.emplace_back();
+  auto app = std::make_unique<App>();
+  app->id = next_app_id_++;
+  app->index = index;
+  app->sock = fd;
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+    app->pid = static_cast<uint32_t>(cred.pid);
+    app->uid = cred.uid;
+    app->gid = cred.gid;
+    app->cred_known = true;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kTagFirstApp + index;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    close(fd);
+    return;
+  }
+  apps_[index] = std::move(app);
 }
 
 void HostServer::serve(uint32_t app_index) {
@@ -825,7 +838,7 @@ Status HostServer::on_create_qp(App& app, uint32_t app_index, const Request& req
     bit = app.bits++;
   }
   QpCtl& qp = qps_ctl_[index];
-  uint32_t qpn = make_handle(qp.gen, index);
+  uint32_t qpn = make_handle(qp.gen, config_.qp_slot_base + index);
   ++app.qps;
   qp.app_id = app.id;
   qp.app_index = app_index;
@@ -904,7 +917,7 @@ void HostServer::drop_pd_ref(uint32_t pd) noexcept {
 }
 
 HostServer::QpCtl* HostServer::find_qp_ctl(uint32_t qpn) noexcept {
-  uint32_t index = handle_index(qpn);
+  uint32_t index = handle_index(qpn) - config_.qp_slot_base;  // below the base: wraps, found in no slot
   if (index >= qps_ctl_.size() || (qpn >> 24) != 0) return nullptr;
   QpCtl& qp = qps_ctl_[index];
   return qp.used && qp.gen == handle_gen(qpn) ? &qp : nullptr;
@@ -1250,7 +1263,7 @@ const QpInfo* HostServer::qp_info(uint32_t qpn) const noexcept {
 }
 
 HostServer::QpSlot* HostServer::find_qp(uint32_t qpn) noexcept {
-  uint32_t index = handle_index(qpn);
+  uint32_t index = handle_index(qpn) - config_.qp_slot_base;
   if (index >= qps_.size() || (qpn >> 24) != 0) return nullptr;
   QpSlot& qp = qps_[index];
   return qp.used && qp.gen == handle_gen(qpn) ? &qp : nullptr;

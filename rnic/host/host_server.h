@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -46,6 +47,8 @@ class DeviceMapper {
   virtual void unmap(uint8_t* addr) noexcept = 0;
 };
 
+class HostServer;
+
 struct ServerConfig {
   std::string socket_path;            // Unix socket applications connect to
   uint32_t max_apps = 1024;           // attached applications
@@ -73,6 +76,17 @@ struct ServerConfig {
   // over one is answered kOverLimit (kOverByteLimit for registered bytes) and
   // counted for the vNIC. Default: none (the worker sets its own).
   ResourceLimits limits;
+  // Several lcores per port (rnic/port/qp_steering.h), one server each:
+  // this server's QPNs take slots [qp_slot_base, qp_slot_base + max_qps).
+  uint32_t qp_slot_base = 0;
+  // false: no socket of its own; the port's first server accepts and hands
+  // it connections (adopt). One control thread serves them all.
+  bool listen = true;
+  // The port's fair shares when several servers share them (null: its own, from `limits`).
+  std::shared_ptr<TenantQuotas> quotas;
+  // Where an accepted application is served: this server (nullptr or this)
+  // or another of the port's (adopt). Called on the control thread.
+  std::function<HostServer*()> place;
 };
 
 // A piece of application memory, translated and bounds-checked.
@@ -317,6 +331,9 @@ class HostServer {
 
   // Both halves' counters (the control half's read with relaxed loads): any thread.
   HostCounters counters() const noexcept;
+  // Control thread: serve the application on connected socket `fd` (placed
+  // here by the port's listening server). Takes the fd (closed on refusal).
+  void adopt(int fd);
   // The port's vNICs changed (DPU mode: the agent added or removed one): the
   // next application that binds itself to a vNIC is checked against `ips`.
   void set_vnic_ips(std::vector<uint32_t> ips) {
@@ -362,6 +379,7 @@ class HostServer {
   std::size_t fetch_srq_recv_to(uint32_t srq, std::size_t max, Out&& out) noexcept;
   // control half
   void accept_apps();
+  void listen_on();  // the socket applications connect to (ServerConfig::listen)
   void serve(uint32_t app_index);
   void handle(uint32_t app_index, const Request& req, int* fds, std::size_t nfds,
               Reply* rep, int* rfds, std::size_t* nrfds);
@@ -476,7 +494,7 @@ class HostServer {
   std::atomic<uint64_t> ctl_protocol_errors_{0};
   std::atomic<uint64_t> ctl_requests_refused_{0};
   std::atomic<uint64_t> ctl_attach_denied_{0};
-  std::unique_ptr<TenantQuotas> quotas_;  // the fair shares: taken at create, given back at free
+  std::shared_ptr<TenantQuotas> quotas_;  // the fair shares: taken at create, given back at free
 
   // ---- the handoff: control -> fast messages, fast -> control answers
   std::unique_ptr<SpscQueue<ControlMsg, 64>> to_fast_;
