@@ -91,6 +91,12 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false)
       ->type_name("VNIC=UID[:GID]");
   app.add_option("--stats-json", c.stats_json, "Write the counters to this file at exit");
+  app.add_option("--lcores", c.lcores,
+                 "Worker lcores for the port (default 1; the EAL's -l must give as many). Each has its own TX "
+                 "queue, RX queue where the device has enough, mbuf cache, timers and counters; an application "
+                 "and all its QPs live on one (placed at attach: fewest applications, then QPs), frames for "
+                 "another lcore's QP are handed to it by destination QP. Standalone mode only")
+      ->check(CLI::Range(1, 8));
   app.add_option("--max-qps", c.max_qps, "QPs this worker can run (default 16384; a created QP costs ~90 KiB of worker memory, mostly its 1024-PSN window; an unused slot a few hundred bytes); also the base of --limit-per-vnic's defaults");
   const auto limit_option = [&app](const char* name, std::vector<tandem::rnic::host::LimitSetting>& into,
                                    const char* help) {

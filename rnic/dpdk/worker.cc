@@ -1,6 +1,8 @@
 #include "rnic/dpdk/worker.h"
 
 #include <rte_eal.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 #include <unistd.h>
@@ -36,11 +38,13 @@
 #include "rnic/dpdk/dpu_link.h"
 #include "rnic/dpdk/fair_shares.h"
 #include "rnic/dpdk/host_control.h"
+#include "rnic/dpdk/steer_rings.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/dpdk/tx_payload_mode.h"
 #include "rnic/host/host_server.h"
 #include "rnic/port/port_counters.h"
 #include "rnic/port/port_worker.h"
+#include "rnic/port/qp_steering.h"
 #include "rnic/port/snapshot_exchange.h"
 #include "rnic/port/standalone_table.h"
 #include "rnic/port/vnic_devices.h"
@@ -159,6 +163,33 @@ class DpuAgent final : public port::AgentLink {
 
 using port::PortLogic;
 
+// One lcore's share of the port (--lcores N): its host server (the
+// applications placed on it and their QPs), its queues, its encapsulation
+// (mbuf caches, deferred ICRCs), the port logic and core over them, its
+// counters and the snapshots telemetry reads. Nothing in it is written by
+// another lcore.
+struct Lcore {
+  Lcore(uint32_t k, const port::PortConfig& pc, host::ServerConfig sc, Level2Table& table, port::AgentLink* agent,
+        uint16_t port_id, uint32_t max_qps)
+      : index(k), host(std::move(sc)), io(port_id), pw(pc, table, host, agent, io) {
+    qps_x->buffer().rows.resize(max_qps);
+    stats_x->buffer().rows.resize(kMaxCounterRows);
+  }
+  uint32_t index;
+  host::HostServer host;
+  DpdkIo io;
+  std::unique_ptr<TxEncap> encap;
+  port::PortWorker<DpdkIo> pw;
+  // What telemetry reads: filled by this lcore on request (snapshot_exchange.h);
+  // shared with the callbacks so a late one never reaches a destroyed worker.
+  std::shared_ptr<port::SnapshotExchange<port::CounterRows>> stats_x =
+      std::make_shared<port::SnapshotExchange<port::CounterRows>>();
+  std::shared_ptr<port::SnapshotExchange<port::QpRows>> qps_x = std::make_shared<port::SnapshotExchange<port::QpRows>>();
+};
+
+using StatsViews = std::vector<std::shared_ptr<port::SnapshotExchange<port::CounterRows>>>;
+using QpViews = std::vector<std::shared_ptr<port::SnapshotExchange<port::QpRows>>>;
+
 class Worker {
  public:
   Worker(const WorkerConfig& c, StandaloneTable st)
@@ -166,65 +197,109 @@ class Worker {
         st_(std::move(st)),
         table_(table_config(c, st_)),
         dma_(c.port_id),
-        host_(host::ServerConfig{.socket_path = c.host_socket,
-                                 .max_qps = c.max_qps,  // the core's: a QP over it is refused at create
-                                 .vnic_ips = PortLogic::vnic_ips(st_.vnics),
-                                 .check_owners = !c.device_owners.empty(),
-                                 .vnic_owners = PortLogic::vnic_owners(c.device_owners, st_.vnics),
-                                 .mapper = &dma_,
-                                 .limits = host_limits(c)}),
+        quotas_(std::make_shared<host::TenantQuotas>(host_limits(c))),
         dpu_(make_dpu_link()),
-        agent_(dpu_ ? std::make_unique<DpuAgent>(*dpu_) : nullptr),
-        io_(c.port_id),
-        pw_(port_config(c, st_), table_, host_, agent_.get(), io_) {
+        agent_(dpu_ ? std::make_unique<DpuAgent>(*dpu_) : nullptr) {
     for (const DeviceOwner& o : c.device_owners)  // standalone vNICs are all known now
       if (c.dpu_channel.empty() &&
           std::none_of(st_.vnics.begin(), st_.vnics.end(), [&](const Vnic& v) { return v.id == o.vnic_id; }))
         throw std::invalid_argument("--device-owner: no vNIC " + std::to_string(o.vnic_id) + " in " + c.table_file);
     if (c.dpu_channel.empty()) commit_standalone_table(st_, table_);
-    qps_x_->buffer().rows.resize(c.max_qps);
-    stats_x_->buffer().rows.resize(kMaxCounterRows);
+    const port::QpShards shards(c.lcores);
+    // The worker's QPs split over its lcores; each lcore's QPNs in its own slot range.
+    const uint32_t per_lcore = std::min<uint32_t>((c.max_qps + c.lcores - 1) / c.lcores,
+                                                  shards.slots_per_lcore() - (c.lcores == 1 ? 1 : 0));
+    port::PortConfig pc = port_config(c, st_);
+    pc.max_qps = per_lcore;
+    for (uint32_t k = 0; k < c.lcores; ++k) {
+      host::ServerConfig sc{.socket_path = c.host_socket,
+                            .max_qps = per_lcore,  // the core's: a QP over it is refused at create
+                            .vnic_ips = PortLogic::vnic_ips(st_.vnics),
+                            .check_owners = !c.device_owners.empty(),
+                            .vnic_owners = PortLogic::vnic_owners(c.device_owners, st_.vnics),
+                            .mapper = &dma_,
+                            .limits = host_limits(c)};
+      sc.qp_slot_base = shards.slot_base(k);
+      sc.listen = k == 0;  // lcore 0's server accepts and places every application
+      sc.quotas = quotas_;
+      if (k == 0 && c.lcores > 1) sc.place = [this] { return least_loaded(); };
+      lcores_.push_back(std::make_unique<Lcore>(k, pc, std::move(sc), table_, agent_.get(), c.port_id, per_lcore));
+    }
     port::core_drop_names();  // built here, not on the lcore's first publication
-    trace_ = cd::open_process_trace("tandem-rnic " + c.name, io_.clock());
-    pw_.set_tracer(&trace_->tracer);
-    if (agent_) agent_->set_tracer(&trace_->tracer, &pw_, st_.underlay_ip);
+    // Trace units: lcore 0's QPs (the ring has one writer; docs/operations.md).
+    trace_ = cd::open_process_trace("tandem-rnic " + c.name, lcores_[0]->io.clock());
+    lcores_[0]->pw.set_tracer(&trace_->tracer);
+    if (agent_) agent_->set_tracer(&trace_->tracer, &lcores_[0]->pw, st_.underlay_ip);
   }
 
-  void setup_port(rte_mempool* hdr_pool, rte_mempool* ext_pool, uint16_t n_ports, TxPayloadMode mode) {
+  void setup_port(rte_mempool* hdr_pool, rte_mempool* ext_pool, uint16_t n_ports, TxPayloadMode mode,
+                  uint16_t rx_queues) {
     tx_mode_ = std::move(mode);
-    encap_ = std::make_unique<TxEncap>(hdr_pool, ext_pool, !tx_mode_.zero_copy);
-    io_.attach(encap_.get(), n_ports);
+    if (c_.lcores > 1) steer_ = std::make_unique<SteerRings>(c_.name, c_.lcores, rx_queues);
+    for (auto& l : lcores_) {
+      l->encap = std::make_unique<TxEncap>(hdr_pool, ext_pool, !tx_mode_.zero_copy);
+      l->io.attach(l->encap.get(), n_ports);
+      if (steer_) l->io.steer(steer_.get(), l->index);
+    }
   }
 
+  // Runs every lcore's loop (lcore 0's on this thread) until a signal or the duration ends.
   void loop();
   void shutdown();
   void print_counters() const;
   nlohmann::json counters_json() const;
-  // Every counter of the worker, once: f(group, name, value, help). Feeds the
-  // telemetry snapshot, --stats-json and the exit print alike.
-  template <class F>
-  void visit_counters(F&& f) const;
-  void fill_counter_rows(port::CounterRows& out) const noexcept;
-  void fill_qp_rows(port::QpRows& out) const noexcept;
-  void publish_snapshots() noexcept {
-    if (stats_x_->wanted()) [[unlikely]] {
-      fill_counter_rows(stats_x_->buffer());
-      stats_x_->publish();
-    }
-    if (qps_x_->wanted()) [[unlikely]] {
-      fill_qp_rows(qps_x_->buffer());
-      qps_x_->publish();
-    }
-  }
   void register_telemetry();
   std::string tx_mode_line() const {
     return std::string(tx_mode_.zero_copy ? "zero-copy" : "copy") + " (" + tx_mode_.why + ")";
   }
   // The port's vNICs now (any thread): DPU mode's device registrar follows them.
-  std::vector<Vnic> vnics() const { return pw_.vnics(); }
-  std::size_t live_qps() const noexcept { return pw_.live_qps(); }
+  std::vector<Vnic> vnics() const { return lcores_[0]->pw.vnics(); }
+  std::size_t live_qps() const noexcept {
+    std::size_t n = 0;
+    for (const auto& l : lcores_) n += l->pw.live_qps();
+    return n;
+  }
 
  private:
+  static int lcore_main(void* arg);
+  void lcore_loop(Lcore& l);
+  // Every counter of one lcore, once: f(group, name, value, help). Feeds the
+  // telemetry snapshot, --stats-json and the exit print alike.
+  template <class F>
+  void visit_counters(const Lcore& l, F&& f) const;
+  void publish_snapshots(Lcore& l) noexcept {
+    if (l.stats_x->wanted()) [[unlikely]] {
+      port::CounterRows& out = l.stats_x->buffer();
+      out.clear();
+      visit_counters(l, [&](const char* g, const char* n, uint64_t v, const char* h) { out.add(g, n, v, h); });
+      l.stats_x->publish();
+    }
+    if (l.qps_x->wanted()) [[unlikely]] {
+      port::QpRows& out = l.qps_x->buffer();
+      l.pw.fill_qp_rows(out);
+      for (std::size_t i = 0; i < out.n; ++i) out.rows[i].lcore = l.index;
+      l.qps_x->publish();
+    }
+  }
+  // Control thread: where a new application goes (the fewest applications, then QPs).
+  host::HostServer* least_loaded() {
+    Lcore* best = lcores_[0].get();
+    for (auto& l : lcores_) {
+      const auto load = [](Lcore& x) { return std::pair(x.host.app_count(), x.host.qp_count()); };
+      if (load(*l) < load(*best)) best = l.get();
+    }
+    return &best->host;
+  }
+  StatsViews stats_views() const {
+    StatsViews v;
+    for (const auto& l : lcores_) v.push_back(l->stats_x);
+    return v;
+  }
+  QpViews qp_views() const {
+    QpViews v;
+    for (const auto& l : lcores_) v.push_back(l->qps_x);
+    return v;
+  }
   // DPU mode: the agent programs the table (the YAML's entries are ignored).
   std::unique_ptr<DpuLink> make_dpu_link() {
     if (c_.dpu_channel.empty()) return nullptr;
@@ -232,76 +307,113 @@ class Worker {
                                      c_.dpu_agent_timeout_ns, c_.dpu_max_protocol, c_.punt_budget);
   }
   uint32_t vnic_id_locked(uint32_t ip) const {
-    return pw_.with_vnics([&](const std::vector<Vnic>& v, bool, uint64_t, uint64_t) { return PortLogic::vnic_id(v, ip); });
+    return lcores_[0]->pw.with_vnics(
+        [&](const std::vector<Vnic>& v, bool, uint64_t, uint64_t) { return PortLogic::vnic_id(v, ip); });
   }
 
   const WorkerConfig& c_;
   StandaloneTable st_;
   Level2Table table_;
-  DmaRegistry dma_;  // MR mappings for the device: used by host_'s control thread (before host_: outlives it)
-  host::HostServer host_;
-  std::unique_ptr<DpuLink> dpu_;  // DPU mode only
+  DmaRegistry dma_;  // MR mappings for the device: used by the control thread (before the servers: outlives them)
+  std::shared_ptr<host::TenantQuotas> quotas_;  // the port's fair shares, over all its lcores
+  std::unique_ptr<DpuLink> dpu_;  // DPU mode only (one lcore)
   std::unique_ptr<DpuAgent> agent_;
-  std::unique_ptr<TxEncap> encap_;
   TxPayloadMode tx_mode_;
-  DpdkIo io_;
-  // The worker's logic (rnic/port): QPs, host glue, routes, vNICs, counters, bursts over io_.
-  port::PortWorker<DpdkIo> pw_;
-  // What telemetry reads: filled by this thread on request (snapshot_exchange.h);
-  // shared with the callbacks so a late one never reaches a destroyed worker.
-  std::shared_ptr<port::SnapshotExchange<port::CounterRows>> stats_x_ =
-      std::make_shared<port::SnapshotExchange<port::CounterRows>>();
-  std::shared_ptr<port::SnapshotExchange<port::QpRows>> qps_x_ = std::make_shared<port::SnapshotExchange<port::QpRows>>();
-  std::shared_ptr<cd::ProcessTrace> trace_;  // trace units (common/trace): the lcore's tracer and its ring
+  std::unique_ptr<SteerRings> steer_;  // several lcores only
+  // Lcore k runs lcores_[k]: QPs, host glue, routes, vNICs, counters, bursts (rnic/port).
+  std::vector<std::unique_ptr<Lcore>> lcores_;
+  std::atomic<bool> stopping_{false};  // --duration ended on lcore 0: the others stop too
+  std::shared_ptr<cd::ProcessTrace> trace_;  // trace units (common/trace): lcore 0's tracer and its ring
 };
 
 // ------------------------------------------------------------------ the loop
 
-void Worker::loop() {
+void Worker::lcore_loop(Lcore& l) {
   cd::IdleLoop idle(c_.idle);
-  const uint64_t end_ns = c_.duration_s > 0 ? io_.now_ns() + static_cast<uint64_t>(c_.duration_s * 1e9) : 0;
+  const uint64_t end_ns = c_.duration_s > 0 ? l.io.now_ns() + static_cast<uint64_t>(c_.duration_s * 1e9) : 0;
   cd::unmap_guard_init();
-  // Sockets, mmap and DMA registration happen on this thread from now on;
-  // the loop only applies what it finished (host_.apply_control).
-  HostControl control(host_, "tandem-host-ctl", io_.clock());
-  while (!cd::stop_requested()) {
-    const uint64_t now = io_.now_ns();
-    if (end_ns && now >= end_ns) break;
+  while (!cd::stop_requested() && !stopping_.load(std::memory_order_relaxed)) {
+    const uint64_t now = l.io.now_ns();
+    if (end_ns && now >= end_ns) {
+      stopping_.store(true, std::memory_order_relaxed);
+      break;
+    }
     // The port's regions (memif) stay mapped until the idle sleep (unmap_guard.h).
     cd::PortSection in_ports;
-    uint32_t work = pw_.run_once(now);
+    uint32_t work = l.pw.run_once(now);
     if (dpu_) {
-      dpu_->set(common::BarCounter::kRxPackets, pw_.counters().rx_packets);
-      dpu_->set(common::BarCounter::kTxPackets, pw_.counters().tx_packets);
+      dpu_->set(common::BarCounter::kRxPackets, l.pw.counters().rx_packets);
+      dpu_->set(common::BarCounter::kTxPackets, l.pw.counters().tx_packets);
       work += dpu_->service(now);
-      work += pw_.follow_agent(now);
+      work += l.pw.follow_agent(now);
     }
     in_ports.leave();
-    publish_snapshots();
-    idle.after_iteration(work > 0 || pw_.has_backlog());
+    publish_snapshots(l);
+    idle.after_iteration(work > 0 || l.pw.has_backlog());
   }
+}
+
+int Worker::lcore_main(void* arg) {
+  auto* p = static_cast<std::pair<Worker*, Lcore*>*>(arg);
+  p->first->lcore_loop(*p->second);
+  return 0;
+}
+
+void Worker::loop() {
+  // Sockets, mmap and DMA registration happen on this thread from now on;
+  // the lcores only apply what it finished (host.apply_control).
+  std::vector<host::HostServer*> servers;
+  for (auto& l : lcores_) servers.push_back(&l->host);
+  HostControl control(servers, "tandem-host-ctl", lcores_[0]->io.clock());
+  // Lcores 1..N-1 on the EAL's worker lcores, in order; lcore 0 here (the main lcore).
+  std::vector<std::pair<Worker*, Lcore*>> args;
+  args.reserve(lcores_.size());
+  std::vector<unsigned> launched;
+  unsigned id = rte_get_next_lcore(-1, 1, 0);
+  for (std::size_t k = 1; k < lcores_.size(); ++k, id = rte_get_next_lcore(id, 1, 0)) {
+    args.emplace_back(this, lcores_[k].get());
+    if (id >= RTE_MAX_LCORE || rte_eal_remote_launch(&Worker::lcore_main, &args.back(), id) != 0) {
+      stopping_ = true;
+      std::fprintf(stderr, "%s: cannot launch lcore %zu\n", c_.name.c_str(), k);
+      break;
+    }
+    launched.push_back(id);
+  }
+  lcore_loop(*lcores_[0]);
+  stopping_ = true;
+  for (unsigned w : launched) rte_eal_wait_lcore(w);
   control.stop();  // before shutdown() drains what it left
 }
 
 void Worker::shutdown() {
-  pw_.shutdown(io_.now_ns());
-  if (encap_) encap_->release();
+  for (auto& l : lcores_) {
+    l->pw.shutdown(l->io.now_ns());
+    if (l->encap) l->encap->release();
+  }
 }
 
 // ----------------------------------------------------------------- counters
 
 template <class F>
-void Worker::visit_counters(F&& f) const {
-  pw_.visit_counters(
+void Worker::visit_counters(const Lcore& l, F&& f) const {
+  const bool first = l.index == 0;  // rows of what the lcores share: lcore 0 reports them
+  l.pw.visit_counters(
       f,
-      [&](auto&& f) {  // the I/O layer's: mbufs and device mappings
-        const EncapCounters& e = encap_->counters();
-        f("tx_encap", "zero_copy", encap_->zero_copy() ? 1 : 0, "1: payloads leave from registered memory");
+      [&](auto&& f) {  // the I/O layer's: mbufs, the hand-over between lcores, device mappings
+        const EncapCounters& e = l.encap->counters();
+        f("tx_encap", "zero_copy", l.encap->zero_copy() ? 1 : 0, "1: payloads leave from registered memory");
         f("tx_encap", "zero_copy_segs", e.zero_copy_segs, "payload segments attached, not copied");
         f("tx_encap", "copied_bytes", e.copied_bytes, "payload bytes copied into mbufs");
         f("tx_encap", "alloc_fail", e.alloc_fail, "frames not built for want of an mbuf");
         f("tx_encap", "too_big", e.too_big, "copy mode: frames larger than an mbuf");
-        f("tx_encap", "ext_in_flight", encap_->ext_in_flight(), "attached payloads the port still holds");
+        f("tx_encap", "ext_in_flight", l.encap->ext_in_flight(), "attached payloads the port still holds");
+        if (steer_) {
+          const DpdkIo::SteerCounters& sc = l.io.steer_counters();
+          f("steer", "handed_out", sc.handed_out, "frames this lcore's RX queue took for another lcore's QP");
+          f("steer", "handed_in", sc.handed_in, "frames other lcores handed this one");
+          f("steer", "ring_full", sc.ring_full, "handed-out frames dropped: the owner's ring was full");
+        }
+        if (!first) return;
         const DmaCounters& dm = dma_.counters();
         f("mr_dma", "mapped", dm.mapped, "MR mappings DMA-mapped for the device");
         f("mr_dma", "not_needed", dm.not_needed, "MR mappings the device needs no DMA map for");
@@ -311,44 +423,89 @@ void Worker::visit_counters(F&& f) const {
         f("mr_dma", "live", dm.live, "MR mappings held now");
       },
       [&](auto&& f) {
-        if (dpu_) f("dpu", "punts_over_budget", dpu_->budget().refused_total(), "punts refused: their vNIC over --punt-budget");
+        if (dpu_ && first)
+          f("dpu", "punts_over_budget", dpu_->budget().refused_total(), "punts refused: their vNIC over --punt-budget");
       });
 }
 
-void Worker::fill_counter_rows(port::CounterRows& out) const noexcept {
-  out.clear();
-  visit_counters([&](const char* g, const char* n, uint64_t v, const char* h) { out.add(g, n, v, h); });
+// Rows of the port's shared state (the table, its vNICs, whether TX is
+// zero-copy): each lcore reports the same value, the port's sum takes one.
+bool port_wide(const char* group, const char* name) noexcept {
+  return std::strcmp(group, "table") == 0 || std::strcmp(group, "vnics") == 0 ||
+         (std::strcmp(group, "tx_encap") == 0 && std::strcmp(name, "zero_copy") == 0);
 }
 
-void Worker::fill_qp_rows(port::QpRows& out) const noexcept { pw_.fill_qp_rows(out); }
+// The port's counters: every lcore's rows summed (port-wide ones taken once),
+// in the first lcore's order; rows only later lcores have are appended.
+std::vector<port::CounterRow> sum_rows(const std::vector<std::vector<port::CounterRow>>& per_lcore) {
+  std::vector<port::CounterRow> out;
+  for (std::size_t k = 0; k < per_lcore.size(); ++k)
+    for (const port::CounterRow& r : per_lcore[k]) {
+      auto it = std::find_if(out.begin(), out.end(), [&](const port::CounterRow& o) {
+        return std::strcmp(o.group, r.group) == 0 && std::strcmp(o.name, r.name) == 0;
+      });
+      if (it == out.end()) out.push_back(r);
+      else if (!port_wide(r.group, r.name)) it->value += r.value;
+    }
+  return out;
+}
 
-nlohmann::json Worker::counters_json() const {
+// Rows as JSON: "" rows at the top, drops under "drops", others by group.
+nlohmann::json rows_json(const std::vector<port::CounterRow>& rows) {
   nlohmann::json j;
-  j["name"] = c_.name;
   j["drops"] = nlohmann::json::object();
   for (const char* s : kStageNames) j["drops"][s] = nlohmann::json::object();
-  visit_counters([&](const char* g, const char* n, uint64_t v, const char*) {
-    if (*g == 0) {
-      j[n] = v;
-    } else if (std::strncmp(g, "drops.", 6) == 0) {
-      j["drops"][g + 6][n] = v;
-    } else {
-      j[g][n] = v;
-    }
-  });
-  j["tx_encap"]["zero_copy"] = encap_->zero_copy();
+  for (const port::CounterRow& r : rows) {
+    if (*r.group == 0) j[r.name] = r.value;
+    else if (std::strncmp(r.group, "drops.", 6) == 0) j["drops"][r.group + 6][r.name] = r.value;
+    else j[r.group][r.name] = r.value;
+  }
+  return j;
+}
+
+nlohmann::json Worker::counters_json() const {
+  std::vector<std::vector<port::CounterRow>> per;
+  for (const auto& l : lcores_) {
+    per.emplace_back();
+    visit_counters(*l, [&](const char* g, const char* n, uint64_t v, const char* h) {
+      per.back().push_back(port::CounterRow{g, n, h, v});
+    });
+  }
+  nlohmann::json j = rows_json(sum_rows(per));
+  j["name"] = c_.name;
+  j["tx_encap"]["zero_copy"] = tx_mode_.zero_copy;
   j["tx_encap"]["mode_reason"] = tx_mode_.why;
-  j["vnics"]["source"] = pw_.vnics_from_agent() ? "agent" : "yaml";
-  j["limits"] = limits_json(host_.quotas(), [this](uint32_t ip) { return vnic_id_locked(ip); });
+  j["vnics"]["source"] = lcores_[0]->pw.vnics_from_agent() ? "agent" : "yaml";
+  j["limits"] = limits_json(*quotas_, [this](uint32_t ip) { return vnic_id_locked(ip); });
   if (dpu_) j["punt_budget"] = punt_budget_json(dpu_->budget());
+  // Each lcore's own counters (the port's are their sum); one entry with one lcore.
+  j["lcores"] = nlohmann::json::array();
+  for (const auto& rows : per) j["lcores"].push_back(rows_json(rows));
   return j;
 }
 
 void Worker::print_counters() const {
-  std::printf("%s counters:\n", c_.name.c_str());
-  visit_counters([](const char* g, const char* n, uint64_t v, const char* h) {
-    if (v) std::printf("  %-13s %-24s %14lu  %s\n", *g ? g : "-", n, static_cast<unsigned long>(v), h);
-  });
+  std::vector<std::vector<port::CounterRow>> per;
+  for (const auto& l : lcores_) {
+    per.emplace_back();
+    visit_counters(*l, [&](const char* g, const char* n, uint64_t v, const char* h) {
+      per.back().push_back(port::CounterRow{g, n, h, v});
+    });
+  }
+  std::printf("%s counters%s:\n", c_.name.c_str(), per.size() > 1 ? " (the port: every lcore's summed)" : "");
+  for (const port::CounterRow& r : sum_rows(per))
+    if (r.value)
+      std::printf("  %-13s %-24s %14lu  %s\n", *r.group ? r.group : "-", r.name, static_cast<unsigned long>(r.value),
+                  r.help);
+  if (per.size() > 1)
+    for (std::size_t k = 0; k < per.size(); ++k) {
+      std::printf("  lcore %zu:", k);
+      for (const port::CounterRow& r : per[k])
+        if (r.value && (std::strcmp(r.group, "steer") == 0 || std::strcmp(r.name, "rx_packets") == 0 ||
+                        std::strcmp(r.name, "tx_packets") == 0 || std::strcmp(r.name, "live_qps") == 0))
+          std::printf(" %s=%lu", r.name, static_cast<unsigned long>(r.value));
+      std::printf("\n");
+    }
   std::fflush(stdout);
 }
 
@@ -378,6 +535,7 @@ std::string flat_name(const port::CounterRow& row) {
 void qp_fields(cd::TelemetryDict& d, const port::QpRow& q) {
   d.u64("core_qpn", q.core_qpn);
   d.u64("app", q.app_id);
+  d.u64("lcore", q.lcore);
   d.str("state", port::qp_state_name(static_cast<ibv_qp_state>(q.state)));
   d.u64("vnic", q.vnic);
   d.u64("vni", q.vni);
@@ -396,20 +554,63 @@ void qp_fields(cd::TelemetryDict& d, const port::QpRow& q) {
   d.u64("reorder_depth_max", q.reorder_depth_max);
 }
 
+// Reads lcore `which`'s counter snapshot, or every lcore's summed (which < 0).
+int read_counters(const StatsViews& views, int which, std::vector<port::CounterRow>& out) {
+  std::vector<std::vector<port::CounterRow>> per;
+  for (std::size_t k = 0; k < views.size(); ++k) {
+    if (which >= 0 && static_cast<std::size_t>(which) != k) continue;
+    per.emplace_back();
+    const int rc = read_snapshot(*views[k], [&](const port::CounterRows& rows) {
+      per.back().assign(rows.rows.begin(), rows.rows.begin() + static_cast<std::ptrdiff_t>(rows.n));
+    });
+    if (rc != 0) return rc;
+  }
+  out = sum_rows(per);
+  return 0;
+}
+
+// Every lcore's QP rows, in host-QPN order from `first` on, at most `max`.
+int read_qps(const QpViews& views, uint32_t first, std::size_t max, std::vector<port::QpRow>& page) {
+  for (const auto& x : views) {
+    const int rc = read_snapshot(*x, [&](const port::QpRows& rows) {
+      for (std::size_t k = 0; k < rows.n; ++k)
+        if (rows.rows[k].host_qpn >= first) page.push_back(rows.rows[k]);
+    });
+    if (rc != 0) return rc;
+  }
+  std::sort(page.begin(), page.end(),
+            [](const port::QpRow& a, const port::QpRow& b) { return a.host_qpn < b.host_qpn; });
+  if (page.size() > max) page.resize(max);
+  return 0;
+}
+
 void Worker::register_telemetry() {
   using cd::TelemetryDict;
-  cd::telemetry_register("/tandem/rnic/stats", "tandem-rnic worker counters (per stage drops by reason)",
-                         [x = stats_x_, name = c_.name](std::string_view, TelemetryDict& out) {
-                           return read_snapshot(*x, [&](const port::CounterRows& rows) {
-                             out.str("name", name);
-                             for (std::size_t i = 0; i < rows.n; ++i)
-                               out.u64(flat_name(rows.rows[i]).c_str(), rows.rows[i].value);
-                           });
+  cd::telemetry_register("/tandem/rnic/stats",
+                         "tandem-rnic worker counters (drops by stage and reason), all lcores summed; ',K': lcore K",
+                         [x = stats_views(), name = c_.name](std::string_view params, TelemetryDict& out) {
+                           int which = -1;
+                           if (!params.empty()) {
+                             const std::string p(params);
+                             char* end = nullptr;
+                             which = static_cast<int>(std::strtol(p.c_str(), &end, 10));
+                             if (end == p.c_str() || *end != 0 || which < 0 ||
+                                 static_cast<std::size_t>(which) >= x.size())
+                               return -EINVAL;
+                           }
+                           std::vector<port::CounterRow> rows;
+                           const int rc = read_counters(x, which, rows);
+                           if (rc != 0) return rc;
+                           out.str("name", name);
+                           out.u64("lcores", x.size());
+                           if (which >= 0) out.u64("lcore", static_cast<uint64_t>(which));
+                           for (const port::CounterRow& r : rows) out.u64(flat_name(r).c_str(), r.value);
+                           return 0;
                          });
   cd::telemetry_register("/tandem/rnic/qps",
-                         "tandem-rnic live QPs: binding and core counters; ',N': from host QPN N on "
-                         "(a reply holds at most 16 QPs, in host-QPN order)",
-                         [x = qps_x_](std::string_view params, TelemetryDict& out) {
+                         "tandem-rnic live QPs: binding, lcore, core counters; ',N': from host QPN N on "
+                         "(16 per reply, in host-QPN order)",
+                         [x = qp_views()](std::string_view params, TelemetryDict& out) {
                            uint32_t first = 0;
                            if (!params.empty()) {
                              const std::string p(params);
@@ -417,16 +618,10 @@ void Worker::register_telemetry() {
                              first = static_cast<uint32_t>(std::strtoul(p.c_str(), &end, 0));
                              if (end == p.c_str() || *end != 0) return -EINVAL;
                            }
-                           std::vector<port::QpRow> page;  // the telemetry thread's copy, sorted
-                           const int rc = read_snapshot(*x, [&](const port::QpRows& rows) {
-                             for (std::size_t k = 0; k < rows.n; ++k)
-                               if (rows.rows[k].host_qpn >= first) page.push_back(rows.rows[k]);
-                           });
-                           if (rc != 0) return rc;
-                           std::sort(page.begin(), page.end(),
-                                     [](const port::QpRow& a, const port::QpRow& b) { return a.host_qpn < b.host_qpn; });
                            // A telemetry reply is 16 KiB: kQpsPerReply rows fit, more would be cut off silently.
-                           if (page.size() > kQpsPerReply) page.resize(kQpsPerReply);
+                           std::vector<port::QpRow> page;  // the telemetry thread's copy, sorted
+                           const int rc = read_qps(x, first, kQpsPerReply, page);
+                           if (rc != 0) return rc;
                            {
                              for (const port::QpRow& q : page) {
                                char key[16];
@@ -459,24 +654,20 @@ void Worker::register_telemetry() {
                            return 0;
                          });
   cd::register_trace_telemetry("/tandem/rnic/trace", trace_);
+
   cd::telemetry_register(
       "/tandem/rnic/qp",
       "tandem-rnic one live QP in full: counters, cc and every path (',N': host QPN N)",
-      [x = qps_x_](std::string_view params, TelemetryDict& out) {
+      [x = qp_views()](std::string_view params, TelemetryDict& out) {
         const std::string p(params);
         char* end = nullptr;
         const unsigned long qpn = std::strtoul(p.c_str(), &end, 0);
-        if (p.empty() || *end != 0) return -EINVAL;
-        port::QpRow q;
-        bool found = false;
-        const int rc = read_snapshot(*x, [&](const port::QpRows& rows) {
-          for (std::size_t k = 0; k < rows.n && !found; ++k)
-            if (rows.rows[k].host_qpn == qpn) {
-              q = rows.rows[k];
-              found = true;
-            }
-        });
+        if (p.empty() || *end != 0 || qpn > 0xFFFFFF) return -EINVAL;
+        std::vector<port::QpRow> page;
+        const int rc = read_qps(x, static_cast<uint32_t>(qpn), 1, page);
         if (rc != 0) return rc;
+        const bool found = !page.empty() && page[0].host_qpn == qpn;
+        const port::QpRow& q = found ? page[0] : port::QpRow{};
         if (!found) {
           out.str("error", "no live QP " + p);
           return 0;
@@ -508,10 +699,10 @@ void Worker::register_telemetry() {
           });
         return 0;
       });
-  register_limits_telemetry(host_.quotas(), [this](uint32_t ip) { return vnic_id_locked(ip); });
+  register_limits_telemetry(*quotas_, [this](uint32_t ip) { return vnic_id_locked(ip); });
   if (dpu_) register_punt_telemetry(dpu_->budget());
   cd::telemetry_register("/tandem/rnic/table", "tandem-rnic level-2 table and the port's vNICs",
-                         [this, x = stats_x_](std::string_view, TelemetryDict& out) {
+                         [this, x = lcores_[0]->stats_x](std::string_view, TelemetryDict& out) {
                            out.str("underlay_ip", format_ipv4(st_.underlay_ip));
                            out.u64("capacity", table_.capacity());
                            out.u64("buckets", table_.buckets());  // fixed at start
@@ -521,7 +712,7 @@ void Worker::register_telemetry() {
                            });
                            if (rc != 0) return rc;
                            // The vNIC list under the lock the worker takes to change it.
-                           return pw_.with_vnics([&](const std::vector<Vnic>& vnics, bool from_agent,
+                           return lcores_[0]->pw.with_vnics([&](const std::vector<Vnic>& vnics, bool from_agent,
                                                      uint64_t withdrawn, uint64_t on_withdrawn) {
                              out.u64("vnics", vnics.size());
                              out.str("vnic_source", from_agent ? "agent" : "yaml");
@@ -548,6 +739,11 @@ int run(const WorkerConfig& c) {
       (c.dpu_max_protocol < common::kProtocolVersionOldest || c.dpu_max_protocol > common::kProtocolVersionCurrent))
     throw std::invalid_argument("--dpu-max-protocol must be " + std::to_string(common::kProtocolVersionOldest) + ".." +
                                 std::to_string(common::kProtocolVersionCurrent));
+  if (c.lcores == 0 || c.lcores > port::kMaxLcores)
+    throw std::invalid_argument("--lcores must be 1.." + std::to_string(port::kMaxLcores));
+  if (c.lcores > 1 && !c.dpu_channel.empty())
+    throw std::invalid_argument("--lcores > 1 is standalone only: in DPU mode the agent's channel, punts and route "
+                                "waits have one consumer (lcore 0); run one worker lcore per port there");
   if (c.mtu != 256 && c.mtu != 512 && c.mtu != 1024 && c.mtu != 2048 && c.mtu != 4096)
     throw std::invalid_argument("--mtu must be 256, 512, 1024, 2048 or 4096");
   // Parse the table before touching the EAL: a bad file is a clear error, not a half-started port.
@@ -555,6 +751,9 @@ int run(const WorkerConfig& c) {
   const std::vector<Vnic> yaml_vnics = table.vnics;
   table_capacity(c, table);
   cd::eal_init("tandem-rnic", c.eal_args);
+  if (rte_lcore_count() < c.lcores)
+    throw std::invalid_argument("--lcores " + std::to_string(c.lcores) + " needs as many EAL lcores (-l), have " +
+                                std::to_string(rte_lcore_count()));
   auto worker = std::make_unique<Worker>(c, std::move(table));
   cd::install_stop_handlers();
   if (rte_eth_dev_count_avail() == 0)
@@ -562,7 +761,9 @@ int run(const WorkerConfig& c) {
   if (!rte_eth_dev_is_valid_port(c.port_id)) throw std::runtime_error("no port " + std::to_string(c.port_id));
   // Frames up to the MTU plus headers fit one mbuf (no chained RX to linearise).
   const uint16_t room = static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(2048, c.mtu + 256));
-  const uint32_t n_mbufs = cd::mempool_size(1, c.port, kBurst, 1024);
+  // Per lcore: its RX and TX queue, bursts, cache; frames on their way to another lcore.
+  const uint32_t n_mbufs = cd::mempool_size(c.lcores, c.port, kBurst, 1024, c.lcores) +
+                           (c.lcores - 1) * c.lcores * SteerRings::kRingSize;
   rte_mempool* pool = rte_pktmbuf_pool_create("rnic_pool", n_mbufs, 256, 0, room, rte_socket_id());
   rte_mempool* ext = rte_pktmbuf_pool_create("rnic_ext", n_mbufs, 256, 0, 0, rte_socket_id());
   if (pool == nullptr || ext == nullptr) throw std::runtime_error("cannot create mbuf pools (hugepages?)");
@@ -571,8 +772,17 @@ int run(const WorkerConfig& c) {
   const uint16_t n_ports = rte_eth_dev_count_avail();
   rte_eth_dev_info info{};
   const std::string driver = rte_eth_dev_info_get(c.port_id, &info) == 0 && info.driver_name ? info.driver_name : "?";
-  worker->setup_port(pool, ext, n_ports, choose_tx_payload_mode(driver, c.tx_copy, rte_eal_iova_mode() == RTE_IOVA_VA));
-  const bool up = cd::port_setup(c.port_id, pool, c.port);
+  // Several lcores: a TX queue each; RX queues as the device has them (up to
+  // one each), what lands on one for another lcore's QP is handed over (dpdk_io.h).
+  cd::PortSetup data_port = c.port;
+  if (c.lcores > info.max_tx_queues)
+    throw std::runtime_error("--lcores " + std::to_string(c.lcores) + ": port " + std::to_string(c.port_id) + " (" +
+                             driver + ") has " + std::to_string(info.max_tx_queues) + " TX queues, one per lcore needed");
+  data_port.tx_queues = static_cast<uint16_t>(c.lcores);
+  data_port.rx_queues = static_cast<uint16_t>(std::min<uint32_t>(c.lcores, std::max<uint16_t>(info.max_rx_queues, 1)));
+  worker->setup_port(pool, ext, n_ports, choose_tx_payload_mode(driver, c.tx_copy, rte_eal_iova_mode() == RTE_IOVA_VA),
+                     data_port.rx_queues);
+  const bool up = cd::port_setup(c.port_id, pool, data_port);
   for (uint16_t p = 1; p < n_ports; ++p) {
     cd::PortSetup ps = c.port;
     ps.link_wait_ms = 0;
@@ -584,8 +794,10 @@ int run(const WorkerConfig& c) {
   if (!cd::unmap_guard_active())
     std::fprintf(stderr, "tandem-rnic: warning: munmap is not interposed (built without "
                          "--export-dynamic-symbol=munmap?): a memif peer leaving may crash the worker\n");
-  std::printf("tandem-rnic %s: port %u %s link %s, mode %s, spray %s, cc %s, mtu %u, tx %s, host socket %s\n",
-              c.name.c_str(), c.port_id, cd::port_name(c.port_id).c_str(), up ? "up" : "down",
+  std::printf("tandem-rnic %s: port %u %s link %s, %u lcore%s (%u RX queue%s), mode %s, spray %s, cc %s, mtu %u, tx %s, "
+              "host socket %s\n",
+              c.name.c_str(), c.port_id, cd::port_name(c.port_id).c_str(), up ? "up" : "down", c.lcores,
+              c.lcores == 1 ? "" : "s", data_port.rx_queues, data_port.rx_queues == 1 ? "" : "s",
               c.mode == Reliability::kIrn ? "irn" : "gbn", c.spray.c_str(), c.cc.c_str(), c.mtu,
               worker->tx_mode_line().c_str(), c.host_socket.c_str());
   if (c.bench_any_psn)

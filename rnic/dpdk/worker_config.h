@@ -46,6 +46,9 @@ struct WorkerConfig {
   std::string stats_json;
   uint16_t port_id = 0;      // the data port (first EAL port)
   uint32_t max_qps = 16384;
+  // Worker lcores of the port (--lcores): each application and its QPs live
+  // on one (rnic/port/qp_steering.h). Standalone mode only when > 1.
+  uint32_t lcores = 1;
   // --limit-per-app / --limit-per-vnic: fair shares of the host interface
   // (fair_shares.h); a resource not named keeps its default.
   std::vector<host::LimitSetting> app_limits;

@@ -31,6 +31,7 @@ inline constexpr uint32_t kRowPaths = 16;  // per-path columns a QP row carries 
 
 struct QpRow {
   uint32_t host_qpn = 0, core_qpn = 0, app_id = 0;
+  uint32_t lcore = 0;  // the worker lcore that owns it (--lcores)
   uint32_t state = 0;  // ibv_qp_state
   uint32_t vnic = 0, vni = 0, remote_overlay = 0, remote_underlay = 0, dest_qpn = 0, mtu = 0;
   bool route_pending = false;  // DPU mode: RTR waits for the agent's route
