@@ -71,16 +71,30 @@ class DpdkIo : public MbufFrames {
   // What other lcores handed this one, then this lcore's RX queue (if it has
   // one): its frames for other lcores' QPs are passed on, the rest returned.
   uint16_t steered_rx(rte_mbuf** out, uint16_t n) noexcept {
-    uint16_t got = 0;
-    for (uint32_t from = 0; from < steer_->lcores() && got < n; ++from)
-      if (from != lcore_) got = static_cast<uint16_t>(got + rte_ring_dequeue_burst(steer_->ring(from, lcore_),
-                                                                                 reinterpret_cast<void**>(out + got),
-                                                                                 n - got, nullptr));
-    sc_.handed_in += got;
+    uint16_t got = take_handed(out, n);
     if (got == n || lcore_ >= steer_->rx_queues()) return got;
     rte_mbuf* in[kRxMax];
     const uint16_t m = rte_eth_rx_burst(port_id_, static_cast<uint16_t>(lcore_), in,
                                         static_cast<uint16_t>(std::min<uint16_t>(n - got, kRxMax)));
+    return steer(in, m, out, got);
+  }
+
+ public:
+  // The two halves of steered_rx, public for benchmarks/rx-steer. Frames
+  // other lcores handed this one, up to n, into out.
+  uint16_t take_handed(rte_mbuf** out, uint16_t n) noexcept {
+    uint16_t got = 0;
+    for (uint32_t from = 0; from < steer_->lcores() && got < n; ++from)
+      if (from != lcore_)
+        got = static_cast<uint16_t>(got + rte_ring_dequeue_burst(steer_->ring(from, lcore_),
+                                                                 reinterpret_cast<void**>(out + got), n - got,
+                                                                 nullptr));
+    sc_.handed_in += got;
+    return got;
+  }
+  // Frames in[0..m) this lcore's queue took (m <= kRxMax): its own appended
+  // to out from `got` on, the others' handed to their lcores. Returns the new count.
+  uint16_t steer(rte_mbuf** in, uint16_t m, rte_mbuf** out, uint16_t got) noexcept {
     rte_mbuf* away[port::kMaxLcores][kRxMax];
     uint16_t n_away[port::kMaxLcores] = {};
     const port::QpShards& sh = steer_->shards();
@@ -103,6 +117,7 @@ class DpdkIo : public MbufFrames {
     return got;
   }
 
+ private:
   common::dpdk::TscClock clock_;
   uint16_t port_id_;
   uint16_t n_ports_ = 1;
