@@ -678,6 +678,7 @@ void Worker::register_telemetry() {
         out.u64("cc_credits_received", q.credits_received);
         out.u64("cc_credits_used", q.credits_used);
         out.u64("cc_credit_stalls", q.credit_stalls);
+        out.u64("cc_credit_probes", q.credit_probes);
         out.u64("cc_rate_cuts", q.rate_cuts);
         out.u64("cc_rate_mbps", q.rate_mbps);
         out.u64("paths", q.paths);

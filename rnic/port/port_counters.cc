@@ -44,6 +44,7 @@ void PortLogic::fill_qp_rows(QpRows& out) const noexcept {
       r.retx_pkts = qc->retx_pkts;
       r.sacks_rx = qc->sacks_rx;
       r.timeouts = qc->timeouts;
+      r.credit_probes = qc->credit_probes;
       r.reorder_depth_max = qc->reorder_depth_max;
     }
     if (const PathPolicy* pp = core_.path_policy(q.core_qpn)) {

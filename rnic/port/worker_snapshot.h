@@ -38,6 +38,7 @@ struct QpRow {
   uint64_t route_wait_us = 0;  // RTR to route installed (0: there already)
   bool has_counters = false;
   uint64_t tx_pkts = 0, rx_pkts = 0, retx_pkts = 0, sacks_rx = 0, timeouts = 0, reorder_depth_max = 0;
+  uint64_t credit_probes = 0;  // cc credit: packets sent without credit after an RTO out of it
   uint32_t paths = 0;  // 0: no path policy
   uint64_t path_removals = 0, path_returns = 0;
   uint64_t pkts[kRowPaths] = {}, removals[kRowPaths] = {}, silent_removals[kRowPaths] = {};
