@@ -60,10 +60,10 @@ using namespace tandem::rnic;
 
 namespace {
 
-void connect(Transport& t, uint32_t qpn, uint32_t dest, uint32_t peer, bool reset) {
+void connect(Transport& t, uint32_t qpn, uint32_t dest, uint32_t peer, bool reset, uint32_t mtu) {
   QpAttr a;
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  a.path_mtu = 1024;
+  a.path_mtu = mtu;
   a.dest_qp_num = dest;
   a.peer = peer;
   a.timeout_ns = 1'000'000'000;
@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   bool control = true;
   std::string trace_mode = "none";  // trace units: none (no trace code path), off, nomatch, match
   std::string path_policy = "round_robin", cc_policy = "credit";  // the lab's
-  uint32_t n_paths = 4, lcores = 1;
+  uint32_t n_paths = 4, lcores = 1, mtu = 1024;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--trace" && i + 1 < argc) {
@@ -110,12 +110,14 @@ int main(int argc, char** argv) {
     else if (a == "--cc" && i + 1 < argc) cc_policy = argv[++i];
     else if (a == "--paths" && i + 1 < argc) n_paths = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--lcores" && i + 1 < argc) lcores = static_cast<uint32_t>(std::atoi(argv[++i]));
+    else if (a == "--mtu" && i + 1 < argc) mtu = static_cast<uint32_t>(std::atoi(argv[++i]));
     else {
       std::fprintf(stderr, "usage: rx_pipeline_bench [--seconds S] [--payload B] [--frames N (even; default: 0.66 MB of frames)] [--no-control]\n"
                            "       [--trace none|off|nomatch|match (the worker's tracer: none, no rule, a rule matching nothing, every packet)]\n"
                            "       [--path single|round_robin|adaptive (round_robin)] [--cc fixed_window|credit|dcqcn (credit)]\n"
                            "       [--paths N (path set size, 4)]   (both ends' QPs; the lab's policies by default)\n"
-                           "       [--lcores N (the same receive path, own state and queue, on N lcores at once; 1)]\n");
+                           "       [--lcores N (the same receive path, own state and queue, on N lcores at once; 1)]\n"
+                           "       [--mtu 256|512|1024|2048|4096 (both QPs' path MTU: payload per packet; 1024)]\n");
       return 2;
     }
   }
@@ -128,14 +130,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rx_pipeline_bench: --trace none|off|nomatch|match\n");
     return 2;
   }
-  if (payload == 0 || payload > 65536 || lcores == 0 || lcores > 16) {
-    std::fprintf(stderr, "rx_pipeline_bench: --payload 1..65536, --lcores 1..16\n");
+  if (payload == 0 || payload > 65536 || lcores == 0 || lcores > 16 ||
+      (mtu != 256 && mtu != 512 && mtu != 1024 && mtu != 2048 && mtu != 4096)) {
+    std::fprintf(stderr, "rx_pipeline_bench: --payload 1..65536, --lcores 1..16, --mtu 256|512|1024|2048|4096\n");
     return 2;
   }
   // The replay array stays cache-resident (this core's L2 is 1 MiB), as the
-  // baseline PMD's one dummy frame does: 4096 frames of 64 B WRITEs.
+  // baseline PMD's one dummy frame does: 4096 frames of 64 B WRITEs (frames
+  // carry up to an MTU of payload: 4 KiB WRITEs at MTU 1024 are 4 frames).
   constexpr uint32_t kReplayBytes = 4096 * 162;
-  if (n_frames == 0) n_frames = std::max<uint32_t>(512, kReplayBytes / (payload + 98)) & ~1u;
+  const uint32_t frame_payload = std::min(payload, mtu);
+  if (n_frames == 0)
+    n_frames = std::max<uint32_t>(frame_payload > 1024 ? 128 : 512, kReplayBytes / (frame_payload + 98)) & ~1u;
   const std::string prefix = "tandem-rxbench-" + std::to_string(getpid());
   if (lcores > bench::usable_cpus()) {
     std::fprintf(stderr, "rx_pipeline_bench: --lcores %u but this process may run on %u CPUs\n", lcores, bench::usable_cpus());
@@ -149,7 +155,10 @@ int main(int argc, char** argv) {
   }
   // Shared by the lcores, as the worker's are: the pool (each lcore takes
   // from its own cache), the port (each lcore has its queue) and the table.
-  rte_mempool* pool = rte_pktmbuf_pool_create("rx_pool", 8191 * lcores, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
+  // mbufs hold a whole frame, as a PMD's receive buffers do at this MTU.
+  const auto data_room =
+      static_cast<uint16_t>(std::max<uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE, RTE_PKTMBUF_HEADROOM + mtu + 256));
+  rte_mempool* pool = rte_pktmbuf_pool_create("rx_pool", 8191 * lcores, 256, 0, data_room, 0);
   bench::port_setup_queues(0, pool, static_cast<uint16_t>(lcores));
 
   // The ingress and egress entries of vNIC 1's remote.
@@ -202,8 +211,8 @@ int main(int argc, char** argv) {
     init.send_cq = scq;
     init.recv_cq = scq;
     const uint32_t sqpn = tx.create_qp(init);
-    connect(tx, sqpn, rqpn, 0xC0A80002, false);
-    connect(rx, rqpn, sqpn, 0xC0A80001, false);
+    connect(tx, sqpn, rqpn, 0xC0A80002, false, mtu);
+    connect(rx, rqpn, sqpn, 0xC0A80001, false, mtu);
     std::vector<uint8_t> frames;
     std::vector<std::pair<uint32_t, uint32_t>> index;  // offset, length
     FrameAddrs fa;
@@ -225,7 +234,7 @@ int main(int argc, char** argv) {
       tx.poll(0);
       while (!tx.tx().empty()) {
         const TxDesc& d = tx.tx().front();
-        uint8_t buf[2048];
+        uint8_t buf[4096 + 256];
         const std::size_t n = build_frame(d, fa, buf, sizeof buf);
         index.emplace_back(static_cast<uint32_t>(frames.size()), static_cast<uint32_t>(n));
         frames.insert(frames.end(), buf, buf + n);
@@ -307,7 +316,7 @@ int main(int argc, char** argv) {
       const double c0 = cpu_ns();
       const uint64_t t0 = clock.now_ns(), end = t0 + static_cast<uint64_t>(seconds * 1e9);
       while (clock.now_ns() < end) {
-        if (full) connect(rx, rqpn, sqpn, 0xC0A80001, true);
+        if (full) connect(rx, rqpn, sqpn, 0xC0A80001, true, mtu);
         if (full && traced) arm();
         for (std::size_t i = 0; i < index.size(); i += 32) {
           rte_mbuf* ms[32];
@@ -381,7 +390,7 @@ int main(int argc, char** argv) {
     {
       constexpr int kResets = 1000;
       const double c0 = cpu_ns();
-      for (int i = 0; i < kResets; ++i) connect(rx, rqpn, sqpn, 0xC0A80001, true);
+      for (int i = 0; i < kResets; ++i) connect(rx, rqpn, sqpn, 0xC0A80001, true, mtu);
       res.reset_ns = (cpu_ns() - c0) / kResets;
     }
     for (const auto& stage_drops : k.drops)
@@ -426,12 +435,13 @@ int main(int argc, char** argv) {
               "\"floor_ns_per_packet_cpu\": %.1f, \"qp_reset_ns\": %.0f, \"qp_reset_ns_per_packet\": %.2f, "
               "\"dropped\": %lu, \"icrc\": \"%s\", \"trace\": \"%s\", \"trace_records\": %lu, "
               "\"path\": \"%s\", \"cc\": \"%s\", \"paths\": %u, \"lcores\": %u, \"lcore_mpps\": [%s], "
-              "\"lcore_floor_mpps\": [%s]}\n",
+              "\"lcore_floor_mpps\": [%s], \"mtu\": %u}\n",
               sum.mpps(), floor_sum.mpps(), static_cast<unsigned long>(sum.accepted),
               static_cast<unsigned long>(sum.acks), payload, results[0].frame_bytes, n_frames, sum.cpu_per_pkt(),
               floor_sum.cpu_per_pkt(), reset_ns, reset_ns / n_frames, static_cast<unsigned long>(dropped),
               common::crc32_backend(), trace_mode.c_str(), static_cast<unsigned long>(trace_records),
-              path_policy.c_str(), cc_policy.c_str(), n_paths, lcores, lcore_mpps.c_str(), lcore_floor_mpps.c_str());
+              path_policy.c_str(), cc_policy.c_str(), n_paths, lcores, lcore_mpps.c_str(), lcore_floor_mpps.c_str(),
+              mtu);
   common::dpdk::port_close(0);
   common::dpdk::eal_cleanup();
   std::error_code ec;

@@ -2,8 +2,9 @@
 // WRITE work request -> core segments it (IRN placement header, PSN, path)
 // -> egress route (the level-2 table entry, resolved once per QP and table
 // version, as the worker does) -> path set -> TxEncap (Ethernet/IPv4/UDP/
-// BTH/RETH/XETH, payload, chained ICRC) -> rte_eth_tx_burst on net_null. The peer's ACKs are synthesised every 32 packets per QP (as
-// parsed RocePackets) so the window keeps moving; completions are reaped.
+// BTH/RETH/XETH, payload, chained ICRC) -> rte_eth_tx_burst on net_null. The
+// peer's ACKs are synthesised every 32 packets per QP (every 32 KiB above MTU
+// 1024; as parsed RocePackets) so the window keeps moving; completions are reaped.
 //
 // Two more modes put the pipeline's number in context, same frames, same
 // port:
@@ -219,7 +220,7 @@ int main(int argc, char** argv) {
   std::string trace_mode = "none", path_policy = "round_robin", cc_policy = "credit";
   double seconds = 3;
   uint32_t n_paths = 4;
-  uint32_t lcores = 1;
+  uint32_t lcores = 1, mtu = 1024;
   uint32_t payload = 64, n_qps = 4, txq = 1024, cq_size = 1 << 16, depth = 256, signal_every = 1, post_list = 1;
   bool copy = false, gbn = false, floor = false, encap_only = false;
   for (int i = 1; i < argc; ++i) {
@@ -233,6 +234,7 @@ int main(int argc, char** argv) {
     else if (a == "--signal-every" && i + 1 < argc) signal_every = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--post-list" && i + 1 < argc) post_list = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--lcores" && i + 1 < argc) lcores = static_cast<uint32_t>(std::atoi(argv[++i]));
+    else if (a == "--mtu" && i + 1 < argc) mtu = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--tx-copy") copy = true;
     else if (a == "--gbn") gbn = true;
     else if (a == "--floor") floor = true;
@@ -254,7 +256,8 @@ int main(int argc, char** argv) {
                    "         [--path POLICY (spraying: single|round_robin|adaptive; round_robin, the lab's)]\n"
                    "         [--cc POLICY (fixed_window|credit|dcqcn; credit, the lab's: the synthesised ACKs grant)]\n"
                    "         [--paths N (path set size, 4)]\n"
-                   "         [--lcores N (the same pipeline, own state and TX queue, on N lcores at once; 1)]\n");
+                   "         [--lcores N (the same pipeline, own state and TX queue, on N lcores at once; 1)]\n"
+                   "         [--mtu 256|512|1024|2048|4096 (the QPs' path MTU: payload per packet; 1024)]\n");
       return 2;
     }
   }
@@ -268,6 +271,14 @@ int main(int argc, char** argv) {
   if (!make_path_policy(path_policy.c_str()) || !make_cc_policy(cc_policy.c_str()) || n_paths == 0 ||
       n_paths > kMaxPaths) {
     std::fprintf(stderr, "tx_pipeline_bench: unknown --path or --cc policy, or --paths not 1..%u\n", kMaxPaths);
+    return 2;
+  }
+  if (mtu != 256 && mtu != 512 && mtu != 1024 && mtu != 2048 && mtu != 4096) {
+    std::fprintf(stderr, "tx_pipeline_bench: --mtu 256|512|1024|2048|4096\n");
+    return 2;
+  }
+  if (copy && mtu > 1024) {
+    std::fprintf(stderr, "tx_pipeline_bench: --tx-copy frames must fit one mbuf (--mtu up to 1024)\n");
     return 2;
   }
   if ((floor || encap_only) && payload > 1024) {
@@ -428,7 +439,7 @@ int main(int argc, char** argv) {
         a.state = QpState::kInit;
         core.modify_qp(q, a, IBV_QP_STATE);
         a.state = QpState::kRtr;
-        a.path_mtu = 1024;
+        a.path_mtu = mtu;
         a.dest_qp_num = kRemoteQpnBase + i;
         a.peer = 0xC0A80002;
         a.path_seed = static_cast<uint16_t>(i * 7919);
@@ -441,7 +452,8 @@ int main(int argc, char** argv) {
       // Per QP: WRs posted, and WRs known complete (a completion's wr_id is
       // its WR's ordinal on the QP; it completes every WR before it, signalled
       // or not, as verbs applications count with selective signalling).
-      std::vector<uint64_t> posted(n_qps, 0), done(n_qps, 0);
+      const uint32_t ack_every = 32 * 1024 / std::max<uint32_t>(mtu, 1024);
+    std::vector<uint64_t> posted(n_qps, 0), done(n_qps, 0);
       std::vector<uint32_t> since_ack(n_qps, 0), last_psn(n_qps, 0), unsignalled(n_qps, 0);
       Completion wc[64];
       std::vector<SendWr> list(post_list);
@@ -544,9 +556,10 @@ int main(int argc, char** argv) {
           }
           if (!core.pending()) break;
         }
-        // The peer's cumulative ACKs.
+        // The peer's cumulative ACKs, every 32 packets (32 KiB above MTU 1024:
+        // a credit QP's unscheduled window is in bytes, 16 packets at 4096).
         for (uint32_t i = 0; i < n_qps; ++i) {
-          if (since_ack[i] < 32) continue;
+          if (since_ack[i] < ack_every) continue;
           common::RocePacket ack;
           ack.ip.src = 0x0A000002;
           ack.ip.dst = 0x0A000001;
@@ -601,13 +614,14 @@ int main(int argc, char** argv) {
               "\"cpu_seconds\": %.3f, \"mpps_per_cpu_second\": %.4f, \"ns_per_packet_cpu\": %.1f, \"payload\": %u, "
               "\"qps\": %u, \"frame_bytes\": %u, \"zero_copy_segs\": %lu, \"copied_bytes\": %lu, "
               "\"signal_every\": %u, \"post_list\": %u, \"trace\": \"%s\", \"trace_records\": %lu, "
-              "\"path\": \"%s\", \"cc\": \"%s\", \"paths\": %u, \"lcores\": %u, \"lcore_mpps\": [%s]}\n",
+              "\"path\": \"%s\", \"cc\": \"%s\", \"paths\": %u, \"lcores\": %u, \"lcore_mpps\": [%s], "
+              "\"mtu\": %u}\n",
               mode, static_cast<unsigned long>(sent), static_cast<unsigned long>(not_sent), secs,
               sent / secs / 1e6, cpu_secs, sent / cpu_secs / 1e6,
               cpu_secs * 1e9 / static_cast<double>(sent ? sent : 1), payload, n_qps, results[0].tally.frame_bytes,
               static_cast<unsigned long>(zero_copy_segs), static_cast<unsigned long>(copied_bytes), signal_every,
               post_list, trace_mode.c_str(), static_cast<unsigned long>(trace_records), path_policy.c_str(),
-              cc_policy.c_str(), n_paths, lcores, lcore_mpps.c_str());
+              cc_policy.c_str(), n_paths, lcores, lcore_mpps.c_str(), mtu);
   if (error) std::fprintf(stderr, "tx_pipeline_bench: %s\n", error);
   common::dpdk::port_close(0);
   common::dpdk::eal_cleanup();
