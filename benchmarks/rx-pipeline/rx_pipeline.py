@@ -91,7 +91,11 @@ def main():
            "scaling_2_lcores": round(scale, 3), "scaling_pairs": ratios,
            "lcores_1_mpps": round(one["mpps"], 3), "lcores_2_mpps": round(two["mpps"], 3),
            "lcores_2_per_lcore_mpps": [round(m, 3) for m in two["lcore_mpps"]],
-           "lcores_2_ns_per_packet_cpu": two.get("ns_per_packet_cpu")}
+           "lcores_2_ns_per_packet_cpu": two.get("ns_per_packet_cpu"),
+           # The same pair by CPU time: 2 x 1 lcore's CPU ns a packet over 2
+           # lcores' (what 2 lcores give when nothing else takes their CPUs).
+           "scaling_2_lcores_cpu": round(2 * one["ns_per_packet_cpu"] / two["ns_per_packet_cpu"], 3)
+           if two.get("ns_per_packet_cpu") else None}
     if pmd:
         out.update({"baseline": round(pmd[64], 3),
                     "baseline_name": f"dpdk-testpmd io fwd, net_null copy=1, {r64['frame_bytes']} B frames",
@@ -122,7 +126,8 @@ def main():
     label = f"tandem-rnic RX pipeline, 64 B, on 2 lcores (1 lcore: {one['mpps']:.3f})"
     print(f"{label:<62} {two['mpps']:>8.3f} {'':>7} {two.get('ns_per_packet_cpu', ''):>11}")
     print(f"scaling_2_lcores: {scale:.2f} (2 lcores' Mpps over 1 lcore's, median of pairs {ratios}; "
-          f"per lcore {', '.join(f'{m:.3f}' for m in two['lcore_mpps'])} Mpps)")
+          f"per lcore {', '.join(f'{m:.3f}' for m in two['lcore_mpps'])} Mpps; "
+          f"by CPU ns a packet {out['scaling_2_lcores_cpu']})")
     print(f"policies: {out['policies']} (the lab's); CPU ns over the floor's at 64 B: {out['ours_over_floor_cpu']:.2f} "
           f"(single + fixed_window: {out['single_fixed_window_over_floor_cpu']:.2f})")
     print(f"(ratio: Mpps / the baseline's; the pipeline is {r64['mpps'] / r64['floor_mpps']:.2f} of its floor at 64 B;"

@@ -126,7 +126,11 @@ def main():
            "scaling_2_lcores": round(scale, 3), "scaling_pairs": ratios,
            "lcores_1_mpps": round(one["mpps"], 3), "lcores_2_mpps": round(two["mpps"], 3),
            "lcores_2_per_lcore_mpps": [round(m, 3) for m in two["lcore_mpps"]],
-           "lcores_2_ns_per_packet_cpu": two.get("ns_per_packet_cpu")}
+           "lcores_2_ns_per_packet_cpu": two.get("ns_per_packet_cpu"),
+           # The same pair by CPU time: 2 x 1 lcore's CPU ns a packet over 2
+           # lcores' (what 2 lcores give when nothing else takes their CPUs).
+           "scaling_2_lcores_cpu": round(2 * one["ns_per_packet_cpu"] / two["ns_per_packet_cpu"], 3)
+           if two.get("ns_per_packet_cpu") else None}
     if a.json:
         print(json.dumps(out))
         return
@@ -151,7 +155,8 @@ def main():
     print(f"{label:<58} {two['mpps']:>8.3f} {ratio(two['mpps'], io):>6} {ratio(two['mpps'], txonly):>9} "
           f"{two.get('ns_per_packet_cpu', ''):>11}")
     print(f"scaling_2_lcores: {scale:.2f} (2 lcores' Mpps over 1 lcore's, median of pairs {ratios}; "
-          f"per lcore {', '.join(f'{m:.3f}' for m in two['lcore_mpps'])} Mpps)")
+          f"per lcore {', '.join(f'{m:.3f}' for m in two['lcore_mpps'])} Mpps; "
+          f"by CPU ns a packet {out['scaling_2_lcores_cpu']})")
     print("vs io: ratio to testpmd io forwarding (the JSON's baseline/ratio: the every-WR-signalled row); "
           "vs txonly: to testpmd txonly")
     print("floor: header copy + patch + payload copy + ICRC + tx_burst per packet, nothing else: "
