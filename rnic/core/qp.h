@@ -354,6 +354,7 @@ struct Qp {
   void on_timers_requester(uint64_t now) noexcept;
   uint64_t requester_deadline() const noexcept;
   bool credit_probe(uint64_t now) noexcept;  // out of credit: may one packet go anyway? (requester.cc)
+  uint64_t credit_probe_wait() const noexcept { return std::max<uint64_t>(rto(), attr.timeout_ns); }
   void to_error(ibv_wc_status first_status) noexcept;
   void complete_sends() noexcept;
   bool send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept;
