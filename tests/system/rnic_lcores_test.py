@@ -90,8 +90,14 @@ def main():
     flags = ["-q", str(QPS), "-s", "65536", "-D", "4", "--verify", "-m", "1024"]
     w = perf_pair("write", "write_bw", flags)
     r = perf_pair("read", "read_bw", flags)
-    time.sleep(2)  # mid-run: every QP is live
-    placed = {n: qps_by_lcore(tel[n]) for n in ("A", "B")}
+    # Mid-run: every QP of both pairs is live (on a loaded machine the second pair's may take a while).
+    t0 = time.time()
+    placed = {}
+    while time.time() - t0 < 20:
+        placed = {n: qps_by_lcore(tel[n]) for n in ("A", "B")}
+        if all(len(q) == 2 * QPS for q in placed.values()):
+            break
+        time.sleep(0.2)
     # While every QP lives, a frame dropped as unknown_qpn would be one processed on the wrong
     # lcore (after the runs, late frames for destroyed QPs are dropped so, rightly).
     mid_unknown = {n: [tel[n].cmd(f"/tandem/rnic/stats,{k}").get("drop_ingress_unknown_qpn", 0) for k in (0, 1)]
