@@ -35,6 +35,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from lcore_scaling import scaling_pairs  # noqa: E402
 from tandem_harness import Lab, measure_opackets, measure_testpmd_io  # noqa: E402
 
 
@@ -44,23 +46,6 @@ def testpmd_txonly(lab, testpmd, seconds, warmup):
                                   "--vdev=net_null0", "--log-level=error", "--", "--forward-mode=txonly",
                                   "--nb-cores=1", "--total-num-mbufs=8192", "--txpkts=64", "--stats-period=100"],
                             pre, warmup, seconds)
-
-
-def scaling_pairs(bench, seconds, extra, pairs):
-    """--lcores 1 then --lcores 2, `pairs` times; returns (the fastest 2-lcore
-    run's Mpps over the fastest 1-lcore run's, those runs, each pair's ratio)."""
-    runs = []
-    for _ in range(pairs):
-        one, two = (json.loads(subprocess.run([bench, "--seconds", str(seconds), "--lcores", str(n)] + extra,
-                                              check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
-                    for n in (1, 2))
-        runs.append((two["mpps"] / one["mpps"] if one["mpps"] else 0.0, one, two))
-    # Other work on the 2 CPUs only ever slows a run: the fastest run of each
-    # is the closest to the undisturbed rate.
-    one = max((r[1] for r in runs), key=lambda r: r["mpps"])
-    two = max((r[2] for r in runs), key=lambda r: r["mpps"])
-    ratio = two["mpps"] / one["mpps"] if one["mpps"] else 0.0
-    return ratio, one, two, [round(r[0], 3) for r in runs]
 
 
 def main():
