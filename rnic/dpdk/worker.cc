@@ -267,6 +267,8 @@ class Worker {
   // telemetry snapshot, --stats-json and the exit print alike.
   template <class F>
   void visit_counters(const Lcore& l, F&& f) const;
+  // Every lcore's counter rows, read off the lcores (after the loop).
+  std::vector<std::vector<port::CounterRow>> lcore_rows() const;
   void publish_snapshots(Lcore& l) noexcept {
     if (l.stats_x->wanted()) [[unlikely]] {
       port::CounterRows& out = l.stats_x->buffer();
@@ -463,7 +465,7 @@ nlohmann::json rows_json(const std::vector<port::CounterRow>& rows) {
   return j;
 }
 
-nlohmann::json Worker::counters_json() const {
+std::vector<std::vector<port::CounterRow>> Worker::lcore_rows() const {
   std::vector<std::vector<port::CounterRow>> per;
   for (const auto& l : lcores_) {
     per.emplace_back();
@@ -471,6 +473,11 @@ nlohmann::json Worker::counters_json() const {
       per.back().push_back(port::CounterRow{g, n, h, v});
     });
   }
+  return per;
+}
+
+nlohmann::json Worker::counters_json() const {
+  const std::vector<std::vector<port::CounterRow>> per = lcore_rows();
   nlohmann::json j = rows_json(sum_rows(per));
   j["name"] = c_.name;
   j["tx_encap"]["zero_copy"] = tx_mode_.zero_copy;
@@ -485,13 +492,7 @@ nlohmann::json Worker::counters_json() const {
 }
 
 void Worker::print_counters() const {
-  std::vector<std::vector<port::CounterRow>> per;
-  for (const auto& l : lcores_) {
-    per.emplace_back();
-    visit_counters(*l, [&](const char* g, const char* n, uint64_t v, const char* h) {
-      per.back().push_back(port::CounterRow{g, n, h, v});
-    });
-  }
+  const std::vector<std::vector<port::CounterRow>> per = lcore_rows();
   std::printf("%s counters%s:\n", c_.name.c_str(), per.size() > 1 ? " (the port: every lcore's summed)" : "");
   for (const port::CounterRow& r : sum_rows(per))
     if (r.value)
