@@ -39,6 +39,9 @@ struct Cq {
   }
 };
 
+inline constexpr uint8_t kWqeSignaled = 1;          // IBV_SEND_SIGNALED
+inline constexpr uint8_t kWqeReportUnsignaled = 2;  // unsignalled, completed anyway (complete_unsignaled)
+
 // One gather entry of a posted send: where this process reads (or, for a
 // READ, writes) the bytes, and how many.
 struct WqeSge {
@@ -64,7 +67,7 @@ struct alignas(64) SendWqe {
   uint32_t opcode : 8 = IBV_WR_SEND;   // ibv_wr_opcode
   uint8_t status = IBV_WC_SUCCESS;     // ibv_wc_status
   uint8_t num_sge = 0;
-  bool signaled = true;      // IBV_SEND_SIGNALED
+  uint8_t signaled = kWqeSignaled;  // completes: kWqeSignaled or kWqeReportUnsignaled; 0: silently
   bool solicited = false;    // IBV_SEND_SOLICITED
   std::array<WqeSge, kMaxSge> sge{};
 
@@ -79,6 +82,18 @@ struct RecvWqe {
   uint64_t len = 0;
 };
 
+// Resolves one gather entry (va, len, lkey) to `out`: it must lie in a region
+// of protection domain `pd` (with local write when `local_write`).
+[[gnu::always_inline]] inline bool resolve_sge(const Transport& t, uint32_t pd, bool local_write, uint64_t va,
+                                               uint32_t len, uint32_t lkey, WqeSge& out) noexcept {
+  const MemoryRegion* mr = t.find_mr(lkey, pd);
+  if (mr == nullptr || va < mr->addr || va - mr->addr > mr->len || len > mr->len - (va - mr->addr) ||
+      (local_write && !(mr->access & IBV_ACCESS_LOCAL_WRITE)))
+    return false;
+  out = WqeSge{mr->host_ptr + (va - mr->addr), len};
+  return true;
+}
+
 // Resolves a send WR's gather list into `w.sge` and sums it into `len`: each
 // SGE must lie in a region of protection domain `pd` (with local write when
 // `local_write`, for a READ's landing buffer); inline SGEs are the caller's own
@@ -90,16 +105,30 @@ struct RecvWqe {
     const Sge& g = wr.sg_list[j];
     if (inl) [[unlikely]] {
       w.sge[j] = WqeSge{reinterpret_cast<uint8_t*>(g.addr), g.length};
-    } else {
-      const MemoryRegion* mr = t.find_mr(g.lkey, pd);
-      if (mr == nullptr || g.addr < mr->addr || g.addr - mr->addr > mr->len ||
-          g.length > mr->len - (g.addr - mr->addr) || (local_write && !(mr->access & IBV_ACCESS_LOCAL_WRITE)))
-        return false;
-      w.sge[j] = WqeSge{mr->host_ptr + (g.addr - mr->addr), g.length};
+    } else if (!resolve_sge(t, pd, local_write, g.addr, g.length, g.lkey, w.sge[j])) {
+      return false;
     }
     len += g.length;
   }
   return len <= (1ull << 31);
+}
+
+inline ibv_wc_opcode send_wc_opcode(ibv_wr_opcode op) noexcept {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+    default: return IBV_WC_SEND;
+  }
+}
+
+// What a posted WR's completion says (Completion::wc_flags), and whether it
+// has one at all (signaled), from its send flags.
+inline uint8_t wqe_signal(uint32_t send_flags, bool complete_unsignaled) noexcept {
+  return (send_flags & IBV_SEND_SIGNALED) ? kWqeSignaled : complete_unsignaled ? kWqeReportUnsignaled : 0;
+}
+inline uint32_t wqe_wc_flags(const SendWqe& w) noexcept {
+  return w.signaled == kWqeReportUnsignaled ? kWcUnsignaled : 0;
 }
 
 // Checks a receive WR against the transport's MRs (lkey, bounds, local write)
@@ -176,6 +205,7 @@ struct Qp {
   std::vector<SendWqe> sq;      // power-of-two ring, >= init.sq_depth slots
   SendWqe* sq_ring = nullptr;   // sq.data()
   uint32_t sq_mask = 0;         // sq.size() - 1
+  std::vector<uint8_t> sq_inline;  // SendSlots' inline bytes: init.max_inline per SQ slot
   uint32_t sq_head = 0;  // oldest not completed
   uint32_t sq_send = 0;  // next to segment
   uint32_t sq_tail = 0;  // next free

@@ -24,15 +24,6 @@ namespace {
 // window, so that a 64 MB read never needs more PSN records than exist.
 uint32_t read_chunk_pkts(uint32_t window) noexcept { return std::max(1u, window / 4); }
 
-ibv_wc_opcode wc_opcode(ibv_wr_opcode op) noexcept {
-  switch (op) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
-    default: return IBV_WC_SEND;
-  }
-}
-
 // A data packet's opcode by WR opcode (RDMA_WRITE, RDMA_WRITE_WITH_IMM,
 // SEND, SEND_WITH_IMM: ibv_wr_opcode 0-3) and its place in the message
 // (first | last << 1): one load instead of a branch per question.
@@ -74,7 +65,7 @@ inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noex
   if (ud) [[unlikely]] return ud_post_send(wr);
   if (state != QpState::kRts && state != QpState::kRtr) [[unlikely]] {
     if (state != QpState::kError) return EINVAL;
-    send_cq->push(Completion{wr.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(wr.opcode), 0, 0, qpn,
+    send_cq->push(Completion{wr.wr_id, IBV_WC_WR_FLUSH_ERR, send_wc_opcode(wr.opcode), 0, 0, qpn,
                              attr.dest_qp_num, 0});
     return 0;
   }
@@ -107,7 +98,7 @@ inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noex
   w.opcode = static_cast<uint8_t>(op);
   w.status = IBV_WC_SUCCESS;
   w.num_sge = static_cast<uint8_t>(wr.num_sge);
-  w.signaled = (wr.send_flags & IBV_SEND_SIGNALED) != 0;
+  w.signaled = wqe_signal(wr.send_flags, init.complete_unsignaled);
   w.solicited = (wr.send_flags & IBV_SEND_SOLICITED) != 0;
   ++sq_tail;
   return 0;
@@ -509,8 +500,8 @@ void Qp::complete_sends() noexcept {
     __builtin_prefetch(&wqe(head + 2));
     if (!psn_lt(psn_add(w.first_psn, w.npkts - 1), done_below)) break;
     if (w.signaled || w.status != IBV_WC_SUCCESS) {
-      cq->push(Completion{w.wr_id, w.wc_status(), wc_opcode(w.op()), w.opcode == IBV_WR_RDMA_READ ? w.len : 0, 0,
-                          qpn, attr.dest_qp_num, 0});
+      cq->push(Completion{w.wr_id, w.wc_status(), send_wc_opcode(w.op()), w.opcode == IBV_WR_RDMA_READ ? w.len : 0, 0,
+                          qpn, attr.dest_qp_num, wqe_wc_flags(w)});
     }
     if (w.opcode == IBV_WR_RDMA_READ) --reads_inflight;
     ++head;
@@ -526,8 +517,8 @@ void Qp::to_error(ibv_wc_status first_status) noexcept {
   for (; sq_head != sq_tail; ++sq_head) {
     SendWqe& w = wqe(sq_head);
     const ibv_wc_status st = w.status != IBV_WC_SUCCESS ? w.wc_status() : IBV_WC_WR_FLUSH_ERR;
-    send_cq->push(Completion{w.wr_id, st, wc_opcode(w.op()), 0, 0, qpn,
-                             attr.dest_qp_num, 0});
+    send_cq->push(Completion{w.wr_id, st, send_wc_opcode(w.op()), 0, 0, qpn,
+                             attr.dest_qp_num, wqe_wc_flags(w)});
   }
   // On an SRQ these are the WQEs it took for messages under way: verbs
   // flushes those, and leaves the ones still on the SRQ to the other QPs.

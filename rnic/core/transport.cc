@@ -119,6 +119,7 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
   const uint32_t w = init.window_pkts;
   if (w < 2 || w > (1u << 16) || (w & (w - 1)) != 0) return 0;
   if (init.sq_depth == 0 || init.rq_depth == 0 || init.max_dest_rd_atomic == 0) return 0;
+  if (init.max_inline > kMaxInlineHeld) return 0;
   Srq* shared = nullptr;
   if (init.srq != 0 && (shared = srq(init.srq)) == nullptr) return 0;
   // A UD QP sends single datagrams: no spraying, no congestion window.
@@ -144,6 +145,7 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
     qp->sq.resize(pow2_at_least(init.sq_depth));
     qp->sq_ring = qp->sq.data();
     qp->sq_mask = static_cast<uint32_t>(qp->sq.size()) - 1;
+    qp->sq_inline.resize(qp->sq.size() * init.max_inline);
     if (shared != nullptr) {
       qp->srq = shared;
       qp->srq_stage.resize(w);

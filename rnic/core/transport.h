@@ -234,6 +234,7 @@ class Transport {
   bool rack_adaptive() const noexcept { return cfg_.rack_adaptive; }
 
  private:
+  friend class SendSlots;  // send_slots.h: posting in place
   // Puts a QP on the active list (a no-op if it is there already): every
   // input that can give a QP work calls it.
   void activate(Qp* qp) noexcept;

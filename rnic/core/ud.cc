@@ -77,7 +77,7 @@ int Qp::ud_post_send(const SendWr& wr) noexcept {
   w.opcode = static_cast<uint8_t>(wr.opcode);
   w.status = IBV_WC_SUCCESS;
   w.num_sge = static_cast<uint8_t>(wr.num_sge);
-  w.signaled = (wr.send_flags & IBV_SEND_SIGNALED) != 0;
+  w.signaled = wqe_signal(wr.send_flags, init.complete_unsignaled);
   w.solicited = (wr.send_flags & IBV_SEND_SOLICITED) != 0;
   ++sq_tail;
   return 0;
@@ -88,7 +88,8 @@ bool Qp::ud_tx(uint64_t now) noexcept {
   // What the previous poll queued has been taken by the I/O layer: complete it.
   for (; sq_head != sq_send; ++sq_head) {
     const SendWqe& w = wqe(sq_head);
-    if (w.signaled) send_cq->push(Completion{w.wr_id, IBV_WC_SUCCESS, IBV_WC_SEND, 0, 0, qpn, w.recv_idx, 0});
+    if (w.signaled)
+      send_cq->push(Completion{w.wr_id, IBV_WC_SUCCESS, IBV_WC_SEND, 0, 0, qpn, w.recv_idx, wqe_wc_flags(w)});
   }
   una = nxt;
   while (sq_send != sq_tail) {

@@ -14,6 +14,7 @@ namespace tandem::rnic {
 
 // Scatter-gather entries per work request (send and receive side).
 inline constexpr std::size_t kMaxSge = 8;
+inline constexpr uint32_t kMaxInlineHeld = 1024;  // QpInitAttr::max_inline at most
 
 // Memory the host registered. `addr` is the address the host (and its peers,
 // through R_Keys) use for it; `host_ptr` is where this process can read and
@@ -125,7 +126,17 @@ struct QpInitAttr {
   // restarts the responder's sequence at its PSN instead of being a duplicate
   // or out of sequence, so a looped pcap replay is placed (responder.cc).
   bool bench_any_psn = false;
+  // Every send WR completes, signalled or not; an unsignalled one's
+  // completion carries kWcUnsignaled (the worker frees a host ring slot per WR).
+  bool complete_unsignaled = false;
+  // Inline bytes per send WR that SendSlots keeps in the SQ until completion
+  // (0: none; the SendWr path points at the caller's bytes instead).
+  uint32_t max_inline = 0;
 };
+
+// Completion::wc_flags of a WR posted without IBV_SEND_SIGNALED on a QP with
+// QpInitAttr::complete_unsignaled (not an ibv_wc_flags bit).
+inline constexpr uint32_t kWcUnsignaled = 1u << 31;
 
 // modify_qp attributes; which are read is chosen by an IBV_QP_* mask, as in
 // ibv_modify_qp. Times are in ns rather than verbs' exponent codes.

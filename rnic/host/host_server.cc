@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "rnic/host/control_msg.h"
+#include "rnic/host/send_fetch.h"
 #include "rnic/host/srq_slot.h"
 #include "rnic/host/unix_channel.h"
 
@@ -96,16 +97,6 @@ struct HostServer::FastApp {
   std::vector<uint32_t> qpn_by_bit;  // doorbell bit -> QPN (0: free)
 };
 
-struct HostServer::QpSlot {
-  bool used = false;
-  uint8_t gen = 0;
-  uint32_t app_index = 0;
-  uint32_t doorbell_bit = 0;
-  QpInfo info{};
-  RingReader<SendWqe> sq;
-  RingReader<RecvWqe> rq;
-};
-
 struct HostServer::CqSlot {
   bool used = false;
   uint8_t gen = 0;
@@ -144,11 +135,6 @@ constexpr uint32_t make_key(uint8_t gen, uint32_t index) noexcept { return index
 
 uint8_t next_gen(uint8_t g) noexcept { return g == 255 ? 1 : static_cast<uint8_t>(g + 1); }
 
-// vendor_err values of error completions written by the server.
-constexpr uint32_t kVendorBadLkey = 1;
-constexpr uint32_t kVendorOutOfBounds = 2;
-constexpr uint32_t kVendorBadWqe = 3;
-
 template <typename Slot>
 uint32_t alloc_slot(std::vector<Slot>& slots, std::vector<uint32_t>& free_list, uint32_t limit) {
   uint32_t index;
@@ -164,24 +150,6 @@ uint32_t alloc_slot(std::vector<Slot>& slots, std::vector<uint32_t>& free_list, 
   s.used = true;
   s.gen = next_gen(s.gen);
   return index;
-}
-
-// Takes the WQE's raw byte: an application's opcode past ibv_wr_opcode's range may not be cast to it.
-ibv_wc_opcode wc_opcode_of(uint8_t op) noexcept {
-  switch (op) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ:
-      return IBV_WC_RDMA_READ;
-    default:
-      return IBV_WC_SEND;
-  }
-}
-
-bool valid_send_opcode(uint8_t op) noexcept {
-  return op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_SEND ||
-         op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_READ;
 }
 
 // The completion channel fd must be an eventfd: a write to anything else
@@ -1416,87 +1384,46 @@ std::size_t HostServer::fetch_send(uint32_t qpn, SendWork* const* out, std::size
   return fetch_send_to(qpn, max, [&](std::size_t i) -> SendWork& { return *out[i]; });
 }
 
+namespace {
+
+// fetch_send_into's sink for the SendWork copies fetch_send hands out.
 template <class Out>
-std::size_t HostServer::fetch_send_to(uint32_t qpn, std::size_t max, Out&& out) noexcept {
-  QpSlot* qp = find_qp(qpn);
-  if (qp == nullptr) return 0;
-  if (qp->info.state == IBV_QPS_ERR) {
-    flush_send(*qp);
-    return 0;
-  }
-  if (qp->info.state != IBV_QPS_RTS && qp->info.state != IBV_QPS_SQD) return 0;
-  uint32_t avail = qp->sq.available();
-  if (qp->sq.corrupt()) {
-    ++counters_.ring_corrupt;
-    set_error(*qp);
-    return 0;
-  }
-  std::size_t n = 0;
-  while (n < max && n < avail) {
-    SendWqe w;
-    copy_from_shared(&w, qp->sq.peek(static_cast<uint32_t>(n)));
-    SendWork& o = out(n);
-    ibv_wc_status why = IBV_WC_SUCCESS;
-    uint32_t vendor = 0;
-    bool inl = (w.send_flags & IBV_SEND_INLINE) != 0;
-    if (!valid_send_opcode(w.opcode) || w.num_sge > kMaxSge || w.inline_len > kMaxInline ||
-        (inl && w.opcode == IBV_WR_RDMA_READ)) {
-      ++counters_.bad_wqe;
-      why = IBV_WC_LOC_QP_OP_ERR;
-      vendor = kVendorBadWqe;
-    }
-    o.wr_id = w.wr_id;
-    o.remote_addr = w.remote_addr;
-    o.rkey = w.rkey;
-    o.imm_data = w.imm_data;
-    o.opcode = why == IBV_WC_SUCCESS ? static_cast<ibv_wr_opcode>(w.opcode) : IBV_WR_SEND;  // cast once valid
-    o.send_flags = w.send_flags;
+struct SendWorkSink {
+  Out out;
+  void header(std::size_t i, uint64_t wr_id, ibv_wr_opcode op, uint32_t send_flags, uint32_t imm_data,
+              uint64_t remote_addr, uint32_t rkey) noexcept {
+    SendWork& o = out(i);
+    o.wr_id = wr_id;
+    o.remote_addr = remote_addr;
+    o.rkey = rkey;
+    o.imm_data = imm_data;
+    o.opcode = op;
+    o.send_flags = send_flags;
     o.num_sge = 0;
     o.inline_len = 0;
-    uint64_t total = 0;
-    if (why == IBV_WC_SUCCESS && inl) {
-      o.inline_len = w.inline_len;
-      std::memcpy(o.inline_data, w.inline_data, w.inline_len);
-      total = w.inline_len;
-    } else if (why == IBV_WC_SUCCESS) {
-      // RDMA READ writes into the local SGEs: they need local write access.
-      bool local_write = w.opcode == IBV_WR_RDMA_READ;
-      for (uint32_t i = 0; i < w.num_sge; ++i) {
-        if (!translate(*qp, w.sge[i], local_write, &o.sge[i], &vendor)) {
-          why = IBV_WC_LOC_PROT_ERR;
-          break;
-        }
-        total += w.sge[i].length;
-      }
-      o.num_sge = w.num_sge;
-      if (why == IBV_WC_SUCCESS && total > (uint64_t{1} << 31)) {
-        ++counters_.bad_wqe;
-        why = IBV_WC_LOC_LEN_ERR;
-        vendor = kVendorBadWqe;
-      }
-    }
-    if (why != IBV_WC_SUCCESS) {
-      if (n > 0) break;  // hand over the good ones first; this one is next time's first
-      Cqe c{};
-      c.wr_id = w.wr_id;
-      c.qp_num = qpn;
-      c.status = static_cast<uint8_t>(why);
-      c.opcode = static_cast<uint8_t>(wc_opcode_of(w.opcode));
-      c.vendor_err = vendor;
-      if (!write_cqe(qp->info.send_cq, c)) return 0;  // retry when the CQ has room
-      qp->sq.release(1);
-      qp->sq.completed(1);
-      set_error(*qp);
-      return 0;
-    }
-    o.length = static_cast<uint32_t>(total);
-    ++n;
   }
-  if (n > 0) {
-    qp->sq.release(static_cast<uint32_t>(n));
-    counters_.send_wqes += n;
+  void segment(std::size_t i, uint32_t j, const Segment& s) noexcept {
+    SendWork& o = out(i);
+    o.sge[j] = s;
+    o.num_sge = j + 1;
   }
-  return n;
+  void inline_bytes(std::size_t i, const uint8_t* ring, uint32_t len) noexcept {
+    SendWork& o = out(i);
+    o.inline_len = len;
+    std::memcpy(o.inline_data, ring, len);
+  }
+  bool taken(std::size_t i, uint32_t length) noexcept {
+    out(i).length = length;
+    return true;
+  }
+};
+
+}  // namespace
+
+template <class Out>
+std::size_t HostServer::fetch_send_to(uint32_t qpn, std::size_t max, Out&& out) noexcept {
+  SendWorkSink<Out&> sink{out};
+  return fetch_send_into(qpn, max, sink);
 }
 
 std::size_t HostServer::fetch_recv(uint32_t qpn, std::span<RecvWork> out) noexcept {
@@ -1623,18 +1550,25 @@ void HostServer::flush_recv(QpSlot& qp) noexcept {
 }
 
 bool HostServer::complete_send(uint32_t qpn, const SendWork& work, ibv_wc_status status) noexcept {
+  return complete_send(qpn, work.wr_id, wc_opcode_of(static_cast<uint8_t>(work.opcode)),
+                       work.opcode == IBV_WR_RDMA_READ ? work.length : 0, (work.send_flags & IBV_SEND_SIGNALED) != 0,
+                       status);
+}
+
+bool HostServer::complete_send(uint32_t qpn, uint64_t wr_id, ibv_wc_opcode opcode, uint32_t byte_len, bool signaled,
+                               ibv_wc_status status) noexcept {
   QpSlot* qp = find_qp(qpn);
   if (qp == nullptr) return false;
   qp->sq.completed(1);  // finished, whether or not a CQE says so
-  bool signaled = (work.send_flags & IBV_SEND_SIGNALED) != 0 || qp->info.sq_sig_all;
+  signaled = signaled || qp->info.sq_sig_all;
   if (status != IBV_WC_SUCCESS) set_error(*qp);
   if (status == IBV_WC_SUCCESS && !signaled) return true;
   Cqe c{};
-  c.wr_id = work.wr_id;
+  c.wr_id = wr_id;
   c.qp_num = qpn;
   c.status = static_cast<uint8_t>(status);
-  c.opcode = static_cast<uint8_t>(wc_opcode_of(work.opcode));
-  c.byte_len = work.opcode == IBV_WR_RDMA_READ ? work.length : 0;
+  c.opcode = static_cast<uint8_t>(opcode);
+  c.byte_len = byte_len;
   if (!write_cqe(qp->info.send_cq, c)) {
     set_error(*qp);
     return false;

@@ -285,6 +285,11 @@ class HostServer {
   // The same into up to `max` places the caller keeps (e.g. the WQE slots it
   // holds until completion): no second copy of each WQE.
   std::size_t fetch_send(uint32_t qpn, SendWork* const* out, std::size_t max) noexcept;
+  // The same, each WQE's fields handed to `sink` as they are read from the
+  // ring (send_fetch.h, which defines it): the caller writes them where it
+  // keeps the WQE, the one copy of it.
+  template <class Sink>
+  std::size_t fetch_send_into(uint32_t qpn, std::size_t max, Sink& sink) noexcept;
   std::size_t fetch_recv(uint32_t qpn, RecvWork* const* out, std::size_t max) noexcept;
   // Entries queued and not yet fetched (0 for an unknown QP).
   uint32_t send_queued(uint32_t qpn) noexcept;
@@ -303,6 +308,10 @@ class HostServer {
   // (counted; the QP goes to ERR as an overrun would on hardware) or the QP
   // is unknown.
   bool complete_send(uint32_t qpn, const SendWork& work, ibv_wc_status status) noexcept;
+  // The same from what the caller kept of the WR: its id, opcode (the
+  // completion's), bytes (a READ's), and whether it asked for a completion.
+  bool complete_send(uint32_t qpn, uint64_t wr_id, ibv_wc_opcode opcode, uint32_t byte_len, bool signaled,
+                     ibv_wc_status status) noexcept;
   bool complete_recv(uint32_t qpn, const RecvWork& work, ibv_wc_status status,
                      uint32_t byte_len, ibv_wc_opcode opcode, bool with_imm, uint32_t imm_data,
                      uint32_t src_qp, bool grh = false) noexcept;

@@ -67,6 +67,10 @@ void PortLogic::on_qp_created(uint32_t host_qpn) {
   init.send_cq = core_cq_;
   init.recv_cq = core_cq_;
   init.sq_depth = std::bit_ceil(std::max<uint32_t>(info->sq_depth, 1));
+  // pump_qp posts in place (SendSlots): the core keeps inline bytes, and
+  // completes every WR so that the host frees its ring slot.
+  init.max_inline = host::kMaxInline;
+  init.complete_unsignaled = true;
   init.rq_depth = std::bit_ceil(std::max<uint32_t>(info->rq_depth, 1));
   init.mode = c_.mode;
   init.max_rd_atomic = std::max<uint8_t>(info->max_rd_atomic, 1);
@@ -99,9 +103,7 @@ void PortLogic::on_qp_created(uint32_t host_qpn) {
   q.core_qpn = core_qpn;
   q.app_id = info->app_id;
   q.ud = ud;
-  q.send_slots.resize(init.sq_depth);
   q.recv_slots.resize(init.rq_depth);
-  for (uint32_t i = init.sq_depth; i-- > 0;) q.send_free.push_back(i);
   for (uint32_t i = init.rq_depth; i-- > 0;) q.recv_free.push_back(i);
   host_index_[host_qpn & (kMaxHostQpSlots - 1)] = core_qpn - kQpnBase;
   ++k_.qps_created;

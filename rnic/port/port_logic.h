@@ -87,8 +87,6 @@ struct QpCtx {
   uint32_t remote_underlay = 0;
   uint32_t dest_qpn = 0;  // the remote QP (what this QP's packets carry in the BTH)
   uint32_t mtu = 0;
-  std::vector<host::SendWork> send_slots;
-  std::vector<uint32_t> send_free;
   std::vector<host::RecvWork> recv_slots;
   std::vector<uint32_t> recv_free;
   bool backlog = false;
@@ -304,7 +302,6 @@ class PortLogic {
   uint64_t next_route_scan_ns_ = 0;
   std::vector<SrqCtx> srqs_ = std::vector<SrqCtx>(kMaxSrqs);
   uint32_t live_srqs_ = 0;
-  std::array<SendWr, kBurst> post_list_{};  // pump_qp's WRs for the core (a member: not re-initialised per call)
 };
 
 }  // namespace tandem::rnic::port

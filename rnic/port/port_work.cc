@@ -3,8 +3,11 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <cstring>
 #include <span>
 
+#include "rnic/core/send_slots.h"
+#include "rnic/host/send_fetch.h"
 #include "rnic/port/port_logic.h"
 
 namespace tandem::rnic::port {
@@ -14,6 +17,36 @@ namespace {
 constexpr uint64_t kRecvTag = uint64_t{1} << 32;  // core wr_id = slot (| kRecvTag for RECVs)
 // SRQ receives: wr_id = kRecvTag | kSrqTag | SrqCtx index << 16 | slot.
 constexpr uint64_t kSrqTag = uint64_t{1} << 33;
+
+// fetch_send_into's sink (send_fetch.h): the fields into the core's SQ slot.
+struct CoreSendSink {
+  SendSlots& slots;
+  bool ud;
+  uint32_t posted = 0;
+  bool refused = false;  // the last WR taken: the core said no (its id, opcode, flags below)
+  uint64_t wr_id = 0;
+  ibv_wr_opcode op = IBV_WR_SEND;
+  uint32_t flags = 0;
+
+  void header(std::size_t, uint64_t id, ibv_wr_opcode o, uint32_t send_flags, uint32_t imm_data,
+              uint64_t remote_addr, uint32_t rkey) noexcept {
+    wr_id = id;
+    op = o;
+    flags = send_flags;
+    slots.begin(id, o, send_flags & (IBV_SEND_SIGNALED | IBV_SEND_SOLICITED), ntohl(imm_data), remote_addr, rkey);
+    if (ud)  // queue_layout.h: remote QPN << 32 | destination IPv4; rkey = Q_Key
+      slots.ud_dest(UdDest{static_cast<uint32_t>(remote_addr), 0, static_cast<uint32_t>(remote_addr >> 32), rkey});
+  }
+  void segment(std::size_t, uint32_t j, const host::Segment& s) noexcept { slots.sge(j, s.va, s.length, s.lkey); }
+  void inline_bytes(std::size_t, const uint8_t* ring, uint32_t len) noexcept {
+    if (uint8_t* d = slots.inline_data(len)) std::memcpy(d, ring, len);
+  }
+  bool taken(std::size_t, uint32_t) noexcept {
+    if (slots.post() != 0) return !(refused = true);
+    ++posted;
+    return true;
+  }
+};
 
 }  // namespace
 
@@ -72,48 +105,17 @@ uint32_t PortLogic::pump_qp(QpCtx& q) noexcept {
       ++k_.wqe_recv;
     }
   }
-  host::SendWork* sdst[kBurst];
-  const std::size_t smax = std::min<std::size_t>(kBurst, q.send_free.size());
-  for (std::size_t i = 0; i < smax; ++i) sdst[i] = &q.send_slots[q.send_free[q.send_free.size() - 1 - i]];
-  SendWr* const wrs = post_list_.data();
-  const std::size_t sn = host_.fetch_send(q.host_qpn, sdst, smax);
-  for (std::size_t i = 0; i < sn; ++i) {
-    const uint32_t slot = q.send_free.back();
-    q.send_free.pop_back();
-    const host::SendWork& w = q.send_slots[slot];
-    SendWr& wr = wrs[i];
-    wr.wr_id = slot;
-    wr.opcode = w.opcode;
-    wr.send_flags = IBV_SEND_SIGNALED | (w.send_flags & IBV_SEND_SOLICITED);
-    wr.imm_data = ntohl(w.imm_data);
-    wr.remote_addr = w.remote_addr;
-    wr.rkey = w.rkey;
-    if (q.ud)  // queue_layout.h: remote QPN << 32 | destination IPv4; rkey = Q_Key
-      wr.ud = UdDest{static_cast<uint32_t>(w.remote_addr), 0, static_cast<uint32_t>(w.remote_addr >> 32), w.rkey};
-    if (w.inline_len > 0 || (w.send_flags & IBV_SEND_INLINE)) {
-      // The bytes the host interface copied out of the ring, held in the QP's slot until completion.
-      wr.send_flags |= IBV_SEND_INLINE;
-      wr.num_sge = w.inline_len ? 1 : 0;
-      wr.sg_list[0] = Sge{reinterpret_cast<uint64_t>(w.inline_data), w.inline_len, 0};
-    } else {
-      wr.num_sge = w.num_sge;
-      for (uint32_t s = 0; s < w.num_sge; ++s)
-        wr.sg_list[s] = Sge{w.sge[s].va, w.sge[s].length, w.sge[s].lkey};
-    }
-  }
-  // The fetched WQEs as one list (one QP lookup for the burst, as
-  // ibv_post_send takes a list); a WR the core refuses fails alone, with
-  // LOC_QP_OP_ERR, and the rest of the list is posted after it.
-  for (uint32_t from = 0; from < sn;) {
-    uint32_t posted = 0;
-    const int rc = core_.post_send(q.core_qpn, wrs + from, static_cast<uint32_t>(sn) - from, &posted);
-    k_.wqe_send += posted;
-    if (rc == 0) break;
-    const uint32_t slot = static_cast<uint32_t>(wrs[from + posted].wr_id);
+  // Each send WQE goes from the ring straight into the core's SQ slot (one
+  // copy; every WR completes, so the host frees its ring slot per WR). A WR
+  // the core refuses fails alone, with LOC_QP_OP_ERR, which moves the QP to ERR.
+  SendSlots slots(core_, q.core_qpn);
+  CoreSendSink sink{slots, q.ud};
+  const std::size_t sn = host_.fetch_send_into(q.host_qpn, std::min<uint32_t>(kBurst, slots.room()), sink);
+  k_.wqe_send += sink.posted;
+  if (sink.refused) {
     ++k_.wqe_refused;
-    host_.complete_send(q.host_qpn, q.send_slots[slot], IBV_WC_LOC_QP_OP_ERR);
-    q.send_free.push_back(slot);
-    from += posted + 1;
+    host_.complete_send(q.host_qpn, sink.wr_id, host::wc_opcode_of(static_cast<uint8_t>(sink.op)), 0,
+                        (sink.flags & IBV_SEND_SIGNALED) != 0, IBV_WC_LOC_QP_OP_ERR);
   }
   n = static_cast<uint32_t>(rn + sn);
   // Edge-triggered doorbells: keep the QP while WQEs are left to fetch.
@@ -172,7 +174,9 @@ uint32_t PortLogic::completions() noexcept {
     total += n;
     for (uint32_t i = 0; i < n; ++i) {
       QpCtx* q = by_core(wc[i].qp_num);
-      if (wc[i].wr_id & kSrqTag) {
+      // Receives carry the port's slot tags; sends the application's wr_id.
+      const bool recv = (wc[i].opcode & IBV_WC_RECV) != 0;
+      if (recv && (wc[i].wr_id & kSrqTag)) {
         // The slot is the SRQ's: freed even if the QP that took it is gone.
         const uint32_t si = static_cast<uint32_t>(wc[i].wr_id >> 16) & 0xFFFF;
         const uint32_t slot = static_cast<uint32_t>(wc[i].wr_id & 0xFFFF);
@@ -190,7 +194,7 @@ uint32_t PortLogic::completions() noexcept {
       }
       if (q == nullptr) continue;
       bool ok;
-      if (wc[i].wr_id & kRecvTag) {
+      if (recv) {
         const uint32_t slot = static_cast<uint32_t>(wc[i].wr_id & 0xFFFFFFFF);
         if (slot >= q->recv_slots.size()) continue;
         ok = host_.complete_recv(q->host_qpn, q->recv_slots[slot], wc[i].status, wc[i].byte_len,
@@ -199,10 +203,8 @@ uint32_t PortLogic::completions() noexcept {
         q->recv_free.push_back(slot);
         ++k_.cqe_recv;
       } else {
-        const uint32_t slot = static_cast<uint32_t>(wc[i].wr_id);
-        if (slot >= q->send_slots.size()) continue;
-        ok = host_.complete_send(q->host_qpn, q->send_slots[slot], wc[i].status);
-        q->send_free.push_back(slot);
+        ok = host_.complete_send(q->host_qpn, wc[i].wr_id, wc[i].opcode, wc[i].byte_len,
+                                 (wc[i].wc_flags & kWcUnsignaled) == 0, wc[i].status);
         ++k_.cqe_send;
       }
       if (!ok) ++k_.cqe_lost;

@@ -61,6 +61,8 @@ struct QpSetup {
   const char* path = "single";
   uint32_t num_paths = 1;
   uint64_t credit_unsched_bytes = 64 << 10;
+  uint32_t max_inline = 0;           // SendSlots' inline bytes per WR
+  bool complete_unsignaled = false;  // every send WR completes (kWcUnsignaled)
 };
 
 inline int bring_up(Transport& t, uint32_t qpn, uint32_t remote_qpn, uint32_t sq_psn, uint32_t rq_psn,
@@ -119,6 +121,8 @@ inline QpInitAttr qp_init(const QpSetup& s, uint32_t cq) {
   init.policy.path = s.path;
   init.policy.num_paths = s.num_paths;
   init.policy.credit_unsched_bytes = s.credit_unsched_bytes;
+  init.max_inline = s.max_inline;
+  init.complete_unsignaled = s.complete_unsignaled;
   return init;
 }
 
