@@ -134,6 +134,8 @@ inline uint32_t wqe_wc_flags(const SendWqe& w) noexcept {
 // Checks a receive WR against the transport's MRs (lkey, bounds, local write)
 // and fills `w` with it. False: EINVAL.
 bool make_recv_wqe(const Transport& t, const RecvWr& wr, uint32_t pd, RecvWqe& w) noexcept;
+// The same for a WR already written into w.wr (posting in place).
+bool check_recv_wqe(const Transport& t, uint32_t pd, RecvWqe& w) noexcept;
 
 // Requester record per PSN in flight (ring indexed by psn & window mask).
 struct PsnRec {
@@ -426,6 +428,7 @@ struct Qp {
 
   // responder.cc
   int post_recv(const RecvWr& wr) noexcept;
+  int post_recv_slot(const RecvWr* flushed) noexcept;  // responder.cc
   // Requests (SEND, WRITE, READ) in[0..n) to this QP in RTR/RTS, in order:
   // why[i] is each one's verdict (kNone: taken), counted in c.drops; returns
   // how many were taken. The per-request body, on_request, is inline in it.

@@ -66,11 +66,15 @@ inline void place(uint8_t* dst, const uint8_t* src, uint32_t n) noexcept {
 }  // namespace
 
 bool make_recv_wqe(const Transport& t, const RecvWr& wr, uint32_t pd, RecvWqe& w) noexcept {
-  if (wr.num_sge > kMaxSge) return false;
   w.wr = wr;
+  return check_recv_wqe(t, pd, w);
+}
+
+bool check_recv_wqe(const Transport& t, uint32_t pd, RecvWqe& w) noexcept {
+  if (w.wr.num_sge > kMaxSge) return false;
   w.len = 0;
-  for (uint32_t j = 0; j < wr.num_sge; ++j) {
-    const Sge& g = wr.sg_list[j];
+  for (uint32_t j = 0; j < w.wr.num_sge; ++j) {
+    const Sge& g = w.wr.sg_list[j];
     const MemoryRegion* mr = t.find_mr(g.lkey, pd);
     if (!range_in_mr(mr, g.addr, g.length) || !(mr->access & IBV_ACCESS_LOCAL_WRITE))
       return false;
@@ -81,15 +85,22 @@ bool make_recv_wqe(const Transport& t, const RecvWr& wr, uint32_t pd, RecvWqe& w
 }
 
 int Qp::post_recv(const RecvWr& wr) noexcept {
+  if (srq != nullptr || state == QpState::kError || rq_tail - rq_head >= rq.size()) return post_recv_slot(&wr);
+  rwqe(rq_tail).wr = wr;
+  return post_recv_slot(nullptr);
+}
+
+// The WR in rwqe(rq_tail) (or `flushed`'s, which takes no slot) checked and posted.
+int Qp::post_recv_slot(const RecvWr* flushed) noexcept {
   if (srq != nullptr) return EINVAL;  // its receives are posted to the SRQ
   if (state == QpState::kError) {
-    recv_cq->push(Completion{wr.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, 0, qpn,
-                             attr.dest_qp_num, 0});
+    const uint64_t wr_id = flushed != nullptr ? flushed->wr_id : rwqe(rq_tail).wr.wr_id;
+    recv_cq->push(Completion{wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, 0, qpn, attr.dest_qp_num, 0});
     return 0;
   }
   if (state == QpState::kReset) return EINVAL;
   if (rq_tail - rq_head >= rq.size()) return ENOMEM;
-  if (!make_recv_wqe(*t, wr, init.pd, rwqe(rq_tail))) return EINVAL;
+  if (!check_recv_wqe(*t, init.pd, rwqe(rq_tail))) return EINVAL;
   ++rq_tail;
   rnr_armed = true;
   return 0;

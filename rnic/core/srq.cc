@@ -37,14 +37,31 @@ int Transport::destroy_srq(uint32_t id) noexcept {
 }
 
 int Transport::post_srq_recv(uint32_t id, const RecvWr& wr) noexcept {
+  RecvWr* slot = srq_recv_slot(id);
+  if (slot == nullptr) return srq(id) == nullptr ? EINVAL : ENOMEM;
+  *slot = wr;
+  return post_srq_recv_slot(id);
+}
+
+RecvWr* Transport::srq_recv_slot(uint32_t id) noexcept {
+  Srq* s = srq(id);
+  return s == nullptr || s->free.empty() ? nullptr : &s->pool[s->free.back()].wr;
+}
+
+int Transport::post_srq_recv_slot(uint32_t id) noexcept {
   Srq* s = srq(id);
   if (s == nullptr) return EINVAL;
   if (s->free.empty()) return ENOMEM;
   const uint32_t slot = s->free.back();
-  if (!make_recv_wqe(*this, wr, s->pd, s->pool[slot])) return EINVAL;
+  if (!check_recv_wqe(*this, s->pd, s->pool[slot])) return EINVAL;
   s->free.pop_back();
   s->queue[s->tail++ & s->mask] = slot;
   return 0;
+}
+
+uint32_t Transport::srq_room(uint32_t id) const noexcept {
+  const Srq* s = srq(id);
+  return s != nullptr ? static_cast<uint32_t>(s->free.size()) : 0;
 }
 
 uint32_t Transport::srq_posted(uint32_t id) const noexcept {

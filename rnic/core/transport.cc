@@ -363,6 +363,26 @@ int Transport::post_recv(uint32_t qpn, const RecvWr& wr) noexcept {
   return r;
 }
 
+uint32_t Transport::recv_room(uint32_t qpn) const noexcept {
+  const Qp* qp = find_qp(qpn);
+  if (qp == nullptr || qp->srq != nullptr) return 0;
+  return static_cast<uint32_t>(qp->rq.size()) - (qp->rq_tail - qp->rq_head);
+}
+
+RecvWr* Transport::recv_slot(uint32_t qpn) noexcept {
+  Qp* qp = find_qp(qpn);
+  if (qp == nullptr || qp->srq != nullptr || qp->rq_tail - qp->rq_head >= qp->rq.size()) return nullptr;
+  return &qp->rwqe(qp->rq_tail).wr;
+}
+
+int Transport::post_recv_slot(uint32_t qpn) noexcept {
+  Qp* qp = find_qp(qpn);
+  if (qp == nullptr) return EINVAL;
+  const int r = qp->post_recv_slot(nullptr);
+  if (r == 0) activate(qp);
+  return r;
+}
+
 
 DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* payload,
                                 uint32_t payload_len, uint64_t now) noexcept {

@@ -205,6 +205,16 @@ class Transport {
   // 0, ENOMEM (SRQ full), EINVAL (unknown SRQ, SGE count, lkey, bounds or
   // missing local write access).
   int post_srq_recv(uint32_t srq, const RecvWr& wr) noexcept;
+  // Receives posted in place (the worker's one copy of a WQE): the caller
+  // writes the WR into the slot these give (nullptr: no such QP or SRQ, a QP
+  // on an SRQ, or no room), then post_*_slot checks and posts it as
+  // post_recv / post_srq_recv would. Sends: send_slots.h.
+  RecvWr* recv_slot(uint32_t qpn) noexcept;
+  int post_recv_slot(uint32_t qpn) noexcept;
+  RecvWr* srq_recv_slot(uint32_t srq) noexcept;
+  int post_srq_recv_slot(uint32_t srq) noexcept;
+  uint32_t srq_room(uint32_t srq) const noexcept;  // receives post_srq_recv can take now
+  uint32_t recv_room(uint32_t qpn) const noexcept;  // receives post_recv can take now (0: none, an SRQ QP)
 
   common::DropReason on_packet(const common::RocePacket& pkt, const uint8_t* payload,
                                uint32_t payload_len, uint64_t now) noexcept;

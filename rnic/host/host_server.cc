@@ -16,7 +16,7 @@
 #include <stdexcept>
 
 #include "rnic/host/control_msg.h"
-#include "rnic/host/send_fetch.h"
+#include "rnic/host/wqe_fetch.h"
 #include "rnic/host/srq_slot.h"
 #include "rnic/host/unix_channel.h"
 
@@ -1384,41 +1384,6 @@ std::size_t HostServer::fetch_send(uint32_t qpn, SendWork* const* out, std::size
   return fetch_send_to(qpn, max, [&](std::size_t i) -> SendWork& { return *out[i]; });
 }
 
-namespace {
-
-// fetch_send_into's sink for the SendWork copies fetch_send hands out.
-template <class Out>
-struct SendWorkSink {
-  Out out;
-  void header(std::size_t i, uint64_t wr_id, ibv_wr_opcode op, uint32_t send_flags, uint32_t imm_data,
-              uint64_t remote_addr, uint32_t rkey) noexcept {
-    SendWork& o = out(i);
-    o.wr_id = wr_id;
-    o.remote_addr = remote_addr;
-    o.rkey = rkey;
-    o.imm_data = imm_data;
-    o.opcode = op;
-    o.send_flags = send_flags;
-    o.num_sge = 0;
-    o.inline_len = 0;
-  }
-  void segment(std::size_t i, uint32_t j, const Segment& s) noexcept {
-    SendWork& o = out(i);
-    o.sge[j] = s;
-    o.num_sge = j + 1;
-  }
-  void inline_bytes(std::size_t i, const uint8_t* ring, uint32_t len) noexcept {
-    SendWork& o = out(i);
-    o.inline_len = len;
-    std::memcpy(o.inline_data, ring, len);
-  }
-  bool taken(std::size_t i, uint32_t length) noexcept {
-    out(i).length = length;
-    return true;
-  }
-};
-
-}  // namespace
 
 template <class Out>
 std::size_t HostServer::fetch_send_to(uint32_t qpn, std::size_t max, Out&& out) noexcept {
@@ -1436,69 +1401,8 @@ std::size_t HostServer::fetch_recv(uint32_t qpn, RecvWork* const* out, std::size
 
 template <class Out>
 std::size_t HostServer::fetch_recv_to(uint32_t qpn, std::size_t max, Out&& out) noexcept {
-  QpSlot* qp = find_qp(qpn);
-  if (qp == nullptr) return 0;
-  if (qp->info.state == IBV_QPS_ERR) {
-    flush_recv(*qp);
-    return 0;
-  }
-  if (qp->info.state == IBV_QPS_RESET) return 0;
-  uint32_t avail = qp->rq.available();
-  if (qp->rq.corrupt()) {
-    ++counters_.ring_corrupt;
-    set_error(*qp);
-    return 0;
-  }
-  std::size_t n = 0;
-  while (n < max && n < avail) {
-    RecvWqe w;
-    copy_from_shared(&w, qp->rq.peek(static_cast<uint32_t>(n)));
-    RecvWork& o = out(n);
-    ibv_wc_status why = IBV_WC_SUCCESS;
-    uint32_t vendor = 0;
-    uint64_t total = 0;
-    if (w.num_sge > kMaxSge) {
-      ++counters_.bad_wqe;
-      why = IBV_WC_LOC_QP_OP_ERR;
-      vendor = kVendorBadWqe;
-    } else {
-      for (uint32_t i = 0; i < w.num_sge; ++i) {
-        if (!translate(*qp, w.sge[i], true, &o.sge[i], &vendor)) {
-          why = IBV_WC_LOC_PROT_ERR;
-          break;
-        }
-        total += w.sge[i].length;
-      }
-      if (why == IBV_WC_SUCCESS && total > (uint64_t{1} << 31)) {
-        ++counters_.bad_wqe;
-        why = IBV_WC_LOC_LEN_ERR;
-        vendor = kVendorBadWqe;
-      }
-    }
-    if (why != IBV_WC_SUCCESS) {
-      if (n > 0) break;
-      Cqe c{};
-      c.wr_id = w.wr_id;
-      c.qp_num = qpn;
-      c.status = static_cast<uint8_t>(why);
-      c.opcode = IBV_WC_RECV;
-      c.vendor_err = vendor;
-      if (!write_cqe(qp->info.recv_cq, c)) return 0;
-      qp->rq.release(1);
-      qp->rq.completed(1);
-      set_error(*qp);
-      return 0;
-    }
-    o.wr_id = w.wr_id;
-    o.num_sge = w.num_sge;
-    o.length = static_cast<uint32_t>(total);
-    ++n;
-  }
-  if (n > 0) {
-    qp->rq.release(static_cast<uint32_t>(n));
-    counters_.recv_wqes += n;
-  }
-  return n;
+  RecvWorkSink<Out&> sink{out};
+  return fetch_recv_into(qpn, max, sink);
 }
 
 uint32_t HostServer::send_queued(uint32_t qpn) noexcept {
@@ -1579,13 +1483,19 @@ bool HostServer::complete_send(uint32_t qpn, uint64_t wr_id, ibv_wc_opcode opcod
 bool HostServer::complete_recv(uint32_t qpn, const RecvWork& work, ibv_wc_status status,
                                uint32_t byte_len, ibv_wc_opcode opcode, bool with_imm,
                                uint32_t imm_data, uint32_t src_qp, bool grh) noexcept {
+  return complete_recv(qpn, work.wr_id, status, byte_len, opcode, with_imm, imm_data, src_qp, grh);
+}
+
+bool HostServer::complete_recv(uint32_t qpn, uint64_t wr_id, ibv_wc_status status, uint32_t byte_len,
+                               ibv_wc_opcode opcode, bool with_imm, uint32_t imm_data, uint32_t src_qp,
+                               bool grh) noexcept {
   QpSlot* qp = find_qp(qpn);
   if (qp == nullptr) return false;
   if (qp->info.srq == 0) qp->rq.completed(1);  // an SRQ's WQEs are in no QP's ring
   // A UD receive too short for its datagram fails alone; the QP goes on.
   if (status != IBV_WC_SUCCESS && qp->info.qp_type != IBV_QPT_UD) set_error(*qp);
   Cqe c{};
-  c.wr_id = work.wr_id;
+  c.wr_id = wr_id;
   c.qp_num = qpn;
   c.status = static_cast<uint8_t>(status);
   c.opcode = static_cast<uint8_t>(opcode);

@@ -286,11 +286,13 @@ class HostServer {
   // holds until completion): no second copy of each WQE.
   std::size_t fetch_send(uint32_t qpn, SendWork* const* out, std::size_t max) noexcept;
   // The same, each WQE's fields handed to `sink` as they are read from the
-  // ring (send_fetch.h, which defines it): the caller writes them where it
+  // ring (wqe_fetch.h, which defines it): the caller writes them where it
   // keeps the WQE, the one copy of it.
   template <class Sink>
   std::size_t fetch_send_into(uint32_t qpn, std::size_t max, Sink& sink) noexcept;
   std::size_t fetch_recv(uint32_t qpn, RecvWork* const* out, std::size_t max) noexcept;
+  template <class Sink>
+  std::size_t fetch_recv_into(uint32_t qpn, std::size_t max, Sink& sink) noexcept;  // wqe_fetch.h
   // Entries queued and not yet fetched (0 for an unknown QP).
   uint32_t send_queued(uint32_t qpn) noexcept;
   uint32_t recv_queued(uint32_t qpn) noexcept;
@@ -301,6 +303,8 @@ class HostServer {
   // sge_out_of_bounds or bad_wqe, and srq_wqes_dropped) and skipped.
   std::size_t fetch_srq_recv(uint32_t srq, std::span<RecvWork> out) noexcept;
   std::size_t fetch_srq_recv(uint32_t srq, RecvWork* const* out, std::size_t max) noexcept;  // into the caller's slots
+  template <class Sink>
+  std::size_t fetch_srq_recv_into(uint32_t srq, std::size_t max, Sink& sink) noexcept;  // wqe_fetch.h
   uint32_t srq_queued(uint32_t srq) noexcept;
 
   // Completions. Send side: written only if signaled (or sq_sig_all) or on
@@ -315,6 +319,8 @@ class HostServer {
   bool complete_recv(uint32_t qpn, const RecvWork& work, ibv_wc_status status,
                      uint32_t byte_len, ibv_wc_opcode opcode, bool with_imm, uint32_t imm_data,
                      uint32_t src_qp, bool grh = false) noexcept;
+  bool complete_recv(uint32_t qpn, uint64_t wr_id, ibv_wc_status status, uint32_t byte_len, ibv_wc_opcode opcode,
+                     bool with_imm, uint32_t imm_data, uint32_t src_qp, bool grh = false) noexcept;
   // Free CQE slots on a QP's send or receive CQ.
   uint32_t cq_space(uint32_t qpn, bool send) noexcept;
 

@@ -11,6 +11,7 @@
 
 #include "rnic/host/control_msg.h"
 #include "rnic/host/srq_slot.h"
+#include "rnic/host/wqe_fetch.h"
 
 namespace tandem::rnic::host {
 
@@ -164,44 +165,8 @@ std::size_t HostServer::fetch_srq_recv(uint32_t srq, RecvWork* const* out, std::
 
 template <class Out>
 std::size_t HostServer::fetch_srq_recv_to(uint32_t srq, std::size_t max, Out&& out) noexcept {
-  SrqSlot* s = find_srq(srq & ~kSrqDoorbell);
-  if (s == nullptr) return 0;
-  const uint32_t avail = s->ring.available();
-  if (s->ring.corrupt()) {
-    ++counters_.ring_corrupt;
-    return 0;
-  }
-  std::size_t n = 0;
-  uint32_t used = 0;
-  for (; used < avail && n < max; ++used) {
-    RecvWqe w;
-    std::memcpy(&w, s->ring.peek(used), sizeof w);  // shared memory: one copy, then look only at it
-    asm volatile("" ::: "memory");
-    RecvWork& o = out(n);
-    bool good = w.num_sge <= kMaxSge;
-    uint64_t total = 0;
-    uint32_t vendor = 0;
-    if (!good) ++counters_.bad_wqe;
-    for (uint32_t i = 0; good && i < w.num_sge; ++i) {
-      good = translate_for(s->app_id, s->pd, w.sge[i], true, &o.sge[i], &vendor);
-      total += w.sge[i].length;
-    }
-    if (good && total > (uint64_t{1} << 31)) {
-      ++counters_.bad_wqe;
-      good = false;
-    }
-    if (!good) {
-      ++counters_.srq_wqes_dropped;
-      continue;
-    }
-    o.wr_id = w.wr_id;
-    o.num_sge = w.num_sge;
-    o.length = static_cast<uint32_t>(total);
-    ++n;
-  }
-  if (used > 0) s->ring.release(used);
-  counters_.srq_wqes += n;
-  return n;
+  RecvWorkSink<Out&> sink{out};
+  return fetch_srq_recv_into(srq, max, sink);
 }
 
 uint32_t HostServer::srq_queued(uint32_t srq) noexcept {

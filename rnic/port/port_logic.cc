@@ -103,8 +103,6 @@ void PortLogic::on_qp_created(uint32_t host_qpn) {
   q.core_qpn = core_qpn;
   q.app_id = info->app_id;
   q.ud = ud;
-  q.recv_slots.resize(init.rq_depth);
-  for (uint32_t i = init.rq_depth; i-- > 0;) q.recv_free.push_back(i);
   host_index_[host_qpn & (kMaxHostQpSlots - 1)] = core_qpn - kQpnBase;
   ++k_.qps_created;
 }
@@ -202,9 +200,6 @@ void PortLogic::on_srq_created(uint32_t host_srq, uint32_t depth, uint32_t pd) {
   s->live = true;
   s->host_srq = host_srq;
   s->core_srq = core_srq;
-  s->slots.resize(depth);
-  s->free.reserve(depth);
-  for (uint32_t i = depth; i-- > 0;) s->free.push_back(i);
   ++live_srqs_;
   ++k_.srqs_created;
 }

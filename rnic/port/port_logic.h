@@ -87,8 +87,6 @@ struct QpCtx {
   uint32_t remote_underlay = 0;
   uint32_t dest_qpn = 0;  // the remote QP (what this QP's packets carry in the BTH)
   uint32_t mtu = 0;
-  std::vector<host::RecvWork> recv_slots;
-  std::vector<uint32_t> recv_free;
   bool backlog = false;
   // DPU mode: RTR found no route; the agent is asked and the QP waits (its
   // WQEs stay in the rings) until the route is installed or the deadline.
@@ -100,15 +98,13 @@ struct QpCtx {
   EgressRoute route;  // egress entry, resolved once per table version
 };
 
-// Per-SRQ state of the worker: the core's SRQ and the WQEs it holds, by slot.
-// Which QP consumes a WQE is the core's choice; the completion says.
+// Per-SRQ state of the worker: the host's SRQ and the core's, which holds its
+// WQEs. Which QP consumes a WQE is the core's choice; the completion says.
 struct SrqCtx {
   bool live = false;
   bool backlog = false;  // WQEs left in the application's ring
   uint32_t host_srq = 0;
   uint32_t core_srq = 0;
-  std::vector<host::RecvWork> slots;
-  std::vector<uint32_t> free;
 };
 
 // "RTS", "ERR", ... (logs and telemetry).
@@ -257,7 +253,6 @@ class PortLogic {
 
  private:
   uint32_t pump_qp(QpCtx& q) noexcept;
-  RecvWr core_recv(const host::RecvWork& w, uint64_t wr_id) const noexcept;
   uint32_t pump_srq(SrqCtx& s) noexcept;
   SrqCtx* srq_by_host(uint32_t host_srq) noexcept {
     for (SrqCtx& s : srqs_)

@@ -7,18 +7,43 @@
 #include <span>
 
 #include "rnic/core/send_slots.h"
-#include "rnic/host/send_fetch.h"
+#include "rnic/host/wqe_fetch.h"
 #include "rnic/port/port_logic.h"
 
 namespace tandem::rnic::port {
 
 namespace {
 
-constexpr uint64_t kRecvTag = uint64_t{1} << 32;  // core wr_id = slot (| kRecvTag for RECVs)
-// SRQ receives: wr_id = kRecvTag | kSrqTag | SrqCtx index << 16 | slot.
-constexpr uint64_t kSrqTag = uint64_t{1} << 33;
+// fetch_recv_into / fetch_srq_recv_into's sink (wqe_fetch.h): the fields into
+// the core's receive slot (a QP's RQ or an SRQ's pool).
+struct CoreRecvSink {
+  Transport& core;
+  uint32_t id;  // core QPN, or core SRQ
+  bool srq;
+  uint32_t posted = 0;
+  bool refused = false;  // the last WR taken: the core said no
+  uint64_t wr_id = 0;
 
-// fetch_send_into's sink (send_fetch.h): the fields into the core's SQ slot.
+  RecvWr* slot() noexcept { return srq ? core.srq_recv_slot(id) : core.recv_slot(id); }
+  void segment(std::size_t, uint32_t j, const host::Segment& s) noexcept {
+    if (RecvWr* w = slot(); w != nullptr && j < kMaxSge) w->sg_list[j] = Sge{s.va, s.length, s.lkey};
+  }
+  bool taken(std::size_t, uint64_t id_, uint32_t num_sge, uint32_t) noexcept {
+    wr_id = id_;
+    RecvWr* w = slot();
+    int rc = EINVAL;
+    if (w != nullptr) {
+      w->wr_id = id_;
+      w->num_sge = num_sge;
+      rc = srq ? core.post_srq_recv_slot(id) : core.post_recv_slot(id);
+    }
+    if (rc != 0) return !(refused = true);
+    ++posted;
+    return true;
+  }
+};
+
+// fetch_send_into's sink (wqe_fetch.h): the fields into the core's SQ slot.
 struct CoreSendSink {
   SendSlots& slots;
   bool ud;
@@ -50,34 +75,15 @@ struct CoreSendSink {
 
 }  // namespace
 
-// A validated receive WQE as the core's RecvWr (QP and SRQ receives alike).
-RecvWr PortLogic::core_recv(const host::RecvWork& w, uint64_t wr_id) const noexcept {
-  RecvWr wr;
-  wr.wr_id = wr_id;
-  wr.num_sge = w.num_sge;
-  for (uint32_t g = 0; g < w.num_sge; ++g)
-    wr.sg_list[g] = Sge{w.sge[g].va, w.sge[g].length, w.sge[g].lkey};
-  return wr;
-}
-
 uint32_t PortLogic::pump_srq(SrqCtx& s) noexcept {
-  // As pump_qp: each WQE straight into its slot (the free ones from the back).
-  host::RecvWork* dst[kBurst];
-  const std::size_t max = std::min<std::size_t>(kBurst, s.free.size());
-  for (std::size_t i = 0; i < max; ++i) dst[i] = &s.slots[s.free[s.free.size() - 1 - i]];
-  const std::size_t rn = host_.fetch_srq_recv(s.host_srq, dst, max);
-  const uint64_t tag = kRecvTag | kSrqTag | (uint64_t{static_cast<uint32_t>(&s - srqs_.data())} << 16);
-  for (std::size_t i = 0; i < rn; ++i) {
-    const uint32_t slot = s.free.back();
-    s.free.pop_back();
-    if (core_.post_srq_recv(s.core_srq, core_recv(s.slots[slot], tag | slot)) != 0) {
-      ++k_.wqe_refused;  // the core disagrees with the host's MR check; no QP owns it to fail
-      s.free.push_back(slot);
-    } else {
-      ++k_.srq_wqe_recv;
-    }
-  }
-  s.backlog = !s.free.empty() && host_.srq_queued(s.host_srq) > 0;
+  // As pump_qp: each WQE straight into the core SRQ's free slot. One the core
+  // refuses has no QP to fail (the host checked it against the same MRs).
+  CoreRecvSink sink{core_, s.core_srq, true};
+  const std::size_t rn = host_.fetch_srq_recv_into(s.host_srq, std::min<uint32_t>(kBurst, core_.srq_room(s.core_srq)),
+                                                   sink);
+  k_.srq_wqe_recv += sink.posted;
+  if (sink.refused) ++k_.wqe_refused;
+  s.backlog = core_.srq_room(s.core_srq) > 0 && host_.srq_queued(s.host_srq) > 0;
   return static_cast<uint32_t>(rn);
 }
 
@@ -87,23 +93,14 @@ uint32_t PortLogic::pump_qp(QpCtx& q) noexcept {
     return 0;
   }
   uint32_t n = 0;
-  // The host interface writes each WQE straight into the slot it is held in
-  // until completion: the free slots from the back, in pop_back order.
-  host::RecvWork* rdst[kBurst];
-  const std::size_t rmax = std::min<std::size_t>(kBurst, q.recv_free.size());
-  for (std::size_t i = 0; i < rmax; ++i) rdst[i] = &q.recv_slots[q.recv_free[q.recv_free.size() - 1 - i]];
-  const std::size_t rn = host_.fetch_recv(q.host_qpn, rdst, rmax);
-  for (std::size_t i = 0; i < rn; ++i) {
-    const uint32_t slot = q.recv_free.back();
-    q.recv_free.pop_back();
-    const host::RecvWork& rw = q.recv_slots[slot];
-    if (core_.post_recv(q.core_qpn, core_recv(rw, slot | kRecvTag)) != 0) {
-      ++k_.wqe_refused;
-      host_.complete_recv(q.host_qpn, rw, IBV_WC_LOC_QP_OP_ERR, 0, IBV_WC_RECV, false, 0, 0);
-      q.recv_free.push_back(slot);
-    } else {
-      ++k_.wqe_recv;
-    }
+  // Each receive WQE goes from the ring straight into the core's RQ slot.
+  CoreRecvSink rsink{core_, q.core_qpn, false};
+  const std::size_t rn = host_.fetch_recv_into(q.host_qpn, std::min<uint32_t>(kBurst, core_.recv_room(q.core_qpn)),
+                                               rsink);
+  k_.wqe_recv += rsink.posted;
+  if (rsink.refused) {
+    ++k_.wqe_refused;
+    host_.complete_recv(q.host_qpn, rsink.wr_id, IBV_WC_LOC_QP_OP_ERR, 0, IBV_WC_RECV, false, 0, 0);
   }
   // Each send WQE goes from the ring straight into the core's SQ slot (one
   // copy; every WR completes, so the host frees its ring slot per WR). A WR
@@ -174,33 +171,13 @@ uint32_t PortLogic::completions() noexcept {
     total += n;
     for (uint32_t i = 0; i < n; ++i) {
       QpCtx* q = by_core(wc[i].qp_num);
-      // Receives carry the port's slot tags; sends the application's wr_id.
-      const bool recv = (wc[i].opcode & IBV_WC_RECV) != 0;
-      if (recv && (wc[i].wr_id & kSrqTag)) {
-        // The slot is the SRQ's: freed even if the QP that took it is gone.
-        const uint32_t si = static_cast<uint32_t>(wc[i].wr_id >> 16) & 0xFFFF;
-        const uint32_t slot = static_cast<uint32_t>(wc[i].wr_id & 0xFFFF);
-        if (si >= srqs_.size() || !srqs_[si].live || slot >= srqs_[si].slots.size()) continue;
-        SrqCtx& s = srqs_[si];
-        if (q != nullptr &&
-            !host_.complete_recv(q->host_qpn, s.slots[slot], wc[i].status, wc[i].byte_len, wc[i].opcode,
-                                 (wc[i].wc_flags & IBV_WC_WITH_IMM) != 0, htonl(wc[i].imm_data), wc[i].src_qp,
-                                 (wc[i].wc_flags & IBV_WC_GRH) != 0))
-          ++k_.cqe_lost;
-        s.free.push_back(slot);
-        ++k_.cqe_recv;
-        if (!s.backlog && host_.srq_queued(s.host_srq) > 0) s.backlog = true;
-        continue;
-      }
-      if (q == nullptr) continue;
+      if (q == nullptr) continue;  // its QP is gone (its SRQ's slot is the core's)
       bool ok;
-      if (recv) {
-        const uint32_t slot = static_cast<uint32_t>(wc[i].wr_id & 0xFFFFFFFF);
-        if (slot >= q->recv_slots.size()) continue;
-        ok = host_.complete_recv(q->host_qpn, q->recv_slots[slot], wc[i].status, wc[i].byte_len,
-                                 wc[i].opcode, (wc[i].wc_flags & IBV_WC_WITH_IMM) != 0, htonl(wc[i].imm_data),
-                                 wc[i].src_qp, (wc[i].wc_flags & IBV_WC_GRH) != 0);
-        q->recv_free.push_back(slot);
+      // Both carry the application's wr_id: the opcode tells a receive.
+      if (wc[i].opcode & IBV_WC_RECV) {
+        ok = host_.complete_recv(q->host_qpn, wc[i].wr_id, wc[i].status, wc[i].byte_len, wc[i].opcode,
+                                 (wc[i].wc_flags & IBV_WC_WITH_IMM) != 0, htonl(wc[i].imm_data), wc[i].src_qp,
+                                 (wc[i].wc_flags & IBV_WC_GRH) != 0);
         ++k_.cqe_recv;
       } else {
         ok = host_.complete_send(q->host_qpn, wc[i].wr_id, wc[i].opcode, wc[i].byte_len,
@@ -216,6 +193,10 @@ uint32_t PortLogic::completions() noexcept {
     }
     if (n < 64) break;
   }
+  // Receives done free SRQ slots in the core: SRQs left waiting may fetch more.
+  if (total != 0 && live_srqs_ != 0)
+    for (SrqCtx& s : srqs_)
+      if (s.live && !s.backlog && host_.srq_queued(s.host_srq) > 0) s.backlog = true;
   return total;
 }
 

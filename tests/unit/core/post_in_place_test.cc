@@ -129,3 +129,51 @@ TEST_CASE("a WR posted in place on a QP in ERROR completes with FLUSH_ERR; one f
   CHECK(!none.ok());
   CHECK(none.room() == 0);
 }
+
+TEST_CASE("receives posted in place: a QP's RQ and an SRQ check the slot's SGEs and keep nothing refused") {
+  Loop l(kMem);
+  REQUIRE(l.ok);
+  Transport& t = l.b.t;
+  const uint32_t room = t.recv_room(l.b.qpn);
+  REQUIRE(room > 0);
+  auto post = [&](uint64_t wr_id, uint64_t off, uint32_t len, uint32_t lkey) {
+    RecvWr* w = t.recv_slot(l.b.qpn);
+    REQUIRE(w != nullptr);
+    w->wr_id = wr_id;
+    w->num_sge = 1;
+    w->sg_list[0] = Sge{l.b.va(off), len, lkey};
+    return t.post_recv_slot(l.b.qpn);
+  };
+  CHECK(post(1, 0, 64, l.b.mr.lkey ^ 0x100) == EINVAL);  // unknown key
+  CHECK(post(2, kMem - 8, 64, l.b.mr.lkey) == EINVAL);   // past the region
+  CHECK(t.recv_room(l.b.qpn) == room);
+  REQUIRE(post(3, 256, 512, l.b.mr.lkey) == 0);
+  CHECK(t.recv_room(l.b.qpn) == room - 1);
+  fill_pattern(l.a.mem, 0, 300, 5);
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_SEND, 8, l.a, 0, 300)) == 0);
+  REQUIRE(l.run([&] { return l.b.done.size() == 1; }));
+  CHECK(l.b.done[0].wr_id == 3);
+  CHECK(l.b.done[0].opcode == IBV_WC_RECV);
+  CHECK(l.b.done[0].byte_len == 300);
+  CHECK(std::memcmp(l.a.mem.data(), l.b.mem.data() + 256, 300) == 0);
+
+  const uint32_t srq = t.create_srq(2);
+  REQUIRE(srq != 0);
+  CHECK(t.srq_room(srq) == 2);
+  RecvWr* w = t.srq_recv_slot(srq);
+  REQUIRE(w != nullptr);
+  *w = make_recv(20, l.b, 0, 64);
+  w->sg_list[0].lkey ^= 0x100;
+  CHECK(t.post_srq_recv_slot(srq) == EINVAL);
+  CHECK(t.srq_room(srq) == 2);
+  for (uint64_t id : {21, 22}) {
+    w = t.srq_recv_slot(srq);
+    REQUIRE(w != nullptr);
+    *w = make_recv(id, l.b, 0, 64);
+    REQUIRE(t.post_srq_recv_slot(srq) == 0);
+  }
+  CHECK(t.srq_room(srq) == 0);
+  CHECK(t.srq_recv_slot(srq) == nullptr);
+  CHECK(t.srq_posted(srq) == 2);
+  CHECK(t.recv_slot(0xABCDEF) == nullptr);
+}

@@ -1,0 +1,313 @@
+// HostServer::fetch_send_into / fetch_recv_into / fetch_srq_recv_into: WQEs
+// taken from a shared ring, checked, and handed field by field to a sink that
+// writes them where they are kept until completion (the worker: the core's
+// queue slot). Each field is read from shared memory once, so the checks hold
+// against an application rewriting the ring meanwhile, and a WQE is copied
+// once. Included by host_server*.cc and by the port layer (its sinks); needs
+// QpSlot and SrqSlot, so it lives here.
+#pragma once
+
+#include <cstring>
+
+#include "rnic/host/host_server.h"
+#include "rnic/host/queue_layout.h"
+#include "rnic/host/spsc_ring.h"
+#include "rnic/host/srq_slot.h"
+
+namespace tandem::rnic::host {
+
+struct HostServer::QpSlot {
+  bool used = false;
+  uint8_t gen = 0;
+  uint32_t app_index = 0;
+  uint32_t doorbell_bit = 0;
+  QpInfo info{};
+  RingReader<SendWqe> sq;
+  RingReader<RecvWqe> rq;
+};
+
+// vendor_err values of error completions written by the server.
+inline constexpr uint32_t kVendorBadLkey = 1;
+inline constexpr uint32_t kVendorOutOfBounds = 2;
+inline constexpr uint32_t kVendorBadWqe = 3;
+
+// Takes the WQE's raw byte: an application's opcode past ibv_wr_opcode's range may not be cast to it.
+inline ibv_wc_opcode wc_opcode_of(uint8_t op) noexcept {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
+inline bool valid_send_opcode(uint8_t op) noexcept {
+  return op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_SEND ||
+         op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_READ;
+}
+
+// One read of a field the application can rewrite at any time.
+template <class T>
+inline T read_once(const T& shared) noexcept {
+  return *static_cast<const volatile T*>(&shared);
+}
+
+// Sink (all inline in the caller's type; i = the WQE's index in this call):
+//   void header(std::size_t i, uint64_t wr_id, ibv_wr_opcode op, uint32_t send_flags,
+//               uint32_t imm_data /* network order */, uint64_t remote_addr, uint32_t rkey);
+//   void segment(std::size_t i, uint32_t j, const Segment& s);   // checked and translated
+//   void inline_bytes(std::size_t i, const uint8_t* ring, uint32_t len);  // copy them out
+//   bool taken(std::size_t i, uint32_t length);  // the WQE is whole; false: take no more
+// A WQE that fails the checks gets no taken(): what the sink wrote of it is
+// its to discard. Otherwise as fetch_send (host_server.h).
+template <class Sink>
+std::size_t HostServer::fetch_send_into(uint32_t qpn, std::size_t max, Sink& sink) noexcept {
+  QpSlot* qp = find_qp(qpn);
+  if (qp == nullptr) return 0;
+  if (qp->info.state == IBV_QPS_ERR) {
+    flush_send(*qp);
+    return 0;
+  }
+  if (qp->info.state != IBV_QPS_RTS && qp->info.state != IBV_QPS_SQD) return 0;
+  const uint32_t avail = qp->sq.available();
+  if (qp->sq.corrupt()) {
+    ++counters_.ring_corrupt;
+    set_error(*qp);
+    return 0;
+  }
+  std::size_t n = 0;
+  while (n < max && n < avail) {
+    const SendWqe& e = *qp->sq.peek(static_cast<uint32_t>(n));
+    const uint64_t wr_id = read_once(e.wr_id);
+    const uint32_t send_flags = read_once(e.send_flags);
+    const uint8_t opcode = read_once(e.opcode);
+    const uint8_t num_sge = read_once(e.num_sge);
+    const uint16_t inline_len = read_once(e.inline_len);
+    ibv_wc_status why = IBV_WC_SUCCESS;
+    uint32_t vendor = 0;
+    const bool inl = (send_flags & IBV_SEND_INLINE) != 0;
+    if (!valid_send_opcode(opcode) || num_sge > kMaxSge || inline_len > kMaxInline ||
+        (inl && opcode == IBV_WR_RDMA_READ)) {
+      ++counters_.bad_wqe;
+      why = IBV_WC_LOC_QP_OP_ERR;
+      vendor = kVendorBadWqe;
+    }
+    uint64_t total = 0;
+    if (why == IBV_WC_SUCCESS) {
+      sink.header(n, wr_id, static_cast<ibv_wr_opcode>(opcode), send_flags, read_once(e.imm_data),
+                  read_once(e.remote_addr), read_once(e.rkey));
+      if (inl) {
+        sink.inline_bytes(n, e.inline_data, inline_len);
+        total = inline_len;
+      } else {
+        // RDMA READ writes into the local SGEs: they need local write access.
+        const bool local_write = opcode == IBV_WR_RDMA_READ;
+        for (uint32_t i = 0; i < num_sge; ++i) {
+          const WqeSge s{read_once(e.sge[i].offset), read_once(e.sge[i].length), read_once(e.sge[i].lkey)};
+          Segment seg;
+          if (!translate(*qp, s, local_write, &seg, &vendor)) {
+            why = IBV_WC_LOC_PROT_ERR;
+            break;
+          }
+          sink.segment(n, i, seg);
+          total += s.length;
+        }
+        if (why == IBV_WC_SUCCESS && total > (uint64_t{1} << 31)) {
+          ++counters_.bad_wqe;
+          why = IBV_WC_LOC_LEN_ERR;
+          vendor = kVendorBadWqe;
+        }
+      }
+    }
+    if (why != IBV_WC_SUCCESS) {
+      if (n > 0) break;  // hand over the good ones first; this one is next time's first
+      Cqe c{};
+      c.wr_id = wr_id;
+      c.qp_num = qpn;
+      c.status = static_cast<uint8_t>(why);
+      c.opcode = static_cast<uint8_t>(wc_opcode_of(opcode));
+      c.vendor_err = vendor;
+      if (!write_cqe(qp->info.send_cq, c)) return 0;  // retry when the CQ has room
+      qp->sq.release(1);
+      qp->sq.completed(1);
+      set_error(*qp);
+      return 0;
+    }
+    ++n;
+    if (!sink.taken(n - 1, static_cast<uint32_t>(total))) break;
+  }
+  if (n > 0) {
+    qp->sq.release(static_cast<uint32_t>(n));
+    counters_.send_wqes += n;
+  }
+  return n;
+}
+
+// Receive sinks (i as above):
+//   void segment(std::size_t i, uint32_t j, const Segment& s);   // checked and translated
+//   bool taken(std::size_t i, uint64_t wr_id, uint32_t num_sge, uint32_t length);  // false: take no more
+// A bad WQE of a QP completes with an error and moves the QP to ERR (as
+// fetch_recv); one of an SRQ has no QP to fail: counted and skipped.
+template <class Sink>
+std::size_t HostServer::fetch_recv_into(uint32_t qpn, std::size_t max, Sink& sink) noexcept {
+  QpSlot* qp = find_qp(qpn);
+  if (qp == nullptr) return 0;
+  if (qp->info.state == IBV_QPS_ERR) {
+    flush_recv(*qp);
+    return 0;
+  }
+  if (qp->info.state == IBV_QPS_RESET) return 0;
+  const uint32_t avail = qp->rq.available();
+  if (qp->rq.corrupt()) {
+    ++counters_.ring_corrupt;
+    set_error(*qp);
+    return 0;
+  }
+  std::size_t n = 0;
+  while (n < max && n < avail) {
+    const RecvWqe& e = *qp->rq.peek(static_cast<uint32_t>(n));
+    const uint64_t wr_id = read_once(e.wr_id);
+    const uint32_t num_sge = read_once(e.num_sge);
+    ibv_wc_status why = IBV_WC_SUCCESS;
+    uint32_t vendor = 0;
+    uint64_t total = 0;
+    if (num_sge > kMaxSge) {
+      ++counters_.bad_wqe;
+      why = IBV_WC_LOC_QP_OP_ERR;
+      vendor = kVendorBadWqe;
+    } else {
+      for (uint32_t i = 0; i < num_sge; ++i) {
+        const WqeSge s{read_once(e.sge[i].offset), read_once(e.sge[i].length), read_once(e.sge[i].lkey)};
+        Segment seg;
+        if (!translate(*qp, s, true, &seg, &vendor)) {
+          why = IBV_WC_LOC_PROT_ERR;
+          break;
+        }
+        sink.segment(n, i, seg);
+        total += s.length;
+      }
+      if (why == IBV_WC_SUCCESS && total > (uint64_t{1} << 31)) {
+        ++counters_.bad_wqe;
+        why = IBV_WC_LOC_LEN_ERR;
+        vendor = kVendorBadWqe;
+      }
+    }
+    if (why != IBV_WC_SUCCESS) {
+      if (n > 0) break;
+      Cqe c{};
+      c.wr_id = wr_id;
+      c.qp_num = qpn;
+      c.status = static_cast<uint8_t>(why);
+      c.opcode = IBV_WC_RECV;
+      c.vendor_err = vendor;
+      if (!write_cqe(qp->info.recv_cq, c)) return 0;
+      qp->rq.release(1);
+      qp->rq.completed(1);
+      set_error(*qp);
+      return 0;
+    }
+    ++n;
+    if (!sink.taken(n - 1, wr_id, num_sge, static_cast<uint32_t>(total))) break;
+  }
+  if (n > 0) {
+    qp->rq.release(static_cast<uint32_t>(n));
+    counters_.recv_wqes += n;
+  }
+  return n;
+}
+
+template <class Sink>
+std::size_t HostServer::fetch_srq_recv_into(uint32_t srq, std::size_t max, Sink& sink) noexcept {
+  SrqSlot* s = find_srq(srq & ~kSrqDoorbell);
+  if (s == nullptr) return 0;
+  const uint32_t avail = s->ring.available();
+  if (s->ring.corrupt()) {
+    ++counters_.ring_corrupt;
+    return 0;
+  }
+  std::size_t n = 0;
+  uint32_t used = 0;
+  for (; used < avail && n < max; ++used) {
+    const RecvWqe& e = *s->ring.peek(used);
+    const uint64_t wr_id = read_once(e.wr_id);
+    const uint32_t num_sge = read_once(e.num_sge);
+    bool good = num_sge <= kMaxSge;
+    uint64_t total = 0;
+    uint32_t vendor = 0;
+    if (!good) ++counters_.bad_wqe;
+    for (uint32_t i = 0; good && i < num_sge; ++i) {
+      const WqeSge g{read_once(e.sge[i].offset), read_once(e.sge[i].length), read_once(e.sge[i].lkey)};
+      Segment seg;
+      good = translate_for(s->app_id, s->pd, g, true, &seg, &vendor);
+      if (good) sink.segment(n, i, seg);
+      total += g.length;
+    }
+    if (good && total > (uint64_t{1} << 31)) {
+      ++counters_.bad_wqe;
+      good = false;
+    }
+    if (!good) {
+      ++counters_.srq_wqes_dropped;
+      continue;
+    }
+    ++n;
+    if (!sink.taken(n - 1, wr_id, num_sge, static_cast<uint32_t>(total))) {
+      ++used;
+      break;
+    }
+  }
+  if (used > 0) s->ring.release(used);
+  counters_.srq_wqes += n;
+  return n;
+}
+
+// fetch_send_into's sink for the SendWork copies fetch_send hands out.
+template <class Out>
+struct SendWorkSink {
+  Out out;
+  void header(std::size_t i, uint64_t wr_id, ibv_wr_opcode op, uint32_t send_flags, uint32_t imm_data,
+              uint64_t remote_addr, uint32_t rkey) noexcept {
+    SendWork& o = out(i);
+    o.wr_id = wr_id;
+    o.remote_addr = remote_addr;
+    o.rkey = rkey;
+    o.imm_data = imm_data;
+    o.opcode = op;
+    o.send_flags = send_flags;
+    o.num_sge = 0;
+    o.inline_len = 0;
+  }
+  void segment(std::size_t i, uint32_t j, const Segment& s) noexcept {
+    SendWork& o = out(i);
+    o.sge[j] = s;
+    o.num_sge = j + 1;
+  }
+  void inline_bytes(std::size_t i, const uint8_t* ring, uint32_t len) noexcept {
+    SendWork& o = out(i);
+    o.inline_len = len;
+    std::memcpy(o.inline_data, ring, len);
+  }
+  bool taken(std::size_t i, uint32_t length) noexcept {
+    out(i).length = length;
+    return true;
+  }
+};
+
+// fetch_recv_into's sink for the RecvWork copies fetch_recv hands out.
+template <class Out>
+struct RecvWorkSink {
+  Out out;
+  void segment(std::size_t i, uint32_t j, const Segment& s) noexcept { out(i).sge[j] = s; }
+  bool taken(std::size_t i, uint64_t wr_id, uint32_t num_sge, uint32_t length) noexcept {
+    RecvWork& o = out(i);
+    o.wr_id = wr_id;
+    o.num_sge = num_sge;
+    o.length = length;
+    return true;
+  }
+};
+
+}  // namespace tandem::rnic::host
