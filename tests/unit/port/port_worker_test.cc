@@ -73,6 +73,7 @@ struct Tenant {
     init.cap.max_recv_wr = depth;
     init.cap.max_send_sge = 2;
     init.cap.max_recv_sge = 2;
+    init.cap.max_inline_data = 64;
     host::Qp* q = host::create_qp(pd, &init);
     REQUIRE(q != nullptr);
     qps.push_back(q);
@@ -275,6 +276,53 @@ TEST_CASE("port layer: WRITE and SEND cross two ports, counted at each stage") {
     CHECK(q->remote_overlay == Pair::kOverlayB);
     CHECK(q->remote_underlay == Pair::kUnderlayB);
     CHECK(q->mtu == 1024);
+  });
+}
+
+TEST_CASE("port layer: unsignalled and inline WRs go from the ring into the core's slots; every ring slot comes back") {
+  Pair p;
+  Tenant ta(p.a.socket), tb(p.b.socket);
+  Link l = connect(p, ta, tb);
+  fill(ta.buf, 2048, 9);
+  // Four times the SQ's 64 slots, one in 16 signalled: the ring slots of the
+  // unsignalled ones must come back without a CQE, or the posts stall.
+  constexpr uint32_t kWrs = 256;
+  std::size_t signalled = 0;
+  for (uint32_t i = 0; i < kWrs; ++i) {
+    const bool sig = i % 16 == 15, inl = i % 2 == 0;
+    uint8_t stage[64];
+    std::memcpy(stage, ta.buf + i % 32 * 64, 64);
+    ibv_sge s{inl ? reinterpret_cast<uintptr_t>(stage) : ta.va(i % 32 * 64), 64, ta.mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = i;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = (sig ? IBV_SEND_SIGNALED : 0u) | (inl ? IBV_SEND_INLINE : 0u);
+    wr.wr.rdma.remote_addr = tb.va(i * 64);
+    wr.wr.rdma.rkey = tb.mr->rkey;
+    ibv_send_wr* bad = nullptr;
+    int rc = 0;
+    for (int t = 0; t < 200000 && (rc = host::post_send(l.qa, &wr, &bad)) == static_cast<int>(host::Status::kQueueFull);
+         ++t)
+      usleep(50);
+    REQUIRE(rc == 0);
+    std::memset(stage, 0xEE, sizeof stage);  // inline bytes were taken at the post
+    signalled += sig;
+  }
+  const auto wa = ta.poll(signalled);
+  REQUIRE(wa.size() == signalled);
+  CHECK(all_success(wa));
+  for (std::size_t k = 0; k < wa.size(); ++k) CHECK(wa[k].wr_id == 16 * k + 15);
+  CHECK(ta.poll(1).empty());  // nothing for the unsignalled ones
+  for (uint32_t i = 0; i < kWrs; ++i) {
+    CAPTURE(i);
+    CHECK(std::memcmp(tb.buf + i * 64, ta.buf + i % 32 * 64, 64) == 0);
+  }
+  p.with([&] {
+    CHECK(p.a.k().wqe_send == kWrs);
+    CHECK(p.a.k().cqe_send == kWrs);  // every WR completes in the core; the host writes the signalled ones
+    CHECK(p.a.k().wqe_refused == 0);
   });
 }
 
