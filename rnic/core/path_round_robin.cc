@@ -5,6 +5,7 @@ namespace tandem::rnic {
 void PathRoundRobin::reset(const PathPolicyParams& p) noexcept {
   set_.reset(p);
   next_ = 0;
+  last_pick_ = 0;
   now_ = 0;
   ticked_at_ = 0;
   ticked_probe_ = false;
@@ -30,6 +31,7 @@ uint16_t PathRoundRobin::choose(uint32_t psn, bool retransmit, uint64_t now) noe
     next_ = pick + 1;
   }
   h.on_sent(pick, now, psn);
+  last_pick_ = pick;
   return set_.port(pick);
 }
 

@@ -23,10 +23,19 @@ class PathRoundRobin final : public PathPolicy {
   uint16_t path_port(uint32_t i) const noexcept override { return set_.port(i); }
 
   const PathHealth& health() const noexcept { return set_.health(); }
+  // The path index choose() picked last, and on_ack told it (the requester
+  // keeps it with the PSN's record): no search of the set per ACKed packet.
+  uint32_t last_pick() const noexcept { return last_pick_; }
+  void on_ack(uint16_t sport, uint32_t hint, uint64_t rtt_ns, uint64_t now) noexcept {
+    if (now > now_) now_ = now;
+    const uint32_t i = set_.index_of(sport, hint);
+    if (i < kMaxPaths) set_.health().on_ack(i, rtt_ns, now_);
+  }
 
  private:
   PathSet set_;
   uint32_t next_ = 0;
+  uint32_t last_pick_ = 0;
   uint64_t now_ = 0;  // latest time seen (on_loss may be told 0)
   // PathHealth::tick walks every path: once per clock reading (the I/O loop
   // reads it once per round, for a burst of packets), not per packet.
