@@ -11,7 +11,29 @@ namespace tandem::rnic {
 class PathRoundRobin final : public PathPolicy {
  public:
   void reset(const PathPolicyParams& p) noexcept override;
-  uint16_t choose(uint32_t psn, bool retransmit, uint64_t now) noexcept override;
+  uint16_t choose(uint32_t psn, bool retransmit, uint64_t now) noexcept override { return choose_fast(psn, retransmit, now); }
+  // choose() as Qp::path_choose calls it, once per packet sent: inline, with
+  // the once-per-clock-reading tick out of line (a call per packet, and the
+  // tick's loop inlined with it, cost more than the pick).
+  [[gnu::always_inline]] uint16_t choose_fast(uint32_t psn, bool retransmit, uint64_t now) noexcept {
+    if (now > now_) now_ = now;
+    PathHealth& h = set_.health();
+    const uint32_t n = h.size();
+    uint32_t pick = n;
+    // A probe is sent (and moves the path's next_probe) in the tick that found
+    // it due, so ticking again at the same `now` finds nothing new.
+    if (now != ticked_at_ || (!retransmit && !ticked_probe_)) [[unlikely]]
+      pick = tick(now, retransmit);
+    if (pick == n) {
+      pick = next_ < n ? next_ : 0;
+      // Skip paths that are out; if all are out, keep plain round robin.
+      if (!h.up(pick)) [[unlikely]] pick = skip_down(pick);
+      next_ = pick + 1;
+    }
+    h.on_sent(pick, now, psn);
+    last_pick_ = pick;
+    return set_.port(pick);
+  }
   void on_ack(uint16_t sport, uint64_t rtt_ns, uint64_t now) noexcept override;
   void on_loss(uint16_t sport, uint64_t sent_at, uint64_t now) noexcept override;
   void on_ecn(uint16_t sport, uint64_t now) noexcept override;
@@ -33,6 +55,11 @@ class PathRoundRobin final : public PathPolicy {
   }
 
  private:
+  // A path that is out and due for a probe, or path_count() (PathHealth::tick).
+  [[gnu::noinline]] uint32_t tick(uint64_t now, bool retransmit) noexcept;
+  // From `pick`, which is out, the next live path (pick itself if none is).
+  [[gnu::noinline]] uint32_t skip_down(uint32_t pick) const noexcept;
+
   PathSet set_;
   uint32_t next_ = 0;
   uint32_t last_pick_ = 0;

@@ -297,9 +297,9 @@ struct Qp {
     if (cc_credit) static_cast<CcCredit*>(cc.get())->CcCredit::on_credit_used(now);
     else cc->on_credit_used(now);
   }
-  uint16_t path_choose(uint32_t psn, bool retransmit, uint64_t now) noexcept {
+  [[gnu::always_inline]] uint16_t path_choose(uint32_t psn, bool retransmit, uint64_t now) noexcept {
     if (path_single) return static_cast<PathSingle*>(path.get())->PathSingle::choose(psn, retransmit, now);
-    if (path_rr) return static_cast<PathRoundRobin*>(path.get())->PathRoundRobin::choose(psn, retransmit, now);
+    if (path_rr) return static_cast<PathRoundRobin*>(path.get())->choose_fast(psn, retransmit, now);
     return path->choose(psn, retransmit, now);
   }
   // The path index of the packet tx_commit just chose (round_robin; 0 else),
@@ -458,7 +458,7 @@ inline TxDesc* Qp::tx_slot() noexcept {
   return d;
 }
 
-inline void Qp::tx_commit(TxDesc* d, uint64_t now) noexcept {
+[[gnu::always_inline]] inline void Qp::tx_commit(TxDesc* d, uint64_t now) noexcept {
   d->udp_sport = path_choose(d->bth.psn, d->retransmit, now);
   ++c.tx_pkts;
   c.tx_bytes += d->payload_len;
