@@ -48,7 +48,7 @@ class PathRoundRobin final : public PathPolicy {
   // The path index choose() picked last, and on_ack told it (the requester
   // keeps it with the PSN's record): no search of the set per ACKed packet.
   uint32_t last_pick() const noexcept { return last_pick_; }
-  void on_ack(uint16_t sport, uint32_t hint, uint64_t rtt_ns, uint64_t now) noexcept {
+  [[gnu::always_inline]] void on_ack(uint16_t sport, uint32_t hint, uint64_t rtt_ns, uint64_t now) noexcept {
     if (now > now_) now_ = now;
     const uint32_t i = set_.index_of(sport, hint);
     if (i < kMaxPaths) set_.health().on_ack(i, rtt_ns, now_);

@@ -307,7 +307,7 @@ struct Qp {
   uint8_t path_pick() const noexcept {
     return path_rr ? static_cast<uint8_t>(static_cast<const PathRoundRobin*>(path.get())->last_pick()) : 0;
   }
-  void path_on_ack(const PsnRec& r, uint64_t rtt_ns, uint64_t now) noexcept {
+  [[gnu::always_inline]] void path_on_ack(const PsnRec& r, uint64_t rtt_ns, uint64_t now) noexcept {
     if (path_single) static_cast<PathSingle*>(path.get())->PathSingle::on_ack(r.sport, rtt_ns, now);
     else if (path_rr) static_cast<PathRoundRobin*>(path.get())->PathRoundRobin::on_ack(r.sport, r.path, rtt_ns, now);
     else path->on_ack(r.sport, rtt_ns, now);
