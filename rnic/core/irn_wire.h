@@ -67,8 +67,11 @@ inline void write_xeth(uint8_t* p, const Xeth& x) noexcept {
 
 // False if `len` is short or the magic is wrong.
 inline bool read_xeth(const uint8_t* p, uint32_t len, Xeth& x) noexcept {
-  if (len < kXethLen || p[0] != kXethMagic) return false;
-  x.recv_idx = common::load_be24(p + 1);
+  if (len < kXethLen) return false;
+  // The magic and recv_idx as one 32-bit load (three byte loads cost more).
+  const uint32_t w0 = common::load_be32(p);
+  if ((w0 >> 24) != kXethMagic) return false;
+  x.recv_idx = w0 & 0xFFFFFF;
   x.msg_offset = common::load_be32(p + 4);
   x.msg_len = common::load_be32(p + 8);
   x.rkey = common::load_be32(p + 12);

@@ -173,7 +173,8 @@ class PathHealth {
     return probe;
   }
   // `psn`: the packet's PSN (a responder's ACK: the PSN it acknowledges).
-  void on_sent(uint32_t i, uint64_t now, uint32_t psn = 0) noexcept {
+  // Inline (as on_ack): once per packet, and a call costs a third of it.
+  [[gnu::always_inline]] void on_sent(uint32_t i, uint64_t now, uint32_t psn = 0) noexcept {
     PerPath& p = p_[i];
     ++p.s.pkts;
     p.last_psn = psn;
@@ -198,7 +199,7 @@ class PathHealth {
   // A packet sent on path i `rtt_ns` ago was acknowledged (rtt_ns 0: its
   // send time is not known, e.g. a resent packet's; it restarts the
   // path's silence clock but brings no removed path back).
-  void on_ack(uint32_t i, uint64_t rtt_ns, uint64_t now) noexcept {
+  [[gnu::always_inline]] void on_ack(uint32_t i, uint64_t rtt_ns, uint64_t now) noexcept {
     PerPath& p = p_[i];
     ++p.s.acks;
     const uint64_t sent = rtt_ns && rtt_ns < now ? now - rtt_ns : 0;

@@ -15,6 +15,7 @@ uint16_t path_set_port(uint32_t local_qpn, uint16_t seed, uint32_t i) noexcept {
 void PathSet::reset(const PathPolicyParams& p) noexcept {
   health_.reset(p.num_paths);
   for (uint32_t i = 0; i < health_.size(); ++i) ports_[i] = path_set_port(p.local_qpn, p.path_seed, i);
+  for (uint32_t i = 0; i < health_.size(); ++i) first_[i] = static_cast<uint8_t>(index_of(ports_[i]));
 }
 
 }  // namespace tandem::rnic

@@ -25,11 +25,17 @@ class PathSet {
       if (ports_[i] == sport) return i;
     return kMaxPaths;
   }
+  // The same, told the index the packet was sent on (`hint`): no search
+  // when it still holds `sport` (ports may repeat: the first one's index).
+  uint32_t index_of(uint16_t sport, uint32_t hint) const noexcept {
+    return hint < health_.size() && ports_[hint] == sport ? first_[hint] : index_of(sport);
+  }
   PathHealth& health() noexcept { return health_; }
   const PathHealth& health() const noexcept { return health_; }
 
  private:
   std::array<uint16_t, kMaxPaths> ports_{};
+  std::array<uint8_t, kMaxPaths> first_{};  // index_of(ports_[i])
   PathHealth health_;
 };
 

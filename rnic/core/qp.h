@@ -147,9 +147,10 @@ struct PsnRec {
   uint32_t chunk_last = 0; // READ: last packet index of this read request
   uint16_t sport = 0;
   uint8_t flags = 0;
+  uint8_t path = 0;        // sport's index in a round_robin QP's path set (Qp::path_pick)
   uint32_t prev_sent = 0;  // low 32 bits of the send time of the copy before the latest (RACK)
 };
-static_assert(sizeof(PsnRec) == 40, "prev_sent fills the record's padding");
+static_assert(sizeof(PsnRec) == 40, "prev_sent and path fill the record's padding");
 inline constexpr uint8_t kRecAcked = 1;   // acknowledged / READ response received
 inline constexpr uint8_t kRecLost = 2;    // must be retransmitted
 inline constexpr uint8_t kRecRetx = 4;    // retransmitted at least once (no RTT sample)
@@ -328,15 +329,20 @@ struct Qp {
     if (cc_credit) static_cast<CcCredit*>(cc.get())->CcCredit::on_credit_used(now);
     else cc->on_credit_used(now);
   }
-  uint16_t path_choose(uint32_t psn, bool retransmit, uint64_t now) noexcept {
+  [[gnu::always_inline]] uint16_t path_choose(uint32_t psn, bool retransmit, uint64_t now) noexcept {
     if (path_single) return static_cast<PathSingle*>(path.get())->PathSingle::choose(psn, retransmit, now);
-    if (path_rr) return static_cast<PathRoundRobin*>(path.get())->PathRoundRobin::choose(psn, retransmit, now);
+    if (path_rr) return static_cast<PathRoundRobin*>(path.get())->choose_fast(psn, retransmit, now);
     return path->choose(psn, retransmit, now);
   }
-  void path_on_ack(uint16_t sport, uint64_t rtt_ns, uint64_t now) noexcept {
-    if (path_single) static_cast<PathSingle*>(path.get())->PathSingle::on_ack(sport, rtt_ns, now);
-    else if (path_rr) static_cast<PathRoundRobin*>(path.get())->PathRoundRobin::on_ack(sport, rtt_ns, now);
-    else path->on_ack(sport, rtt_ns, now);
+  // The path index of the packet tx_commit just chose (round_robin; 0 else),
+  // kept in its PsnRec for path_on_ack.
+  uint8_t path_pick() const noexcept {
+    return path_rr ? static_cast<uint8_t>(static_cast<const PathRoundRobin*>(path.get())->last_pick()) : 0;
+  }
+  [[gnu::always_inline]] void path_on_ack(const PsnRec& r, uint64_t rtt_ns, uint64_t now) noexcept {
+    if (path_single) static_cast<PathSingle*>(path.get())->PathSingle::on_ack(r.sport, rtt_ns, now);
+    else if (path_rr) static_cast<PathRoundRobin*>(path.get())->PathRoundRobin::on_ack(r.sport, r.path, rtt_ns, now);
+    else path->on_ack(r.sport, rtt_ns, now);
   }
   // Whether poll() has anything to do for this QP now or later without a
   // new input (a packet, a WR, a state change): something to send, or a
@@ -485,7 +491,7 @@ inline TxDesc* Qp::tx_slot() noexcept {
   return d;
 }
 
-inline void Qp::tx_commit(TxDesc* d, uint64_t now) noexcept {
+[[gnu::always_inline]] inline void Qp::tx_commit(TxDesc* d, uint64_t now) noexcept {
   d->udp_sport = path_choose(d->bth.psn, d->retransmit, now);
   ++c.tx_pkts;
   c.tx_bytes += d->payload_len;

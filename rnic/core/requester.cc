@@ -198,6 +198,7 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
   if (retx) { ++c.retx_pkts; c.retx_bytes += d->payload_len; }
   tx_commit(d, now);
   r.sport = d->udp_sport;
+  r.path = path_pick();
   return true;
 }
 
@@ -261,6 +262,7 @@ bool Qp::tx_requests(uint64_t now) noexcept {
       ++c.tx_data_pkts;
       tx_commit(d, now);
       r.sport = d->udp_sport;
+      r.path = path_pick();
       if (++w.pkts_sent == w.npkts) ++sq_send;
       continue;
     }
@@ -311,7 +313,7 @@ bool Qp::tx_requests(uint64_t now) noexcept {
     rtt = now - r.sent_at;
     srtt_ns = srtt_ns ? (7 * srtt_ns + rtt) / 8 : rtt;
     if (rtt < min_rtt_ns || min_rtt_ns == 0) min_rtt_ns = rtt;
-    path_on_ack(r.sport, rtt, now);
+    path_on_ack(r, rtt, now);
   } else {
     if ((r.flags & kRecRack) && now - r.sent_at < min_rtt_ns / 4) {
       // Answered within a quarter of the shortest RTT seen since it was
@@ -325,7 +327,7 @@ bool Qp::tx_requests(uint64_t now) noexcept {
     // last packet was a resend would look silent), and the earlier copy's
     // path may have delivered it (path_health.h, on_late).
     if (r.flags & kRecRetx) {
-      path_on_ack(r.sport, 0, now);
+      path_on_ack(r, 0, now);
       if (!path_single) path->on_late(psn, now);
     }
   }
