@@ -141,8 +141,9 @@ def main():
         ok, applied, outs, row = failed_path_run(prog, size)
         note = ""
         if not ok and prog.endswith("_lat"):
-            # KNOWN FLAKE (open): with one message in flight, a side sometimes gets an error
-            # completion with a path failed (seen about 1 run in 3 at 118964f too); printed, run once more.
+            # KNOWN FLAKE (open): with one message in flight, a side sometimes gets RETRY_EXC_ERR
+            # with a path failed (about 1 run in 5); its path health took out no dead path before
+            # the error (docs/operations.md "Troubleshooting"). Printed, run once more.
             print(f"--- {prog} with a failed path, first attempt failed (known flake, retried) ---\n"
                   f"--- client ---\n{outs[0][1][-1500:]}\n--- server ---\n{outs[1][1][-1500:]}")
             first = f"exit {outs[0][0]}/{outs[1][0]}"
