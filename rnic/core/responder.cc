@@ -8,6 +8,7 @@
 
 #include "common/wire/opcode.h"
 #include "common/wire/psn.h"
+#include "common/wire/small_copy.h"
 #include "rnic/core/credit_wire.h"
 #include "rnic/core/qp.h"
 
@@ -50,18 +51,9 @@ bool range_in_mr(const MemoryRegion* mr, uint64_t va, uint64_t len) noexcept {
   return mr->host_ptr + (va - mr->addr);
 }
 
-// Placement: up to 64 bytes (a small WRITE's payload) with two overlapping
-// fixed-size copies inline instead of a call into the library's memcpy.
+// Placement: a small WRITE's payload inline (common/wire/small_copy.h).
 inline void place(uint8_t* dst, const uint8_t* src, uint32_t n) noexcept {
-  if (n >= 32 && n <= 64) {
-    std::memcpy(dst, src, 32);
-    std::memcpy(dst + n - 32, src + n - 32, 32);
-  } else if (n >= 16 && n < 32) {
-    std::memcpy(dst, src, 16);
-    std::memcpy(dst + n - 16, src + n - 16, 16);
-  } else if (n != 0) {
-    std::memcpy(dst, src, n);
-  }
+  if (!common::copy_16_to_64(dst, src, n) && n != 0) std::memcpy(dst, src, n);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "common/wire/entropy.h"
 #include "common/wire/icrc.h"
 #include "common/wire/roce_packet.h"
+#include "common/wire/small_copy.h"
 #include "rnic/core/frame.h"
 
 namespace tandem::rnic::dpdk {
@@ -70,19 +71,9 @@ void no_free(void*, void*) noexcept {}
   return static_cast<uint32_t>(p - bth);
 }
 
-// A copied payload of 16 to 64 bytes (a small WRITE's) as two overlapping
-// fixed-size moves: rte_memcpy's alignment test and size ladder cost more
-// than the copy at this size. Larger ones go to rte_memcpy.
+// A copied payload: small ones inline (common/wire/small_copy.h), the rest rte_memcpy.
 [[gnu::always_inline]] inline void copy_payload(uint8_t* dst, const uint8_t* src, uint32_t n) noexcept {
-  if (n >= 32 && n <= 64) {
-    std::memcpy(dst, src, 32);
-    std::memcpy(dst + n - 32, src + n - 32, 32);
-  } else if (n >= 16 && n < 32) {
-    std::memcpy(dst, src, 16);
-    std::memcpy(dst + n - 16, src + n - 16, 16);
-  } else {
-    rte_memcpy(dst, src, n);
-  }
+  if (!common::copy_16_to_64(dst, src, n)) rte_memcpy(dst, src, n);
 }
 
 // The per-packet Ethernet/IPv4/UDP fields, and the IPv4 checksum finished
