@@ -392,6 +392,13 @@ class HostServer {
   std::size_t fetch_recv_to(uint32_t qpn, std::size_t max, Out&& out) noexcept;
   template <class Out>
   std::size_t fetch_srq_recv_to(uint32_t srq, std::size_t max, Out&& out) noexcept;
+  // wqe_fetch.h: the fetches' shared steps.
+  template <class Sink>
+  ibv_wc_status take_sges(const WqeSge* ring, uint32_t num_sge, uint32_t app_id, uint32_t pd, bool local_write,
+                          Sink& sink, std::size_t n, uint64_t* total, uint32_t* vendor) noexcept;
+  template <class Ring>
+  bool fail_first_wqe(QpSlot& qp, Ring& ring, uint32_t cq, uint64_t wr_id, ibv_wc_status why, ibv_wc_opcode opcode,
+                      uint32_t vendor) noexcept;
   // control half
   void accept_apps();
   void listen_on();  // the socket applications connect to (ServerConfig::listen)

@@ -55,6 +55,51 @@ inline T read_once(const T& shared) noexcept {
   return *static_cast<const volatile T*>(&shared);
 }
 
+// A WQE's gather list, each entry read once from the ring, checked against the
+// MRs of (app_id, pd) and handed to sink.segment(n, j, ...); adds its bytes to
+// *total. The first failure's status (vendor_err in *vendor), else SUCCESS.
+template <class Sink>
+ibv_wc_status HostServer::take_sges(const WqeSge* ring, uint32_t num_sge, uint32_t app_id, uint32_t pd,
+                                    bool local_write, Sink& sink, std::size_t n, uint64_t* total,
+                                    uint32_t* vendor) noexcept {
+  if (num_sge > kMaxSge) {
+    ++counters_.bad_wqe;
+    *vendor = kVendorBadWqe;
+    return IBV_WC_LOC_QP_OP_ERR;
+  }
+  for (uint32_t j = 0; j < num_sge; ++j) {
+    const WqeSge s{read_once(ring[j].offset), read_once(ring[j].length), read_once(ring[j].lkey)};
+    Segment seg;
+    if (!translate_for(app_id, pd, s, local_write, &seg, vendor)) return IBV_WC_LOC_PROT_ERR;
+    sink.segment(n, j, seg);
+    *total += s.length;
+  }
+  if (*total > (uint64_t{1} << 31)) {
+    ++counters_.bad_wqe;
+    *vendor = kVendorBadWqe;
+    return IBV_WC_LOC_LEN_ERR;
+  }
+  return IBV_WC_SUCCESS;
+}
+
+// The first WQE of `ring` failed its checks: it completes with `why` on `cq`
+// and the QP goes to ERR. False if the CQ had no room (taken again next time).
+template <class Ring>
+bool HostServer::fail_first_wqe(QpSlot& qp, Ring& ring, uint32_t cq, uint64_t wr_id, ibv_wc_status why,
+                                ibv_wc_opcode opcode, uint32_t vendor) noexcept {
+  Cqe c{};
+  c.wr_id = wr_id;
+  c.qp_num = qp.info.qpn;
+  c.status = static_cast<uint8_t>(why);
+  c.opcode = static_cast<uint8_t>(opcode);
+  c.vendor_err = vendor;
+  if (!write_cqe(cq, c)) return false;
+  ring.release(1);
+  ring.completed(1);
+  set_error(qp);
+  return true;
+}
+
 // Sink (all inline in the caller's type; i = the WQE's index in this call):
 //   void header(std::size_t i, uint64_t wr_id, ibv_wr_opcode op, uint32_t send_flags,
 //               uint32_t imm_data /* network order */, uint64_t remote_addr, uint32_t rkey);
@@ -104,37 +149,14 @@ std::size_t HostServer::fetch_send_into(uint32_t qpn, std::size_t max, Sink& sin
         total = inline_len;
       } else {
         // RDMA READ writes into the local SGEs: they need local write access.
-        const bool local_write = opcode == IBV_WR_RDMA_READ;
-        for (uint32_t i = 0; i < num_sge; ++i) {
-          const WqeSge s{read_once(e.sge[i].offset), read_once(e.sge[i].length), read_once(e.sge[i].lkey)};
-          Segment seg;
-          if (!translate(*qp, s, local_write, &seg, &vendor)) {
-            why = IBV_WC_LOC_PROT_ERR;
-            break;
-          }
-          sink.segment(n, i, seg);
-          total += s.length;
-        }
-        if (why == IBV_WC_SUCCESS && total > (uint64_t{1} << 31)) {
-          ++counters_.bad_wqe;
-          why = IBV_WC_LOC_LEN_ERR;
-          vendor = kVendorBadWqe;
-        }
+        why = take_sges(e.sge, num_sge, qp->info.app_id, qp->info.pd, opcode == IBV_WR_RDMA_READ, sink, n, &total,
+                        &vendor);
       }
     }
     if (why != IBV_WC_SUCCESS) {
-      if (n > 0) break;  // hand over the good ones first; this one is next time's first
-      Cqe c{};
-      c.wr_id = wr_id;
-      c.qp_num = qpn;
-      c.status = static_cast<uint8_t>(why);
-      c.opcode = static_cast<uint8_t>(wc_opcode_of(opcode));
-      c.vendor_err = vendor;
-      if (!write_cqe(qp->info.send_cq, c)) return 0;  // retry when the CQ has room
-      qp->sq.release(1);
-      qp->sq.completed(1);
-      set_error(*qp);
-      return 0;
+      // Hand over the good ones first; this one is next time's first.
+      if (n == 0) fail_first_wqe(*qp, qp->sq, qp->info.send_cq, wr_id, why, wc_opcode_of(opcode), vendor);
+      break;
     }
     ++n;
     if (!sink.taken(n - 1, static_cast<uint32_t>(total))) break;
@@ -171,43 +193,13 @@ std::size_t HostServer::fetch_recv_into(uint32_t qpn, std::size_t max, Sink& sin
     const RecvWqe& e = *qp->rq.peek(static_cast<uint32_t>(n));
     const uint64_t wr_id = read_once(e.wr_id);
     const uint32_t num_sge = read_once(e.num_sge);
-    ibv_wc_status why = IBV_WC_SUCCESS;
     uint32_t vendor = 0;
     uint64_t total = 0;
-    if (num_sge > kMaxSge) {
-      ++counters_.bad_wqe;
-      why = IBV_WC_LOC_QP_OP_ERR;
-      vendor = kVendorBadWqe;
-    } else {
-      for (uint32_t i = 0; i < num_sge; ++i) {
-        const WqeSge s{read_once(e.sge[i].offset), read_once(e.sge[i].length), read_once(e.sge[i].lkey)};
-        Segment seg;
-        if (!translate(*qp, s, true, &seg, &vendor)) {
-          why = IBV_WC_LOC_PROT_ERR;
-          break;
-        }
-        sink.segment(n, i, seg);
-        total += s.length;
-      }
-      if (why == IBV_WC_SUCCESS && total > (uint64_t{1} << 31)) {
-        ++counters_.bad_wqe;
-        why = IBV_WC_LOC_LEN_ERR;
-        vendor = kVendorBadWqe;
-      }
-    }
+    const ibv_wc_status why =
+        take_sges(e.sge, num_sge, qp->info.app_id, qp->info.pd, true, sink, n, &total, &vendor);
     if (why != IBV_WC_SUCCESS) {
-      if (n > 0) break;
-      Cqe c{};
-      c.wr_id = wr_id;
-      c.qp_num = qpn;
-      c.status = static_cast<uint8_t>(why);
-      c.opcode = IBV_WC_RECV;
-      c.vendor_err = vendor;
-      if (!write_cqe(qp->info.recv_cq, c)) return 0;
-      qp->rq.release(1);
-      qp->rq.completed(1);
-      set_error(*qp);
-      return 0;
+      if (n == 0) fail_first_wqe(*qp, qp->rq, qp->info.recv_cq, wr_id, why, IBV_WC_RECV, vendor);
+      break;
     }
     ++n;
     if (!sink.taken(n - 1, wr_id, num_sge, static_cast<uint32_t>(total))) break;
@@ -234,21 +226,9 @@ std::size_t HostServer::fetch_srq_recv_into(uint32_t srq, std::size_t max, Sink&
     const RecvWqe& e = *s->ring.peek(used);
     const uint64_t wr_id = read_once(e.wr_id);
     const uint32_t num_sge = read_once(e.num_sge);
-    bool good = num_sge <= kMaxSge;
     uint64_t total = 0;
     uint32_t vendor = 0;
-    if (!good) ++counters_.bad_wqe;
-    for (uint32_t i = 0; good && i < num_sge; ++i) {
-      const WqeSge g{read_once(e.sge[i].offset), read_once(e.sge[i].length), read_once(e.sge[i].lkey)};
-      Segment seg;
-      good = translate_for(s->app_id, s->pd, g, true, &seg, &vendor);
-      if (good) sink.segment(n, i, seg);
-      total += g.length;
-    }
-    if (good && total > (uint64_t{1} << 31)) {
-      ++counters_.bad_wqe;
-      good = false;
-    }
+    const bool good = take_sges(e.sge, num_sge, s->app_id, s->pd, true, sink, n, &total, &vendor) == IBV_WC_SUCCESS;
     if (!good) {
       ++counters_.srq_wqes_dropped;
       continue;

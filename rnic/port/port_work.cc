@@ -24,19 +24,24 @@ struct CoreRecvSink {
   bool refused = false;  // the last WR taken: the core said no
   uint64_t wr_id = 0;
 
-  RecvWr* slot() noexcept { return srq ? core.srq_recv_slot(id) : core.recv_slot(id); }
+  RecvWr* w = nullptr;   // the slot the WQE being taken goes into (looked up once per WQE)
+
+  RecvWr* slot() noexcept {
+    if (w == nullptr) w = srq ? core.srq_recv_slot(id) : core.recv_slot(id);
+    return w;
+  }
   void segment(std::size_t, uint32_t j, const host::Segment& s) noexcept {
-    if (RecvWr* w = slot(); w != nullptr && j < kMaxSge) w->sg_list[j] = Sge{s.va, s.length, s.lkey};
+    if (RecvWr* r = slot(); r != nullptr && j < kMaxSge) r->sg_list[j] = Sge{s.va, s.length, s.lkey};
   }
   bool taken(std::size_t, uint64_t id_, uint32_t num_sge, uint32_t) noexcept {
     wr_id = id_;
-    RecvWr* w = slot();
     int rc = EINVAL;
-    if (w != nullptr) {
-      w->wr_id = id_;
-      w->num_sge = num_sge;
+    if (RecvWr* r = slot()) {
+      r->wr_id = id_;
+      r->num_sge = num_sge;
       rc = srq ? core.post_srq_recv_slot(id) : core.post_recv_slot(id);
     }
+    w = nullptr;  // posted or refused: the next WQE asks for its own slot
     if (rc != 0) return !(refused = true);
     ++posted;
     return true;

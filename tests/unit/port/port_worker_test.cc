@@ -298,7 +298,7 @@ TEST_CASE("port layer: unsignalled and inline WRs go from the ring into the core
     wr.sg_list = &s;
     wr.num_sge = 1;
     wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = (sig ? IBV_SEND_SIGNALED : 0u) | (inl ? IBV_SEND_INLINE : 0u);
+    wr.send_flags = (sig ? unsigned{IBV_SEND_SIGNALED} : 0u) | (inl ? unsigned{IBV_SEND_INLINE} : 0u);
     wr.wr.rdma.remote_addr = tb.va(i * 64);
     wr.wr.rdma.rkey = tb.mr->rkey;
     ibv_send_wr* bad = nullptr;
