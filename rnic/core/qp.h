@@ -94,25 +94,6 @@ struct RecvWqe {
   return true;
 }
 
-// Resolves a send WR's gather list into `w.sge` and sums it into `len`: each
-// SGE must lie in a region of protection domain `pd` (with local write when
-// `local_write`, for a READ's landing buffer); inline SGEs are the caller's own
-// bytes and name no region (as verbs). False: EINVAL. RC and UD sends share it.
-[[gnu::always_inline]] inline bool gather_send_sges(const Transport& t, const SendWr& wr, uint32_t pd,
-                                                    bool local_write, SendWqe& w, uint64_t& len) noexcept {
-  const bool inl = (wr.send_flags & IBV_SEND_INLINE) != 0;
-  for (uint32_t j = 0; j < wr.num_sge; ++j) {
-    const Sge& g = wr.sg_list[j];
-    if (inl) [[unlikely]] {
-      w.sge[j] = WqeSge{reinterpret_cast<uint8_t*>(g.addr), g.length};
-    } else if (!resolve_sge(t, pd, local_write, g.addr, g.length, g.lkey, w.sge[j])) {
-      return false;
-    }
-    len += g.length;
-  }
-  return len <= (1ull << 31);
-}
-
 inline ibv_wc_opcode send_wc_opcode(ibv_wr_opcode op) noexcept {
   switch (op) {
     case IBV_WR_RDMA_WRITE:
@@ -208,6 +189,7 @@ struct Qp {
   std::vector<SendWqe> sq;      // power-of-two ring, >= init.sq_depth slots
   SendWqe* sq_ring = nullptr;   // sq.data()
   uint32_t sq_mask = 0;         // sq.size() - 1
+  SendWqe sq_spare;             // what SendSlots fills when the SQ is full (post_filled: ENOMEM)
   std::vector<uint8_t> sq_inline;  // SendSlots' inline bytes: init.max_inline per SQ slot
   uint32_t sq_head = 0;  // oldest not completed
   uint32_t sq_send = 0;  // next to segment
@@ -386,6 +368,19 @@ struct Qp {
 
   // requester.cc
   int post_send(const SendWr& wr) noexcept;
+  // Checks and posts the WR written into `w` (wqe(sq_tail), or sq_spare when
+  // the SQ was full): its fields as posted, each gather entry's ptr holding
+  // its VA until resolved here against lkeys[j] (lkeys null: resolved by the
+  // caller; with IBV_SEND_INLINE: the bytes themselves, in no MR). Every send
+  // post ends here: SendWr or in place, RC or UD. 0 (posted, or completed FLUSH_ERR on a QP in ERROR),
+  // ENOMEM, EINVAL.
+  int post_filled(SendWqe& w, uint32_t send_flags, const uint32_t* lkeys) noexcept;
+  void fill_ud_dest(SendWqe& w, const UdDest& d) const noexcept {
+    // A UD WQE keeps its destination where an RC one keeps its RDMA fields.
+    w.remote_addr = uint64_t{d.path_seed} << 32 | d.peer;
+    w.rkey = (d.remote_qkey & 0x80000000u) ? attr.qkey : d.remote_qkey;
+    w.recv_idx = d.remote_qpn & 0xFFFFFF;
+  }
   common::DropReason on_response(const common::RocePacket& pkt, const uint8_t* payload,
                                  uint32_t len, uint64_t now) noexcept;
   bool tx_requests(uint64_t now) noexcept;  // false: TX queue full
@@ -456,7 +451,6 @@ struct Qp {
   // completes on the poll after the one that queued it (the I/O layer has
   // taken the packet by then); una trails nxt until then. No ACKs, timers
   // or PSN checks.
-  int ud_post_send(const SendWr& wr) noexcept;
   bool ud_tx(uint64_t now) noexcept;  // false: TX queue full
   common::DropReason ud_on_packet(const common::RocePacket& pkt, const uint8_t* payload,
                                   uint32_t len) noexcept;
@@ -489,6 +483,55 @@ inline TxDesc* Qp::tx_slot() noexcept {
   d->payload_len = 0;
   d->num_segs = 0;
   return d;
+}
+
+[[gnu::always_inline]] inline int Qp::post_filled(SendWqe& w, uint32_t send_flags, const uint32_t* lkeys) noexcept {
+  const uint32_t op = w.opcode;
+  if (state != QpState::kRts && state != QpState::kRtr) [[unlikely]] {
+    if (state != QpState::kError) return EINVAL;
+    send_cq->push(Completion{w.wr_id, IBV_WC_WR_FLUSH_ERR, send_wc_opcode(w.op()), 0, 0, qpn,
+                             ud ? 0 : attr.dest_qp_num, 0});
+    return 0;
+  }
+  if (sq_tail - sq_head >= init.sq_depth) return ENOMEM;
+  // The opcodes posted here, and those that consume a RECV at the responder,
+  // as bit sets: one test each instead of a switch and a chain of compares.
+  constexpr uint32_t kRc = 1u << IBV_WR_RDMA_WRITE | 1u << IBV_WR_RDMA_WRITE_WITH_IMM | 1u << IBV_WR_SEND |
+                           1u << IBV_WR_SEND_WITH_IMM | 1u << IBV_WR_RDMA_READ;
+  constexpr uint32_t kUd = 1u << IBV_WR_SEND | 1u << IBV_WR_SEND_WITH_IMM;
+  constexpr uint32_t kConsumesRecv = 1u << IBV_WR_SEND | 1u << IBV_WR_SEND_WITH_IMM | 1u << IBV_WR_RDMA_WRITE_WITH_IMM;
+  if (op >= 32 || !(((ud ? kUd : kRc) >> op) & 1) || w.num_sge > kMaxSge) return EINVAL;
+  const bool is_read = op == IBV_WR_RDMA_READ;
+  uint64_t len = 0;
+  if (send_flags & IBV_SEND_INLINE) [[unlikely]] {
+    if (is_read) return EINVAL;  // a READ has nothing to send
+    for (uint32_t j = 0; j < w.num_sge; ++j) len += w.sge[j].len;
+  } else if (lkeys != nullptr) {
+    // A READ lands in its gather list: it needs local write access.
+    for (uint32_t j = 0; j < w.num_sge; ++j) {
+      if (!resolve_sge(*t, init.pd, is_read, reinterpret_cast<uint64_t>(w.sge[j].ptr), w.sge[j].len, lkeys[j],
+                       w.sge[j]))
+        return EINVAL;
+      len += w.sge[j].len;
+    }
+  } else {
+    for (uint32_t j = 0; j < w.num_sge; ++j) len += w.sge[j].len;  // resolved by the caller
+  }
+  if (len > (1ull << 31)) return EINVAL;
+  w.len = static_cast<uint32_t>(len);
+  // UD: one datagram; one over the MTU completes with LOC_LEN_ERR in its
+  // turn (ud_tx), as a hardware RNIC reports it.
+  w.npkts = ud || w.len <= mtu() ? 1 : (w.len + mtu() - 1) / mtu();
+  w.pkts_sent = 0;
+  if (!ud && ((kConsumesRecv >> op) & 1)) {
+    w.recv_idx = next_recv_idx;
+    next_recv_idx = (next_recv_idx + 1) & 0xFFFFFF;
+  }
+  w.status = IBV_WC_SUCCESS;
+  w.signaled = wqe_signal(send_flags, init.complete_unsignaled);
+  w.solicited = (send_flags & IBV_SEND_SOLICITED) != 0;
+  ++sq_tail;
+  return 0;
 }
 
 [[gnu::always_inline]] inline void Qp::tx_commit(TxDesc* d, uint64_t now) noexcept {

@@ -61,47 +61,40 @@ inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noex
 }  // namespace
 
 // Inline into Transport::post_send (its only callers): a call per posted WR.
+// The WR's fields into the next SQ slot, then the checks every post shares.
 [[gnu::always_inline]] inline int Qp::post_send(const SendWr& wr) noexcept {
-  if (ud) [[unlikely]] return ud_post_send(wr);
-  if (state != QpState::kRts && state != QpState::kRtr) [[unlikely]] {
-    if (state != QpState::kError) return EINVAL;
-    send_cq->push(Completion{wr.wr_id, IBV_WC_WR_FLUSH_ERR, send_wc_opcode(wr.opcode), 0, 0, qpn,
-                             attr.dest_qp_num, 0});
-    return 0;
-  }
-  if (sq_tail - sq_head >= init.sq_depth) return ENOMEM;
-  // The opcodes posted here, and those that consume a RECV at the responder,
-  // as bit sets: one test each instead of a switch and a chain of compares.
-  constexpr uint32_t kPostable = 1u << IBV_WR_RDMA_WRITE | 1u << IBV_WR_RDMA_WRITE_WITH_IMM | 1u << IBV_WR_SEND |
-                                 1u << IBV_WR_SEND_WITH_IMM | 1u << IBV_WR_RDMA_READ;
-  constexpr uint32_t kConsumesRecv = 1u << IBV_WR_SEND | 1u << IBV_WR_SEND_WITH_IMM | 1u << IBV_WR_RDMA_WRITE_WITH_IMM;
-  const uint32_t op = static_cast<uint32_t>(wr.opcode);
-  if (op >= 32 || !((kPostable >> op) & 1) || wr.num_sge > kMaxSge) return EINVAL;
-  SendWqe& w = wqe(sq_tail);
+  // A full SQ's next slot may still hold an outstanding WR: the spare takes
+  // the fields, and post_filled says ENOMEM (or flushes it on a QP in ERROR).
+  SendWqe& w = sq_tail - sq_head < init.sq_depth ? wqe(sq_tail) : sq_spare;
   __builtin_prefetch(&wqe(sq_tail + 1), 1);  // the next post's slot, last written a ring ago
-  uint64_t len = 0;
-  const bool is_read = op == IBV_WR_RDMA_READ;
-  // A READ has nothing to send and so no inline data.
-  if ((is_read && (wr.send_flags & IBV_SEND_INLINE)) || !gather_send_sges(*t, wr, init.pd, is_read, w, len))
-    return EINVAL;
   w.wr_id = wr.wr_id;
-  w.remote_addr = wr.remote_addr;
-  w.rkey = wr.rkey;
+  const uint32_t op = static_cast<uint32_t>(wr.opcode);
+  w.opcode = op < 256 ? op : 255;  // 255: refused as any opcode past the postable ones
   w.imm_data = wr.imm_data;
-  w.len = static_cast<uint32_t>(len);
-  w.npkts = w.len <= mtu() ? 1 : (w.len + mtu() - 1) / mtu();
-  w.pkts_sent = 0;
-  if ((kConsumesRecv >> op) & 1) {
-    w.recv_idx = next_recv_idx;
-    next_recv_idx = (next_recv_idx + 1) & 0xFFFFFF;
+  if (ud) [[unlikely]] {
+    fill_ud_dest(w, wr.ud);
+  } else {
+    w.remote_addr = wr.remote_addr;
+    w.rkey = wr.rkey;
   }
-  w.opcode = static_cast<uint8_t>(op);
-  w.status = IBV_WC_SUCCESS;
-  w.num_sge = static_cast<uint8_t>(wr.num_sge);
-  w.signaled = wqe_signal(wr.send_flags, init.complete_unsignaled);
-  w.solicited = (wr.send_flags & IBV_SEND_SOLICITED) != 0;
-  ++sq_tail;
-  return 0;
+  w.num_sge = static_cast<uint8_t>(std::min<uint32_t>(wr.num_sge, 255));
+  if (wr.num_sge <= kMaxSge && !(wr.send_flags & IBV_SEND_INLINE)) [[likely]] {
+    // Resolved here, from the WR (a READ lands in its gather list: local
+    // write); one refused marks the WR, which post_filled then refuses
+    // after its state check.
+    const bool is_read = op == IBV_WR_RDMA_READ;
+    for (uint32_t j = 0; j < wr.num_sge; ++j) {
+      const Sge& g = wr.sg_list[j];
+      if (!resolve_sge(*t, init.pd, is_read, g.addr, g.length, g.lkey, w.sge[j])) {
+        w.num_sge = 255;
+        break;
+      }
+    }
+  } else {
+    for (uint32_t j = 0, n = std::min<uint32_t>(wr.num_sge, kMaxSge); j < n; ++j)
+      w.sge[j] = WqeSge{reinterpret_cast<uint8_t*>(wr.sg_list[j].addr), wr.sg_list[j].length};
+  }
+  return post_filled(w, wr.send_flags, nullptr);
 }
 
 int Transport::post_send(uint32_t qpn, const SendWr& wr) noexcept {

@@ -1,6 +1,5 @@
 // SendSlots: send WRs written into the SQ slot by the caller and checked
-// there (send_slots.h). The checks are Qp::post_send's (requester.cc) and
-// ud_post_send's (ud.cc), on the slot instead of a SendWr.
+// there (send_slots.h) by Qp::post_filled, as every send post is.
 #include "rnic/core/send_slots.h"
 
 #include <cerrno>
@@ -22,17 +21,16 @@ uint32_t SendSlots::room() const noexcept {
 
 void SendSlots::begin(uint64_t wr_id, ibv_wr_opcode op, uint32_t send_flags, uint32_t imm_data,
                       uint64_t remote_addr, uint32_t rkey) noexcept {
-  SendWqe& w = qp_->wqe(qp_->sq_tail);
+  // A full SQ's next slot may still hold an outstanding WR: the spare (post: ENOMEM).
+  SendWqe& w = room() > 0 ? qp_->wqe(qp_->sq_tail) : qp_->sq_spare;
   w_ = &w;
   w.wr_id = wr_id;
   w.remote_addr = remote_addr;
   w.rkey = rkey;
   w.imm_data = imm_data;
-  w.opcode = static_cast<uint32_t>(op) & 0xFF;
+  w.opcode = static_cast<uint32_t>(op) < 256 ? static_cast<uint32_t>(op) : 255;
   w.num_sge = 0;
   flags_ = send_flags;
-  inline_len_ = 0;
-  inline_bad_ = false;
 }
 
 void SendSlots::sge(uint32_t j, uint64_t va, uint32_t len, uint32_t lkey) noexcept {
@@ -45,68 +43,22 @@ void SendSlots::sge(uint32_t j, uint64_t va, uint32_t len, uint32_t lkey) noexce
 
 uint8_t* SendSlots::inline_data(uint32_t len) noexcept {
   flags_ |= IBV_SEND_INLINE;
-  if (len > qp_->init.max_inline) {
-    inline_bad_ = true;
+  if (len > qp_->init.max_inline || w_ == &qp_->sq_spare) {
+    w_->num_sge = 255;  // refused by post (or ENOMEM first)
     return nullptr;
   }
   uint8_t* p = qp_->sq_inline.data() + std::size_t{qp_->sq_tail & qp_->sq_mask} * qp_->init.max_inline;
-  inline_len_ = len;
   w_->num_sge = len ? 1 : 0;
   w_->sge[0] = WqeSge{p, len};
   return p;
 }
 
-void SendSlots::ud_dest(const UdDest& d) noexcept {
-  // As ud_post_send: the destination where an RC WQE keeps its RDMA fields.
-  w_->remote_addr = uint64_t{d.path_seed} << 32 | d.peer;
-  w_->rkey = (d.remote_qkey & 0x80000000u) ? qp_->attr.qkey : d.remote_qkey;
-  w_->recv_idx = d.remote_qpn & 0xFFFFFF;
-}
+void SendSlots::ud_dest(const UdDest& d) noexcept { qp_->fill_ud_dest(*w_, d); }
 
 int SendSlots::post() noexcept {
-  Qp& q = *qp_;
-  SendWqe& w = *w_;
-  const uint32_t op = w.opcode;
-  if (q.state != QpState::kRts && q.state != QpState::kRtr) {
-    if (q.state != QpState::kError) return EINVAL;
-    q.send_cq->push(Completion{w.wr_id, IBV_WC_WR_FLUSH_ERR, send_wc_opcode(w.op()), 0, 0, q.qpn,
-                               q.ud ? 0 : q.attr.dest_qp_num, 0});
-    return 0;
-  }
-  if (q.sq_tail - q.sq_head >= q.init.sq_depth) return ENOMEM;
-  constexpr uint32_t kRc = 1u << IBV_WR_RDMA_WRITE | 1u << IBV_WR_RDMA_WRITE_WITH_IMM | 1u << IBV_WR_SEND |
-                           1u << IBV_WR_SEND_WITH_IMM | 1u << IBV_WR_RDMA_READ;
-  constexpr uint32_t kUd = 1u << IBV_WR_SEND | 1u << IBV_WR_SEND_WITH_IMM;
-  constexpr uint32_t kConsumesRecv = 1u << IBV_WR_SEND | 1u << IBV_WR_SEND_WITH_IMM | 1u << IBV_WR_RDMA_WRITE_WITH_IMM;
-  if (op >= 32 || !(((q.ud ? kUd : kRc) >> op) & 1)) return EINVAL;
-  const bool is_read = op == IBV_WR_RDMA_READ;
-  const bool inl = (flags_ & IBV_SEND_INLINE) != 0;
-  uint64_t len = 0;
-  if (inl) {
-    if (inline_bad_ || is_read) return EINVAL;
-    len = inline_len_;
-  } else {
-    for (uint32_t j = 0; j < w.num_sge; ++j) {
-      const uint64_t va = reinterpret_cast<uint64_t>(w.sge[j].ptr);
-      if (!resolve_sge(*t_, q.init.pd, is_read, va, w.sge[j].len, lkey_[j], w.sge[j])) return EINVAL;
-      len += w.sge[j].len;
-    }
-    if (len > (1ull << 31)) return EINVAL;
-  }
-  w.len = static_cast<uint32_t>(len);
-  // UD: one datagram; one over the MTU completes with LOC_LEN_ERR in its turn (ud_tx).
-  w.npkts = q.ud || w.len <= q.mtu() ? 1 : (w.len + q.mtu() - 1) / q.mtu();
-  w.pkts_sent = 0;
-  if (!q.ud && ((kConsumesRecv >> op) & 1)) {
-    w.recv_idx = q.next_recv_idx;
-    q.next_recv_idx = (q.next_recv_idx + 1) & 0xFFFFFF;
-  }
-  w.status = IBV_WC_SUCCESS;
-  w.signaled = wqe_signal(flags_, q.init.complete_unsignaled);
-  w.solicited = (flags_ & IBV_SEND_SOLICITED) != 0;
-  ++q.sq_tail;
-  posted_ = true;
-  return 0;
+  const int r = qp_->post_filled(*w_, flags_, lkey_);
+  posted_ |= r == 0;
+  return r;
 }
 
 }  // namespace tandem::rnic

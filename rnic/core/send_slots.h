@@ -44,8 +44,6 @@ class SendSlots {
   Qp* qp_;
   SendWqe* w_ = nullptr;
   uint32_t flags_ = 0;
-  uint32_t inline_len_ = 0;
-  bool inline_bad_ = false;
   bool posted_ = false;
   uint32_t lkey_[kMaxSge] = {};
 };

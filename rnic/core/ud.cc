@@ -53,36 +53,6 @@ void scatter(const RecvWqe& r, uint64_t off, const uint8_t* src, uint64_t len) n
 
 }  // namespace
 
-int Qp::ud_post_send(const SendWr& wr) noexcept {
-  if (state != QpState::kRts && state != QpState::kRtr) {
-    if (state != QpState::kError) return EINVAL;
-    send_cq->push(Completion{wr.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND, 0, 0, qpn, 0, 0});
-    return 0;
-  }
-  if (sq_tail - sq_head >= init.sq_depth) return ENOMEM;
-  if ((wr.opcode != IBV_WR_SEND && wr.opcode != IBV_WR_SEND_WITH_IMM) || wr.num_sge > kMaxSge) return EINVAL;
-  SendWqe& w = wqe(sq_tail);
-  uint64_t len = 0;
-  if (!gather_send_sges(*t, wr, init.pd, false, w, len)) return EINVAL;
-  // A message over the MTU is taken and completes with IBV_WC_LOC_LEN_ERR
-  // when its turn comes (ud_tx), as a hardware RNIC reports it.
-  w.wr_id = wr.wr_id;
-  w.remote_addr = uint64_t{wr.ud.path_seed} << 32 | wr.ud.peer;
-  w.rkey = (wr.ud.remote_qkey & 0x80000000u) ? attr.qkey : wr.ud.remote_qkey;
-  w.recv_idx = wr.ud.remote_qpn & 0xFFFFFF;
-  w.imm_data = wr.imm_data;
-  w.len = static_cast<uint32_t>(len);
-  w.npkts = 1;
-  w.pkts_sent = 0;
-  w.opcode = static_cast<uint8_t>(wr.opcode);
-  w.status = IBV_WC_SUCCESS;
-  w.num_sge = static_cast<uint8_t>(wr.num_sge);
-  w.signaled = wqe_signal(wr.send_flags, init.complete_unsignaled);
-  w.solicited = (wr.send_flags & IBV_SEND_SOLICITED) != 0;
-  ++sq_tail;
-  return 0;
-}
-
 bool Qp::ud_tx(uint64_t now) noexcept {
   (void)now;
   // What the previous poll queued has been taken by the I/O layer: complete it.
