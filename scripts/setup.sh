@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything Tandem needs on Debian 12 and prepares the machine:
-# packages (apt), 1024 x 2 MB hugepages on /dev/hugepages, bpffs for AF_XDP.
+# packages (apt), 1024 x 2 MB hugepages on /dev/hugepages, bpffs for AF_XDP, and
+# the Debian kernel that scripts/rxe-peer.sh boots (rxe, the independent RoCE peer).
 # Idempotent: a second run changes nothing and says so.
 set -uo pipefail
 
@@ -16,6 +17,7 @@ PACKAGES=(
   iproute2 procps
   etcd-server etcd-client protobuf-compiler protobuf-compiler-grpc libgrpc++-dev libprotobuf-dev
   golang-etcd-server-dev
+  qemu-system-x86 busybox-static kmod
 )
 HUGEPAGES=${TANDEM_HUGEPAGES:-1024}
 # --packages-only: install packages and stop (image builds, where /proc/sys
@@ -47,6 +49,9 @@ if ((${#missing[@]})); then
 else
   say "all ${#PACKAGES[@]} packages already installed"
 fi
+
+# The kernel image package for the rxe guest (apt-get download, unpacked into a cache outside the repo).
+if ! "$(dirname "$0")/rxe-peer.sh" prepare; then say "rxe-peer kernel not prepared (interop tests will fail)"; fail=1; fi
 
 if ((PACKAGES_ONLY)); then
   ((fail)) && exit 1
