@@ -107,9 +107,15 @@ struct EgressAction {
   uint32_t vni = 0;              // tenant VNI (24 bits), stamped in VXLAN mode / checked on return
   uint16_t path_base_port = 0;   // first UDP source-port entropy value of the path set
   uint8_t path_count = 0;        // paths are path_base_port + [0, path_count); 0 = one path
-  uint8_t reserved = 0;
+  uint8_t flags = 0;             // kEgressPeer* (older agents send 0: a Tandem peer)
 };
 static_assert(sizeof(EgressAction) == 24);
+
+// EgressAction::flags. The remote is a standard RoCEv2 RNIC (a kernel stack,
+// a hardware NIC), not a Tandem worker: its QPs send nothing Tandem-only (no
+// IRN placement header or SACKs, no credits in the AETH: go-back-N whatever
+// the worker's --mode); spraying the UDP source port stays.
+inline constexpr uint8_t kEgressPeerRoce = 0x01;
 
 // 24 bytes: what an arriving underlay packet means on the overlay.
 struct IngressAction {

@@ -162,12 +162,14 @@ struct ReadJob {
   uint32_t len = 0;
   uint32_t npkts = 1;
   uint32_t next_pkt = 0;  // packets already emitted
+  uint32_t msn = 0;       // the MSN before this READ: its responses carry msn + 1, an ACK short of it msn
 };
 
 struct Qp {
   Transport* t = nullptr;
   uint32_t qpn = 0;
-  QpInitAttr init;
+  QpInitAttr init;           // init.mode: the mode in force (a standard peer's QP is go-back-N from RTR)
+  Reliability created_mode = Reliability::kIrn;  // what create_qp asked (a reconnect starts from it)
   QpAttr attr;
   QpState state = QpState::kReset;
   QpCounters c;
@@ -444,6 +446,7 @@ struct Qp {
   void nak(uint8_t syndrome, uint32_t psn) noexcept;
   bool read_job(uint32_t psn, const common::Reth& reth, common::DropReason& why) noexcept;
   uint8_t ack_syndrome() const noexcept;  // ACK with the credit field (credit_wire.h)
+  void ack_point(uint32_t& psn, uint32_t& msn_out) const noexcept;  // what an ACK may acknowledge (responder.cc)
   uint32_t rx_front() const noexcept { return common::psn_lt(high, epsn) ? epsn : high; }
 
   // ud.cc: a UD QP's whole data path. Its send WQEs keep the destination

@@ -130,6 +130,7 @@ bool Qp::read_job(uint32_t psn, const common::Reth& reth, DropReason& why) noexc
   j.len = reth.len;
   j.npkts = reth.len == 0 ? 1 : (reth.len + mtu() - 1) / mtu();
   j.next_pkt = 0;
+  j.msn = msn;
   return true;
 }
 
@@ -413,8 +414,10 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     TxDesc* d = tx_slot();
     if (d == nullptr) return false;
     d->bth.opcode = IBV_OPCODE_RC_ACKNOWLEDGE;
-    d->bth.psn = psn_add(epsn, -1);
-    d->aeth = common::Aeth{ack_syndrome(), msn};
+    uint32_t apsn, amsn;
+    ack_point(apsn, amsn);
+    d->bth.psn = apsn;
+    d->aeth = common::Aeth{ack_syndrome(), amsn};
     ++c.acks_tx;
     tx_commit(d, now);
     ack_pending = false;
@@ -488,9 +491,11 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     TxDesc* d = tx_slot();
     if (d == nullptr) return false;
     d->bth.opcode = IBV_OPCODE_RC_ACKNOWLEDGE;
-    d->bth.psn = psn_add(epsn, -1);
+    uint32_t apsn, amsn;
+    ack_point(apsn, amsn);
+    d->bth.psn = apsn;
     d->bth.becn = ecn_echo;
-    d->aeth = common::Aeth{ack_syndrome(), msn};
+    d->aeth = common::Aeth{ack_syndrome(), amsn};
     ++c.acks_tx;
     tx_commit(d, now);
     ack_pending = false;
@@ -508,7 +513,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
                     : last        ? IBV_OPCODE_RC_RDMA_READ_RESPONSE_LAST
                                   : IBV_OPCODE_RC_RDMA_READ_RESPONSE_MIDDLE;
     d->bth.psn = psn_add(j.psn, k);
-    d->aeth = common::Aeth{kAckNoCredit, msn};
+    d->aeth = common::Aeth{kAckNoCredit, (j.msn + 1) & 0xFFFFFF};  // the READ's own MSN
     const uint64_t off = uint64_t{k} * mtu();
     const uint32_t dlen = static_cast<uint32_t>(std::min<uint64_t>(mtu(), j.len - off));
     d->payload_len = dlen;
@@ -519,6 +524,23 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     if (++j.next_pkt == j.npkts) ++reads_head;
   }
   return true;
+}
+
+// An ACK acknowledges every request up to ePSN - 1, except, in standard RoCE
+// (go-back-N), a READ whose responses are not all out: its last response is
+// its acknowledgement (IBA 9.7.5.1), and a plain RNIC (Linux's rxe) completes
+// a READ WQE that a covering ACK reaches first, without its data. So the ACK
+// stops short of the oldest pending READ. (IRN's requester reads a covering
+// ACK as a hint that a response was lost, so IRN keeps ePSN - 1.)
+void Qp::ack_point(uint32_t& psn, uint32_t& msn_out) const noexcept {
+  psn = psn_add(epsn, -1);
+  msn_out = msn;
+  if (irn() || reads_head == reads_tail) return;
+  const ReadJob& j = reads[reads_head % reads.size()];
+  if (psn_lt(j.psn, epsn)) {
+    psn = psn_add(j.psn, -1);
+    msn_out = j.msn;
+  }
 }
 
 uint8_t Qp::ack_syndrome() const noexcept {

@@ -133,6 +133,7 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
     qp->t = this;
     qp->qpn = (cfg_.qpn_base + static_cast<uint32_t>(i)) & 0xFFFFFF;
     qp->init = init;
+    qp->created_mode = init.mode;
     qp->ud = ud;
     qp->send_cq = cq(init.send_cq);
     qp->recv_cq = cq(init.recv_cq);
@@ -315,6 +316,7 @@ int Transport::modify_qp(uint32_t qpn, const QpAttr& a, int mask) noexcept {
     qp->attr.reorder_delay_ns = a.reorder_delay_ns;
     qp->attr.ack_every = a.ack_every ? a.ack_every : 1;
     qp->attr.cnp_interval_ns = a.cnp_interval_ns;
+    qp->attr.standard_peer = a.standard_peer;
   }
   if (mask & IBV_QP_TIMEOUT) qp->attr.timeout_ns = a.timeout_ns ? a.timeout_ns : 1;
   if (mask & IBV_QP_RETRY_CNT) qp->attr.retry_cnt = a.retry_cnt;
@@ -333,7 +335,9 @@ int Transport::modify_qp(uint32_t qpn, const QpAttr& a, int mask) noexcept {
     qp->path->reset(PathPolicyParams{qp->qpn, qp->attr.path_seed, qp->init.policy.num_paths});
     qp->cc->reset(CcParams{qp->attr.path_mtu, qp->init.policy.cc_window_bytes,
                           qp->init.policy.line_rate_gbps, qp->init.policy.credit_unsched_bytes});
-    qp->credit_mode = qp->cc->uses_credits();
+    // A standard peer understands neither IRN's placement header and SACKs nor credits in the AETH.
+    qp->init.mode = qp->attr.standard_peer ? Reliability::kGoBackN : qp->created_mode;
+    qp->credit_mode = qp->cc->uses_credits() && !qp->attr.standard_peer;
     qp->credit_unsched = qp->cc->unscheduled_pkts();
     if (qp->credit_mode) {
       // Both ends know the unscheduled amount: the first grant is implied.

@@ -160,6 +160,8 @@ struct QpAttr {
   uint32_t ack_every = 16;               // responder ACKs at least every N request packets
   uint64_t cnp_interval_ns = 0;          // responder: CNP on CE-marked requests, at most one per
                                          //   interval (DCQCN uses 50 us); 0: ECN only echoed in ACKs
+  bool standard_peer = false;            // the peer is a standard RoCEv2 RNIC: from RTR on the QP is
+                                         //   go-back-N without credits, whatever QpInitAttr said
 };
 
 // IB RNR timer codes (IBA table 45) in ns.

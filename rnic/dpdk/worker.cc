@@ -546,6 +546,7 @@ void qp_fields(cd::TelemetryDict& d, const port::QpRow& q) {
   d.u64("mtu", q.mtu);
   d.u64("route_pending", q.route_pending);
   d.u64("route_wait_us", q.route_wait_us);
+  d.u64("roce_peer", q.roce_peer ? 1 : 0);
   if (!q.has_counters) return;
   d.u64("tx_pkts", q.tx_pkts);
   d.u64("rx_pkts", q.rx_pkts);

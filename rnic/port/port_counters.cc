@@ -36,6 +36,7 @@ void PortLogic::fill_qp_rows(QpRows& out) const noexcept {
     r.dest_qpn = q.dest_qpn;
     r.mtu = q.mtu;
     r.route_pending = q.route_pending;
+    r.roce_peer = q.roce_peer;
     r.route_wait_us = q.route_wait_ns / 1000;
     if (const QpCounters* qc = core_.qp_counters(q.core_qpn)) {
       r.has_counters = true;

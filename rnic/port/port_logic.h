@@ -86,6 +86,7 @@ struct QpCtx {
   uint32_t remote_overlay = 0;
   uint32_t remote_underlay = 0;
   uint32_t dest_qpn = 0;  // the remote QP (what this QP's packets carry in the BTH)
+  bool roce_peer = false;  // its route's peer is a standard RoCE RNIC (EgressAction kEgressPeerRoce)
   uint32_t mtu = 0;
   bool backlog = false;
   // DPU mode: RTR found no route; the agent is asked and the QP waits (its

@@ -59,10 +59,15 @@ int PortLogic::apply_rtr(QpCtx& q, const host::QpInfo& info, const Level2Entry& 
   a.path_seed = static_cast<uint16_t>(q.host_qpn ^ (q.host_qpn >> 16));
   a.min_rnr_timer = info.min_rnr_timer;
   a.reorder_delay_ns = c_.reorder_delay_ns;
+  a.standard_peer = (e.egress.flags & common::kEgressPeerRoce) != 0;
+  q.roce_peer = a.standard_peer;
   const int rc = core_.modify_qp(q.core_qpn, a,
                                  IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                      IBV_QP_RQ_PSN | IBV_QP_AV | IBV_QP_MIN_RNR_TIMER);
-  if (rc == 0) q.routed = true;
+  if (rc == 0) {
+    q.routed = true;
+    if (q.roce_peer) ++k_.qps_roce_peer;
+  }
   return rc;
 }
 

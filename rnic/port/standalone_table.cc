@@ -104,6 +104,12 @@ StandaloneTable load_standalone_table(const std::string& path, bool vnics_option
           a.path_base_port = e["path_base"] ? e["path_base"].as<uint16_t>() : common::kEntropyPortBase;
           a.path_count = static_cast<uint8_t>(n);
         }
+        // peer: tandem (default; IRN, credits as the worker's flags say) or roce (a standard RoCEv2 RNIC).
+        if (YAML::Node peer = e["peer"]) {
+          const std::string k = peer.as<std::string>();
+          if (k == "roce") a.flags |= common::kEgressPeerRoce;
+          else if (k != "tandem") throw std::invalid_argument(where + ": 'peer' must be tandem or roce, not '" + k + "'");
+        }
         const uint32_t remote = parse_ipv4(need(e, "remote_ip", where).as<std::string>());
         t.entries.push_back(common::make_egress_entry(common::egress_key(vnic_id, remote), a));
       }

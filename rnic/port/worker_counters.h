@@ -31,6 +31,7 @@ namespace tandem::rnic::port {
   X(qps_app_died, "QPs freed because their application went away")                    \
   X(qps_no_route, "QPs whose remote GID has no egress entry (moved to ERR)")           \
   X(qps_core_refused, "QPs the core could not create or connect (moved to ERR)")       \
+  X(qps_roce_peer, "RC QPs connected over a route to a standard RoCE peer (go-back-N, no Tandem-only headers)") \
   X(srqs_created, "shared receive queues created")                                     \
   X(srqs_core_refused, "SRQs the core could not create (their QPs fail)")              \
   X(mrs_core_refused, "MRs the core could not take (accesses to them fail)")            \

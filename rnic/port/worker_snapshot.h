@@ -35,6 +35,7 @@ struct QpRow {
   uint32_t state = 0;  // ibv_qp_state
   uint32_t vnic = 0, vni = 0, remote_overlay = 0, remote_underlay = 0, dest_qpn = 0, mtu = 0;
   bool route_pending = false;  // DPU mode: RTR waits for the agent's route
+  bool roce_peer = false;      // its peer is a standard RoCE RNIC: go-back-N, no Tandem-only headers
   uint64_t route_wait_us = 0;  // RTR to route installed (0: there already)
   bool has_counters = false;
   uint64_t tx_pkts = 0, rx_pkts = 0, retx_pkts = 0, sacks_rx = 0, timeouts = 0, reorder_depth_max = 0;

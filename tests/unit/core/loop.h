@@ -63,6 +63,7 @@ struct QpSetup {
   uint64_t credit_unsched_bytes = 64 << 10;
   uint32_t max_inline = 0;           // SendSlots' inline bytes per WR
   bool complete_unsignaled = false;  // every send WR completes (kWcUnsignaled)
+  bool standard_peer = false;        // QpAttr::standard_peer at RTR (a plain RoCE peer)
 };
 
 inline int bring_up(Transport& t, uint32_t qpn, uint32_t remote_qpn, uint32_t sq_psn, uint32_t rq_psn,
@@ -78,6 +79,7 @@ inline int bring_up(Transport& t, uint32_t qpn, uint32_t remote_qpn, uint32_t sq
   a.peer = peer;
   a.reorder_delay_ns = s.reorder_delay_ns;
   a.min_rnr_timer = 1;  // 10 us
+  a.standard_peer = s.standard_peer;
   if (int r = t.modify_qp(qpn, a,
                           IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_AV |
                               IBV_QP_MIN_RNR_TIMER))
