@@ -8,7 +8,8 @@
 #   scripts/rxe-peer.sh [-d DIR] start [OPTS]    boots a guest (~15-60 s under TCG), returns when rxe0 is up
 #   scripts/rxe-peer.sh [-d DIR] gid             the guest's RoCE v2 GID (::ffff:IP, index 1)
 #   scripts/rxe-peer.sh [-d DIR] run CMD...      runs CMD in the guest (sh -c), prints its stdout/stderr,
-#                                                exits with its exit code (several may run at once)
+#                                                exits with its exit code (several may run at once;
+#                                                SIGTERM/SIGINT to run kills the job in the guest)
 #   scripts/rxe-peer.sh [-d DIR] stop            stops the guest by its PID, removes what start made
 #
 # DIR (default /tmp/rxe-peer, or $RXE_PEER_DIR) is the state of one guest: pid, console.log, the
@@ -21,7 +22,7 @@
 #   --fwd PORT        TCP port forwarded from NS's 127.0.0.1:PORT to the guest (QEMU user network on a
 #                     second NIC; the guest reaches NS's loopback at 10.0.2.2), repeatable
 #                     (default 18515-18520: perftest's and the pingpongs' default port and 5 more)
-#   --mem MB          guest memory (default 768); --timeout S: boot wait (default 180)
+#   --mem MB          guest memory (default 768); --timeout S: boot wait (default 300: a loaded 2-core host slows TCG a lot)
 # The cache (kernel package unpacked, depmod'ed) is $RXE_PEER_CACHE, default /var/cache/tandem/rxe-peer.
 set -euo pipefail
 
@@ -127,7 +128,12 @@ while true; do
   for j in $X/jobs/*.sh; do
     [ -e "$j" ] || continue
     b=${j%.sh}; mv "$j" "$b.run" 2>/dev/null || continue
-    ( sh "$b.run" > "$b.out" 2> "$b.err"; echo $? > "$b.rct"; mv "$b.rct" "$b.rc" ) &
+    # setsid: the job leads a process group of its own, so a kill reaches its children too.
+    ( setsid sh "$b.run" > "$b.out" 2> "$b.err" & echo $! > "$b.pid"; wait $!; echo $? > "$b.rct"; mv "$b.rct" "$b.rc" ) &
+  done
+  for k in $X/jobs/*.kill; do
+    [ -e "$k" ] || continue
+    b=${k%.kill}; rm -f "$k"; [ -s "$b.pid" ] && kill -TERM -- "-$(cat "$b.pid")" 2>/dev/null
   done
   [ -e $X/poweroff ] && { sync; echo o > /proc/sysrq-trigger; }
   sleep 0.1
@@ -138,7 +144,7 @@ EOF
 state() { [[ -f $dir/env ]] || die "no guest in $dir (start one first)"; source "$dir/env"; }
 
 start() {
-  netns=rxe$$ tap=tq0 bridge="" ip=10.99.0.2 mac="" mem=768 timeout=180
+  netns=rxe$$ tap=tq0 bridge="" ip=10.99.0.2 mac="" mem=768 timeout=300
   neighs=() fwds=()
   while (($#)); do
     case $1 in
@@ -181,13 +187,13 @@ start() {
   local hf="" p
   for p in "${fwds[@]}"; do hf+=",hostfwd=tcp:127.0.0.1:$p-:$p"; done
   # TCG: a KVM guest hangs after "Probing EDD" here (nested virtualisation).
-  ip netns exec "$netns" qemu-system-x86_64 -accel tcg -cpu max -smp 1 -m "$mem" -nographic -no-reboot \
+  ip netns exec "$netns" qemu-system-x86_64 -accel tcg -cpu max -smp 1 -m "$mem" -nographic -vga none -no-reboot \
     -kernel "$cache/k/boot/vmlinuz-$v" -initrd "$dir/initrd.gz" \
     -append "console=ttyS0 quiet panic=-1" \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
     -virtfs "local,path=$dir/x,mount_tag=xchg,security_model=none,multidevs=remap" \
-    -netdev "tap,id=n0,ifname=$tap,script=no,downscript=no" -device "virtio-net-pci,netdev=n0,mac=$mac" \
-    -netdev "user,id=n1,net=10.0.2.0/24$hf" -device virtio-net-pci,netdev=n1,mac=52:54:00:12:34:56 \
+    -netdev "tap,id=n0,ifname=$tap,script=no,downscript=no" -device "virtio-net-pci,netdev=n0,mac=$mac,romfile=" \
+    -netdev "user,id=n1,net=10.0.2.0/24$hf" -device virtio-net-pci,netdev=n1,mac=52:54:00:12:34:56,romfile= \
     </dev/null >"$dir/console.log" 2>&1 &
   echo $! > "$dir/pid"
   local t0=$SECONDS
@@ -234,7 +240,8 @@ run() {
   j=$dir/x/jobs/$id
   printf '%s\n' "$*" > "$j.tmp"
   mv "$j.tmp" "$j.sh"
-  # Interrupted: the guest job is left to finish on its own (the caller's timeout wraps it).
+  # SIGTERM/SIGINT: the guest kills the job's process group (a hung server would hold its port).
+  trap 'touch "$j.kill"; for _ in $(seq 50); do [[ -e $j.rc ]] && break; sleep 0.1; done; rm -f "$j".*; exit 143' TERM INT
   while [[ ! -e $j.rc ]]; do
     kill -0 "$(cat "$dir/pid")" 2>/dev/null || die "the guest died while running: $*"
     sleep 0.1
