@@ -152,7 +152,13 @@ def perftest_row(out, size):
     for line in out.splitlines():
         f = line.split()
         if len(f) >= 4 and f[0] == str(size) and all(x.replace(".", "").isdigit() for x in f[1:4]):
-            return [float(x) for x in f[1:]]
+            row = []
+            for x in f[1:]:  # the guest's stderr may follow the last number without a newline
+                try:
+                    row.append(float(x))
+                except ValueError:
+                    break
+            return row
     return None
 
 

@@ -26,7 +26,7 @@ from tandem_harness import Checks, Lab, run_checked  # noqa: E402
 import rxe_lab  # noqa: E402
 from rxe_lab import RxeLab, compat_cases, judge  # noqa: E402
 
-RNIC, RUN, PEER, VERIFY = sys.argv[1:5]
+RNIC, RUN, PEER, VERIFY = (os.path.abspath(a) for a in sys.argv[1:5])  # the guest runs VERIFY from its own cwd
 TAG = f"rxei{os.getpid()}"
 lab = Lab(tmp_prefix="tandem-interop-rxe-")
 checks = Checks()
@@ -81,6 +81,15 @@ def main():
         for server in ("rxe", "tandem"):
             cli, srv, secs = rx.pair(prog, args, server)
             ok, what = judge(kind, cli, srv)
+            if not ok and "(hung" not in cli[1] + srv[1]:
+                # KNOWN FLAKE (open): on this loaded 2-core host (a TCG guest, builds) the worker's control
+                # thread has missed the drop-in's 5 s control timeout ("Couldn't allocate PD",
+                # "ibv_open_device: Connection timed out"); printed, run once more.
+                print(f"--- {name} server {server}: first attempt failed ({what}), retried ---\n"
+                      f"--- client ---\n{cli[1][-800:]}\n--- server ---\n{srv[1][-800:]}")
+                cli, srv, secs = rx.pair(prog, args, server)
+                ok, what = judge(kind, cli, srv)
+                what += "; retried"
             client = "tandem" if server == "rxe" else "rxe"
             results[(name, server)] = ok
             check(ok, f"{name}: client {client}, server {server}: {what} ({secs:.1f} s)")
