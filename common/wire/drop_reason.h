@@ -34,7 +34,10 @@ namespace tandem::common {
   X(kInvalidRequest, "invalid_request")                                \
   X(kPkeyViolation, "pkey_violation")                                  \
   X(kBadQkey, "bad_qkey")                                              \
-  X(kNoRecvWqe, "no_recv_wqe")
+  X(kNoRecvWqe, "no_recv_wqe")                                        \
+  X(kRegionGone, "region_gone")                                        \
+  X(kUnsentPsn, "unsent_psn")                                          \
+  X(kUnknownRead, "unknown_read")
 
 enum class DropReason : uint8_t {
 #define TANDEM_DROP_ENUM(name, str) name,

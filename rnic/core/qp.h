@@ -31,8 +31,13 @@ struct Cq {
   uint32_t head = 0;
   uint32_t tail = 0;
   uint64_t overflows = 0;
+  CompletionSink* sink = nullptr;  // completions go there, not into the ring
 
   bool push(const Completion& c) noexcept {
+    if (sink != nullptr) {
+      sink->on_completion(c);
+      return true;
+    }
     if (tail - head > mask) { ++overflows; return false; }
     ring[tail++ & mask] = c;
     return true;
@@ -43,10 +48,13 @@ inline constexpr uint8_t kWqeSignaled = 1;          // IBV_SEND_SIGNALED
 inline constexpr uint8_t kWqeReportUnsignaled = 2;  // unsignalled, completed anyway (complete_unsignaled)
 
 // One gather entry of a posted send: where this process reads (or, for a
-// READ, writes) the bytes, and how many.
+// READ, writes) the bytes, how many, and the region's key (0: inline bytes,
+// in no region). The key is looked at again before each use: the region may
+// be deregistered while the WR is outstanding (Transport::mr_live).
 struct WqeSge {
   uint8_t* ptr = nullptr;
   uint32_t len = 0;
+  uint32_t lkey = 0;
 };
 
 // A posted send WR as the send path needs it, not the whole SendWr: the
@@ -90,7 +98,7 @@ struct RecvWqe {
   if (mr == nullptr || va < mr->addr || va - mr->addr > mr->len || len > mr->len - (va - mr->addr) ||
       (local_write && !(mr->access & IBV_ACCESS_LOCAL_WRITE)))
     return false;
-  out = WqeSge{mr->host_ptr + (va - mr->addr), len};
+  out = WqeSge{mr->host_ptr + (va - mr->addr), len, lkey};
   return true;
 }
 
@@ -156,9 +164,23 @@ inline constexpr uint8_t kSlotRecvDone = 2;  // completes a RECV when passed in 
 inline constexpr uint8_t kSlotMsgEnd = 4;    // ends a message (MSN + 1)
 inline constexpr uint8_t kSlotRead = 8;      // first PSN of a READ request
 
+// A READ request the responder received, kept after it was executed: a
+// duplicate is answered again only within one of these (IBA 9.7.5.1.3).
+struct ReadRec {
+  uint32_t psn = 0;
+  uint32_t npkts = 0;  // 0: empty
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint32_t len = 0;
+};
+
+// IBA's largest message (and READ DMA length): 2^31 bytes.
+inline constexpr uint64_t kMaxMsgLen = uint64_t{1} << 31;
+
 struct ReadJob {
   uint32_t psn = 0;
   const uint8_t* ptr = nullptr;
+  uint32_t rkey = 0;      // its region, looked at before each response (Transport::mr_live)
   uint32_t len = 0;
   uint32_t npkts = 1;
   uint32_t next_pkt = 0;  // packets already emitted
@@ -243,6 +265,8 @@ struct Qp {
   std::vector<RecvWqe> rq;   // empty on an SRQ QP
   uint32_t rq_head = 0;
   uint32_t rq_tail = 0;
+  static constexpr uint32_t kNoRecv = 0xFFFFFFFF;
+  uint32_t prot_err_recv = kNoRecv;  // the receive whose buffer was deregistered (to_error: LOC_PROT_ERR)
   // On an SRQ: the SRQ slots this QP took for its messages rq_head..rq_tail
   // (ring of window_pkts: every such message has a PSN in the window).
   Srq* srq = nullptr;
@@ -277,6 +301,8 @@ struct Qp {
   std::vector<ReadJob> reads;
   uint32_t reads_head = 0;
   uint32_t reads_tail = 0;
+  std::vector<ReadRec> read_log;  // the latest READ requests received (a ring)
+  uint32_t read_log_next = 0;
   uint32_t grant_psn = 0;        // responder: the limit granted to the requester
   uint32_t grant_unacked = 0;    // credit granted since the last ACK
   uint64_t last_rx_ns = 0;       // responder: when a request last arrived
@@ -391,6 +417,12 @@ struct Qp {
   bool credit_probe(uint64_t now) noexcept;  // out of credit: may one packet go anyway? (requester.cc)
   uint64_t credit_probe_wait() const noexcept { return std::max<uint64_t>(rto(), attr.timeout_ns); }
   void to_error(ibv_wc_status first_status) noexcept;
+  // Whether the regions holding bytes [off, off + len) of the WR's gather
+  // list are all still registered; else lost_region fails the WR with
+  // IBV_WC_LOC_PROT_ERR and the QP goes to ERROR (as a hardware RNIC's DMA
+  // into an invalidated region does): its memory is never touched again.
+  bool gather_live(const SendWqe& w, uint64_t off, uint32_t len) const noexcept;
+  void lost_region(uint32_t wqe_idx) noexcept;
   void complete_sends() noexcept;
   bool send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept;
   // A request packet's opcode, flags, RETH/ImmDt/XETH and payload.
@@ -445,6 +477,10 @@ struct Qp {
   void bench_restart(uint32_t psn) noexcept;  // QpInitAttr::bench_any_psn only
   void nak(uint8_t syndrome, uint32_t psn) noexcept;
   bool read_job(uint32_t psn, const common::Reth& reth, common::DropReason& why) noexcept;
+  const ReadRec* find_read(uint32_t psn) const noexcept;  // the received READ whose PSNs hold psn
+  uint32_t read_pkts(uint32_t len) const noexcept {       // response packets of a READ of len bytes
+    return len == 0 ? 1 : static_cast<uint32_t>((uint64_t{len} + mtu() - 1) / mtu());
+  }
   uint8_t ack_syndrome() const noexcept;  // ACK with the credit field (credit_wire.h)
   void ack_point(uint32_t& psn, uint32_t& msn_out) const noexcept;  // what an ACK may acknowledge (responder.cc)
   uint32_t rx_front() const noexcept { return common::psn_lt(high, epsn) ? epsn : high; }
@@ -520,7 +556,7 @@ inline TxDesc* Qp::tx_slot() noexcept {
   } else {
     for (uint32_t j = 0; j < w.num_sge; ++j) len += w.sge[j].len;  // resolved by the caller
   }
-  if (len > (1ull << 31)) return EINVAL;
+  if (len > kMaxMsgLen) return EINVAL;
   w.len = static_cast<uint32_t>(len);
   // UD: one datagram; one over the MTU completes with LOC_LEN_ERR in its
   // turn (ud_tx), as a hardware RNIC reports it.

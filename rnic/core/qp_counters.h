@@ -30,6 +30,7 @@ struct QpCounters {
   uint64_t ecn_ce_rx = 0;       // data packets that arrived CE-marked
   uint64_t cnp_rx = 0;
   uint64_t cnp_tx = 0;
+  uint64_t region_gone = 0;     // WRs failed (LOC_PROT_ERR) because a region they use was deregistered
   uint32_t reorder_depth_max = 0;  // largest PSN distance ahead of the expected one
   std::array<uint64_t, common::kDropReasonCount> drops{};
 

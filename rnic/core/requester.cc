@@ -42,7 +42,7 @@ static_assert(IBV_WR_RDMA_WRITE == 0 && IBV_WR_RDMA_WRITE_WITH_IMM == 1 && IBV_W
 // Points the descriptor at `len` bytes of the WR's gather list from `off`.
 inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noexcept {
   if (w.num_sge == 1) {  // the common case, without the walk
-    d->segs[0] = TxSeg{w.sge[0].ptr + off, len};
+    d->segs[0] = TxSeg{w.sge[0].ptr + off, len, w.sge[0].lkey};
     d->num_segs = len ? 1 : 0;
     return;
   }
@@ -51,7 +51,7 @@ inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noex
     const uint32_t sl = w.sge[j].len;
     if (off >= sl) { off -= sl; continue; }
     const uint32_t take = static_cast<uint32_t>(std::min<uint64_t>(len, sl - off));
-    d->segs[k++] = TxSeg{w.sge[j].ptr + off, take};
+    d->segs[k++] = TxSeg{w.sge[j].ptr + off, take, w.sge[j].lkey};
     len -= take;
     off = 0;
   }
@@ -151,6 +151,11 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
     cc_stop = true;
     return true;
   }
+  if (!is_read && !gather_live(w, uint64_t{r.pkt_idx} * mtu(), r.len)) [[unlikely]] {
+    lost_region(r.wqe);
+    cc_stop = true;  // the QP is in ERROR: nothing more goes
+    return true;
+  }
   TxDesc* d = tx_slot();
   if (d == nullptr) return false;
   d->bth.psn = psn;
@@ -239,6 +244,10 @@ bool Qp::tx_requests(uint64_t now) noexcept {
           return true;  // the next ACK carrying credit calls poll again
         }
         if (++credit_new_sent > credit_unsched) cc_credit_used(now);
+      }
+      if (!gather_live(w, off, len)) [[unlikely]] {
+        lost_region(sq_send);
+        return true;
       }
       if (una == nxt) last_progress = now;  // the retransmission timer starts
       TxDesc* d = tx_slot();
@@ -504,6 +513,24 @@ void Qp::complete_sends() noexcept {
   sq_head = head;
 }
 
+bool Qp::gather_live(const SendWqe& w, uint64_t off, uint32_t len) const noexcept {
+  if (w.num_sge == 1) return t->mr_live(w.sge[0].lkey);
+  for (uint32_t j = 0; j < w.num_sge && len > 0; ++j) {
+    const uint32_t sl = w.sge[j].len;
+    if (off >= sl) { off -= sl; continue; }
+    if (!t->mr_live(w.sge[j].lkey)) return false;
+    len -= static_cast<uint32_t>(std::min<uint64_t>(len, sl - off));
+    off = 0;
+  }
+  return true;
+}
+
+void Qp::lost_region(uint32_t wqe_idx) noexcept {
+  ++c.region_gone;
+  wqe(wqe_idx).status = IBV_WC_LOC_PROT_ERR;
+  to_error(IBV_WC_WR_FLUSH_ERR);
+}
+
 void Qp::to_error(ibv_wc_status first_status) noexcept {
   state = QpState::kError;
   if (first_status != IBV_WC_WR_FLUSH_ERR && sq_head != sq_tail)
@@ -518,10 +545,12 @@ void Qp::to_error(ibv_wc_status first_status) noexcept {
   // On an SRQ these are the WQEs it took for messages under way: verbs
   // flushes those, and leaves the ones still on the SRQ to the other QPs.
   while (rq_head != rq_tail) {
-    recv_cq->push(Completion{rwqe(rq_head).wr.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, 0, qpn,
-                             attr.dest_qp_num, 0});
+    // The one whose buffer was found deregistered (responder) says so.
+    const ibv_wc_status st = rq_head == prot_err_recv ? IBV_WC_LOC_PROT_ERR : IBV_WC_WR_FLUSH_ERR;
+    recv_cq->push(Completion{rwqe(rq_head).wr.wr_id, st, IBV_WC_RECV, 0, 0, qpn, attr.dest_qp_num, 0});
     recv_done();
   }
+  prot_err_recv = kNoRecv;
   sq_send = sq_head;
   una = nxt;
   rtx_cursor = nxt;
@@ -539,7 +568,8 @@ void Qp::to_error(ibv_wc_status first_status) noexcept {
 DropReason Qp::on_read_response(const common::RocePacket& pkt, const uint8_t* payload,
                                 uint32_t len, uint64_t now) noexcept {
   const uint32_t psn = pkt.bth.psn;
-  if (psn_lt(psn, una) || !psn_lt(psn, nxt)) return DropReason::kDuplicate;
+  if (!psn_lt(psn, nxt)) return DropReason::kUnsentPsn;  // nothing was ever asked for there
+  if (psn_lt(psn, una)) return DropReason::kDuplicate;
   PsnRec& r = rec(psn);
   if (!(r.flags & kRecRead)) return DropReason::kInvalidRequest;
   if (r.flags & kRecAcked) return DropReason::kDuplicate;
@@ -566,6 +596,10 @@ DropReason Qp::on_read_response(const common::RocePacket& pkt, const uint8_t* pa
         return DropReason::kPsnOutOfWindow;
       }
     }
+  }
+  if (!gather_live(w, off, len)) [[unlikely]] {
+    lost_region(r.wqe);  // its landing buffer was deregistered: the WR fails, nothing is written
+    return DropReason::kRegionGone;
   }
   // A READ response implicitly acknowledges every earlier request.
   uint64_t bytes = 0, rtt = 0;
@@ -606,9 +640,10 @@ DropReason Qp::on_response(const common::RocePacket& pkt, const uint8_t* payload
     return why;
   }
   const uint32_t psn = pkt.bth.psn;
-  // Valid ACK PSNs: una - 1 .. nxt - 1.
+  // Valid ACK PSNs: una - 1 .. nxt - 1. One for a PSN never sent (forged,
+  // or from a peer that lost track) must not complete or fail anything.
   if (psn_diff(psn, una) < -1) { drop(DropReason::kDuplicate); return DropReason::kDuplicate; }
-  if (!psn_lt(psn, nxt)) { drop(DropReason::kPsnOutOfWindow); return DropReason::kPsnOutOfWindow; }
+  if (!psn_lt(psn, nxt)) { drop(DropReason::kUnsentPsn); return DropReason::kUnsentPsn; }
   const uint8_t syn = pkt.aeth.syndrome;
   switch (common::aeth_kind(syn)) {
     case common::kAethAck:

@@ -127,11 +127,18 @@ bool Qp::read_job(uint32_t psn, const common::Reth& reth, DropReason& why) noexc
   ReadJob& j = reads[reads_tail++ % reads.size()];
   j.psn = psn;
   j.ptr = p;
+  j.rkey = reth.len == 0 ? 0 : reth.rkey;  // a zero-length READ names no region (C9-88)
   j.len = reth.len;
-  j.npkts = reth.len == 0 ? 1 : (reth.len + mtu() - 1) / mtu();
+  j.npkts = read_pkts(reth.len);
   j.next_pkt = 0;
   j.msn = msn;
   return true;
+}
+
+const ReadRec* Qp::find_read(uint32_t psn) const noexcept {
+  for (const ReadRec& r : read_log)
+    if (r.npkts != 0 && psn_diff(psn, r.psn) >= 0 && static_cast<uint32_t>(psn_diff(psn, r.psn)) < r.npkts) return &r;
+  return nullptr;
 }
 
 uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropReason* why) noexcept {
@@ -172,8 +179,18 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
   if (d < 0) {
     // Duplicate: answer it (a retried READ is executed again), place nothing.
     if (op == IBV_OPCODE_RC_RDMA_READ_REQUEST) {
+      // Executed again only as far as the READ this responder received asked
+      // (IBA 9.7.5.1.3): its R_Key, from its address for the PSN, never more
+      // than its length. A request it has no record of is dropped: one small
+      // packet must not make the responder send what nobody asked for.
+      const ReadRec* r = find_read(psn);
+      const uint64_t off = r == nullptr ? 0 : uint64_t{static_cast<uint32_t>(psn_diff(psn, r->psn))} * mtu();
+      if (r == nullptr || pkt.reth.rkey != r->rkey || pkt.reth.va != r->va + off || (off != 0 && off >= r->len))
+        return fail(DropReason::kUnknownRead);
+      const common::Reth again{pkt.reth.va, r->rkey,
+                               static_cast<uint32_t>(std::min<uint64_t>(pkt.reth.len, r->len - off))};
       DropReason why;
-      if (!read_job(psn, pkt.reth, why)) {
+      if (!read_job(psn, again, why)) {
         if (why == DropReason::kAccessViolation) nak(common::kAethNak | common::kNakRemoteAccess, psn);
         return fail(why);
       }
@@ -201,8 +218,12 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
   const bool has_imm = common::opcode_has(op, common::kOpImm);
 
   if (op == IBV_OPCODE_RC_RDMA_READ_REQUEST) {
-    const uint32_t npkts = pkt.reth.len == 0 ? 1 : (pkt.reth.len + mtu() - 1) / mtu();
-    if (d + npkts > window) return fail(DropReason::kPsnOutOfWindow);
+    if (pkt.reth.len > kMaxMsgLen) {  // IBA: a DMA length of at most 2^31
+      nak(common::kAethNak | common::kNakInvalidRequest, psn);
+      return fail(DropReason::kInvalidRequest);
+    }
+    const uint32_t npkts = read_pkts(pkt.reth.len);
+    if (uint64_t{static_cast<uint32_t>(d)} + npkts > window) return fail(DropReason::kPsnOutOfWindow);
     if (remote_ptr(*t, pkt.reth.rkey, pkt.reth.va, pkt.reth.len, IBV_ACCESS_REMOTE_READ, init.pd,
                    attr.qp_access_flags, mr_cache) == nullptr) {
       nak(common::kAethNak | common::kNakRemoteAccess, psn);
@@ -217,6 +238,7 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
     s.read_va = pkt.reth.va;
     s.read_len = pkt.reth.len;
     s.read_rkey = pkt.reth.rkey;
+    read_log[read_log_next++ % read_log.size()] = ReadRec{psn, npkts, pkt.reth.va, pkt.reth.rkey, pkt.reth.len};
     ++c.rx_pkts;
     if (psn_lt(high, psn_add(psn, npkts))) high = psn_add(psn, npkts);
     c.reorder_depth_max = std::max<uint32_t>(c.reorder_depth_max, static_cast<uint32_t>(d));
@@ -315,6 +337,14 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
     for (uint32_t j = 0; j < rw->wr.num_sge && left > 0; ++j) {
       const uint32_t sl = rw->wr.sg_list[j].length;
       if (o >= sl) { o -= sl; continue; }
+      if (!t->mr_live(rw->wr.sg_list[j].lkey)) [[unlikely]] {
+        // The receive's buffer was deregistered: it fails (LOC_PROT_ERR) and the
+        // sender is told (remote operational error); the QP goes to ERROR.
+        ++c.region_gone;
+        prot_err_recv = rq_head + ((recv_idx - rq_head) & 0xFFFFFF);
+        nak(common::kAethNak | common::kNakRemoteOp, psn);
+        return fail(DropReason::kRegionGone);
+      }
       const uint32_t take = static_cast<uint32_t>(std::min<uint64_t>(left, sl - o));
       std::memcpy(rw->sge_ptr[j] + o, src, take);
       src += take;
@@ -504,9 +534,17 @@ bool Qp::tx_responses(uint64_t now) noexcept {
   }
   while (reads_head != reads_tail) {
     ReadJob& j = reads[reads_head % reads.size()];
+    const uint32_t k = j.next_pkt;
+    if (!t->mr_live(j.rkey)) [[unlikely]] {
+      // Deregistered while being read: the rest is refused as an access
+      // error (the requester's WR fails), nothing more is read from it.
+      ++c.region_gone;
+      nak(common::kAethNak | common::kNakRemoteAccess, psn_add(j.psn, k));
+      reads_head = reads_tail;
+      return true;
+    }
     TxDesc* d = tx_slot();
     if (d == nullptr) return false;
-    const uint32_t k = j.next_pkt;
     const bool first = k == 0, last = k + 1 == j.npkts;
     d->bth.opcode = first && last ? IBV_OPCODE_RC_RDMA_READ_RESPONSE_ONLY
                     : first       ? IBV_OPCODE_RC_RDMA_READ_RESPONSE_FIRST
@@ -518,7 +556,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     const uint32_t dlen = static_cast<uint32_t>(std::min<uint64_t>(mtu(), j.len - off));
     d->payload_len = dlen;
     d->num_segs = dlen ? 1 : 0;
-    d->segs[0] = TxSeg{j.ptr + off, dlen};
+    d->segs[0] = TxSeg{j.ptr + off, dlen, j.rkey};
     ++c.tx_data_pkts;
     tx_commit(d, now);
     if (++j.next_pkt == j.npkts) ++reads_head;

@@ -33,6 +33,22 @@ uint32_t TxQueue::pop_burst(TxDesc* out, uint32_t n) noexcept {
   return k;
 }
 
+uint32_t TxQueue::drop_region(uint32_t lkey) noexcept {
+  uint32_t n = 0;
+  for (uint32_t i = head_; i != tail_; ++i) {
+    TxDesc& d = ring_[i & mask_];
+    for (uint32_t j = 0; j < d.num_segs; ++j) {
+      if (d.segs[j].lkey != lkey) continue;
+      d.local_qpn = 0;
+      d.num_segs = 0;
+      d.payload_len = 0;
+      ++n;
+      break;
+    }
+  }
+  return n;
+}
+
 namespace {
 uint32_t pow2_at_least(uint32_t v) {
   uint32_t p = 1;
@@ -43,6 +59,8 @@ uint32_t pow2_at_least(uint32_t v) {
 
 Transport::Transport(const TransportConfig& cfg)
     : cfg_(cfg), tx_(pow2_at_least(cfg.tx_queue_capacity ? cfg.tx_queue_capacity : 1)) {
+  // QPNs 0 and 1 are InfiniBand's special QPs, and TxQueue::dropped marks with 0.
+  cfg_.qpn_base = std::max<uint32_t>(cfg_.qpn_base, 2);
   mrs_.resize(cfg_.max_mrs);
   qps_.resize(cfg_.max_qps);
   live_.reserve(cfg_.max_qps);
@@ -86,13 +104,17 @@ int Transport::dereg_mr(uint32_t lkey) noexcept {
   if ((lkey & 0xFF) == 0 || i >= mrs_.size() || mrs_[i].lkey != lkey || mrs_[i].host_ptr == nullptr)
     return EINVAL;
   mrs_[i] = MemoryRegion{};
+  // Work holding it finds it gone when it next needs it (mr_live); what was
+  // queued for the I/O layer already is dropped here.
+  tx_.drop_region(lkey);
   return 0;
 }
 
-uint32_t Transport::create_cq(uint32_t capacity) {
+uint32_t Transport::create_cq(uint32_t capacity, CompletionSink* sink) {
   if (cqs_.size() >= cfg_.max_cqs) return UINT32_MAX;
   auto cq = std::make_unique<Cq>();
-  const uint32_t cap = pow2_at_least(capacity ? capacity : 1);
+  cq->sink = sink;
+  const uint32_t cap = sink != nullptr ? 1 : pow2_at_least(capacity ? capacity : 1);
   cq->ring.resize(cap);
   cq->mask = cap - 1;
   cqs_.push_back(std::move(cq));
@@ -158,6 +180,9 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
     qp->recs_ring = qp->recs.data();
     qp->slots.resize(w);
     qp->reads.resize(init.max_dest_rd_atomic);
+    // Enough to remember every READ request a requester may have out: its
+    // READ WRs, each in up to four chunks (requester.cc read_chunk_pkts).
+    qp->read_log.resize(std::clamp<uint32_t>(4 * init.max_dest_rd_atomic, 16, 1024));
     qp->reset_state();
     qps_[i] = std::move(qp);
     live_.push_back(qps_[i].get());
@@ -266,6 +291,9 @@ void Qp::reset_state() noexcept {
   gbn_kind = 0;
   gbn_offset = 0;
   reads_head = reads_tail = 0;
+  std::fill(read_log.begin(), read_log.end(), ReadRec{});
+  read_log_next = 0;
+  prot_err_recv = kNoRecv;
   credit_limit = credit_new_sent = 0;
   credit_stall_since = kNever;
   grant_psn = grant_unacked = 0;

@@ -79,7 +79,7 @@ inline constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
 
 struct TransportConfig {
   uint32_t max_qps = 64;
-  uint32_t qpn_base = 0x100;        // QPN of the first QP (QPN = base + index)
+  uint32_t qpn_base = 0x100;        // QPN of the first QP (QPN = base + index; at least 2)
   uint32_t max_mrs = 256;
   uint32_t max_cqs = 64;
   uint32_t tx_queue_capacity = 256; // power of two
@@ -118,6 +118,18 @@ struct RxPacketRef {
   uint32_t payload_len;
 };
 
+// Where a CQ's completions go when it has one (create_cq): straight to their
+// consumer (the worker writes each into the application's CQ ring), instead
+// of a ring the I/O layer drains; so no completion waits in, or can overflow,
+// a queue that several tenants share. Called from within the core's calls.
+class CompletionSink {
+ public:
+  virtual void on_completion(const Completion& c) noexcept = 0;
+
+ protected:
+  ~CompletionSink() = default;
+};
+
 struct Qp;  // internal (qp.h)
 struct Cq;
 struct Srq;
@@ -141,10 +153,15 @@ class Transport {
   // is given keys this way or takes them from reg_mr above, not both.
   int reg_mr_with_key(uint32_t key, uint64_t addr, uint8_t* host_ptr, uint64_t len, uint32_t access,
                       uint32_t pd) noexcept;
+  // The region goes at once: work still holding it fails when it next needs
+  // it (IBV_WC_LOC_PROT_ERR, the QP to ERROR; a READ being answered is NAKed),
+  // and descriptors queued for the I/O layer that point into it are dropped
+  // (TxQueue::dropped), so nothing reads or writes its memory after this.
   int dereg_mr(uint32_t lkey) noexcept;
 
-  // Returns the CQ id, or UINT32_MAX if no more can be created.
-  uint32_t create_cq(uint32_t capacity);
+  // Returns the CQ id, or UINT32_MAX if no more can be created. With a sink,
+  // its completions go there as they happen (poll_cq finds none).
+  uint32_t create_cq(uint32_t capacity, CompletionSink* sink = nullptr);
   // A shared receive queue of `capacity` WQEs (ibv_create_srq): QPs created
   // with QpInitAttr::srq take their receive WQEs from it, oldest first, one
   // when a message needs it. Returns its id (never 0), or 0 if no more can
@@ -234,6 +251,14 @@ class Transport {
     if (i >= mrs_.size()) return nullptr;
     const MemoryRegion& m = mrs_[i];
     return (m.host_ptr != nullptr && m.lkey == key && m.pd == pd) ? &m : nullptr;
+  }
+  // Whether `key` names a registered region now (0: bytes the core holds
+  // itself, such as inline data). Outstanding work checks the keys of the
+  // regions it reads or writes before each use, so a deregistered region's
+  // memory is never touched again (its pages may be unmapped at once).
+  bool mr_live(uint32_t key) const noexcept {
+    const uint32_t i = key >> 8;
+    return key == 0 || (i < mrs_.size() && mrs_[i].lkey == key && mrs_[i].host_ptr != nullptr);
   }
   Cq* cq(uint32_t id) noexcept;
   Srq* srq(uint32_t id) const noexcept {

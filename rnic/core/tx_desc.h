@@ -15,9 +15,13 @@
 
 namespace tandem::rnic {
 
+// `lkey`: the registered region the bytes lie in (0: the core's own, e.g.
+// inline data): a zero-copy I/O layer holds that region's pages while the
+// NIC still reads them (rnic/dpdk/tx_encap.h).
 struct TxSeg {
   const uint8_t* data = nullptr;
   uint32_t len = 0;
+  uint32_t lkey = 0;
 };
 
 // Laid out so that a data packet or an ACK touches two cache lines: the BTH,
@@ -78,6 +82,12 @@ class TxQueue {
   void pop() noexcept { ++head_; }
   // Copies out up to `n` descriptors, oldest first; returns how many.
   uint32_t pop_burst(TxDesc* out, uint32_t n) noexcept;
+
+  // Marks every queued descriptor whose payload lies in region `lkey` as
+  // dropped (its region was deregistered): the I/O layer sends nothing of it.
+  uint32_t drop_region(uint32_t lkey) noexcept;
+  // A descriptor drop_region marked (local_qpn 0: no QP has that number).
+  static bool dropped(const TxDesc& d) noexcept { return d.local_qpn == 0; }
 
   // Core side: a slot to fill, or nullptr when full; commit() publishes it.
   // An empty queue starts again at slot 0, so a receiver's one ACK per burst

@@ -69,6 +69,10 @@ bool Qp::ud_tx(uint64_t now) noexcept {
       to_error(IBV_WC_LOC_LEN_ERR);
       return true;
     }
+    if (!gather_live(w, 0, w.len)) [[unlikely]] {
+      lost_region(sq_send);
+      return true;
+    }
     TxDesc* d = tx_slot();
     if (d == nullptr) return false;
     d->bth.opcode = w.op() == IBV_WR_SEND_WITH_IMM ? IBV_OPCODE_UD_SEND_ONLY_WITH_IMMEDIATE
@@ -83,7 +87,7 @@ bool Qp::ud_tx(uint64_t now) noexcept {
     d->payload_len = w.len;
     uint32_t k = 0;
     for (uint32_t j = 0; j < w.num_sge; ++j)
-      if (w.sge[j].len != 0) d->segs[k++] = TxSeg{w.sge[j].ptr, w.sge[j].len};
+      if (w.sge[j].len != 0) d->segs[k++] = TxSeg{w.sge[j].ptr, w.sge[j].len, w.sge[j].lkey};
     d->num_segs = k;
     d->udp_sport = ud_sport(qpn, w.recv_idx, ud_seed(w));
     nxt = common::psn_add(nxt, 1);
@@ -103,6 +107,15 @@ DropReason Qp::ud_on_packet(const common::RocePacket& pkt, const uint8_t* payloa
   const bool imm = common::opcode_has(pkt.bth.opcode, common::kOpImm);
   Completion c{r.wr.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, kGrhLen + len, imm ? pkt.imm : 0, qpn,
                pkt.deth.src_qp, static_cast<uint32_t>(IBV_WC_GRH | (imm ? IBV_WC_WITH_IMM : 0))};
+  bool live = true;
+  for (uint32_t j = 0; j < r.wr.num_sge; ++j) live &= t->mr_live(r.wr.sg_list[j].lkey);
+  if (!live) [[unlikely]] {
+    // Its buffer was deregistered: the receive fails and the QP goes to ERROR.
+    ++this->c.region_gone;
+    prot_err_recv = rq_head;
+    to_error(IBV_WC_WR_FLUSH_ERR);
+    return DropReason::kRegionGone;
+  }
   if (uint64_t{kGrhLen} + len > r.len) {
     c.status = IBV_WC_LOC_LEN_ERR;  // the datagram is lost; the QP stays usable
     c.byte_len = 0;

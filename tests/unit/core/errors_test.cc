@@ -229,7 +229,7 @@ TEST_CASE("stale ACKs, packets for unknown QPs and PSNs beyond the window are dr
   // An ACK for a PSN never sent.
   ack.bth.psn = (s.sq_psn_a + 50) & 0xFFFFFF;
   n = build_frame(ack, FrameAddrs{}, buf, sizeof buf);
-  CHECK(l.inject(l.a, std::vector<uint8_t>(buf, buf + n)) == DropReason::kPsnOutOfWindow);
+  CHECK(l.inject(l.a, std::vector<uint8_t>(buf, buf + n)) == DropReason::kUnsentPsn);
 }
 
 TEST_CASE("RECVs posted late, under loss and reordering: RNR waits end in success, bytes intact") {

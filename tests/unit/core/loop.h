@@ -208,6 +208,10 @@ class Loop {
     std::uniform_real_distribution<double> u(0, 1);
     while (!h.t.tx().empty()) {
       const TxDesc& d = h.t.tx().front();
+      if (TxQueue::dropped(d)) {  // its region was deregistered: nothing of it is sent
+        h.t.tx().pop();
+        continue;
+      }
       FrameAddrs fa;
       fa.src_ip = from_a ? 1 : 2;
       fa.dst_ip = from_a ? 2 : 1;
