@@ -68,6 +68,7 @@ constexpr uint32_t kQpnBase = 0x100;
 constexpr uint32_t kRemoteQpnBase = 0x10000;
 constexpr uint64_t kRemoteVa = 0x7f0000000000;
 constexpr uint32_t kRkey = 0x1234;
+constexpr uint32_t kLkey = 0x101;  // the local region's key (TxEncap pins its slot)
 constexpr uint32_t kMaxPostList = 256;
 
 // CPU time of this thread as well as wall time: on shared cores the
@@ -121,7 +122,7 @@ TxDesc write_desc(const uint8_t* data, uint32_t len) noexcept {
   d.xeth = Xeth{0, 0, len, kRkey, kRemoteVa};
   d.payload_len = len;
   d.num_segs = 1;
-  d.segs[0] = TxSeg{data, len};
+  d.segs[0] = TxSeg{data, len, kLkey};  // a registered region's bytes (zero-copy when large)
   d.udp_sport = common::kEntropyPortBase;
   return d;
 }

@@ -93,7 +93,7 @@ void no_free(void*, void*) noexcept {}
 
 }  // namespace
 
-TxEncap::TxEncap(rte_mempool* hdr_pool, rte_mempool* ext_pool, bool copy) noexcept
+TxEncap::TxEncap(rte_mempool* hdr_pool, rte_mempool* ext_pool, bool copy, uint32_t max_mrs)
     : hdr_pool_(hdr_pool),
       pinned_ext_((rte_pktmbuf_priv_flags(hdr_pool) & RTE_PKTMBUF_POOL_F_PINNED_EXT_BUF) != 0),
       data_off_(static_cast<uint16_t>(
@@ -107,9 +107,15 @@ TxEncap::TxEncap(rte_mempool* hdr_pool, rte_mempool* ext_pool, bool copy) noexce
   proto.nb_segs = 1;
   proto.port = RTE_MBUF_PORT_INVALID;
   std::memcpy(&rearm_, &proto.rearm_data, sizeof rearm_);
-  shinfo_.free_cb = no_free;
-  shinfo_.fcb_opaque = nullptr;
-  rte_mbuf_ext_refcnt_set(&shinfo_, 1);
+  if (!copy_) {
+    n_pins_ = max_mrs;
+    pins_ = std::make_unique<rte_mbuf_ext_shared_info[]>(n_pins_);
+    for (uint32_t i = 0; i < n_pins_; ++i) {
+      pins_[i].free_cb = no_free;
+      pins_[i].fcb_opaque = nullptr;
+      rte_mbuf_ext_refcnt_set(&pins_[i], 1);
+    }
+  }
 }
 
 void TxEncap::release() noexcept {
@@ -119,7 +125,9 @@ void TxEncap::release() noexcept {
 }
 
 uint32_t TxEncap::ext_in_flight() const noexcept {
-  return rte_mbuf_ext_refcnt_read(&shinfo_) - 1u;
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < pins_hi_; ++i) n += rte_mbuf_ext_refcnt_read(&pins_[i]) - 1u;
+  return n;
 }
 
 void TxEncap::finish_pending() noexcept {
@@ -138,7 +146,9 @@ rte_mbuf* TxEncap::build(const TxDesc& d, const EncapTemplate& t, uint16_t sport
   }
   const uint32_t wire_payload = d.wire_payload_len();
   const uint32_t pad = common::roce_pad(wire_payload);
-  const bool copy = copy_ || d.payload_len <= kCopyBelow;
+  // Inline bytes (TxSeg::lkey 0, one segment) live in the core's SQ, not in
+  // a region a pin can hold: always copied.
+  const bool copy = copy_ || d.payload_len <= kCopyBelow || d.segs[0].lkey == 0;
 
   // The frame is written once, as sent; the ICRC masks its variant fields
   // in registers (common::icrc_headers), not in a copy. Transport headers
@@ -198,8 +208,12 @@ rte_mbuf* TxEncap::build(const TxDesc& d, const EncapTemplate& t, uint16_t sport
     }
     auto* ptr = const_cast<uint8_t*>(s.data);
     const rte_iova_t iova = iova_is_va_ ? reinterpret_cast<rte_iova_t>(ptr) : RTE_BAD_IOVA;
-    rte_mbuf_ext_refcnt_update(&shinfo_, 1);
-    rte_pktmbuf_attach_extbuf(m, ptr, iova, static_cast<uint16_t>(s.len), &shinfo_);
+    // The region's pin: its pages stay mapped while the NIC holds this (a
+    // key past the table cannot come from the core, whose keys index it).
+    const uint32_t pin = std::min(s.lkey >> 8, n_pins_ - 1);
+    if (pin >= pins_hi_) pins_hi_ = pin + 1;
+    rte_mbuf_ext_refcnt_update(&pins_[pin], 1);
+    rte_pktmbuf_attach_extbuf(m, ptr, iova, static_cast<uint16_t>(s.len), &pins_[pin]);
     m->data_len = static_cast<uint16_t>(s.len);
     crc = common::crc32_update(crc, s.data, s.len);
     last->next = m;

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 #include "common/wire/drop_reason.h"
 #include "common/wire/headers.h"
@@ -51,7 +52,9 @@ class TxEncap {
   // `hdr_pool`: ordinary pktmbufs (headers, copies, tails). `ext_pool`:
   // mbufs without data room for attaching external buffers (nullptr =
   // always copy).
-  TxEncap(rte_mempool* hdr_pool, rte_mempool* ext_pool, bool copy) noexcept;
+  // `max_mrs`: the MR slots of the host interface it sends for (rnic/host
+  // ServerConfig::max_mrs): one pin count each.
+  TxEncap(rte_mempool* hdr_pool, rte_mempool* ext_pool, bool copy, uint32_t max_mrs = 65536);
   TxEncap(const TxEncap&) = delete;
   TxEncap& operator=(const TxEncap&) = delete;
 
@@ -80,6 +83,12 @@ class TxEncap {
   const EncapCounters& counters() const noexcept { return c_; }
   // External-buffer attachments not yet released by the PMD.
   uint32_t ext_in_flight() const noexcept;
+  // Whether the port still holds payload of the region in MR slot `index`
+  // (any thread: an atomic read; the host control thread asks before it
+  // unmaps a deregistered region).
+  bool in_flight(uint32_t index) const noexcept {
+    return index < n_pins_ && rte_mbuf_ext_refcnt_read(&pins_[index]) > 1;
+  }
   bool zero_copy() const noexcept { return !copy_; }
 
  private:
@@ -147,10 +156,13 @@ class TxEncap {
   // them: the IPv4 header and the length the CRC covers (the ICRC follows).
   const uint8_t* pending_ip_[kMaxPending];
   std::size_t pending_len_[kMaxPending];
-  // One shared-info for every attachment: its refcount counts segments in
-  // flight (+1 held by us, so the no-op free callback never runs: the memory
-  // belongs to the application and is kept mapped by HostServer's grace).
-  rte_mbuf_ext_shared_info shinfo_{};
+  // One shared-info per MR slot (TxSeg::lkey >> 8): its refcount counts that
+  // region's segments the port still holds (+1 of ours, so the no-op free
+  // callback never runs: the memory is the application's). HostServer keeps
+  // a deregistered region's pages, and its slot, until in_flight() says no.
+  std::unique_ptr<rte_mbuf_ext_shared_info[]> pins_;
+  uint32_t n_pins_ = 0;
+  uint32_t pins_hi_ = 0;  // 1 + the highest slot ever attached (what ext_in_flight sums)
   EncapCounters c_;
 };
 

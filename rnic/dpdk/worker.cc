@@ -38,6 +38,7 @@
 #include "rnic/dpdk/dpu_link.h"
 #include "rnic/dpdk/fair_shares.h"
 #include "rnic/dpdk/host_control.h"
+#include "rnic/host/memory_guard.h"
 #include "rnic/dpdk/steer_rings.h"
 #include "rnic/dpdk/tx_encap.h"
 #include "rnic/dpdk/tx_payload_mode.h"
@@ -237,7 +238,9 @@ class Worker {
     tx_mode_ = std::move(mode);
     if (c_.lcores > 1) steer_ = std::make_unique<SteerRings>(c_.name, c_.lcores, rx_queues);
     for (auto& l : lcores_) {
-      l->encap = std::make_unique<TxEncap>(hdr_pool, ext_pool, !tx_mode_.zero_copy);
+      l->encap = std::make_unique<TxEncap>(hdr_pool, ext_pool, !tx_mode_.zero_copy, l->host.max_mrs());
+      // A deregistered region's pages stay until the NIC has let go of its payloads.
+      l->host.set_mr_in_flight([e = l->encap.get()](uint32_t i) { return e->in_flight(i); });
       l->io.attach(l->encap.get(), n_ports);
       if (steer_) l->io.steer(steer_.get(), l->index);
     }
@@ -423,6 +426,8 @@ void Worker::visit_counters(const Lcore& l, F&& f) const {
         f("mr_dma", "failed", dm.failed, "MR mappings the EAL or device refused");
         f("mr_dma", "unmapped", dm.unmapped, "MR mappings released");
         f("mr_dma", "live", dm.live, "MR mappings held now");
+        f("host", "memory_faults_recovered", host::MemoryGuard::recovered(),
+          "SIGBUS in tenant memory (pages an application took away) mended with zero pages");
       },
       [&](auto&& f) {
         if (dpu_ && first)
@@ -754,6 +759,7 @@ int run(const WorkerConfig& c) {
   const std::vector<Vnic> yaml_vnics = table.vnics;
   table_capacity(c, table);
   cd::eal_init("tandem-rnic", c.eal_args);
+  host::MemoryGuard::install();  // before any tenant memory is mapped
   if (rte_lcore_count() < c.lcores)
     throw std::invalid_argument("--lcores " + std::to_string(c.lcores) + " needs as many EAL lcores (-l), have " +
                                 std::to_string(rte_lcore_count()));

@@ -295,11 +295,14 @@ bool HostServer::send_to_fast(ControlMsg& msg, ControlResult* result) {
 uint32_t HostServer::apply_control(uint64_t now) noexcept {
   uint32_t n = 0;
   ControlMsg m;
+  // Nothing left from earlier messages: the port acted on all of it.
+  if (events_.empty()) consumed_seq_.store(applied_seq_, std::memory_order_release);
   while (to_fast_->pop(&m)) {
     ControlResult r;
     r.seq = m.seq;
     r.applied_ns = now;
     apply(m, &r);
+    applied_seq_ = m.seq;
     while (!to_ctl_->push(r)) {
       // Cannot happen (one message in flight), but never drop an answer.
     }
@@ -316,7 +319,6 @@ uint32_t HostServer::apply_control(uint64_t now) noexcept {
 
 void HostServer::serve_control(uint64_t now, int timeout_ms) {
   now_ = now;
-  ++serve_seq_;
   // A few device unmaps per round, the sockets between: one rte_extmem_unregister
   // of 4 KiB pages can take seconds; requests should not queue behind a pile of them.
   const bool more = release_retired(4);
@@ -338,16 +340,23 @@ void HostServer::serve_control(uint64_t now, int timeout_ms) {
 }
 
 bool HostServer::release_retired(int budget) {
-  while (!retired_.empty() && retired_.front().serve_seq < serve_seq_ &&
-         now_ - retired_.front().since >= config_.unmap_grace_ns) {
-    Retired& r = retired_.front();
+  const uint64_t consumed = consumed_seq_.load(std::memory_order_acquire);
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    Retired& r = *it;
+    // The lcore has not caught up yet: nor has it for anything retired later.
+    if (r.seq > consumed) break;
+    if (r.mr_index != UINT32_MAX && config_.mr_in_flight && config_.mr_in_flight(r.mr_index)) {
+      ++it;  // the NIC still reads it; what follows need not wait for that
+      continue;
+    }
     // The device lets go first, then the pages go. Only the device's side is slow.
     if (r.device_mapped && config_.mapper != nullptr) {
       if (budget-- == 0) return true;
       config_.mapper->unmap(r.region.data());
     }
+    if (r.mr_index != UINT32_MAX) free_mrs_.push_back(r.mr_index);
     retired_bytes_.fetch_sub(r.region.size(), std::memory_order_relaxed);
-    retired_.pop_front();
+    it = retired_.erase(it);
   }
   return false;
 }
@@ -654,19 +663,18 @@ HostServer::MrCtl* HostServer::find_mr_ctl(uint32_t key) noexcept {
 }
 
 // Control-side release, once the fast half no longer has the MR: the
-// mapping (and the device's) go after the grace period.
+// mapping (and the device's) and the slot go once nothing can touch them.
 void HostServer::free_mr(uint32_t index) {
   MrCtl& mr = mrs_ctl_[index];
   uint32_t pdi = handle_index(mr.pd);
   if (pdi < pds_.size() && pds_[pdi].used && pds_[pdi].refs > 0) --pds_[pdi].refs;
-  retire(std::move(mr.memory), mr.device_mapped);
+  retire(std::move(mr.memory), mr.device_mapped, index);
   ResourceAmounts* used = usage_of(apps_, mr.app_index, mr.app_id);
   quotas_->give(used, mr.account, Resource::kMrs, 1);
   quotas_->give(used, mr.account, Resource::kBytes, mr.charged_bytes);
   mr.charged_bytes = 0;
   mr.used = false;
   mr.device_mapped = false;
-  free_mrs_.push_back(index);
   --mr_count_;
 }
 
@@ -825,6 +833,7 @@ Status HostServer::on_create_qp(App& app, uint32_t app_index, const Request& req
   QpInfo& info = m.info;
   info.qpn = qpn;
   info.app_id = app.id;
+  info.app_index = app.index;
   info.vnic_ip = app.vnic_ip;
   info.pd = c.pd;
   info.send_cq = c.send_cq;
@@ -988,11 +997,14 @@ void HostServer::drop_app(uint32_t app_index, bool died) {
   apps_[app_index].reset();
 }
 
-void HostServer::retire(ShmRegion&& region, bool device_mapped) {
-  if (!region.valid()) return;
+void HostServer::retire(ShmRegion&& region, bool device_mapped, uint32_t mr_index) {
+  if (!region.valid()) {
+    if (mr_index != UINT32_MAX) free_mrs_.push_back(mr_index);
+    return;
+  }
   mapped_bytes_ -= region.size();
   retired_bytes_ += region.size();
-  retired_.push_back(Retired{std::move(region), now_, serve_seq_, device_mapped});
+  retired_.push_back(Retired{std::move(region), sent_seq_, device_mapped, mr_index});
 }
 
 // ---------------------------------------------------------------- fast half: applying control
@@ -1254,15 +1266,22 @@ HostServer::MrSlot* HostServer::find_mr(uint32_t key) noexcept {
 // ---------------------------------------------------------------- fast path
 
 bool HostServer::next_event(HostEvent* out) {
-  if (events_.empty()) return false;
+  if (events_.empty()) {
+    // The port has acted on every event so far (it acts on each before
+    // asking for the next): what the messages removed may be unmapped.
+    consumed_seq_.store(applied_seq_, std::memory_order_release);
+    return false;
+  }
   *out = events_.front();
   events_.pop_front();
   return true;
 }
 
-std::size_t HostServer::ready_qps(std::span<uint32_t> out) noexcept {
+std::size_t HostServer::ready_qps(std::span<uint32_t> out, uint32_t first_app) noexcept {
   std::size_t n = 0;
-  for (FastApp& app : fast_apps_) {
+  const std::size_t napps = fast_apps_.size();
+  for (std::size_t k = 0; k < napps; ++k) {
+    FastApp& app = fast_apps_[(first_app + k) % napps];
     if (app.doorbells == nullptr) continue;
     DoorbellPage* db = app.doorbells;
     for (uint32_t s = 0; s < DoorbellPage::kSummaryWords; ++s) {

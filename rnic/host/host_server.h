@@ -57,10 +57,11 @@ struct ServerConfig {
   uint32_t max_mrs = 65535;           // MRs per worker
   uint32_t max_queue_depth = kMaxQueueDepth;
   uint64_t max_mr_bytes = uint64_t{64} << 30;  // largest memfd accepted for an MR
-  // Mappings of deregistered MRs, destroyed QPs/CQs and dead applications are
-  // kept this long (and at least until the next poll) so work still held by
-  // the transport never touches unmapped memory.
-  uint64_t unmap_grace_ns = 100'000'000;
+  // Whether the port's device still holds payloads of the MR in slot
+  // `mr_index` (zero-copy TX mbufs the NIC has not released). Called on the
+  // control thread; a deregistered MR's pages (and its slot) stay until it
+  // says no. Null: nothing is ever held.
+  std::function<bool(uint32_t mr_index)> mr_in_flight;
   // The port's vNICs (overlay IPv4, host order): an application that binds
   // itself to a vNIC (HelloRequest::vnic_ip) must name one of these.
   std::vector<uint32_t> vnic_ips;
@@ -125,6 +126,7 @@ struct RecvWork {
 struct QpInfo {
   uint32_t qpn;
   uint32_t app_id;
+  uint32_t app_index;  // its application's slot (< ServerConfig::max_apps), for per-application fairness
   uint32_t pd;
   uint32_t send_cq;
   uint32_t recv_cq;
@@ -158,7 +160,7 @@ enum class HostEventKind : uint8_t {
   kQpStateChanged, // by modify_qp, or to IBV_QPS_ERR after a bad WQE / qp_error()
   kQpDestroyed,    // by destroy_qp or because its application went away: flush it
   kMrRegistered,   // visible to the fast path now (already given to the DeviceMapper)
-  kMrDeregistered, // gone from the fast path; unmapped after the grace period
+  kMrDeregistered, // gone from the fast path; unmapped once consumed and not in flight
   kSrqCreated,     // srq, srq_depth: create the transport's SRQ
   kSrqDestroyed,   // srq: its QPs are gone already (destroyed or their application died)
 };
@@ -227,7 +229,7 @@ struct HostMemory {
   std::size_t qps;
   std::size_t table_bytes;     // worker heap used by the QP/CQ/MR/app tables
   std::size_t mapped_bytes;    // shared memory mapped now (rings + MRs + pages)
-  std::size_t retired_bytes;   // mappings waiting for their grace period
+  std::size_t retired_bytes;   // mappings waiting for the lcore and the device to let go
   std::size_t bytes_per_qp_slot;
 };
 
@@ -239,7 +241,7 @@ struct ControlResult {
   uint64_t seq = 0;
   uint32_t status = 0;      // Status of a modify_qp the fast half validated
   ibv_qp_state state = IBV_QPS_RESET;
-  uint64_t applied_ns = 0;  // the lcore's `now` when it applied the message (grace starts here)
+  uint64_t applied_ns = 0;  // the lcore's `now` when it applied the message
 };
 
 class HostServer {
@@ -250,6 +252,11 @@ class HostServer {
   ~HostServer();
   HostServer(const HostServer&) = delete;
   HostServer& operator=(const HostServer&) = delete;
+
+  // ServerConfig::mr_in_flight, set before the control thread starts (the
+  // port's device exists only after the server).
+  void set_mr_in_flight(std::function<bool(uint32_t mr_index)> f) { config_.mr_in_flight = std::move(f); }
+  uint32_t max_mrs() const noexcept { return config_.max_mrs; }
 
   // One thread does everything: apply_control(now) then serve_control(now, 0).
   // Never blocks.
@@ -274,7 +281,11 @@ class HostServer {
 
   // QPs whose doorbell rang since the last call (edge-triggered: the worker
   // keeps QPs it has not drained itself). Returns how many were written.
-  std::size_t ready_qps(std::span<uint32_t> out) noexcept;
+  // Applications are read from slot `first_app` on (wrapping): with `out`
+  // smaller than what rang, a caller that moves it on each call reads every
+  // application's doorbells in turn; bits not taken stay rung.
+  std::size_t ready_qps(std::span<uint32_t> out, uint32_t first_app = 0) noexcept;
+  uint32_t max_apps() const noexcept { return config_.max_apps; }
 
   // Takes up to out.size() send WQEs (QP in RTS/SQD). A WQE that fails
   // validation is completed with an error, moves the QP to ERR and stops the
@@ -406,7 +417,7 @@ class HostServer {
   void handle(uint32_t app_index, const Request& req, int* fds, std::size_t nfds,
               Reply* rep, int* rfds, std::size_t* nrfds);
   void drop_app(uint32_t app_index, bool died);
-  void retire(ShmRegion&& region, bool device_mapped = false);
+  void retire(ShmRegion&& region, bool device_mapped = false, uint32_t mr_index = UINT32_MAX);
   bool release_retired(int budget);  // budget: device unmaps; true if more are due
   // Hands msg to the fast half and waits until it is applied (threaded), or
   // applies it here (poll()). False if the lcore stopped before applying it.
@@ -505,13 +516,17 @@ class HostServer {
   std::size_t mr_count_ = 0;
   std::atomic<std::size_t> mapped_bytes_{0};
   std::atomic<std::size_t> retired_bytes_{0};
+  // A mapping the fast half has let go of. It is unmapped once the port has
+  // consumed the events of every message up to `seq` (consumed_seq_: the
+  // transport dropped the object too, and checks a region's key before each
+  // use) and, for an MR, once the device holds none of its payloads; no
+  // fixed grace period. An MR's slot is reused only then.
   struct Retired {
     ShmRegion region;
-    uint64_t since;       // now_ when retired (after the fast half dropped it)
-    uint64_t serve_seq;   // serve_seq_ when retired: released at a later serve only
+    uint64_t seq;         // sent_seq_ when retired
     bool device_mapped;   // an MR mapping given to the DeviceMapper
+    uint32_t mr_index;    // its MR slot (UINT32_MAX: not an MR)
   };
-  uint64_t serve_seq_ = 0;
   std::deque<Retired> retired_;
   std::atomic<uint64_t> ctl_protocol_errors_{0};
   std::atomic<uint64_t> ctl_requests_refused_{0};
@@ -530,6 +545,8 @@ class HostServer {
   std::vector<SrqSlot> srqs_;
   uint64_t last_beat_ = 0;
   std::deque<HostEvent> events_;
+  uint64_t applied_seq_ = 0;                 // the latest message apply_control applied
+  std::atomic<uint64_t> consumed_seq_{0};    // ... whose events the port has consumed too
   HostCounters counters_;  // the fast half's (apps_* and the control ones come from ctl_*)
 };
 

@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "rnic/host/memory_guard.h"
+
 namespace tandem::rnic::host {
 namespace {
 
@@ -77,6 +79,8 @@ ShmRegion& ShmRegion::operator=(ShmRegion&& o) noexcept {
     hugetlb_ = o.hugetlb_;
     borrowed_ = o.borrowed_;
     o.borrowed_ = false;
+    guarded_ = o.guarded_;
+    o.guarded_ = false;
     o.data_ = nullptr;
     o.size_ = 0;
     o.fd_ = -1;
@@ -183,6 +187,8 @@ void ShmRegion::protect_from_fork() noexcept { g_dontfork.store(true, std::memor
 bool ShmRegion::fork_protected() noexcept { return g_dontfork.load(std::memory_order_relaxed); }
 
 void ShmRegion::reset() noexcept {
+  if (guarded_) MemoryGuard::remove(data_);
+  guarded_ = false;
   if (data_ != nullptr && !borrowed_) munmap(data_, size_);
   borrowed_ = false;
   close_fd();
@@ -235,6 +241,12 @@ Status ShmRegion::map_fd(int fd, std::size_t min_bytes, std::size_t max_bytes, b
   out->data_ = static_cast<uint8_t*>(p);
   out->size_ = size;
   out->hugetlb_ = huge;
+  // The peer's pages may go under us (a hole punched in a hugetlb memfd): a
+  // worker that installed the guard survives the fault (memory_guard.h).
+  // (The page size from fstatfs, not page_size_at: that reads /proc/self/smaps, whose
+  // cost grows with the mappings, i.e. with the QPs.)
+  out->guarded_ = MemoryGuard::add(
+      p, size, huge ? static_cast<std::size_t>(fs.f_bsize) : static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
   return Status::kOk;
 }
 

@@ -68,6 +68,7 @@ class ShmRegion {
   int fd_ = -1;
   bool hugetlb_ = false;
   bool borrowed_ = false;  // adopt(): the application's mapping, never unmapped here
+  bool guarded_ = false;   // map_fd(): registered with MemoryGuard
 };
 
 // Size of the default huge page (from /proc/meminfo; 2 MB if unknown).

@@ -53,8 +53,11 @@ std::vector<uint8_t> app_memory(std::size_t n) {
   return v;
 }
 
+// The application memory's region key (slot 1): what TxEncap pins while the NIC holds a segment.
+constexpr uint32_t kLkey = 0x101;
+
 TxDesc write_desc(const std::vector<uint8_t>& mem, std::initializer_list<std::pair<uint32_t, uint32_t>> segs,
-                  bool xeth) {
+                  bool xeth, uint32_t lkey = kLkey) {
   TxDesc d;
   d.bth.opcode = xeth ? 0x08 /* RC_RDMA_WRITE_LAST */ : 0x0A /* RC_RDMA_WRITE_ONLY */;
   d.bth.dqpn = 0x10001;
@@ -65,7 +68,7 @@ TxDesc write_desc(const std::vector<uint8_t>& mem, std::initializer_list<std::pa
   d.xeth = Xeth{5, 4096, 8192, 0x4321, 0x7f0000002000};
   d.udp_sport = 0xC00A;
   for (auto [off, len] : segs) {
-    d.segs[d.num_segs++] = TxSeg{mem.data() + off, len};
+    d.segs[d.num_segs++] = TxSeg{mem.data() + off, len, lkey};
     d.payload_len += len;
   }
   d.reth.len = d.payload_len;
@@ -112,6 +115,8 @@ TEST_CASE("a zero-copy WRITE is a chain of header, application memory and ICRC t
   CHECK(rte_pktmbuf_mtod(m->next, const uint8_t*) == mem.data() + 100);  // attached, not copied
   CHECK(enc.counters().zero_copy_segs == 2);
   CHECK(enc.ext_in_flight() == 2);
+  CHECK(enc.in_flight(kLkey >> 8));      // the region's pages are held while the NIC has them
+  CHECK_FALSE(enc.in_flight(2));          // another region's are not
   const auto bytes = flatten(m);
   CHECK(bytes == reference(d));
   common::RocePacket pkt;
@@ -119,7 +124,20 @@ TEST_CASE("a zero-copy WRITE is a chain of header, application memory and ICRC t
   CHECK(pkt.payload_len == 1001);
   rte_pktmbuf_free(m);
   CHECK(enc.ext_in_flight() == 0);
+  CHECK_FALSE(enc.in_flight(kLkey >> 8));
   CHECK(mem[100] == static_cast<uint8_t>(100 * 7 + 3));  // the application's memory is untouched
+}
+
+TEST_CASE("bytes in no region (the core's inline data, key 0) are copied, never attached") {
+  auto mem = app_memory(4096);
+  TxEncap enc(hdr_pool(), ext_pool(), false);
+  const TxDesc d = write_desc(mem, {{0, 1000}}, false, 0);
+  rte_mbuf* m = enc.build(d, addrs());
+  REQUIRE(m != nullptr);
+  CHECK(m->nb_segs == 1);
+  CHECK(enc.ext_in_flight() == 0);
+  CHECK(flatten(m) == reference(d));
+  rte_pktmbuf_free(m);
 }
 
 TEST_CASE("IRN data with a placement header encapsulates to the same bytes in copy and zero-copy mode") {

@@ -814,7 +814,7 @@ ServerConfig make_config() {
   cfg.max_mrs = 64;
   cfg.max_queue_depth = 256;        // rings small enough to create per input
   cfg.max_mr_bytes = 1u << 20;
-  cfg.unmap_grace_ns = 0;           // retired mappings go at the next serve: stale use faults
+  // Retired mappings go once its events are drained (next_event): stale use faults.
   cfg.vnic_ips = {kVnic};
   return cfg;
 }

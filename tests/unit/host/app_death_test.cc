@@ -59,7 +59,6 @@ TEST_CASE("an application process that dies mid-way has its QPs, CQs, MRs and ma
   std::string path = dir + "/rnic0.sock";
   ServerConfig cfg;
   cfg.socket_path = path;
-  cfg.unmap_grace_ns = 0;
   HostServer server(cfg);
   constexpr int kQps = 8;
   int pipefd[2];

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -60,12 +61,13 @@ class GateMapper final : public DeviceMapper {
 // probes one (QP, rkey, address) each iteration and records the events.
 class Threaded {
  public:
-  explicit Threaded(DeviceMapper* mapper, uint64_t grace_ns) : dir_(test::make_temp_dir()) {
+  explicit Threaded(DeviceMapper* mapper, std::function<bool(uint32_t)> in_flight = {})
+      : dir_(test::make_temp_dir()) {
     path = dir_ + "/rnic0.sock";
     ServerConfig c;
     c.socket_path = path;
-    c.unmap_grace_ns = grace_ns;
     c.mapper = mapper;
+    c.mr_in_flight = std::move(in_flight);
     server_ = std::make_unique<HostServer>(c);
     server_->set_threaded(true);
     control_ = std::thread([this] {
@@ -130,7 +132,7 @@ constexpr std::size_t kBuf = 1 << 20;
 
 TEST_CASE("a registration stuck in the device mapper stalls neither the lcore nor the MR's visibility rules") {
   GateMapper mapper;
-  Threaded t(&mapper, 0);
+  Threaded t(&mapper);
   DeviceAttr attr;
   attr.name = "gate";
   Context* ctx = open_device(t.path.c_str(), attr);
@@ -174,11 +176,15 @@ TEST_CASE("a registration stuck in the device mapper stalls neither the lcore no
   close_device(ctx);
 }
 
-TEST_CASE("after deregistration the device mapping is released only after the grace period") {
+TEST_CASE("a deregistered MR's pages and slot go once the lcore has acted on it and the device holds none of it") {
   GateMapper mapper;
   mapper.open();
-  constexpr uint64_t kGrace = 200'000'000;
-  Threaded t(&mapper, kGrace);
+  std::atomic<bool> held{true};     // the device still has payloads of the MR (zero-copy mbufs)
+  std::atomic<uint32_t> asked{UINT32_MAX};
+  Threaded t(&mapper, [&](uint32_t i) {
+    asked = i;
+    return held.load();
+  });
   test::App app(t.path);
   t.probe_qpn = app.qp->qp_num;
   t.probe_rkey = app.mr->rkey;
@@ -186,18 +192,26 @@ TEST_CASE("after deregistration the device mapping is released only after the gr
   REQUIRE(test::to_rts(app.qp, 2) == 0);
   CHECK(t.visible());
   REQUIRE(mapper.maps.load() == 1);
-  const uint64_t t0 = now_ns();
+  const uint32_t slot = app.mr->lkey >> 8;
   REQUIRE(dereg_mr(app.mr) == 0);
   app.mr = nullptr;
   CHECK_FALSE(t.visible());
-  CHECK(mapper.unmaps.load() == 0);  // packets already holding its addresses may still be in flight
+  // No fixed grace: only the device's hold keeps it, however long.
+  std::this_thread::sleep_for(150ms);
+  CHECK(mapper.unmaps.load() == 0);
+  CHECK(asked.load() == slot);
+  // Its slot is not handed out meanwhile (the device's count is per slot).
+  Mr* other = reg_mr(app.pd, app.buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+  REQUIRE(other != nullptr);
+  CHECK((other->lkey >> 8) != slot);
+  held = false;
   for (int i = 0; i < 2000 && mapper.unmaps.load() == 0; ++i) std::this_thread::sleep_for(1ms);
-  REQUIRE(mapper.unmaps.load() == 1);
-  CHECK(mapper.unmap_at.load() - t0 >= kGrace);
+  CHECK(mapper.unmaps.load() == 1);
+  REQUIRE(dereg_mr(other) == 0);
 }
 
 TEST_CASE("control changes reach the lcore in order, and modify_qp answers from the lcore's QP state") {
-  Threaded t(nullptr, 0);
+  Threaded t(nullptr);
   test::App app(t.path);
   const uint32_t qpn = app.qp->qp_num;
   REQUIRE(test::to_rts(app.qp, 2) == 0);
@@ -228,7 +242,7 @@ TEST_CASE("control changes reach the lcore in order, and modify_qp answers from 
 }
 
 TEST_CASE("SRQs follow the split: the lcore gets them in order with their QPs, and query_qp answers from its state") {
-  Threaded t(nullptr, 0);
+  Threaded t(nullptr);
   test::App app(t.path);
   Srq* srq = create_srq(app.pd, 8, 1);
   REQUIRE(srq != nullptr);

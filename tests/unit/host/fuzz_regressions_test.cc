@@ -129,7 +129,6 @@ TEST_CASE("modify_qp with a qp_state outside ibv_qp_state is refused as invalid 
   const std::string dir = test::make_temp_dir();
   ServerConfig cfg;
   cfg.socket_path = dir + "/rnic0.sock";
-  cfg.unmap_grace_ns = 0;
   HostServer server(cfg);
   {
     RawClient app(server, cfg.socket_path);
@@ -162,7 +161,6 @@ TEST_CASE("a send WQE whose opcode byte is past ibv_wr_opcode completes in error
   const std::string dir = test::make_temp_dir();
   ServerConfig cfg;
   cfg.socket_path = dir + "/rnic0.sock";
-  cfg.unmap_grace_ns = 0;
   HostServer server(cfg);
   {
     RawClient app(server, cfg.socket_path);

@@ -31,7 +31,6 @@ struct Port {
     for (uint32_t k = 0; k < 2; ++k) {
       ServerConfig c;
       c.socket_path = path;
-      c.unmap_grace_ns = 0;
       c.max_qps = shards.slots_per_lcore();
       c.qp_slot_base = shards.slot_base(k);
       c.listen = k == 0;

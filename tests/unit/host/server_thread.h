@@ -34,7 +34,6 @@ class ServerThread {
   explicit ServerThread(ServerConfig config = {}) : dir_(make_temp_dir()) {
     path = dir_ + "/rnic0.sock";
     config.socket_path = path;
-    config.unmap_grace_ns = 0;
     server_ = std::make_unique<HostServer>(config);
     thread_ = std::thread([this] { run(); });
   }
