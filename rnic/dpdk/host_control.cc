@@ -14,8 +14,8 @@
 namespace tandem::rnic::dpdk {
 
 HostControl::HostControl(std::vector<host::HostServer*> servers, const char* name,
-                         const common::dpdk::TscClock& clock)
-    : servers_(std::move(servers)), clock_(clock) {
+                         const common::dpdk::TscClock& clock, std::vector<common::LogRing*> logs)
+    : servers_(std::move(servers)), logs_(std::move(logs)), clock_(clock) {
   if (servers_.size() > 1) {
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
     if (epoll_fd_ < 0) throw std::runtime_error(std::string("epoll_create1: ") + std::strerror(errno));
@@ -39,11 +39,12 @@ HostControl::~HostControl() {
 
 void* HostControl::run(void* self) noexcept {
   auto* h = static_cast<HostControl*>(self);
-  // Its munmaps are of tenant memory past its grace period (and DPDK's own for
+  // Its munmaps are of tenant memory the lcore let go of (and DPDK's own for
   // extmem), never of memif regions: no need to wait for, or IPI, the lcore.
   common::dpdk::unmap_guard_exempt_this_thread();
   // Blocks in epoll_wait; wakes at least every 5 ms to release retired mappings and see stop().
   while (!h->stop_.load(std::memory_order_acquire)) {
+    for (common::LogRing* l : h->logs_) l->drain(stderr);
     if (h->servers_.size() == 1) {
       h->servers_[0]->serve_control(h->clock_.now_ns(), 5);
       continue;
@@ -61,6 +62,7 @@ void HostControl::stop() noexcept {
   for (host::HostServer* s : servers_) s->stop_control();
   pthread_join(thread_, nullptr);
   running_ = false;
+  for (common::LogRing* l : logs_) l->drain(stderr);
 }
 
 }  // namespace tandem::rnic::dpdk

@@ -1,6 +1,7 @@
 // The worker's control thread: owns the host socket side of HostServer
-// (accept, recvmsg, memfd mmap, DMA registration of MRs, unmapping after the
-// grace period) so the data lcore never makes a control system call. Made
+// (accept, recvmsg, memfd mmap, DMA registration of MRs, unmapping what the
+// lcore let go of) so the data lcore never makes a control system call; it
+// also writes out the lcores' log lines. Made
 // with rte_ctrl_thread_create: it runs on the EAL's control CPU set, off the
 // lcore's core. With several lcores per port (--lcores), one thread serves
 // every lcore's server: the port's fair shares and DMA mappings then have
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "common/dpdk/tsc_clock.h"
+#include "common/log/log_ring.h"
 #include "rnic/host/host_server.h"
 
 namespace tandem::rnic::dpdk {
@@ -20,8 +22,9 @@ namespace tandem::rnic::dpdk {
 class HostControl {
  public:
   // Puts the servers in threaded mode and starts serving them. Throws on failure.
-  // clock: the lcores' (apply_control's `now`), so grace periods compare.
-  HostControl(std::vector<host::HostServer*> servers, const char* name, const common::dpdk::TscClock& clock);
+  // `logs`: the lcores' log rings (port::PortLogic::log), written out each round.
+  HostControl(std::vector<host::HostServer*> servers, const char* name, const common::dpdk::TscClock& clock,
+              std::vector<common::LogRing*> logs = {});
   ~HostControl();
   HostControl(const HostControl&) = delete;
   HostControl& operator=(const HostControl&) = delete;
@@ -33,6 +36,7 @@ class HostControl {
   static void* run(void* self) noexcept;
 
   std::vector<host::HostServer*> servers_;
+  std::vector<common::LogRing*> logs_;
   int epoll_fd_ = -1;  // several servers: their epoll fds, to wait on all at once
   const common::dpdk::TscClock& clock_;
   std::atomic<bool> stop_{false};

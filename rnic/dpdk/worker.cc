@@ -368,8 +368,12 @@ void Worker::loop() {
   // Sockets, mmap and DMA registration happen on this thread from now on;
   // the lcores only apply what it finished (host.apply_control).
   std::vector<host::HostServer*> servers;
-  for (auto& l : lcores_) servers.push_back(&l->host);
-  HostControl control(servers, "tandem-host-ctl", lcores_[0]->io.clock());
+  std::vector<common::LogRing*> logs;
+  for (auto& l : lcores_) {
+    servers.push_back(&l->host);
+    logs.push_back(&l->pw.log());
+  }
+  HostControl control(servers, "tandem-host-ctl", lcores_[0]->io.clock(), logs);
   // Lcores 1..N-1 on the EAL's worker lcores, in order; lcore 0 here (the main lcore).
   std::vector<std::pair<Worker*, Lcore*>> args;
   args.reserve(lcores_.size());

@@ -29,10 +29,12 @@ PortLogic::PortLogic(const PortConfig& c, Level2Table& table, host::HostServer& 
       agent_(agent),
       core_(TransportConfig{c.max_qps, kQpnBase, kCoreMrSlots, 4, 1024}),
       vnics_(c.yaml_vnics) {
-  core_cq_ = core_.create_cq(1u << 16);
+  core_cq_ = core_.create_cq(1, &relay_);
   if (core_cq_ == UINT32_MAX) throw std::runtime_error("transport core: cannot create its CQ");
   ctx_.resize(c.max_qps);
   host_index_.assign(kMaxHostQpSlots, UINT32_MAX);
+  app_ready_.resize(std::max<uint32_t>(host.max_apps(), 1));
+  ready_apps_.resize(app_ready_.size());
 }
 
 std::size_t PortLogic::live_qps() const noexcept {
@@ -102,6 +104,7 @@ void PortLogic::on_qp_created(uint32_t host_qpn) {
   q.host_qpn = host_qpn;
   q.core_qpn = core_qpn;
   q.app_id = info->app_id;
+  q.app_index = info->app_index;
   q.ud = ud;
   host_index_[host_qpn & (kMaxHostQpSlots - 1)] = core_qpn - kQpnBase;
   ++k_.qps_created;
@@ -139,8 +142,8 @@ void PortLogic::on_qp_state(uint32_t host_qpn, ibv_qp_state state, uint64_t now)
         route_wait_.push_back(host_qpn);
         return;
       } else {
-        std::fprintf(stderr, "%s: QP 0x%x: no egress entry for remote %s: QP to ERR\n", c_.name.c_str(), host_qpn,
-                     format_ipv4(remote).c_str());
+        log_.log("%s: QP 0x%x: no egress entry for remote %u.%u.%u.%u: QP to ERR", c_.name.c_str(), host_qpn,
+                 remote >> 24, (remote >> 16) & 0xFF, (remote >> 8) & 0xFF, remote & 0xFF);
         ++k_.qps_no_route;
         fail_qp(*q);
         return;
@@ -162,8 +165,7 @@ void PortLogic::on_qp_state(uint32_t host_qpn, ibv_qp_state state, uint64_t now)
       break;
   }
   if (rc != 0) {
-    std::fprintf(stderr, "%s: QP 0x%x: core refused %s (errno %d): QP to ERR\n", c_.name.c_str(), host_qpn,
-                 qp_state_name(state), rc);
+    log_.log("%s: QP 0x%x: core refused %s (errno %d): QP to ERR", c_.name.c_str(), host_qpn, qp_state_name(state), rc);
     ++k_.qps_core_refused;
     fail_qp(*q);
   }
@@ -177,6 +179,7 @@ void PortLogic::on_qp_destroyed(uint32_t host_qpn, bool died) {
   core_.modify_qp(q->core_qpn, a, IBV_QP_STATE);
   core_.destroy_qp(q->core_qpn);
   host_index_[host_qpn & (kMaxHostQpSlots - 1)] = UINT32_MAX;
+  unready(*q);
   *q = QpCtx{};  // its flush completions are dropped: the application's CQ is gone
   ++(died ? k_.qps_app_died : k_.qps_destroyed);
 }
@@ -191,8 +194,8 @@ void PortLogic::on_srq_created(uint32_t host_srq, uint32_t depth, uint32_t pd) {
     }
   if (core_srq == 0 || s == nullptr) {
     if (core_srq != 0) core_.destroy_srq(core_srq);
-    std::fprintf(stderr, "%s: SRQ 0x%x: the core has no room for it (%u SRQs): its QPs go to ERR\n", c_.name.c_str(),
-                 host_srq, kMaxSrqs);
+    log_.log("%s: SRQ 0x%x: the core has no room for it (%u SRQs): its QPs go to ERR", c_.name.c_str(), host_srq,
+             kMaxSrqs);
     ++k_.srqs_core_refused;
     return;
   }
@@ -222,8 +225,7 @@ void PortLogic::on_mr_registered(const host::HostEvent& ev) noexcept {
   if (core_.reg_mr_with_key(ev.lkey, ev.va, ev.addr, ev.length, ev.access, ev.pd) != 0) {
     // Only if the two tables disagree (the core's is sized to the host's).
     ++k_.mrs_core_refused;
-    std::fprintf(stderr, "%s: MR key 0x%x: the core refused it; accesses to it will fail\n", c_.name.c_str(),
-                 ev.lkey);
+    log_.log("%s: MR key 0x%x: the core refused it; accesses to it will fail", c_.name.c_str(), ev.lkey);
   }
 }
 

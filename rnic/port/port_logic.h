@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "common/log/log_ring.h"
 #include "common/wire/byte_order.h"
 #include "common/wire/drop_reason.h"
 #include "common/wire/opcode.h"
@@ -88,7 +89,10 @@ struct QpCtx {
   uint32_t dest_qpn = 0;  // the remote QP (what this QP's packets carry in the BTH)
   bool roce_peer = false;  // its route's peer is a standard RoCE RNIC (EgressAction kEgressPeerRoce)
   uint32_t mtu = 0;
-  bool backlog = false;
+  bool backlog = false;  // WQEs left in its rings (it is queued for pump_work: `queued`)
+  bool queued = false;   // on its application's ready list (PortLogic::ready)
+  uint32_t app_index = 0;  // its application's host slot (per-application fairness)
+  uint32_t ready_prev = UINT32_MAX, ready_next = UINT32_MAX;  // ctx indices in that list
   // DPU mode: RTR found no route; the agent is asked and the QP waits (its
   // WQEs stay in the rings) until the route is installed or the deadline.
   bool route_pending = false;
@@ -115,6 +119,11 @@ class PortLogic {
  public:
   static constexpr uint32_t kMaxSrqs = 64;  // the core's (TransportConfig::max_srqs)
   static constexpr uint32_t kMaxHostQpSlots = 65536;
+  // pump_work's bounds per loop turn (port_work.cc: fair WQE service).
+  static constexpr uint32_t kDoorbellsPerTurn = 256;  // rung QPs read per turn (the rest stay rung)
+  static constexpr uint32_t kVisitsPerTurn = 256;     // QPs served per turn
+  static constexpr uint32_t kWqesPerTurn = 512;       // WQEs fetched per turn
+  static constexpr uint32_t kWqesPerApp = 64;         // ... of them for one application
 
   // `table` and `host` outlive this; `agent` is the DPU agent (nullptr: standalone).
   PortLogic(const PortConfig& c, Level2Table& table, host::HostServer& host, AgentLink* agent);
@@ -124,7 +133,9 @@ class PortLogic {
   // ---- one loop iteration's control parts (PortWorker::run_once calls them)
   // Host events (QP create/modify/destroy, app death, SRQs) onto the core's verbs.
   uint32_t host_events(uint64_t now);
-  // The core's completions to the host interface's CQs.
+  // The core writes each completion into the host interface's CQ as it
+  // happens (complete(), its CompletionSink); this counts them since the last
+  // call and lets SRQs whose receives completed fetch more.
   uint32_t completions() noexcept;
   // New WQEs of ready QPs and SRQs (and backlogged ones) to the core.
   uint32_t pump_work() noexcept;
@@ -132,13 +143,16 @@ class PortLogic {
   // finishes (or fails) QPs waiting for a route.
   uint32_t follow_agent(uint64_t now);
   // QPs with WQEs left to fetch (the loop must not sleep).
-  bool has_backlog() const noexcept { return !backlog_.empty(); }
+  bool has_backlog() const noexcept { return ready_apps_n_ != 0; }
   // Trace units (common/trace): the process's tracer, with its ring (default: one that never runs).
   void set_tracer(common::trace::Tracer* t) noexcept { tracer_ = t ? t : &no_tracer_; }
 
   // ---- reading (the lcore, or after it stopped)
   const PortConfig& config() const noexcept { return c_; }
   const WorkerCounters& counters() const noexcept { return k_; }
+  // What the lcore has to say (a QP refused, a route not installed): written
+  // out by another thread (LogRing::drain), never by the lcore itself.
+  common::LogRing& log() noexcept { return log_; }
   const Transport& core() const noexcept { return core_; }
   Transport& core() noexcept { return core_; }
   const std::vector<QpCtx>& qps() const noexcept { return ctx_; }
@@ -253,7 +267,7 @@ class PortLogic {
   bool trace_tx_flags_ = false;
 
  private:
-  uint32_t pump_qp(QpCtx& q) noexcept;
+  uint32_t pump_qp(QpCtx& q, uint32_t max_wqes = kBurst) noexcept;
   uint32_t pump_srq(SrqCtx& s) noexcept;
   SrqCtx* srq_by_host(uint32_t host_srq) noexcept {
     for (SrqCtx& s : srqs_)
@@ -290,9 +304,37 @@ class PortLogic {
   bool yaml_vnics_warned_ = false;
   bool old_agent_warned_ = false;
   uint32_t core_cq_ = 0;
+  common::LogRing log_;
+  // The core CQ's sink: each completion straight to its application's CQ
+  // ring (one tenant's full CQ costs only that tenant's completions).
+  struct CqRelay final : CompletionSink {
+    explicit CqRelay(PortLogic* p) noexcept : port(p) {}
+    void on_completion(const Completion& c) noexcept override { port->complete(c); }
+    PortLogic* port;
+  };
+  void complete(const Completion& c) noexcept;
+  CqRelay relay_{this};
+  uint32_t completed_ = 0;  // completions since completions() last ran
   std::vector<QpCtx> ctx_;              // index = core QPN - kQpnBase
   std::vector<uint32_t> host_index_;    // host QPN slot -> ctx index
-  std::vector<uint32_t> backlog_;       // host QPNs with WQEs left to fetch
+  // ---- fair WQE service (port_work.cc). QPs with WQEs to fetch wait in a
+  // list per application; applications take turns, each at most a quantum of
+  // WQEs (and QP visits) per loop turn, and the turn's whole work is bounded:
+  // one application's doorbell storm or deep rings cost it, not the others.
+  static constexpr uint32_t kNoCtx = UINT32_MAX;
+  struct AppReady {
+    uint32_t head = kNoCtx, tail = kNoCtx;  // ctx indices
+    uint32_t count = 0;                     // QPs listed
+    bool listed = false;                    // in ready_apps_
+  };
+  void ready(QpCtx& q) noexcept;    // onto its application's list (no-op if there)
+  void unready(QpCtx& q) noexcept;  // off it (destroyed)
+  uint32_t serve_app(uint32_t app, uint32_t& visits, uint32_t& wqes) noexcept;
+  std::vector<AppReady> app_ready_;   // by host application slot
+  std::vector<uint32_t> ready_apps_;  // ring of applications with QPs listed, each once
+  uint32_t ready_apps_head_ = 0;
+  uint32_t ready_apps_n_ = 0;
+  uint32_t doorbell_app_ = 0;         // whose doorbells pump_work reads first next turn
   std::vector<uint32_t> route_wait_;    // host QPNs whose RTR waits for the agent
   uint64_t routes_seen_version_ = ~uint64_t{0};  // table version pending_routes last looked at
   uint64_t next_route_scan_ns_ = 0;

@@ -172,20 +172,20 @@ uint32_t PortLogic::pending_routes(uint64_t now) {
         if (rc != 0) {
           ++k_.qps_core_refused;
           fail_qp(*q);
-        } else if (!q->backlog) {
+        } else if (!q->queued) {
           q->backlog = true;  // WQEs posted meanwhile wait in the rings
-          backlog_.push_back(q->host_qpn);
+          ready(*q);
         }
         finished = true;
       } else if (now >= q->route_deadline) {
-        std::fprintf(stderr, "%s: QP 0x%x: the agent installed no route to %s: QP to ERR\n", c_.name.c_str(),
-                     q->host_qpn, format_ipv4(remote).c_str());
+        log_.log("%s: QP 0x%x: the agent installed no route to %u.%u.%u.%u: QP to ERR", c_.name.c_str(), q->host_qpn,
+                 remote >> 24, (remote >> 16) & 0xFF, (remote >> 8) & 0xFF, remote & 0xFF);
         ++k_.qps_no_route;
         q->route_pending = false;
         fail_qp(*q);
-        if (!q->backlog) {
+        if (!q->queued) {
           q->backlog = true;  // flushes the WQEs posted meanwhile: the application sees errors
-          backlog_.push_back(q->host_qpn);
+          ready(*q);
         }
         finished = true;
       }

@@ -92,16 +92,17 @@ uint32_t PortLogic::pump_srq(SrqCtx& s) noexcept {
   return static_cast<uint32_t>(rn);
 }
 
-uint32_t PortLogic::pump_qp(QpCtx& q) noexcept {
+uint32_t PortLogic::pump_qp(QpCtx& q, uint32_t max_wqes) noexcept {
   if (q.route_pending) {
     q.backlog = false;  // pending_routes() puts it back once routed
     return 0;
   }
+  const uint32_t per_ring = std::max<uint32_t>(1, std::min<uint32_t>(kBurst, max_wqes / 2));
   uint32_t n = 0;
   // Each receive WQE goes from the ring straight into the core's RQ slot.
   CoreRecvSink rsink{core_, q.core_qpn, false};
-  const std::size_t rn = host_.fetch_recv_into(q.host_qpn, std::min<uint32_t>(kBurst, core_.recv_room(q.core_qpn)),
-                                               rsink);
+  const std::size_t rn =
+      host_.fetch_recv_into(q.host_qpn, std::min<uint32_t>(per_ring, core_.recv_room(q.core_qpn)), rsink);
   k_.wqe_recv += rsink.posted;
   if (rsink.refused) {
     ++k_.wqe_refused;
@@ -112,7 +113,7 @@ uint32_t PortLogic::pump_qp(QpCtx& q) noexcept {
   // the core refuses fails alone, with LOC_QP_OP_ERR, which moves the QP to ERR.
   SendSlots slots(core_, q.core_qpn);
   CoreSendSink sink{slots, q.ud};
-  const std::size_t sn = host_.fetch_send_into(q.host_qpn, std::min<uint32_t>(kBurst, slots.room()), sink);
+  const std::size_t sn = host_.fetch_send_into(q.host_qpn, std::min<uint32_t>(per_ring, slots.room()), sink);
   k_.wqe_send += sink.posted;
   if (sink.refused) {
     ++k_.wqe_refused;
@@ -125,79 +126,126 @@ uint32_t PortLogic::pump_qp(QpCtx& q) noexcept {
   return n;
 }
 
+void PortLogic::ready(QpCtx& q) noexcept {
+  if (q.queued || q.app_index >= app_ready_.size()) return;
+  const auto i = static_cast<uint32_t>(&q - ctx_.data());
+  AppReady& a = app_ready_[q.app_index];
+  q.queued = true;
+  q.ready_prev = a.tail;
+  q.ready_next = kNoCtx;
+  if (a.tail != kNoCtx) ctx_[a.tail].ready_next = i;
+  else a.head = i;
+  a.tail = i;
+  ++a.count;
+  if (!a.listed) {
+    a.listed = true;
+    ready_apps_[(ready_apps_head_ + ready_apps_n_++) % ready_apps_.size()] = q.app_index;
+  }
+}
+
+void PortLogic::unready(QpCtx& q) noexcept {
+  if (!q.queued) return;
+  AppReady& a = app_ready_[q.app_index];
+  if (q.ready_prev != kNoCtx) ctx_[q.ready_prev].ready_next = q.ready_next;
+  else a.head = q.ready_next;
+  if (q.ready_next != kNoCtx) ctx_[q.ready_next].ready_prev = q.ready_prev;
+  else a.tail = q.ready_prev;
+  --a.count;
+  q.queued = false;
+  q.ready_prev = q.ready_next = kNoCtx;  // an emptied list leaves ready_apps_ when its turn comes
+}
+
+// One application's turn: its listed QPs in order, up to its quantum of WQEs
+// (and the turn's budgets); a QP with more to fetch goes to the back of its list.
+uint32_t PortLogic::serve_app(uint32_t app, uint32_t& visits, uint32_t& wqes) noexcept {
+  AppReady& a = app_ready_[app];
+  uint32_t got = 0;
+  // Each QP listed now is visited at most once this turn.
+  uint32_t left = a.count;
+  while (left-- > 0 && a.head != kNoCtx && got < kWqesPerApp && visits < kVisitsPerTurn && wqes < kWqesPerTurn) {
+    QpCtx& q = ctx_[a.head];
+    unready(q);
+    ++visits;
+    const uint32_t n = pump_qp(q, std::min(kWqesPerApp - got, kWqesPerTurn - wqes));
+    got += n;
+    wqes += n;
+    if (q.backlog) ready(q);
+  }
+  return got;
+}
+
 uint32_t PortLogic::pump_work() noexcept {
-  uint32_t ready[64];
   uint32_t n = 0;
-  std::size_t r;
-  while ((r = host_.ready_qps(std::span(ready, 64))) > 0) {
-    for (std::size_t i = 0; i < r; ++i) {
-      if (ready[i] & host::kSrqDoorbell) {
-        if (SrqCtx* s = srq_by_host(ready[i] & ~host::kSrqDoorbell)) n += pump_srq(*s);
-        continue;
-      }
-      QpCtx* q = by_host(ready[i]);
-      if (q == nullptr) {
-        // Unknown to the core (creation refused): let the host flush it.
-        host::SendWork sw[8];
-        host::RecvWork rw[8];
-        host_.fetch_send(ready[i], std::span(sw, 8));
-        host_.fetch_recv(ready[i], std::span(rw, 8));
-        continue;
-      }
-      const bool was = q->backlog;
-      n += pump_qp(*q);
-      if (q->backlog && !was) backlog_.push_back(q->host_qpn);
+  // Doorbells, from a different application each turn; what is not read
+  // this turn stays rung in the application's page.
+  uint32_t rung[kDoorbellsPerTurn];
+  const std::size_t r = host_.ready_qps(std::span(rung, kDoorbellsPerTurn), doorbell_app_);
+  if (++doorbell_app_ >= app_ready_.size()) doorbell_app_ = 0;
+  for (std::size_t i = 0; i < r; ++i) {
+    if (rung[i] & host::kSrqDoorbell) {
+      if (SrqCtx* s = srq_by_host(rung[i] & ~host::kSrqDoorbell)) n += pump_srq(*s);
+      continue;
     }
-    if (r < 64) break;
+    QpCtx* q = by_host(rung[i]);
+    if (q == nullptr) {
+      // Unknown to the core (creation refused): let the host flush it.
+      host::SendWork sw[8];
+      host::RecvWork rw[8];
+      host_.fetch_send(rung[i], std::span(sw, 8));
+      host_.fetch_recv(rung[i], std::span(rw, 8));
+      continue;
+    }
+    q->backlog = true;
+    ready(*q);
   }
   // SRQs whose rings hold more than the core had room for.
   if (live_srqs_ != 0)
     for (SrqCtx& s : srqs_)
       if (s.live && s.backlog) n += pump_srq(s);
-  // QPs left over from earlier iterations.
-  for (std::size_t i = 0; i < backlog_.size();) {
-    QpCtx* q = by_host(backlog_[i]);
-    if (q != nullptr && q->backlog) n += pump_qp(*q);
-    if (q == nullptr || !q->backlog) {
-      backlog_[i] = backlog_.back();
-      backlog_.pop_back();
+  // The applications in turn, each listed once: one served goes to the back.
+  uint32_t visits = 0, wqes = 0;
+  for (uint32_t k = ready_apps_n_; k > 0 && visits < kVisitsPerTurn && wqes < kWqesPerTurn; --k) {
+    const uint32_t app = ready_apps_[ready_apps_head_];
+    ready_apps_head_ = (ready_apps_head_ + 1) % static_cast<uint32_t>(ready_apps_.size());
+    --ready_apps_n_;
+    n += serve_app(app, visits, wqes);
+    AppReady& a = app_ready_[app];
+    if (a.head == kNoCtx) {
+      a.listed = false;
     } else {
-      ++i;
+      ready_apps_[(ready_apps_head_ + ready_apps_n_++) % ready_apps_.size()] = app;
     }
   }
   return n;
 }
 
-uint32_t PortLogic::completions() noexcept {
-  Completion wc[64];
-  uint32_t total = 0;
-  uint32_t n;
-  while ((n = core_.poll_cq(core_cq_, wc, 64)) > 0) {
-    total += n;
-    for (uint32_t i = 0; i < n; ++i) {
-      QpCtx* q = by_core(wc[i].qp_num);
-      if (q == nullptr) continue;  // its QP is gone (its SRQ's slot is the core's)
-      bool ok;
-      // Both carry the application's wr_id: the opcode tells a receive.
-      if (wc[i].opcode & IBV_WC_RECV) {
-        ok = host_.complete_recv(q->host_qpn, wc[i].wr_id, wc[i].status, wc[i].byte_len, wc[i].opcode,
-                                 (wc[i].wc_flags & IBV_WC_WITH_IMM) != 0, htonl(wc[i].imm_data), wc[i].src_qp,
-                                 (wc[i].wc_flags & IBV_WC_GRH) != 0);
-        ++k_.cqe_recv;
-      } else {
-        ok = host_.complete_send(q->host_qpn, wc[i].wr_id, wc[i].opcode, wc[i].byte_len,
-                                 (wc[i].wc_flags & kWcUnsignaled) == 0, wc[i].status);
-        ++k_.cqe_send;
-      }
-      if (!ok) ++k_.cqe_lost;
-      // Freed slots may let a QP fetch more.
-      if (!q->backlog && (host_.send_queued(q->host_qpn) > 0 || host_.recv_queued(q->host_qpn) > 0)) {
-        q->backlog = true;
-        backlog_.push_back(q->host_qpn);
-      }
-    }
-    if (n < 64) break;
+void PortLogic::complete(const Completion& wc) noexcept {
+  ++completed_;
+  QpCtx* q = by_core(wc.qp_num);
+  if (q == nullptr) return;  // its QP is gone (its SRQ's slot is the core's)
+  bool ok;
+  // Both carry the application's wr_id: the opcode tells a receive.
+  if (wc.opcode & IBV_WC_RECV) {
+    ok = host_.complete_recv(q->host_qpn, wc.wr_id, wc.status, wc.byte_len, wc.opcode,
+                             (wc.wc_flags & IBV_WC_WITH_IMM) != 0, htonl(wc.imm_data), wc.src_qp,
+                             (wc.wc_flags & IBV_WC_GRH) != 0);
+    ++k_.cqe_recv;
+  } else {
+    ok = host_.complete_send(q->host_qpn, wc.wr_id, wc.opcode, wc.byte_len, (wc.wc_flags & kWcUnsignaled) == 0,
+                             wc.status);
+    ++k_.cqe_send;
   }
+  if (!ok) ++k_.cqe_lost;
+  // Freed slots may let a QP fetch more.
+  if (!q->queued && (host_.send_queued(q->host_qpn) > 0 || host_.recv_queued(q->host_qpn) > 0)) {
+    q->backlog = true;
+    ready(*q);
+  }
+}
+
+uint32_t PortLogic::completions() noexcept {
+  const uint32_t total = completed_;
+  completed_ = 0;
   // Receives done free SRQ slots in the core: SRQs left waiting may fetch more.
   if (total != 0 && live_srqs_ != 0)
     for (SrqCtx& s : srqs_)

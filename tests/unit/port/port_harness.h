@@ -137,6 +137,12 @@ class Pair {
     stop_ = true;
     thread_.join();
   }
+  // After stop(): the loop runs again (the applications' teardown needs it).
+  void start() {
+    if (thread_.joinable()) return;
+    stop_ = false;
+    thread_ = std::thread([this] { run(); });
+  }
 
   template <class F>
   auto with(F&& f) {

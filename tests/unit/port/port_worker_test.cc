@@ -977,3 +977,80 @@ TEST_CASE("port layer: a QP moved to ERR under traffic completes every WQE, fini
     CHECK(p.a.k().cqe_lost == 0);
   });
 }
+
+TEST_CASE("port layer: one application's deep rings on many QPs take a bounded share of a loop turn; another's WQE goes at once") {
+  Pair p;
+  Tenant th(p.a.socket), tv(p.a.socket), tb(p.b.socket);
+  constexpr int kQps = 24, kDepth = 256;
+  std::vector<Link> hl;
+  for (int i = 0; i < kQps; ++i) {
+    Link l{th.create_qp(kDepth), tb.create_qp(kDepth)};
+    REQUIRE(Tenant::connect(l.qa, l.qb->qp_num, Pair::kOverlayB) == 0);
+    REQUIRE(Tenant::connect(l.qb, l.qa->qp_num, Pair::kOverlayA) == 0);
+    hl.push_back(l);
+  }
+  Link vl = connect(p, tv, tb);
+  REQUIRE(p.wait_for([&] {
+    for (const Link& l : hl)
+      if (p.a.pw->qp_by_host(l.qa->qp_num) == nullptr || p.a.pw->qp_by_host(l.qa->qp_num)->state != IBV_QPS_RTS)
+        return false;
+    return true;
+  }));
+  p.stop();  // the test drives port A's loop turns itself from here
+  const uint64_t start_ns = p.now;
+  // The hostile application rings first, with every ring full; then the victim posts one WRITE.
+  for (const Link& l : hl)
+    for (int k = 0; k < kDepth; ++k)
+      REQUIRE(th.post(l.qa, IBV_WR_RDMA_WRITE, static_cast<uint64_t>(k), 0, 64, tb.va(0), tb.mr->rkey) == 0);
+  REQUIRE(tv.post(vl.qa, IBV_WR_RDMA_WRITE, 1, 0, 64, tb.va(4096), tb.mr->rkey) == 0);
+  const uint64_t before = p.a.k().wqe_send;
+  uint64_t now = start_ns + 1000;
+  p.a.step(now);
+  const uint64_t first = p.a.k().wqe_send - before;
+  CHECK(first <= PortLogic::kWqesPerTurn);
+  CHECK(p.a.host->send_queued(vl.qa->qp_num) == 0);  // the victim's WQE went in the first turn
+  CHECK(first <= PortLogic::kWqesPerApp + 1);       // the hostile one got its quantum, not its rings
+  // And the hostile application is not starved either: every turn takes some of its WQEs.
+  for (int t = 0; t < 8; ++t) {
+    const uint64_t w = p.a.k().wqe_send;
+    p.a.step(now += 1000);
+    CHECK(p.a.k().wqe_send > w);
+  }
+  p.now = now + 1000;  // the clock only moves forward
+  p.start();
+}
+
+TEST_CASE("port layer: an application that never polls its CQ loses only its own completions") {
+  Pair p;
+  Tenant ta(p.a.socket), tv(p.a.socket), tb(p.b.socket);
+  // A 16-entry CQ that nobody polls, under 64 signalled WRITEs.
+  host::Cq* small = host::create_cq(ta.ctx, 16);
+  REQUIRE(small != nullptr);
+  host::QpInitAttr init;
+  init.send_cq = small;
+  init.recv_cq = small;
+  init.cap.max_send_wr = 64;
+  init.cap.max_recv_wr = 64;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  host::Qp* q = host::create_qp(ta.pd, &init);
+  REQUIRE(q != nullptr);
+  host::Qp* qb = tb.create_qp();
+  REQUIRE(Tenant::connect(q, qb->qp_num, Pair::kOverlayB) == 0);
+  REQUIRE(Tenant::connect(qb, q->qp_num, Pair::kOverlayA) == 0);
+  Link vl = connect(p, tv, tb);
+  for (int i = 0; i < 64; ++i)
+    REQUIRE(ta.post(q, IBV_WR_RDMA_WRITE, static_cast<uint64_t>(i), 0, 256, tb.va(0), tb.mr->rkey) == 0);
+  fill(tv.buf, 4096, 5);
+  for (int i = 0; i < 32; ++i)
+    REQUIRE(tv.post(vl.qa, IBV_WR_RDMA_WRITE, static_cast<uint64_t>(100 + i), 0, 4096, tb.va(8192), tb.mr->rkey) == 0);
+  const auto wv = tv.poll(32);
+  REQUIRE(wv.size() == 32);
+  CHECK(all_success(wv));
+  CHECK(std::memcmp(tb.buf + 8192, tv.buf, 4096) == 0);
+  REQUIRE(p.wait_for([&] { return p.a.host->counters().cq_overruns > 0; }));
+  REQUIRE(p.wait_for([&] { return p.a.pw->qp_by_host(q->qp_num)->state == IBV_QPS_ERR; }));
+  CHECK(p.a.pw->qp_by_host(vl.qa->qp_num)->state == IBV_QPS_RTS);
+  REQUIRE(host::destroy_qp(q) == 0);
+  REQUIRE(host::destroy_cq(small) == 0);
+}
