@@ -312,6 +312,7 @@ struct Qp {
   uint32_t credit_kick_round = 0;  // responder: kicks in this silence
   uint64_t credit_kicks = 0;     // responder: kicks given (grant_credits)
 
+  uint32_t tx_quota = 0;         // new packets it may still queue this turn (Transport::kTxQuantum)
   bool ud = false;               // QpType::kUd (ud.cc)
   bool active = false;           // on Transport's active list
   bool granting = false;         // on Transport's granting list (cc credit)

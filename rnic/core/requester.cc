@@ -218,6 +218,7 @@ bool Qp::tx_requests(uint64_t now) noexcept {
   if (lost == 0) rtx_cursor = nxt;
   const uint32_t window = wmask + 1;
   while (sq_send != sq_tail) {
+    if (tx_quota == 0) return true;  // the other QPs' turn (Transport::poll)
     SendWqe& w = wqe(sq_send);
     // The next WRs and PSN records: with a few hundred WRs posted per QP
     // they are no longer in L1 when segmentation reaches them.
@@ -265,6 +266,7 @@ bool Qp::tx_requests(uint64_t now) noexcept {
       tx_commit(d, now);
       r.sport = d->udp_sport;
       r.path = path_pick();
+      --tx_quota;
       if (++w.pkts_sent == w.npkts) ++sq_send;
       continue;
     }
@@ -289,6 +291,7 @@ bool Qp::tx_requests(uint64_t now) noexcept {
     nxt = psn_add(nxt, n);
     bool stop = false;
     send_psn(psn, false, now, stop);
+    --tx_quota;
     if (w.pkts_sent == 0) ++reads_inflight;
     w.pkts_sent += n;
     if (w.pkts_sent == w.npkts) ++sq_send;

@@ -533,6 +533,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     unacked = 0;
   }
   while (reads_head != reads_tail) {
+    if (tx_quota == 0) return true;  // the other QPs' turn (Transport::poll)
     ReadJob& j = reads[reads_head % reads.size()];
     const uint32_t k = j.next_pkt;
     if (!t->mr_live(j.rkey)) [[unlikely]] {
@@ -559,6 +560,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     d->segs[0] = TxSeg{j.ptr + off, dlen, j.rkey};
     ++c.tx_data_pkts;
     tx_commit(d, now);
+    --tx_quota;
     if (++j.next_pkt == j.npkts) ++reads_head;
   }
   return true;

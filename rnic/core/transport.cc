@@ -65,6 +65,7 @@ Transport::Transport(const TransportConfig& cfg)
   qps_.resize(cfg_.max_qps);
   live_.reserve(cfg_.max_qps);
   granting_.reserve(cfg_.max_qps);
+  quota_hit_.reserve(cfg_.max_qps);
   active_.resize(cfg_.max_qps);
   cqs_.reserve(cfg_.max_cqs);
 }
@@ -506,20 +507,41 @@ uint32_t Transport::poll(uint64_t now) noexcept {
   if (grantor_ready_) grant_credits(now);
   const std::size_t n = active_n_;
   if (rr_ >= n) rr_ = 0;
+  quota_hit_.clear();
   for (std::size_t k = 0; k < n; ++k) {
     // Rotate the starting QP so that one busy QP cannot starve the others.
     Qp* qp = active_[rr_ + k < n ? rr_ + k : rr_ + k - n];
+    qp->tx_quota = kTxQuantum;
     if (qp->ud) {
       if (qp->state == QpState::kRts && !qp->ud_tx(now)) { tx_blocked_ = true; break; }
-      continue;
+    } else {
+      if (qp->state == QpState::kRts) qp->on_timers_requester(now);
+      if (qp->state == QpState::kRtr || qp->state == QpState::kRts) {
+        if (!qp->tx_responses(now)) { tx_blocked_ = true; break; }
+      }
+      if (qp->state == QpState::kRts) {
+        if (!qp->tx_requests(now)) { tx_blocked_ = true; break; }
+      }
     }
-    if (qp->state == QpState::kRts) qp->on_timers_requester(now);
-    if (qp->state == QpState::kRtr || qp->state == QpState::kRts) {
-      if (!qp->tx_responses(now)) { tx_blocked_ = true; break; }
+    // (UD QPs get one quantum per poll: ud_tx completes what the previous
+    // call queued, which the I/O layer has taken only by the next poll.)
+    if (qp->tx_quota == 0 && !qp->ud) quota_hit_.push_back(qp);
+  }
+  // Room left in the TX queue: the QPs that used their whole quantum take it
+  // in turns, a quantum each per round, so a QP with a huge message shares the
+  // queue with the others instead of filling it when its turn comes first.
+  while (!tx_blocked_ && !quota_hit_.empty()) {
+    std::size_t again = 0;
+    for (Qp* qp : quota_hit_) {
+      qp->tx_quota = kTxQuantum;
+      if (qp->state != QpState::kRtr && qp->state != QpState::kRts) continue;
+      if (!qp->tx_responses(now) || (qp->state == QpState::kRts && !qp->tx_requests(now))) {
+        tx_blocked_ = true;
+        break;
+      }
+      if (qp->tx_quota == 0) quota_hit_[again++] = qp;
     }
-    if (qp->state == QpState::kRts) {
-      if (!qp->tx_requests(now)) { tx_blocked_ = true; break; }
-    }
+    quota_hit_.resize(again);
   }
   rr_ = n ? (rr_ + 1) % n : 0;
   // QPs left with nothing to send and no timer leave the list (in order, so

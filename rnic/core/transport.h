@@ -207,6 +207,11 @@ class Transport {
   // and are not yet known to be idle (silent with credit out, kicks spent).
   std::size_t granting_qps() const noexcept { return granting_.size(); }
 
+  // New packets (data, READ requests, READ responses) one QP queues per turn
+  // of poll() before the other active QPs get a turn (ACKs and
+  // retransmissions are not counted).
+  static constexpr uint32_t kTxQuantum = 64;
+
   // --- fast path ---
   // 0, ENOMEM (queue full), EINVAL (bad state, opcode, SGE count, lkey or
   // bounds, missing local write access for RECV/READ buffers). (post_send is
@@ -294,6 +299,7 @@ class Transport {
   std::vector<std::unique_ptr<Qp>> qps_; // index = qpn - qpn_base
   std::vector<Qp*> live_;                // the QPs that exist
   std::vector<Qp*> active_;              // [0, active_n_): the QPs poll() visits (sized max_qps)
+  std::vector<Qp*> quota_hit_;           // poll(): QPs that used their whole kTxQuantum (reserved max_qps)
   std::size_t active_n_ = 0;
   std::vector<std::unique_ptr<Cq>> cqs_;
   std::vector<std::unique_ptr<Srq>> srqs_;  // index = id - 1; nullptr when free

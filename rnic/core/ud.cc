@@ -63,6 +63,7 @@ bool Qp::ud_tx(uint64_t now) noexcept {
   }
   una = nxt;
   while (sq_send != sq_tail) {
+    if (tx_quota == 0) return true;  // the other QPs' turn (Transport::poll)
     SendWqe& w = wqe(sq_send);
     if (w.len > mtu()) {
       // The WR fails and, as for any failed send WR, the QP goes to ERROR.
@@ -95,6 +96,7 @@ bool Qp::ud_tx(uint64_t now) noexcept {
     ++c.tx_data_pkts;
     c.tx_bytes += w.len;
     t->txq().commit();
+    --tx_quota;
     ++sq_send;
   }
   return true;

@@ -134,3 +134,31 @@ TEST_CASE("destroying an active QP takes it off the list; moving to ERROR leaves
   CHECK(l.a.done[0].wr_id == 2);
   CHECK(l.a.done[0].status == IBV_WC_WR_FLUSH_ERR);
 }
+
+TEST_CASE("a QP with a huge message queues a quantum, then the others get their turn in the same poll") {
+  TransportConfig cfg;
+  cfg.tx_queue_capacity = 4096;
+  QpSetup s;
+  s.window = 4096;
+  s.cc_window = 64ull << 20;
+  Loop l(1 << 22, s, {}, 1, cfg);
+  REQUIRE(l.ok);
+  // A second connected pair on the same two transports.
+  const uint32_t a2 = l.a.t.create_qp(qp_init(s, l.a.cq)), b2 = l.b.t.create_qp(qp_init(s, l.b.cq));
+  REQUIRE(a2 != 0);
+  REQUIRE(b2 != 0);
+  REQUIRE(bring_up(l.a.t, a2, b2, 7000, 9000, s, 2) == 0);
+  REQUIRE(bring_up(l.b.t, b2, l.a.qpn, 9000, 7000, s, 1) == 0);
+  // The first QP posts 2 MiB (2,048 packets), then the second a single packet.
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, 1, l.a, 0, 2 << 20, &l.b, 0)) == 0);
+  REQUIRE(l.a.t.post_send(a2, make_wr(IBV_WR_RDMA_WRITE, 2, l.a, 0, 512, &l.b, 3 << 20)) == 0);
+  l.a.t.poll(l.now);
+  TxQueue& tx = l.a.t.tx();
+  REQUIRE(tx.size() > Transport::kTxQuantum);
+  uint32_t i = 0, second_at = UINT32_MAX;
+  for (; !tx.empty(); tx.pop(), ++i)
+    if (tx.front().local_qpn == a2 && second_at == UINT32_MAX) second_at = i;
+  // Whichever QP went first, the second's packet is within the first two quanta.
+  CHECK(second_at <= Transport::kTxQuantum);
+  CHECK(i == 2048 + 1);  // and the queue still took everything it had room for in one poll
+}
