@@ -44,6 +44,13 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingFile);
   app.add_option("--mtu", c.mtu, "Largest path MTU a QP may use: 256..4096 (default 1024; a QP's own value is capped)");
+  app.add_flag("--no-cm", [&c](int64_t) { c.cm = false; },
+               "No connection manager: no QP1, no rdma_cm (CM MADs are dropped as unknown_qpn)");
+  app.add_option("--cm-timeout", c.cm_response_timeout,
+                 "CM response timeout it announces and waits, as IBA's exponent: 4.096 us * 2^x (default 16: 268 ms)")
+      ->check(CLI::Range(8, 24));
+  app.add_option("--cm-retries", c.cm_max_retries, "CM MADs resent before a connection attempt fails (default 8)")
+      ->check(CLI::Range(0, 15));
   app.add_option("--mode", mode, "Loss recovery of every QP: irn (out-of-order placement, SACK; default) or gbn")
       ->check(CLI::IsMember({"irn", "gbn"}));
   app.add_option("--spray", c.spray, "Path (spraying) policy of rnic/core policy_factory (default single)");

@@ -37,7 +37,8 @@ namespace tandem::common {
   X(kNoRecvWqe, "no_recv_wqe")                                        \
   X(kRegionGone, "region_gone")                                        \
   X(kUnsentPsn, "unsent_psn")                                          \
-  X(kUnknownRead, "unknown_read")
+  X(kUnknownRead, "unknown_read")                                      \
+  X(kConsumed, "consumed") /* not a drop: taken by the port (a CM MAD) */
 
 enum class DropReason : uint8_t {
 #define TANDEM_DROP_ENUM(name, str) name,

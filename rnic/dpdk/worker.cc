@@ -33,6 +33,7 @@
 #include "common/dpdk/tsc_clock.h"
 #include "common/dpdk/unmap_guard.h"
 #include "rnic/core/policy_factory.h"
+#include "rnic/dpdk/cm_thread.h"
 #include "rnic/dpdk/dma_registry.h"
 #include "rnic/dpdk/dpdk_io.h"
 #include "rnic/dpdk/dpu_link.h"
@@ -329,6 +330,9 @@ class Worker {
   std::vector<std::unique_ptr<Lcore>> lcores_;
   std::atomic<bool> stopping_{false};  // --duration ended on lcore 0: the others stop too
   std::shared_ptr<cd::ProcessTrace> trace_;  // trace units (common/trace): lcore 0's tracer and its ring
+  std::unique_ptr<cm::GsiRings> gsi_ = std::make_unique<cm::GsiRings>();  // lcore 0 <-> the CM thread
+  std::unique_ptr<CmThread> cm_owner_;
+  std::atomic<CmThread*> cm_{nullptr};  // set once the loop starts (telemetry reads its counters)
 };
 
 // ------------------------------------------------------------------ the loop
@@ -388,8 +392,15 @@ void Worker::loop() {
     }
     launched.push_back(id);
   }
+  // The connection manager: lcore 0 holds QP1 (QPN 1 is in its slot range).
+  if (c_.cm) {
+    cm_owner_ = std::make_unique<CmThread>(c_, lcores_[0]->pw, *gsi_, lcores_[0]->io.clock());
+    cm_.store(cm_owner_.get());
+    lcores_[0]->pw.set_gsi(gsi_.get());
+  }
   lcore_loop(*lcores_[0]);
   stopping_ = true;
+  if (cm_owner_) cm_owner_->stop();  // its counters stay for the exit print
   for (unsigned w : launched) rte_eal_wait_lcore(w);
   control.stop();  // before shutdown() drains what it left
 }
@@ -423,6 +434,13 @@ void Worker::visit_counters(const Lcore& l, F&& f) const {
           f("steer", "ring_full", sc.ring_full, "handed-out frames dropped: the owner's ring was full");
         }
         if (!first) return;
+        if (const CmThread* cmt = cm_.load()) {
+          cmt->visit(f);
+          f("cm", "lcore_rx_mads", gsi_->rx_mads.load(std::memory_order_relaxed), "QP1 MADs lcore 0 handed the CM");
+          f("cm", "lcore_tx_mads", gsi_->tx_mads.load(std::memory_order_relaxed), "CM MADs lcore 0 sent");
+          f("cm", "lcore_tx_no_route", gsi_->tx_no_route.load(std::memory_order_relaxed),
+            "CM MADs not sent: no egress entry from the vNIC to the address");
+        }
         const DmaCounters& dm = dma_.counters();
         f("mr_dma", "mapped", dm.mapped, "MR mappings DMA-mapped for the device");
         f("mr_dma", "not_needed", dm.not_needed, "MR mappings the device needs no DMA map for");

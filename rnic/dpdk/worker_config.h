@@ -29,6 +29,10 @@ struct WorkerConfig {
   std::vector<DeviceOwner> device_owners;
   std::string table_file;    // standalone level-2 table (YAML)
   uint32_t mtu = 1024;       // largest path MTU a QP may use (its modify_qp value is capped to it)
+  // The connection manager (rnic/cm, rdma_cm over QP1): on unless --no-cm.
+  bool cm = true;
+  uint8_t cm_response_timeout = 16;  // the response time it announces: 4.096 us * 2^x (16: 268 ms)
+  uint8_t cm_max_retries = 8;        // MADs resent before a connection attempt fails
   Reliability mode = Reliability::kIrn;
   std::string spray = "single";        // rnic/core path policy name
   std::string cc = "fixed_window";     // rnic/core congestion-control policy name

@@ -26,6 +26,7 @@
 #include "common/wire/drop_reason.h"
 #include "common/wire/opcode.h"
 #include "common/wire/roce_packet.h"
+#include "rnic/cm/gsi_ring.h"
 #include "rnic/core/transport.h"
 #include "rnic/host/host_server.h"
 #include "rnic/port/agent_link.h"
@@ -146,6 +147,8 @@ class PortLogic {
   bool has_backlog() const noexcept { return ready_apps_n_ != 0; }
   // Trace units (common/trace): the process's tracer, with its ring (default: one that never runs).
   void set_tracer(common::trace::Tracer* t) noexcept { tracer_ = t ? t : &no_tracer_; }
+  // The connection manager's rings (rnic/cm, port_gsi.cc); nullptr: QP1 MADs are dropped (unknown_qpn).
+  void set_gsi(cm::GsiRings* g) noexcept { gsi_ = g; }
 
   // ---- reading (the lcore, or after it stopped)
   const PortConfig& config() const noexcept { return c_; }
@@ -209,6 +212,7 @@ class PortLogic {
                             const Level2Table::Snapshot& snap, bool& traced) noexcept {
     if (common::opcode_has(pkt.bth.opcode, common::kOpDeth)) [[unlikely]] {
       traced = false;  // trace rules name a connected flow; datagrams are not traced
+      if (pkt.bth.dqpn == cm::kGsiQpn) return accept_gsi(pkt, data, snap);
       return accept_ud(pkt, snap);
     }
     QpCtx* q = nullptr;
@@ -242,6 +246,11 @@ class PortLogic {
   // from its tenant's partition); the GRH it gets names overlay addresses.
   common::DropReason accept_ud(common::RocePacket& pkt, const Level2Table::Snapshot& snap) noexcept;
   int apply_ud_rtr(QpCtx& q, const host::QpInfo& info);
+  // port_gsi.cc: a CM MAD to QP1 onto the connection manager's ring (kConsumed), or why not.
+  common::DropReason accept_gsi(const common::RocePacket& pkt, const uint8_t* data,
+                                const Level2Table::Snapshot& snap) noexcept;
+  // A record from the CM: a probe answered, or a MAD's descriptor and template (true: send it).
+  bool gsi_frame(const cm::GsiOut& o, const Level2Table::Snapshot& snap, TxDesc& d, const EncapTemplate** t) noexcept;
 
   // Every live QP to ERR and its WQEs flushed (the worker stops): the core
   // completes what it holds with IBV_WC_WR_FLUSH_ERR, the host interface moves
@@ -265,6 +274,10 @@ class PortLogic {
   // Some QP's TX flag was set since the rule was compiled (cleared only by
   // the next compile): without one, TX tests no flag per packet.
   bool trace_tx_flags_ = false;
+  cm::GsiRings* gsi_ = nullptr;
+  cm::GsiIn gsi_in_;          // the record being filled (one per MAD; no allocation)
+  EgressRoute gsi_route_;     // the route of the MAD being sent
+  uint32_t gsi_psn_ = 0;
 
  private:
   uint32_t pump_qp(QpCtx& q, uint32_t max_wqes = kBurst) noexcept;

@@ -45,6 +45,7 @@ class PortWorker final : public PortLogic {
     // needs a WQE: a RECV posted before its SEND arrived is found (UD has no RNR retry).
     work += pump_work();
     work += rx_burst(now);
+    if (gsi_ != nullptr) [[unlikely]] work += gsi_drain();
     for (int i = 0; i < 8; ++i) {
       core_.poll(now);
       work += tx_drain();
@@ -113,6 +114,30 @@ class PortWorker final : public PortLogic {
     k_.tx_not_sent += tx_n_;
     if (tx_n_) io_.free_bulk(tx_buf_, tx_n_);
     tx_n_ = 0;
+  }
+
+  // The connection manager's MADs (port_gsi.cc): a few per iteration, after
+  // the RX burst, into the same TX burst as the core's frames.
+  uint32_t gsi_drain() noexcept {
+    cm::GsiOut o;
+    uint32_t n = 0;
+    const Level2Table::Snapshot snap = table_.begin_read();
+    while (n < 16 && tx_n_ < kBurst && gsi_->out.pop(&o)) {
+      ++n;
+      TxDesc d;
+      const EncapTemplate* t = nullptr;
+      if (!gsi_frame(o, snap, d, &t)) continue;
+      Buf* m = io_.build(d, *t, gsi_route_.sport(d.udp_sport));
+      if (m == nullptr) {
+        gsi_->tx_no_buffer.fetch_add(1, std::memory_order_relaxed);
+        k_.drop(Stage::kEgress, common::DropReason::kNoBuffer);
+        continue;
+      }
+      gsi_->tx_mads.fetch_add(1, std::memory_order_relaxed);
+      tx_buf_[tx_n_++] = m;
+    }
+    if (n) tx_flush();
+    return n;
   }
 
   uint32_t tx_drain() noexcept {

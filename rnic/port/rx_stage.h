@@ -205,6 +205,7 @@ class RxStage {
       bool traced = true;
       const common::DropReason r = call_ingress(ingress, pkt, data, traced);
       if (r != common::DropReason::kNone) [[unlikely]] {
+        if (r == common::DropReason::kConsumed) continue;  // a CM MAD, taken by the port
         k.drop(Stage::kIngress, r);
         if constexpr (kTrace) trace_rx(*trace, pkt, wire_dqpn, common::trace::Stage::kRxIngress, r, now);
         continue;
