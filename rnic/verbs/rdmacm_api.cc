@@ -378,6 +378,13 @@ int sync_wait(Id* id, rdma_cm_event_type want) {
 
 }  // namespace
 
+void tandem_rdmacm_keep_ep_qp(rdma_cm_id* pub, ibv_pd* pd, const ibv_qp_init_attr* attr) {
+  Id* id = id_of(pub);
+  id->has_ep_qp = true;
+  id->ep_qp = *attr;
+  id->ep_pd = pd;
+}
+
 extern "C" {
 
 rdma_event_channel* rdma_create_event_channel(void) {
@@ -659,6 +666,16 @@ int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
   Id* n = id_of(e->id);
   n->sync_event = e;  // acked with the new ID, as rdma-core keeps it in id->event
   n->pub.event = e;
+  n->own_channel = false;
+  if (l->has_ep_qp) {  // rdma_create_ep's QP attributes: the new ID gets its QP, as rdma-core does
+    ibv_qp_init_attr a = l->ep_qp;
+    if (rdma_create_qp(e->id, l->ep_pd, &a) != 0) {
+      const int err = errno;
+      rdma_reject(e->id, nullptr, 0);
+      rdma_destroy_id(e->id);
+      return fail(err);
+    }
+  }
   *id = e->id;
   return 0;
 }

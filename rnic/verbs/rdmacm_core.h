@@ -70,6 +70,10 @@ struct Id {
   ibv_sa_path_rec path{};
   rdma_cm_event* sync_event = nullptr;  // synchronous IDs: the event a call waited for
   std::deque<rdma_cm_event*> requests;  // rdma_get_request: CONNECT_REQUESTs waiting
+  // rdma_create_ep of a passive endpoint: rdma_get_request gives each new ID a QP of these.
+  bool has_ep_qp = false;
+  ibv_qp_init_attr ep_qp{};
+  ibv_pd* ep_pd = nullptr;
 };
 
 // A library event with the bytes its private data points at.

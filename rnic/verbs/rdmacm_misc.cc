@@ -29,6 +29,9 @@ sockaddr* copy_addr(const sockaddr* a, socklen_t len) {
 
 }  // namespace
 
+// rdmacm_api.cc: a passive endpoint's QP attributes for rdma_get_request.
+void tandem_rdmacm_keep_ep_qp(rdma_cm_id* id, ibv_pd* pd, const ibv_qp_init_attr* attr);
+
 extern "C" {
 
 const char* rdma_event_str(rdma_cm_event_type event) {
@@ -116,6 +119,7 @@ int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd, ibv_qp_init_
   if (rc == 0 && qp_init_attr) {
     qp_init_attr->qp_type = static_cast<ibv_qp_type>(res->ai_qp_type);
     if (!(res->ai_flags & RAI_PASSIVE)) rc = rdma_create_qp(cm, pd, qp_init_attr);
+    else tandem_rdmacm_keep_ep_qp(cm, pd, qp_init_attr);
   }
   if (rc != 0) {
     const int e = errno;

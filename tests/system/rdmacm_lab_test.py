@@ -4,6 +4,8 @@ librdmacm through scripts/tandem-run), with Debian's binaries unmodified:
   * rping -v -C 100 both ways (the server on worker A, then on worker B), every ping's data
     checked by rping (-v prints it; the count must be 100 on both sides);
   * ib_write_bw -R, ib_send_bw -R, ib_read_bw -R: perftest connects through rdma_cm;
+  * rdma-core's examples: rdma_server/rdma_client (the synchronous endpoint API) and ucmatose
+    (4 connections on one event channel);
   * a REQ to a port nobody listens on: REJECTED with IBA's reason 8 (invalid service ID),
     counted as cm_no_listener;
   * tenant isolation: the red tenant's vNIC on B holds a (hostile) route to the blue tenant's
@@ -160,6 +162,17 @@ def main():
         row = [ln for ln in cout.splitlines() if ln.strip().startswith("65536")]
         check(ccode == 0 and scode == 0 and len(row) == 1,
               f"{prog} -R: client exit {ccode}, server exit {scode}: {row[0].split() if row else cout[-200:]}")
+
+    # rdma-core's own examples: the synchronous API (rdma_getaddrinfo, rdma_create_ep,
+    # rdma_get_request) and several connections on one channel (ucmatose -c 4).
+    scode, sout, ccode, cout = server_client([f"{BINDIR}/rdma_server", "-s", RED_A, "-p", "7471"],
+                                             [f"{BINDIR}/rdma_client", "-s", RED_A, "-p", "7471"])
+    check(ccode == 0 and scode == 0 and "end 0" in cout and "end 0" in sout,
+          f"rdma_server/rdma_client (synchronous endpoints): exit {scode}/{ccode}: {' '.join((sout + cout).split())[-120:]}")
+    scode, sout, ccode, cout = server_client([f"{BINDIR}/ucmatose", "-b", RED_A, "-c", "4", "-C", "10"],
+                                             [f"{BINDIR}/ucmatose", "-s", RED_A, "-b", RED_B, "-c", "4", "-C", "10"])
+    check(ccode == 0 and scode == 0 and "return status 0" in cout and "return status 0" in sout,
+          f"ucmatose, 4 connections x 10 messages: exit {scode}/{ccode}")
 
     # A REQ to a port nobody listens on.
     a0 = stats("A")
