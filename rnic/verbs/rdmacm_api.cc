@@ -101,7 +101,7 @@ void fill_path(Id* id) {
   gid_of(ip_of(&id->pub.route.addr.dst_addr), &p.dgid);
   p.hop_limit = 64;
   p.pkey = 0xFFFF;
-  p.mtu = id->worker ? id->worker->mtu : IBV_MTU_1024;
+  p.mtu = static_cast<uint8_t>(id->worker ? id->worker->mtu : uint8_t{IBV_MTU_1024});
   p.reversible = 1;
   p.numb_path = 1;
   id->pub.route.path_rec = &p;
@@ -139,7 +139,7 @@ int qp_init(Id* id) {
 int qp_connect(Id* id, uint8_t resp_res, uint8_t init_depth, uint8_t retry, uint8_t rnr) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = static_cast<ibv_mtu>(id->remote.path_mtu ? id->remote.path_mtu : IBV_MTU_1024);
+  a.path_mtu = static_cast<ibv_mtu>(id->remote.path_mtu ? id->remote.path_mtu : uint8_t{IBV_MTU_1024});
   a.dest_qp_num = id->remote.qpn;
   a.rq_psn = id->remote.psn;
   a.max_dest_rd_atomic = resp_res ? resp_res : 1;
@@ -793,7 +793,7 @@ int rdma_init_qp_attr(rdma_cm_id* pub, ibv_qp_attr* a, int* mask) {
     case IBV_QPS_RTR:
       *a = ibv_qp_attr{};
       a->qp_state = IBV_QPS_RTR;
-      a->path_mtu = static_cast<ibv_mtu>(id->remote.path_mtu ? id->remote.path_mtu : IBV_MTU_1024);
+      a->path_mtu = static_cast<ibv_mtu>(id->remote.path_mtu ? id->remote.path_mtu : uint8_t{IBV_MTU_1024});
       a->dest_qp_num = id->remote.qpn;
       a->rq_psn = id->remote.psn;
       a->max_dest_rd_atomic = id->local.responder_resources ? id->local.responder_resources : 1;
