@@ -62,6 +62,12 @@ struct Pair {
         for (const CmVnic& v : to.vnics())
           if (v.ip == ipv4_of_gid(g)) s.req_vnic = v.id + 1;
         s.req_route_underlay = from_under;
+      } else if (attr == static_cast<uint16_t>(Attr::kSidrReq)) {  // the lcore reads the rdma_cm header
+        CmaHdr h;
+        if (read_cma_hdr(o.mad + kMadHdrLen + 16, h))
+          for (const CmVnic& v : to.vnics())
+            if (v.ip == h.dst_ip) s.req_vnic = v.id + 1;
+        s.req_route_underlay = from_under;
       }
       to.on_mad(s, o.mad, now);
     }
@@ -297,4 +303,40 @@ TEST_CASE("address resolution follows the vNIC's routes only") {
   REQUIRE(p.a.resolve(1, r, p.now) == 0);
   p.pump();
   CHECK(Pair::has(p.ev_a, RDMA_CM_EVENT_ADDR_ERROR, -EHOSTUNREACH));
+}
+
+TEST_CASE("RDMA_PS_UDP: SIDR_REQ and SIDR_REP give the active side the peer's QPN and Q_Key") {
+  Pair p;
+  CmRequest l;
+  l.local_ip = kIpB;
+  l.local_port = 7000;
+  l.ps = kPsUdp;
+  uint32_t lid, id;
+  uint16_t port;
+  REQUIRE(p.b.listen(1, l, &lid, &port) == 0);
+  CmRequest r;
+  r.local_ip = kIpA;
+  r.remote_ip = kIpB;
+  r.remote_port = 7000;
+  r.ps = kPsUdp;
+  r.qp_type = 4;  // IBV_QPT_UD
+  REQUIRE(p.a.connect(1, r, p.now, &id, &port) == 0);
+  p.pump();
+  REQUIRE(Pair::has(p.ev_b, RDMA_CM_EVENT_CONNECT_REQUEST));
+  CHECK(p.ev_b.back().msg.remote_ip == kIpA);
+  CmRequest acc;
+  acc.id = p.ev_b.back().msg.id;
+  acc.params.qpn = 0x777;
+  acc.params.qkey = 0x01234567;
+  REQUIRE(p.b.accept(1, acc, p.now) == 0);
+  p.pump();
+  REQUIRE(Pair::has(p.ev_a, RDMA_CM_EVENT_ESTABLISHED));
+  CHECK(p.ev_a.back().msg.params.qpn == 0x777);
+  CHECK(p.ev_a.back().msg.params.qkey == 0x01234567);
+  CHECK(p.a.connections() == 0);
+  // Nobody on another port: SIDR_REP "no match", UNREACHABLE.
+  r.remote_port = 7001;
+  REQUIRE(p.a.connect(1, r, p.now, &id, &port) == 0);
+  p.pump();
+  CHECK(Pair::has(p.ev_a, RDMA_CM_EVENT_UNREACHABLE, -ECONNREFUSED));
 }
