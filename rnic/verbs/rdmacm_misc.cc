@@ -35,7 +35,10 @@ void tandem_rdmacm_keep_ep_qp(rdma_cm_id* id, ibv_pd* pd, const ibv_qp_init_attr
 extern "C" {
 
 const char* rdma_event_str(rdma_cm_event_type event) {
-  switch (event) {
+  // A C caller may pass any int; read its bytes so an out-of-range value is no C++ UB.
+  int v;
+  std::memcpy(&v, &event, sizeof v);
+  switch (v) {
     case RDMA_CM_EVENT_ADDR_RESOLVED: return "RDMA_CM_EVENT_ADDR_RESOLVED";
     case RDMA_CM_EVENT_ADDR_ERROR: return "RDMA_CM_EVENT_ADDR_ERROR";
     case RDMA_CM_EVENT_ROUTE_RESOLVED: return "RDMA_CM_EVENT_ROUTE_RESOLVED";

@@ -136,7 +136,7 @@ TEST_CASE("REQ, REP, RTU: both sides established with each other's QPN, PSN and 
   p.listen(7174);
   const uint32_t id = p.connect(7174);
   REQUIRE(p.ev_b.size() == 1);
-  const CmEventMsg& req = p.ev_b[0].msg;
+  const CmEventMsg req = p.ev_b[0].msg;  // a copy: pump() grows ev_b
   CHECK(req.event == RDMA_CM_EVENT_CONNECT_REQUEST);
   CHECK(req.cookie == 77);
   CHECK(req.params.qpn == 0x111);
