@@ -43,6 +43,25 @@ uint16_t port_of(const sockaddr* a) {
   if (a == nullptr || a->sa_family != AF_INET) return 0;
   return ntohs(reinterpret_cast<const sockaddr_in*>(a)->sin_port);
 }
+// An application's address as the IPv4 one vNICs have: AF_INET as is, and AF_INET6 when it is
+// IPv4-mapped (::ffff:a.b.c.d) or the wildcard (::). getaddrinfo without hints gives the mapped
+// form wherever the host has IPv6 but no IPv4 address (AI_ADDRCONFIG): rping in a namespace
+// whose only interface is a tap. false: a real IPv6 address (EAFNOSUPPORT).
+bool to_v4(const sockaddr* a, sockaddr_in* out) {
+  if (a == nullptr) return false;
+  if (a->sa_family == AF_INET) {
+    std::memcpy(out, a, sizeof *out);
+    return true;
+  }
+  if (a->sa_family != AF_INET6) return false;
+  const auto* s6 = reinterpret_cast<const sockaddr_in6*>(a);
+  if (!IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr) && !IN6_IS_ADDR_UNSPECIFIED(&s6->sin6_addr)) return false;
+  std::memset(out, 0, sizeof *out);
+  out->sin_family = AF_INET;
+  out->sin_port = s6->sin6_port;
+  if (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) std::memcpy(&out->sin_addr, s6->sin6_addr.s6_addr + 12, 4);
+  return true;
+}
 void set_sin(sockaddr_in* s, uint32_t ip, uint16_t port) {
   s->sin_family = AF_INET;
   s->sin_addr.s_addr = htonl(ip);
@@ -443,10 +462,12 @@ int rdma_destroy_id(rdma_cm_id* pub) {
   return 0;
 }
 
-int rdma_bind_addr(rdma_cm_id* pub, sockaddr* addr) {
+int rdma_bind_addr(rdma_cm_id* pub, sockaddr* addr6) {
   Id* id = id_of(pub);
-  if (addr == nullptr) return fail(EINVAL);
-  if (addr->sa_family != AF_INET) return fail(EAFNOSUPPORT);  // vNIC addresses are IPv4
+  if (addr6 == nullptr) return fail(EINVAL);
+  sockaddr_in sin;
+  if (!to_v4(addr6, &sin)) return fail(EAFNOSUPPORT);  // vNIC addresses are IPv4
+  const sockaddr* addr = reinterpret_cast<const sockaddr*>(&sin);
   const uint32_t ip = ip_of(addr);
   if (ip != 0) {
     Device* d = device_by_ip(ip);
@@ -457,11 +478,14 @@ int rdma_bind_addr(rdma_cm_id* pub, sockaddr* addr) {
   return 0;
 }
 
-int rdma_resolve_addr(rdma_cm_id* pub, sockaddr* src, sockaddr* dst, int timeout_ms) {
+int rdma_resolve_addr(rdma_cm_id* pub, sockaddr* src6, sockaddr* dst6, int timeout_ms) {
   (void)timeout_ms;
   Id* id = id_of(pub);
-  if (dst == nullptr) return fail(EINVAL);
-  if (dst->sa_family != AF_INET) return fail(EAFNOSUPPORT);
+  if (dst6 == nullptr) return fail(EINVAL);
+  sockaddr_in dsin, ssin;
+  if (!to_v4(dst6, &dsin) || (src6 != nullptr && !to_v4(src6, &ssin))) return fail(EAFNOSUPPORT);
+  sockaddr* dst = reinterpret_cast<sockaddr*>(&dsin);
+  sockaddr* src = src6 ? reinterpret_cast<sockaddr*>(&ssin) : nullptr;
   if (src != nullptr && ip_of(src) != 0 && rdma_bind_addr(pub, src) != 0) return -1;
   std::memcpy(&id->pub.route.addr.dst_sin, dst, sizeof(sockaddr_in));
   const std::vector<Worker*> ws = workers();

@@ -24,13 +24,14 @@ std::vector<std::unique_ptr<Worker>>* g_workers = nullptr;
 std::unordered_map<uint64_t, Id*> g_cookies;
 std::map<std::pair<Worker*, uint32_t>, Id*> g_wids;
 uint64_t g_next_cookie = 1;
+ibv_device** g_list = nullptr;  // never freed: its ibv_device pointers are the contexts' devices
 
 void init_locked() {
   if (g_devices) return;
   g_devices = new std::vector<Device>();
   g_workers = new std::vector<std::unique_ptr<Worker>>();
   int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
+  ibv_device** list = g_list = ibv_get_device_list(&n);
   const std::vector<host::DeviceRecord> recs = host::read_devices(host::device_dir());
   for (int i = 0; list && i < n; ++i) {
     const char* name = ibv_get_device_name(list[i]);
@@ -51,7 +52,6 @@ void init_locked() {
       g_devices->push_back(d);
     }
   }
-  // The list stays allocated: its ibv_device pointers are the contexts' devices.
 }
 
 bool connect_unix(const std::string& path, int* fd) {

@@ -100,6 +100,22 @@ TEST_CASE("without devices: IDs are made and freed, an address resolves nowhere,
   sockaddr_in src = dst;
   CHECK(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&src)) == -1);
   CHECK(errno == EADDRNOTAVAIL);
+  // IPv4-mapped IPv6 (getaddrinfo's answer where a host has no IPv4 address) is the IPv4 one;
+  // a real IPv6 address is not a vNIC's.
+  sockaddr_in6 mapped{};
+  mapped.sin6_family = AF_INET6;
+  REQUIRE(inet_pton(AF_INET6, "::ffff:192.168.7.2", &mapped.sin6_addr) == 1);
+  CHECK(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&mapped), 100) == -1);
+  CHECK(errno == ENODEV);
+  CHECK(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&mapped)) == -1);
+  CHECK(errno == EADDRNOTAVAIL);
+  sockaddr_in6 v6{};
+  v6.sin6_family = AF_INET6;
+  REQUIRE(inet_pton(AF_INET6, "2001:db8::2", &v6.sin6_addr) == 1);
+  CHECK(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&v6), 100) == -1);
+  CHECK(errno == EAFNOSUPPORT);
+  CHECK(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&v6)) == -1);
+  CHECK(errno == EAFNOSUPPORT);
   CHECK(rdma_connect(id, nullptr) == -1);
   CHECK(errno == EINVAL);
   CHECK(rdma_join_multicast(id, reinterpret_cast<sockaddr*>(&dst), nullptr) == -1);
