@@ -6,6 +6,13 @@ client, check() printing, free_port(), the ECMP hash of common/fabric/ecmp.h
 re-implemented independently (so tests can predict each packet's path), and
 the standalone tandem-rnic table YAML of the two-host lab.
 
+Every process a script starts through subprocess (Popen, run, check_output...)
+is recorded, with the signals the script itself sent it (send_signal, kill,
+terminate). A process that died by a signal nobody here sent (a worker's
+SIGSEGV, an application's SIGBUS) fails the test: Lab.cleanup() reports it as a
+failed check to every Checks of the script (signal_deaths()), so no test has
+to look for it itself.
+
 Import it from a script's own location, so it works from any directory:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "<up>", "tests", "lib"))"""
 import glob
@@ -20,6 +27,55 @@ import tempfile
 import time
 
 M64 = (1 << 64) - 1
+
+
+# ---- every started process, and who signalled it ---------------------------
+
+class TrackedPopen(subprocess.Popen):
+    """subprocess.Popen that remembers itself and the signals sent to it from here."""
+    started = []
+
+    def __init__(self, *args, **kwargs):
+        self.sent_signals = set()
+        super().__init__(*args, **kwargs)
+        TrackedPopen.started.append(self)
+
+    def send_signal(self, sig):  # kill() and terminate() come through here too
+        self.sent_signals.add(int(sig))
+        super().send_signal(sig)
+
+
+# subprocess.run/check_output build their Popen from the module's name: this catches them too.
+subprocess.Popen = TrackedPopen
+
+
+WRAPPERS = ("tandem-run", "nice", "python3", "setpriv", "env", "timeout")
+
+
+def describe_process(p):
+    """'ib_write_bw (pid N)': the program, past wrappers such as tandem-run or nice -n 19."""
+    argv = [str(a) for a in (p.args if isinstance(p.args, (list, tuple)) else str(p.args).split())] or ["?"]
+    i = 0
+    while i < len(argv) - 1 and os.path.basename(argv[i]) in WRAPPERS:
+        i += 1
+        while i < len(argv) - 1 and (argv[i].startswith("-") or argv[i].isdigit()):
+            i += 1
+    return f"{os.path.basename(argv[i])} (pid {p.pid})"
+
+
+def signal_deaths(procs=None):
+    """Processes started here (all, or those in procs) that died by a signal this script did not send:
+    [(description, signal name)]. Running ones are not waited for."""
+    out = []
+    for p in TrackedPopen.started if procs is None else procs:
+        rc = p.poll() if isinstance(p, subprocess.Popen) else None
+        if rc is not None and rc < 0 and -rc not in getattr(p, "sent_signals", ()):
+            try:
+                name = signal.Signals(-rc).name
+            except ValueError:
+                name = f"signal {-rc}"
+            out.append((describe_process(p), name))
+    return out
 
 
 # ---- ECMP (common/fabric/ecmp.h) -------------------------------------------
@@ -249,6 +305,8 @@ class Lab:
         self.graceful = graceful
         self.keep = keep
         self.on_signal = on_signal
+        self._reported = set()
+        self.signal_failures = []  # what report_signal_deaths found when no Checks exists
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
 
@@ -286,6 +344,19 @@ class Lab:
                 raise
             return missing
 
+    def report_signal_deaths(self):
+        """A failed check (in every Checks made; printed if there is none) for each process this
+        script started that died by a signal it did not send. Once per process."""
+        for desc, sig in signal_deaths([p for p in TrackedPopen.started if p not in self._reported]):
+            what = f"{desc} died by {sig}, a signal the test did not send"
+            if Checks.made:
+                for c in Checks.made:
+                    c.check(False, what)
+            else:
+                print("FAIL " + what, flush=True)
+                self.signal_failures.append(what)
+        self._reported.update(p for p in TrackedPopen.started if p.poll() is not None)
+
     def cleanup(self):
         if self.graceful:
             for p in self.procs:
@@ -305,6 +376,7 @@ class Lab:
                     p.wait()
         for pre in self.prefixes:
             remove_dpdk_files(pre)
+        self.report_signal_deaths()
         if self.d:
             if self.keep:
                 print(f"logs kept in {self.d}")
@@ -405,10 +477,14 @@ def measure_testpmd_io(lab, testpmd, frame_bytes, seconds, warmup, tag, copy=Fal
 # ---- checks ------------------------------------------------------------------
 
 class Checks:
-    """Prints "ok   what" or "FAIL what" per check; failed lists what failed."""
+    """Prints "ok   what" or "FAIL what" per check; failed lists what failed. Lab.cleanup()
+    adds a failed check to every Checks for each process that died by a signal it was not sent."""
+
+    made = []
 
     def __init__(self):
         self.failed = []
+        Checks.made.append(self)
 
     def check(self, ok, what):
         print(("ok   " if ok else "FAIL ") + what, flush=True)
