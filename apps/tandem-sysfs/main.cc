@@ -2,6 +2,7 @@
 // devices over /sys/class, in a private mount namespace (rnic/verbs/sysfs_tree.h),
 // or writes that tree into a directory. scripts/tandem-run calls it.
 #include <CLI/CLI.hpp>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +18,14 @@ namespace tv = tandem::rnic::verbs;
 namespace th = tandem::rnic::host;
 
 int main(int argc, char** argv) {
+  // It makes namespaces and mounts and then runs a command the caller names: set-uid or
+  // set-gid (or with file capabilities: AT_SECURE) it would hand that power to any user.
+  // User namespaces give an unprivileged caller all it needs.
+  if (getauxval(AT_SECURE) != 0 || getuid() != geteuid() || getgid() != getegid()) {
+    std::fprintf(stderr, "tandem-sysfs: refusing to run set-uid, set-gid or with file capabilities "
+                         "(it needs none: install it as an ordinary program)\n");
+    return 126;
+  }
   CLI::App app{
       "tandem-sysfs: gives stock verbs binaries that read /sys/class/infiniband themselves (UCX, NCCL,\n"
       "perftest's NUMA check) the registered Tandem devices there. With a command: runs it in a private\n"

@@ -2,8 +2,10 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,8 +18,19 @@
 namespace tandem::rnic::host {
 
 std::string device_dir() {
-  const char* e = std::getenv("TANDEM_DEVICES");
+  // secure_getenv: a set-uid program linked with the drop-in libibverbs must not let its
+  // caller pick which sockets it hands memory to.
+  const char* e = secure_getenv("TANDEM_DEVICES");
   return (e && *e) ? e : "/run/tandem";
+}
+
+bool valid_device_name(const std::string& name) {
+  if (name.empty() || name.size() > 63 || name[0] == '.') return false;
+  for (const char c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+          c == '.'))
+      return false;
+  return true;
 }
 
 std::string format_device(const DeviceRecord& d) {
@@ -65,12 +78,13 @@ bool parse_device(const std::string& text, DeviceRecord& out) {
       if (k == "pid") d.pid = static_cast<int>(n);
     }
   }
-  if (d.name.empty() || d.name.size() > 63 || d.socket.empty() || !has_ip) return false;
+  if (!valid_device_name(d.name) || d.socket.empty() || d.socket[0] != '/' || !has_ip) return false;
   out = d;
   return true;
 }
 
 std::string write_device(const std::string& dir, const DeviceRecord& d) {
+  if (!valid_device_name(d.name)) return "bad device name '" + d.name + "' (letters, digits, _ - . only)";
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return "cannot create " + dir + ": " + std::strerror(errno);
   const std::string path = dir + "/" + d.name + ".dev", tmp = path + ".tmp";
   {
@@ -86,19 +100,46 @@ void remove_device(const std::string& dir, const std::string& name) {
   std::remove((dir + "/" + name + ".dev").c_str());
 }
 
+namespace {
+
+// The text of dir/name if it is a regular file (not a symlink) owned by a uid in `trusted`.
+bool read_trusted(int dir_fd, const char* name, const uid_t* trusted, std::size_t ntrusted, std::string* text,
+                  uid_t* owner) {
+  const int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return false;
+  struct stat st{};
+  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < 4096;
+  ok = ok && std::find(trusted, trusted + ntrusted, st.st_uid) != trusted + ntrusted;
+  if (ok) {
+    char buf[4096];
+    const ssize_t n = read(fd, buf, sizeof buf);
+    ok = n >= 0;
+    if (ok) text->assign(buf, static_cast<std::size_t>(n));
+    *owner = st.st_uid;
+  }
+  close(fd);
+  return ok;
+}
+
+}  // namespace
+
 std::vector<DeviceRecord> read_devices(const std::string& dir) {
   std::vector<DeviceRecord> out;
   DIR* dp = opendir(dir.c_str());
   if (dp == nullptr) return out;
+  struct stat dst{};
+  const uid_t dir_owner = fstat(dirfd(dp), &dst) == 0 ? dst.st_uid : 0;
+  const uid_t trusted[] = {0, getuid(), dir_owner};
   while (dirent* e = readdir(dp)) {
     const std::string n = e->d_name;
     if (n.size() < 5 || n.compare(n.size() - 4, 4, ".dev") != 0) continue;
-    std::ifstream f(dir + "/" + n);
-    std::stringstream ss;
-    ss << f.rdbuf();
+    std::string text;
+    uid_t owner = 0;
+    if (!read_trusted(dirfd(dp), n.c_str(), trusted, 3, &text, &owner)) continue;
     DeviceRecord d;
-    if (!parse_device(ss.str(), d)) continue;
+    if (!parse_device(text, d)) continue;
     if (d.pid > 0 && kill(d.pid, 0) != 0 && errno == ESRCH) continue;  // its worker is gone
+    d.owner_uid = owner;
     out.push_back(std::move(d));
   }
   closedir(dp);

@@ -210,6 +210,17 @@ Context* open_device(const char* socket_path, const DeviceAttr& attr) {
     if (ctx->sock >= 0) close(ctx->sock);
     return nullptr;
   }
+  if (attr.worker_uid >= 0) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (getsockopt(ctx->sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+        (cred.uid != 0 && static_cast<int64_t>(cred.uid) != attr.worker_uid)) {
+      fail(Status::kAccessDenied, "%s belongs to uid %u, not the worker's (uid %lld)", socket_path,
+           static_cast<unsigned>(cred.uid), static_cast<long long>(attr.worker_uid));
+      close(ctx->sock);
+      return nullptr;
+    }
+  }
   if (ShmRegion::create("tandem-doorbells", sizeof(DoorbellPage), false, &ctx->doorbell_memory) !=
       Status::kOk) {
     close(ctx->sock);

@@ -42,6 +42,11 @@ struct DeviceAttr {
   // QPs get routes only from that vNIC's tenant. nullptr: not bound (the
   // worker picks whichever of its vNICs has a route; one trust domain).
   const char* vnic = nullptr;
+  // The uid the worker must run as (checked on the socket's SO_PEERCRED before
+  // anything is sent: the application hands the worker its memory). -1: no
+  // check. Root is always accepted. The drop-in libibverbs passes the owner of
+  // the device's registry record. A mismatch fails with kAccessDenied.
+  int64_t worker_uid = -1;
 };
 
 struct Pd {

@@ -69,7 +69,7 @@ extern "C" {
 
 ibv_device** ibv_get_device_list(int* num_devices) {
   // As rdma-core: these ask for ibv_fork_init() without a code change.
-  if (std::getenv("RDMAV_FORK_SAFE") != nullptr || std::getenv("IBV_FORK_SAFE") != nullptr) ibv_fork_init();
+  if (secure_getenv("RDMAV_FORK_SAFE") != nullptr || secure_getenv("IBV_FORK_SAFE") != nullptr) ibv_fork_init();
   const std::vector<DeviceRecord> recs = th::read_devices(th::device_dir());
   auto** list = static_cast<ibv_device**>(calloc(recs.size() + 1, sizeof(ibv_device*)));
   if (list == nullptr) {
@@ -138,6 +138,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   th::DeviceAttr attr;
   attr.name = prog;
   attr.vnic = vnic;  // the worker routes this context's QPs in that vNIC's tenant only
+  attr.worker_uid = d->rec.owner_uid;  // the socket must be the worker's that wrote the record
   th::Context* host = th::open_device(d->rec.socket.c_str(), attr);
   if (host == nullptr) {
     // The worker decides who opens a vNIC (its socket's mode, or its owners checked on the peer's

@@ -105,7 +105,7 @@ T* null_errno() {
 constexpr uint32_t kSpinPolls = 1024;
 constexpr uint32_t kYieldEvery = 256;
 const bool kPollYield = [] {
-  const char* e = std::getenv("TANDEM_POLL_YIELD");
+  const char* e = secure_getenv("TANDEM_POLL_YIELD");
   return e == nullptr || std::strcmp(e, "0") != 0;
 }();
 

@@ -107,7 +107,7 @@ namespace {
 // copied), minus `skip`, plus what add(stage) writes into it.
 template <class Add>
 std::string overlay(const std::string& dir, const std::vector<std::string>& skip, bool read_only, Add add) {
-  const char* tmp = std::getenv("TMPDIR");
+  const char* tmp = secure_getenv("TMPDIR");
   std::string stage = std::string(tmp && *tmp ? tmp : "/tmp") + "/tandem-sysfs-XXXXXX";
   if (mkdtemp(stage.data()) == nullptr) return "mkdtemp " + stage + ": " + std::strerror(errno);
   std::string err;

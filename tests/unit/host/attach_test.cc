@@ -1,7 +1,9 @@
 #include <catch2/catch.hpp>
 
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -101,6 +103,49 @@ TEST_CASE("opening a device with no worker behind the socket fails with worker g
   CHECK(ctx == nullptr);
   CHECK(last_status() == Status::kWorkerGone);
   CHECK(std::string(last_error()).find("/nonexistent-dir/rnic0.sock") != std::string::npos);
+}
+
+TEST_CASE("an application refuses a worker socket that belongs to another uid, before it sends anything") {
+  // A socket listened on by uid 65534 (as a user who planted a device record would): the
+  // application must not hand it a doorbell page, let alone its memory.
+  const std::string dir = test::make_temp_dir();
+  std::filesystem::permissions(dir, std::filesystem::perms::all);
+  const std::string path = dir + "/other.sock";
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    char ok = setresgid(65534, 65534, 65534) == 0 && setresuid(65534, 65534, 65534) == 0 ? 1 : 0;
+    int l = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::strcpy(sa.sun_path, path.c_str());
+    ok = ok && bind(l, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 && listen(l, 4) == 0;
+    (void)!write(ready[1], &ok, 1);
+    pause();  // keeps listening; accepts nothing (the check comes before any reply)
+    _exit(0);
+  }
+  char ok = 0;
+  REQUIRE(read(ready[0], &ok, 1) == 1);
+  if (ok == 0) {
+    WARN("cannot become uid 65534 here (not root?): not checked");
+  } else {
+    DeviceAttr a;
+    a.timeout_ms = 200;
+    a.worker_uid = 0;  // the record said root: a socket of 65534 is someone else's
+    CHECK(open_device(path.c_str(), a) == nullptr);
+    CHECK(last_status() == Status::kAccessDenied);
+    CHECK(std::string(last_error()).find("belongs to uid 65534") != std::string::npos);
+    a.worker_uid = 65534;  // the record's owner: connected, then no answer (nobody serves it)
+    CHECK(open_device(path.c_str(), a) == nullptr);
+    CHECK(last_status() == Status::kTimeout);
+  }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(ready[0]);
+  close(ready[1]);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a hello with no common protocol version is refused and the connection closed") {

@@ -93,6 +93,44 @@ TEST_CASE("device records round-trip, and bad ones are refused") {
                                                    "\nsocket /s\nvnic_ip 1.2.3.4\n", back));
 }
 
+TEST_CASE("device names are plain path components, sockets absolute paths") {
+  using tandem::rnic::host::parse_device;
+  using tandem::rnic::host::valid_device_name;
+  CHECK(valid_device_name("tandem_A_v1"));
+  CHECK(valid_device_name("mlx5-0.x"));
+  for (const char* bad : {"", "..", ".", ".hidden", "a/b", "../../etc", "tab\tname", "sp ace"}) {
+    INFO(bad);
+    CHECK_FALSE(valid_device_name(bad));
+  }
+  CHECK_FALSE(valid_device_name(std::string(64, 'a')));
+  DeviceRecord back;
+  CHECK_FALSE(parse_device("name ../../tmp/x\nsocket /s\nvnic_ip 1.2.3.4\n", back));
+  CHECK_FALSE(parse_device("name ..\nsocket /s\nvnic_ip 1.2.3.4\n", back));
+  CHECK_FALSE(parse_device("name ok\nsocket relative.sock\nvnic_ip 1.2.3.4\n", back));
+  CHECK(parse_device("name ok\nsocket /abs.sock\nvnic_ip 1.2.3.4\n", back));
+  CHECK_FALSE(tandem::rnic::host::write_device("/tmp", record("../escape", 1)).empty());
+}
+
+TEST_CASE("records owned by someone the reader does not trust, or symlinked, are not listed") {
+  DeviceDir dd;
+  REQUIRE(tandem::rnic::host::write_device(dd.dir, record("tandem_A_v1", getpid())).empty());
+  REQUIRE(tandem::rnic::host::write_device(dd.dir, record("tandem_planted_v1", getpid())).empty());
+  const fs::path planted = dd.dir / "tandem_planted_v1.dev";
+  const bool chowned = chown(planted.c_str(), 65534, 65534) == 0;  // root only
+  fs::create_symlink(dd.dir / "tandem_A_v1.dev", dd.dir / "tandem_link_v1.dev");
+  const auto recs = tandem::rnic::host::read_devices(dd.dir);
+  std::set<std::string> names;
+  for (const DeviceRecord& r : recs) names.insert(r.name);
+  CHECK(names.count("tandem_A_v1") == 1);
+  CHECK(names.count("tandem_link_v1") == 0);
+  if (chowned) {
+    CHECK(names.count("tandem_planted_v1") == 0);
+  } else {
+    WARN("not root: the foreign-owner case is not checked");
+  }
+  for (const DeviceRecord& r : recs) CHECK(r.owner_uid == getuid());
+}
+
 TEST_CASE("the device list holds the live workers' vNICs, sorted, and no stale ones") {
   DeviceDir dd;
   int n = -1;
