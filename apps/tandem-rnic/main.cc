@@ -120,13 +120,16 @@ int main(int argc, char** argv) {
   };
   limit_option("--limit-per-vnic", c.vnic_limits,
                "Fair share of one vNIC (its applications together; applications bound to no vNIC are one more\n"
-               "group): RES is qps, cqs, mrs, pds or bytes, N a count (K/M/G/T suffixes) or none; repeatable.\n"
-               "Default 3/4 of the worker's capacity, so one tenant always leaves a quarter to the others:\n"
-               "qps and cqs 3/4 of --max-qps, mrs 3/2 of it (one vNIC's QP, CQ and MR mappings, one each, then\n"
-               "stay under Linux's 65,530 per process at the default --max-qps), pds 3/4 of it, bytes 3/4 of\n"
-               "the host's memory (what the worker maps and DMA-maps: an MR's whole memfd). A create over it\n"
-               "fails in the application with EAGAIN (as the kernel's rdma cgroup answers), one over bytes with\n"
-               "ENOMEM (as RLIMIT_MEMLOCK does), and is counted per vNIC: host_refused_<RES> in\n"
+               "group): RES is qps, cqs, mrs, pds, bytes, srqs or queue_bytes, N a count (K/M/G/T suffixes) or\n"
+               "none; repeatable. Default 3/4 of the worker's capacity, so one tenant always leaves a quarter to\n"
+               "the others: qps and cqs 3/4 of --max-qps, mrs 3/2 of it (one vNIC's QP, CQ and MR mappings, one\n"
+               "each, then stay under Linux's 65,530 per process at the default --max-qps), pds 3/4 of it, bytes\n"
+               "3/4 of the host's memory (what the worker maps and DMA-maps: an MR's whole memfd), srqs 48 of the\n"
+               "64 per lcore the transport holds, queue_bytes 3/4 of what --max-qps QPs of 1024x1024 cost (at most\n"
+               "a quarter of memory; a QP is charged its rings plus the transport's records for its depths: ~0.8\n"
+               "MiB at 1024x1024, ~24 MiB at 32Kx32K; SRQs and CQs likewise). A create over a count fails in\n"
+               "the application with EAGAIN (as the kernel's rdma cgroup answers), one over bytes or queue_bytes\n"
+               "with ENOMEM (as RLIMIT_MEMLOCK does), and is counted per vNIC: host_refused_<RES> in\n"
                "/tandem/rnic/stats, per vNIC in /tandem/rnic/limits and --stats-json \"limits\"");
   limit_option("--limit-per-app", c.app_limits,
                "Limit of one application (one attached process context), same RES=N form and errors as\n"

@@ -176,6 +176,11 @@ class Transport {
   // Returns the QPN, or 0 on bad attributes (unknown CQ, SRQ or policy name,
   // window not a power of two, ...).
   uint32_t create_qp(const QpInitAttr& init);
+  // The bytes create_qp(init) and create_srq(capacity) allocate (footprint.cc),
+  // for a caller that charges them before asking (the host interface's
+  // queue_bytes share): SQ/RQ slots, inline bytes, PSN and reorder records.
+  static std::size_t qp_footprint(const QpInitAttr& init) noexcept;
+  static std::size_t srq_footprint(uint32_t capacity) noexcept;
   int modify_qp(uint32_t qpn, const QpAttr& attr, int attr_mask) noexcept;
   int destroy_qp(uint32_t qpn) noexcept;
   // Changes the IRN reorder delay of a live QP (e.g. from the measured

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "common/dpdk/telemetry.h"
+#include "rnic/host/queue_layout.h"
+#include "rnic/port/port_logic.h"
 #include "rnic/port/standalone_table.h"
 
 namespace tandem::rnic::dpdk {
@@ -44,8 +46,15 @@ host::ResourceAmounts worker_capacity(const WorkerConfig& c) {
   cap[host::resource_index(host::Resource::kMrs)] = std::min<uint64_t>(2 * qps, 65535);
   cap[host::resource_index(host::Resource::kPds)] = std::min<uint64_t>(qps, 65535);
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  cap[host::resource_index(host::Resource::kBytes)] =
-      pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : kUnlimited;
+  const uint64_t ram = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : kUnlimited;
+  cap[host::resource_index(host::Resource::kBytes)] = ram;
+  cap[host::resource_index(host::Resource::kSrqs)] = uint64_t{port::PortLogic::kMaxSrqs} * c.lcores;
+  // Queue memory for --max-qps QPs of 1024 x 1024 entries (rings and the transport's records),
+  // and never more than a quarter of the machine: a QP of 32K x 32K costs ~16 MB of it.
+  constexpr uint32_t kTypicalDepth = 1024;
+  const uint64_t typical = port::PortLogic::qp_worker_bytes(port::PortConfig{}, kTypicalDepth, kTypicalDepth, false, false) +
+                           host::qp_queue_layout(kTypicalDepth, kTypicalDepth).bytes;
+  cap[host::resource_index(host::Resource::kQueueBytes)] = std::min(qps * typical, ram == kUnlimited ? ram : ram / 4);
   return cap;
 }
 

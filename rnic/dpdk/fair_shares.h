@@ -21,7 +21,9 @@ namespace tandem::rnic::dpdk {
 // What the worker can hold of each resource, the base of the default shares:
 // QPs and CQs --max-qps, MRs twice that, PDs --max-qps (so one vNIC's share of
 // mappings, one per QP, CQ and MR, stays under Linux's vm.max_map_count of
-// 65,530 at the default --max-qps), bytes the machine's memory.
+// 65,530 at the default --max-qps), bytes the machine's memory, SRQs the
+// transport cores' room (64 per lcore), queue_bytes what --max-qps QPs of
+// 1024 x 1024 cost (rings and transport records), at most a quarter of memory.
 host::ResourceAmounts worker_capacity(const WorkerConfig& c);
 // Per vNIC: --limit-per-vnic, else 3/4 of worker_capacity (default_vnic_share).
 // Per application: --limit-per-app, else none beyond its vNIC's.

@@ -222,6 +222,12 @@ class Worker {
                             .mapper = &dma_,
                             .limits = host_limits(c)};
       sc.qp_slot_base = shards.slot_base(k);
+      // Queue depths are charged in what they cost this worker (queue_bytes), SRQs up to the core's room.
+      sc.max_srqs = PortLogic::kMaxSrqs;
+      sc.qp_worker_bytes = [pc](uint32_t sq, uint32_t rq, bool on_srq, bool ud) {
+        return PortLogic::qp_worker_bytes(pc, sq, rq, on_srq, ud);
+      };
+      sc.srq_worker_bytes = [](uint32_t depth) { return PortLogic::srq_worker_bytes(depth); };
       sc.listen = k == 0;  // lcore 0's server accepts and places every application
       sc.quotas = quotas_;
       if (k == 0 && c.lcores > 1) sc.place = [this] { return least_loaded(); };

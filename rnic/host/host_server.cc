@@ -33,6 +33,7 @@ struct HostServer::App {
   bool cred_known = false;
   char name[32] = {};
   bool hello_done = false;
+  uint64_t accepted_ns = 0;  // now_ at accept: a silent connection is closed hello_timeout_ns later
   uint16_t version = 0;
   uint32_t vnic_ip = 0;
   ShmRegion doorbell_memory;
@@ -54,6 +55,7 @@ struct HostServer::QpCtl {
   uint32_t recv_cq = 0;
   uint32_t srq = 0;  // the SRQ it holds a reference on; 0: none
   uint32_t account = TenantQuotas::kNoAccount;
+  uint64_t charged_queue_bytes = 0;  // taken from the quotas at create
   ShmRegion memory;
 };
 
@@ -65,6 +67,7 @@ struct HostServer::CqCtl {
   int event_fd = -1;  // the application's completion channel, or -1 (closed here, after the lcore let go)
   uint32_t app_index = 0;
   uint32_t account = TenantQuotas::kNoAccount;
+  uint64_t charged_queue_bytes = 0;  // taken from the quotas at create
   ShmRegion memory;
 };
 
@@ -202,7 +205,8 @@ HostServer::HostServer(const ServerConfig& config)
   ev.data.u64 = kTagWake;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
   if (config_.listen) listen_on();
-  if (ShmRegion::create("tandem-worker", sizeof(WorkerPage), false, &worker_page_) != Status::kOk) {
+  // Shared by every application of the worker: they may read it, never write it.
+  if (ShmRegion::create_peer_read_only("tandem-worker", sizeof(WorkerPage), &worker_page_) != Status::kOk) {
     throw std::runtime_error("cannot create the worker page (memfd)");
   }
   page_ = reinterpret_cast<WorkerPage*>(worker_page_.data());
@@ -323,6 +327,8 @@ void HostServer::serve_control(uint64_t now, int timeout_ms) {
   // of 4 KiB pages can take seconds; requests should not queue behind a pile of them.
   const bool more = release_retired(4);
   epoll_event evs[64];
+  // Wake up for the next silent connection's deadline, not only for events.
+  if (silent_count_ > 0 && timeout_ms > 100) timeout_ms = 100;
   int n = epoll_wait(epoll_fd_, evs, 64, more ? 0 : timeout_ms);
   for (int i = 0; i < n; ++i) {
     uint64_t tag = evs[i].data.u64;
@@ -337,6 +343,32 @@ void HostServer::serve_control(uint64_t now, int timeout_ms) {
       if (index < apps_.size() && apps_[index]) serve(index);
     }
   }
+  if (silent_count_ > 0) expire_silent();
+}
+
+void HostServer::expire_silent() {
+  for (uint32_t i = 0; i < apps_.size(); ++i) {
+    const App* a = apps_[i].get();
+    if (a != nullptr && !a->hello_done && now_ - a->accepted_ns >= config_.hello_timeout_ns) {
+      count_ctl(ctl_silent_timeouts_);
+      drop_app(i, false);
+    }
+  }
+}
+
+bool HostServer::evict_silent(uint32_t uid, bool any_uid) {
+  uint32_t oldest = UINT32_MAX;
+  for (uint32_t i = 0; i < apps_.size(); ++i) {
+    const App* a = apps_[i].get();
+    if (a == nullptr || a->hello_done || (!any_uid && a->uid != uid)) continue;
+    char b;
+    if (recv(a->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0) continue;  // its hello is waiting: not silent
+    if (oldest == UINT32_MAX || a->accepted_ns < apps_[oldest]->accepted_ns) oldest = i;
+  }
+  if (oldest == UINT32_MAX) return false;
+  count_ctl(ctl_silent_evicted_);
+  drop_app(oldest, false);
+  return true;
 }
 
 bool HostServer::release_retired(int budget) {
@@ -371,18 +403,9 @@ void HostServer::accept_apps() {
 }
 
 void HostServer::adopt(int fd) {
-  if (app_count() >= config_.max_apps) {
-    close(fd);
-    count_ctl(ctl_requests_refused_);
-    return;
-  }
-  uint32_t index = 0;
-  while (index < apps_.size() && apps_[index]) ++index;
-  if (index == apps_.size()) apps_.emplace_back();
   auto app = std::make_unique<App>();
-  app->id = next_app_id_++;
-  app->index = index;
   app->sock = fd;
+  app->accepted_ns = now_;
   ucred cred{};
   socklen_t len = sizeof cred;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
@@ -391,6 +414,24 @@ void HostServer::adopt(int fd) {
     app->gid = cred.gid;
     app->cred_known = true;
   }
+  // Silent connections cost a slot each: one uid keeps a few, and a full table makes room
+  // by closing a silent one rather than refusing a newcomer.
+  if (silent_count_ > 0) {
+    std::size_t mine = 0;
+    for (const auto& a : apps_)
+      if (a && !a->hello_done && a->uid == app->uid) ++mine;
+    if (mine >= config_.max_silent_per_uid) evict_silent(app->uid, false);
+  }
+  if (app_count() >= config_.max_apps && !evict_silent(0, true)) {
+    close(fd);
+    count_ctl(ctl_requests_refused_);
+    return;
+  }
+  uint32_t index = 0;
+  while (index < apps_.size() && apps_[index]) ++index;
+  if (index == apps_.size()) apps_.emplace_back();
+  app->id = next_app_id_++;
+  app->index = index;
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kTagFirstApp + index;
@@ -399,6 +440,7 @@ void HostServer::adopt(int fd) {
     return;
   }
   apps_[index] = std::move(app);
+  ++silent_count_;
 }
 
 void HostServer::serve(uint32_t app_index) {
@@ -545,6 +587,7 @@ Status HostServer::on_hello(App& app, uint32_t app_index, const Request& req, in
   m.doorbells = reinterpret_cast<DoorbellPage*>(app.doorbell_memory.data());
   if (!send_to_fast(m)) return Status::kWorkerGone;
   app.hello_done = true;
+  --silent_count_;
   HelloReply& r = rep->body.hello;
   r.version = version;
   r.app_id = app.id;
@@ -709,8 +752,15 @@ Status HostServer::on_create_cq(App& app, const Request& req, int* fds, std::siz
   ShmRegion region;
   Status st = ShmRegion::map_fd(fds[0], layout.bytes, layout.bytes + huge_page_size(), true, &region);
   fds[0] = -1;
+  // The ring's mapping and this CQ's records: its depth in bytes, charged.
+  const uint64_t queue_bytes = region.size() + sizeof(CqCtl) + sizeof(CqSlot);
+  if (st == Status::kOk && !quotas_->take(app.used, app.account, Resource::kQueueBytes, queue_bytes))
+    st = Status::kOverByteLimit;
   const uint32_t index = st == Status::kOk ? alloc_slot(cqs_ctl_, free_cqs_, config_.max_cqs) : UINT32_MAX;
-  if (st == Status::kOk && index == UINT32_MAX) st = Status::kNoResources;
+  if (st == Status::kOk && index == UINT32_MAX) {
+    quotas_->give(&app.used, app.account, Resource::kQueueBytes, queue_bytes);
+    st = Status::kNoResources;
+  }
   if (st != Status::kOk) {
     quotas_->give(&app.used, app.account, Resource::kCqs, 1);
     return st;
@@ -719,6 +769,7 @@ Status HostServer::on_create_cq(App& app, const Request& req, int* fds, std::siz
   cq.app_id = app.id;
   cq.app_index = app.index;
   cq.account = app.account;
+  cq.charged_queue_bytes = queue_bytes;
   cq.refs = 0;
   cq.event_fd = channel ? fds[1] : -1;
   if (channel) fds[1] = -1;
@@ -753,7 +804,10 @@ void HostServer::free_cq(uint32_t index) {
   retire(std::move(cq.memory));
   if (cq.event_fd >= 0) close(cq.event_fd);
   cq.event_fd = -1;
-  quotas_->give(usage_of(apps_, cq.app_index, cq.app_id), cq.account, Resource::kCqs, 1);
+  ResourceAmounts* used = usage_of(apps_, cq.app_index, cq.app_id);
+  quotas_->give(used, cq.account, Resource::kCqs, 1);
+  quotas_->give(used, cq.account, Resource::kQueueBytes, cq.charged_queue_bytes);
+  cq.charged_queue_bytes = 0;
   cq.used = false;
   free_cqs_.push_back(index);
   --cq_count_;
@@ -800,8 +854,17 @@ Status HostServer::on_create_qp(App& app, uint32_t app_index, const Request& req
   ShmRegion region;
   Status st = ShmRegion::map_fd(fds[0], layout.bytes, layout.bytes + huge_page_size(), true, &region);
   fds[0] = -1;
+  // Its depths in bytes: the rings' mapping, the records here and the transport's.
+  uint64_t queue_bytes = region.size() + sizeof(QpCtl) + sizeof(QpSlot);
+  if (config_.qp_worker_bytes)
+    queue_bytes += config_.qp_worker_bytes(c.sq_depth, c.rq_depth, c.srq != 0, c.qp_type == IBV_QPT_UD);
+  if (st == Status::kOk && !quotas_->take(app.used, app.account, Resource::kQueueBytes, queue_bytes))
+    st = Status::kOverByteLimit;
   const uint32_t index = st == Status::kOk ? alloc_slot(qps_ctl_, free_qps_, config_.max_qps) : UINT32_MAX;
-  if (st == Status::kOk && index == UINT32_MAX) st = Status::kNoResources;
+  if (st == Status::kOk && index == UINT32_MAX) {
+    quotas_->give(&app.used, app.account, Resource::kQueueBytes, queue_bytes);
+    st = Status::kNoResources;
+  }
   if (st != Status::kOk) {
     quotas_->give(&app.used, app.account, Resource::kQps, 1);
     return st;
@@ -823,6 +886,7 @@ Status HostServer::on_create_qp(App& app, uint32_t app_index, const Request& req
   qp.send_cq = c.send_cq;
   qp.recv_cq = c.recv_cq;
   qp.account = app.account;
+  qp.charged_queue_bytes = queue_bytes;
   ControlMsg m;
   m.kind = MsgKind::kQpCreate;
   m.index = index;
@@ -866,6 +930,9 @@ Status HostServer::on_create_qp(App& app, uint32_t app_index, const Request& req
 }
 
 uint32_t HostServer::app_id_of(const App& app) noexcept { return app.id; }
+ResourceAmounts& HostServer::app_usage(App& app) noexcept { return app.used; }
+uint32_t HostServer::app_account(const App& app) noexcept { return app.account; }
+ResourceAmounts* HostServer::usage_of_app(uint32_t index, uint32_t id) noexcept { return usage_of(apps_, index, id); }
 
 uint32_t HostServer::take_doorbell_bit(App& app) noexcept {
   if (!app.free_bits.empty()) {
@@ -932,7 +999,10 @@ Status HostServer::on_query_qp(App& app, const Request& req, Reply* rep) {
 // Control-side release, once the fast half dropped the QP.
 void HostServer::free_qp(uint32_t index, bool) {
   QpCtl& qp = qps_ctl_[index];
-  quotas_->give(usage_of(apps_, qp.app_index, qp.app_id), qp.account, Resource::kQps, 1);
+  ResourceAmounts* used = usage_of(apps_, qp.app_index, qp.app_id);
+  quotas_->give(used, qp.account, Resource::kQps, 1);
+  quotas_->give(used, qp.account, Resource::kQueueBytes, qp.charged_queue_bytes);
+  qp.charged_queue_bytes = 0;
   if (qp.app_index < apps_.size() && apps_[qp.app_index] && apps_[qp.app_index]->id == qp.app_id) {
     App& app = *apps_[qp.app_index];
     app.free_bits.push_back(qp.doorbell_bit);
@@ -965,6 +1035,7 @@ Status HostServer::on_destroy_qp(App& app, const Request& req) {
 void HostServer::drop_app(uint32_t app_index, bool died) {
   App& app = *apps_[app_index];
   uint32_t id = app.id;
+  if (!app.hello_done) --silent_count_;
   if (app.hello_done) {
     // One message: the fast half flushes and forgets the application's QPs,
     // SRQs, CQs and MRs; only then are their mappings retired here.
@@ -1621,12 +1692,16 @@ HostCounters HostServer::counters() const noexcept {
   c.protocol_errors = ctl_protocol_errors_.load(std::memory_order_relaxed);
   c.requests_refused = ctl_requests_refused_.load(std::memory_order_relaxed);
   c.attach_denied = ctl_attach_denied_.load(std::memory_order_relaxed);
+  c.silent_timeouts = ctl_silent_timeouts_.load(std::memory_order_relaxed);
+  c.silent_evicted = ctl_silent_evicted_.load(std::memory_order_relaxed);
   const ResourceAmounts refused = quotas_->refused_total();
   c.refused_qps = refused[resource_index(Resource::kQps)];
   c.refused_cqs = refused[resource_index(Resource::kCqs)];
   c.refused_mrs = refused[resource_index(Resource::kMrs)];
   c.refused_pds = refused[resource_index(Resource::kPds)];
   c.refused_bytes = refused[resource_index(Resource::kBytes)];
+  c.refused_srqs = refused[resource_index(Resource::kSrqs)];
+  c.refused_queue_bytes = refused[resource_index(Resource::kQueueBytes)];
   return c;
 }
 

@@ -51,7 +51,14 @@ class HostServer;
 
 struct ServerConfig {
   std::string socket_path;            // Unix socket applications connect to
-  uint32_t max_apps = 1024;           // attached applications
+  uint32_t max_apps = 1024;           // connected applications (attached or not yet)
+  // A connection that has not said hello (a "silent" one) is closed after
+  // hello_timeout_ns; one uid keeps at most max_silent_per_uid of them (a new
+  // one closes that uid's oldest), and when the table is full a new connection
+  // closes the oldest silent one of anyone: silent connections never keep a
+  // real application from attaching. Per server (lcore).
+  uint64_t hello_timeout_ns = 2'000'000'000;
+  uint32_t max_silent_per_uid = 16;
   uint32_t max_qps = 65535;           // QPs per worker (QPN = generation << 16 | slot)
   uint32_t max_cqs = 65535;           // CQs per worker
   uint32_t max_mrs = 65535;           // MRs per worker
@@ -62,6 +69,15 @@ struct ServerConfig {
   // control thread; a deregistered MR's pages (and its slot) stay until it
   // says no. Null: nothing is ever held.
   std::function<bool(uint32_t mr_index)> mr_in_flight;
+  // SRQs per server: the transport core's room (TransportConfig::max_srqs);
+  // past it create_srq is refused (kNoResources) instead of failing its QPs later.
+  uint32_t max_srqs = 64;
+  // What the worker spends on a queue beyond the ring it maps and its own
+  // records here: the transport's slots and PSN records for those depths.
+  // Charged, with the ring's mapping, as queue_bytes before anything is made.
+  // Called on the control thread; null: nothing beyond the rings and records.
+  std::function<uint64_t(uint32_t sq_depth, uint32_t rq_depth, bool on_srq, bool ud)> qp_worker_bytes;
+  std::function<uint64_t(uint32_t depth)> srq_worker_bytes;
   // The port's vNICs (overlay IPv4, host order): an application that binds
   // itself to a vNIC (HelloRequest::vnic_ip) must name one of these.
   std::vector<uint32_t> vnic_ips;
@@ -190,6 +206,8 @@ struct HostEvent {
   X(protocol_errors, "malformed control messages (connection dropped)")            \
   X(requests_refused, "control requests answered with an error")                   \
   X(attach_denied, "attaches refused: the peer's uid/gid does not own the vNIC")   \
+  X(silent_timeouts, "connections closed for saying no hello in time")              \
+  X(silent_evicted, "silent connections closed for a newer one (per-uid cap, full table)") \
   X(send_wqes, "send WQEs handed to the transport")                                \
   X(recv_wqes, "receive WQEs handed to the transport")                             \
   X(bad_lkey, "WQEs with an unknown lkey or one from another PD")                  \
@@ -207,7 +225,9 @@ struct HostEvent {
   X(refused_cqs, "create_cq refused: the application or its vNIC at its CQ limit")  \
   X(refused_mrs, "reg_mr refused: the application or its vNIC at its MR limit")     \
   X(refused_pds, "alloc_pd refused: the application or its vNIC at its PD limit")   \
-  X(refused_bytes, "reg_mr refused: the application or its vNIC at its byte limit")
+  X(refused_bytes, "reg_mr refused: the application or its vNIC at its byte limit")   \
+  X(refused_srqs, "create_srq refused: the application or its vNIC at its SRQ limit") \
+  X(refused_queue_bytes, "create_qp/cq/srq refused: the application or its vNIC at its queue memory limit")
 
 struct HostCounters {
 #define TANDEM_HOST_COUNTER_FIELD(name, doc) uint64_t name = 0;
@@ -412,6 +432,11 @@ class HostServer {
                       uint32_t vendor) noexcept;
   // control half
   void accept_apps();
+  // Closes silent connections past hello_timeout_ns (a scan only while any exist).
+  void expire_silent();
+  // Closes the oldest silent connection (of `uid`, or of anyone if any_uid) with no
+  // message waiting; false if there is none.
+  bool evict_silent(uint32_t uid, bool any_uid);
   void listen_on();  // the socket applications connect to (ServerConfig::listen)
   void serve(uint32_t app_index);
   void handle(uint32_t app_index, const Request& req, int* fds, std::size_t nfds,
@@ -452,6 +477,10 @@ class HostServer {
   // Helpers over records host_server.cc defines. An application's doorbell
   // bits (QPs and SRQs share them): take one (UINT32_MAX: none left), give it back.
   static uint32_t app_id_of(const App& app) noexcept;
+  static ResourceAmounts& app_usage(App& app) noexcept;
+  static uint32_t app_account(const App& app) noexcept;
+  // The usage of the application at `index` if it is still `id` (null: it is gone).
+  ResourceAmounts* usage_of_app(uint32_t index, uint32_t id) noexcept;
   static uint32_t take_doorbell_bit(App& app) noexcept;
   void give_doorbell_bit(uint32_t app_index, uint32_t app_id, uint32_t bit);
   // A reference on the application's PD `pd` (false: not its PD), and its release.
@@ -531,6 +560,9 @@ class HostServer {
   std::atomic<uint64_t> ctl_protocol_errors_{0};
   std::atomic<uint64_t> ctl_requests_refused_{0};
   std::atomic<uint64_t> ctl_attach_denied_{0};
+  std::atomic<uint64_t> ctl_silent_timeouts_{0};
+  std::atomic<uint64_t> ctl_silent_evicted_{0};
+  std::size_t silent_count_ = 0;  // connections that have not said hello yet
   std::shared_ptr<TenantQuotas> quotas_;  // the fair shares: taken at create, given back at free
 
   // ---- the handoff: control -> fast messages, fast -> control answers

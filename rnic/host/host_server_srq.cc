@@ -39,17 +39,32 @@ Status HostServer::on_create_srq(App& app, uint32_t app_index, const Request& re
   if (nfds != 1) return Status::kProtocolError;
   const uint32_t app_id = app_id_of(app);
   if (!is_power_of_two(c.depth) || c.depth > config_.max_queue_depth) return Status::kInvalidArgument;
-  if (free_srqs_.empty() && srqs_ctl_.size() >= kMaxSrqs) return Status::kNoResources;
+  // The transport's room (the port's core holds config_.max_srqs): refused here, not later
+  // as its QPs failing.
+  if (srq_count_ >= std::min(config_.max_srqs, kMaxSrqs)) return Status::kNoResources;
+  // SRQs are charged like QPs: a count and their depth in bytes, before anything is made.
+  if (!quotas_->take(app_usage(app), app_account(app), Resource::kSrqs, 1)) return Status::kOverLimit;
   const SrqLayout layout = srq_layout(c.depth);
   ShmRegion region;
-  const Status st = ShmRegion::map_fd(fds[0], layout.bytes, layout.bytes + huge_page_size(), true, &region);
+  Status st = ShmRegion::map_fd(fds[0], layout.bytes, layout.bytes + huge_page_size(), true, &region);
   fds[0] = -1;
-  if (st != Status::kOk) return st;
-  if (!take_pd_ref(c.pd, app_id)) return Status::kNotFound;
-  const uint32_t bit = take_doorbell_bit(app);
-  if (bit == UINT32_MAX) {
+  uint64_t queue_bytes = region.size() + sizeof(SrqCtl) + sizeof(SrqSlot);
+  if (config_.srq_worker_bytes) queue_bytes += config_.srq_worker_bytes(c.depth);
+  bool charged = false;
+  if (st == Status::kOk) {
+    charged = quotas_->take(app_usage(app), app_account(app), Resource::kQueueBytes, queue_bytes);
+    if (!charged) st = Status::kOverByteLimit;
+  }
+  if (st == Status::kOk && !take_pd_ref(c.pd, app_id)) st = Status::kNotFound;
+  const uint32_t bit = st == Status::kOk ? take_doorbell_bit(app) : UINT32_MAX;
+  if (st == Status::kOk && bit == UINT32_MAX) {
     drop_pd_ref(c.pd);
-    return Status::kNoResources;  // the application's doorbell bits are all taken
+    st = Status::kNoResources;  // the application's doorbell bits are all taken
+  }
+  if (st != Status::kOk) {
+    if (charged) quotas_->give(&app_usage(app), app_account(app), Resource::kQueueBytes, queue_bytes);
+    quotas_->give(&app_usage(app), app_account(app), Resource::kSrqs, 1);
+    return st;
   }
   uint32_t index;
   if (!free_srqs_.empty()) {
@@ -67,6 +82,8 @@ Status HostServer::on_create_srq(App& app, uint32_t app_index, const Request& re
   s.pd = c.pd;
   s.doorbell_bit = bit;
   s.refs = 0;
+  s.account = app_account(app);
+  s.charged_queue_bytes = queue_bytes;
   const uint32_t handle = srq_handle(s.gen, index);
   // The fast half's record, finished here: the lcore only stores it.
   ControlMsg m;
@@ -95,6 +112,10 @@ Status HostServer::on_create_srq(App& app, uint32_t app_index, const Request& re
 // Control-side release, once the fast half dropped the SRQ (by kSrqDestroy or kDetach).
 void HostServer::free_srq(uint32_t index) {
   SrqCtl& s = srqs_ctl_[index];
+  ResourceAmounts* used = usage_of_app(s.app_index, s.app_id);
+  quotas_->give(used, s.account, Resource::kSrqs, 1);
+  quotas_->give(used, s.account, Resource::kQueueBytes, s.charged_queue_bytes);
+  s.charged_queue_bytes = 0;
   give_doorbell_bit(s.app_index, s.app_id, s.doorbell_bit);
   drop_pd_ref(s.pd);
   retire(std::move(s.memory));

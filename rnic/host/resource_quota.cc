@@ -22,7 +22,7 @@ bool parse_limits(std::string_view text, std::vector<LimitSetting>* out, std::st
     const std::size_t eq = item.find('=');
     Resource r;
     if (eq == std::string_view::npos || !resource_by_name(item.substr(0, eq), &r)) {
-      *error = "want RES=N with RES one of qps, cqs, mrs, pds, bytes; got '" + std::string(item) + "'";
+      *error = "want RES=N with RES one of qps, cqs, mrs, pds, bytes, srqs, queue_bytes; got '" + std::string(item) + "'";
       return false;
     }
     std::string_view num = item.substr(eq + 1);

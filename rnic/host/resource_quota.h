@@ -1,6 +1,6 @@
-// Fair shares of one worker's host resources: how many QPs, CQs, MRs and PDs
-// and how many registered bytes an application, and a vNIC's applications
-// together, may hold, so that one tenant cannot take what the others need.
+// Fair shares of one worker's host resources: how many QPs, CQs, MRs, PDs and
+// SRQs, how many registered bytes and how much queue memory an application,
+// and a vNIC's applications together, may hold, so that one tenant cannot take what the others need.
 // Decided on the control thread (HostServer's control half) at each create;
 // the counters are atomics so telemetry may read them from any thread.
 #pragma once
@@ -23,16 +23,18 @@ namespace tandem::rnic::host {
   X(cqs, "CQs")                                                            \
   X(mrs, "MRs")                                                            \
   X(pds, "PDs")                                                            \
-  X(bytes, "registered bytes (the worker's mappings of the MRs' memfds)")
+  X(bytes, "registered bytes (the worker's mappings of the MRs' memfds)")      \
+  X(srqs, "SRQs")                                                          \
+  X(queue_bytes, "queue memory: QP/SRQ/CQ rings mapped and the transport's records for their depths")
 
 // In the order of TANDEM_FOREACH_QUOTA_RESOURCE.
-enum class Resource : uint8_t { kQps, kCqs, kMrs, kPds, kBytes };
+enum class Resource : uint8_t { kQps, kCqs, kMrs, kPds, kBytes, kSrqs, kQueueBytes };
 inline constexpr std::size_t kResourceCount = 0
 #define TANDEM_QUOTA_COUNT(name, doc) +1
     TANDEM_FOREACH_QUOTA_RESOURCE(TANDEM_QUOTA_COUNT)
 #undef TANDEM_QUOTA_COUNT
     ;
-static_assert(kResourceCount == static_cast<std::size_t>(Resource::kBytes) + 1);
+static_assert(kResourceCount == static_cast<std::size_t>(Resource::kQueueBytes) + 1);
 inline constexpr const char* kResourceNames[kResourceCount] = {
 #define TANDEM_QUOTA_NAME(name, doc) #name,
     TANDEM_FOREACH_QUOTA_RESOURCE(TANDEM_QUOTA_NAME)

@@ -220,6 +220,35 @@ Status ShmRegion::create(const char* name, std::size_t bytes, bool try_huge, Shm
   return Status::kOk;
 }
 
+Status ShmRegion::create_peer_read_only(const char* name, std::size_t bytes, ShmRegion* out) {
+  out->reset();
+  const int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return Status::kNoMemory;
+  const std::size_t size = round_up(bytes == 0 ? 1 : bytes, static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
+  void* p = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(size)) == 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0)
+    p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // Our writable mapping exists: from here on nobody gets another.
+  if (p == MAP_FAILED || fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
+    if (p != MAP_FAILED) munmap(p, size);
+    close(fd);
+    return Status::kNoMemory;
+  }
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  const int ro = open(path, O_RDONLY | O_CLOEXEC);  // a new open file, read-only
+  close(fd);
+  if (ro < 0) {
+    munmap(p, size);
+    return Status::kNoMemory;
+  }
+  keep_from_fork(p, size);
+  out->data_ = static_cast<uint8_t*>(p);
+  out->fd_ = ro;
+  out->size_ = size;
+  return Status::kOk;
+}
+
 Status ShmRegion::map_fd(int fd, std::size_t min_bytes, std::size_t max_bytes, bool writable,
                          ShmRegion* out) {
   out->reset();

@@ -23,6 +23,14 @@ class ShmRegion {
   // `try_huge`, MFD_HUGETLB is tried first; hugetlb() says which one it got.
   static Status create(const char* name, std::size_t bytes, bool try_huge, ShmRegion* out);
 
+  // A region this process writes and its peers may only read (the worker
+  // page every application of a worker maps): an ordinary memfd mapped
+  // read-write here, then sealed F_SEAL_FUTURE_WRITE (no new writable mapping
+  // or write() by anyone, whatever fd they reopen it through), and fd() is a
+  // read-only descriptor (O_RDONLY: its mappings cannot be mprotect'ed
+  // writable).
+  static Status create_peer_read_only(const char* name, std::size_t bytes, ShmRegion* out);
+
   // Maps a received fd (taking ownership of it: it is closed here whatever
   // happens). Rejects files that are not sealed against shrinking (a peer
   // could truncate them and fault us), shorter than `min_bytes`, or larger

@@ -18,6 +18,8 @@ struct HostServer::SrqCtl {
   uint32_t pd = 0;
   uint32_t doorbell_bit = 0;
   uint32_t refs = 0;  // QPs created on it
+  uint32_t account = TenantQuotas::kNoAccount;
+  uint64_t charged_queue_bytes = 0;  // taken from the quotas at create
   ShmRegion memory;
 };
 

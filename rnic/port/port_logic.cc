@@ -62,32 +62,43 @@ std::vector<uint32_t> PortLogic::vnic_ips(const std::vector<Vnic>& vnics) {
   return ips;
 }
 
-void PortLogic::on_qp_created(uint32_t host_qpn) {
-  const host::QpInfo* info = host_.qp_info(host_qpn);
-  if (info == nullptr) return;
+QpInitAttr PortLogic::core_qp_init(const PortConfig& c, uint32_t sq_depth, uint32_t rq_depth, bool ud) {
   QpInitAttr init;
-  init.send_cq = core_cq_;
-  init.recv_cq = core_cq_;
-  init.sq_depth = std::bit_ceil(std::max<uint32_t>(info->sq_depth, 1));
+  init.sq_depth = std::bit_ceil(std::max<uint32_t>(sq_depth, 1));
   // pump_qp posts in place (SendSlots): the core keeps inline bytes, and
   // completes every WR so that the host frees its ring slot.
   init.max_inline = host::kMaxInline;
   init.complete_unsignaled = true;
-  init.rq_depth = std::bit_ceil(std::max<uint32_t>(info->rq_depth, 1));
-  init.mode = c_.mode;
-  init.max_rd_atomic = std::max<uint8_t>(info->max_rd_atomic, 1);
+  init.rq_depth = std::bit_ceil(std::max<uint32_t>(rq_depth, 1));
+  init.mode = c.mode;
   init.max_dest_rd_atomic = 16;
-  init.policy.path = c_.spray.c_str();
-  init.policy.cc = c_.cc.c_str();
-  init.policy.cc_window_bytes = c_.cc_window_bytes;
+  init.policy.path = c.spray.c_str();
+  init.policy.cc = c.cc.c_str();
+  init.policy.cc_window_bytes = c.cc_window_bytes;
   init.policy.num_paths = 16;
-  init.pd = info->pd;
-  init.bench_any_psn = c_.bench_any_psn;  // standalone only (tandem-rnic refuses it in DPU mode)
+  init.bench_any_psn = c.bench_any_psn;  // standalone only (tandem-rnic refuses it in DPU mode)
+  if (ud) init.type = QpType::kUd;
+  return init;
+}
+
+uint64_t PortLogic::qp_worker_bytes(const PortConfig& c, uint32_t sq_depth, uint32_t rq_depth, bool on_srq, bool ud) {
+  QpInitAttr init = core_qp_init(c, sq_depth, rq_depth, ud);
+  init.srq = on_srq ? 1 : 0;  // only whether it has an RQ of its own matters to the size
+  return Transport::qp_footprint(init) + sizeof(QpCtx);
+}
+
+uint64_t PortLogic::srq_worker_bytes(uint32_t depth) { return Transport::srq_footprint(depth) + sizeof(SrqCtx); }
+
+void PortLogic::on_qp_created(uint32_t host_qpn) {
+  const host::QpInfo* info = host_.qp_info(host_qpn);
+  if (info == nullptr) return;
   const bool ud = info->qp_type == IBV_QPT_UD;
-  if (ud) {
-    init.type = QpType::kUd;
-    init.wire_qpn = host_qpn;  // its datagrams' DETH names the QPN the application knows
-  }
+  QpInitAttr init = core_qp_init(c_, info->sq_depth, info->rq_depth, ud);
+  init.send_cq = core_cq_;
+  init.recv_cq = core_cq_;
+  init.max_rd_atomic = std::max<uint8_t>(info->max_rd_atomic, 1);
+  init.pd = info->pd;
+  if (ud) init.wire_qpn = host_qpn;  // its datagrams' DETH names the QPN the application knows
   if (info->srq != 0) {
     const SrqCtx* s = srq_by_host(info->srq);
     init.srq = s != nullptr ? s->core_srq : UINT32_MAX;  // none: the core refuses the QP

@@ -193,6 +193,13 @@ class PortLogic {
                                                   const std::vector<Vnic>& vnics);
   static uint32_t vnic_id(const std::vector<Vnic>& vnics, uint32_t ip) noexcept;
   static std::vector<uint32_t> vnic_ips(const std::vector<Vnic>& vnics);
+  // The core's attributes for an application QP of these depths (what
+  // on_qp_created asks the core for, before its PD, SRQ and RD atomics).
+  static QpInitAttr core_qp_init(const PortConfig& c, uint32_t sq_depth, uint32_t rq_depth, bool ud);
+  // What such a QP and an SRQ of `depth` cost this worker (the core's records
+  // and the QP's entry here): the host interface charges it as queue_bytes.
+  static uint64_t qp_worker_bytes(const PortConfig& c, uint32_t sq_depth, uint32_t rq_depth, bool on_srq, bool ud);
+  static uint64_t srq_worker_bytes(uint32_t depth);
 
  protected:
   QpCtx* by_host(uint32_t host_qpn) noexcept {

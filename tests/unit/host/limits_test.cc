@@ -305,7 +305,9 @@ TEST_CASE("the default vNIC share leaves a quarter of each capacity to the other
   CHECK(at(share, Resource::kBytes) == kUnlimited);
   Resource r;
   CHECK((resource_by_name("bytes", &r) && r == Resource::kBytes));
-  CHECK_FALSE(resource_by_name("srqs", &r));
+  CHECK((resource_by_name("srqs", &r) && r == Resource::kSrqs));
+  CHECK((resource_by_name("queue_bytes", &r) && r == Resource::kQueueBytes));
+  CHECK_FALSE(resource_by_name("widgets", &r));
 }
 
 TEST_CASE("limit flags parse names, suffixes and none, and refuse the rest") {
@@ -317,7 +319,7 @@ TEST_CASE("limit flags parse names, suffixes and none, and refuse the rest") {
   CHECK((v[0] == LimitSetting{Resource::kQps, 192}));
   CHECK((v[1] == LimitSetting{Resource::kBytes, uint64_t{64} << 20}));
   CHECK((v[2] == LimitSetting{Resource::kMrs, kUnlimited}));
-  CHECK_FALSE(parse_limits("srqs=4", &v, &err));
+  CHECK_FALSE(parse_limits("widgets=4", &v, &err));
   CHECK_FALSE(parse_limits("qps=-1", &v, &err));
   CHECK_FALSE(parse_limits("qps", &v, &err));
   CHECK_FALSE(parse_limits("bytes=99999999999T", &v, &err));

@@ -92,3 +92,52 @@ TEST_CASE("verbs creates over a vNIC's limit fail with EAGAIN, registered bytes 
   dev.ctx = nullptr;
   unsetenv("TANDEM_DEVICES");
 }
+
+TEST_CASE("SRQs over a vNIC's share fail with EAGAIN, deep queues over its queue_bytes with ENOMEM") {
+  th::ServerConfig config;
+  config.vnic_ips = {0xC0A80701};
+  config.max_srqs = 3;
+  config.limits.per_vnic[th::resource_index(th::Resource::kSrqs)] = 2;
+  config.limits.per_vnic[th::resource_index(th::Resource::kQueueBytes)] = 2 << 20;
+  th::test::ServerThread st(config);
+  th::test::OneDevice dev(st, "tandem_T_v1", 0xC0A80701);
+  ibv_context* ctx = dev.ctx;
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  REQUIRE(pd != nullptr);
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 64;
+  sa.attr.max_sge = 1;
+  ibv_srq* s1 = ibv_create_srq(pd, &sa);
+  ibv_srq* s2 = ibv_create_srq(pd, &sa);
+  REQUIRE((s1 && s2));
+  errno = 0;
+  CHECK(ibv_create_srq(pd, &sa) == nullptr);
+  CHECK(errno == EAGAIN);
+
+  // 2 MiB of queue memory: a 4096-entry send queue's ring (512 KiB) and receive ring fit once,
+  // not twice.
+  ibv_cq* cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+  REQUIRE(cq != nullptr);
+  ibv_qp_init_attr qa{};
+  qa.send_cq = cq;
+  qa.recv_cq = cq;
+  qa.qp_type = IBV_QPT_RC;
+  qa.cap.max_send_wr = 4096;
+  qa.cap.max_recv_wr = 4096;
+  qa.cap.max_send_sge = 1;
+  qa.cap.max_recv_sge = 1;
+  ibv_qp* q1 = ibv_create_qp(pd, &qa);
+  REQUIRE(q1 != nullptr);
+  errno = 0;
+  CHECK(ibv_create_qp(pd, &qa) == nullptr);
+  CHECK(errno == ENOMEM);
+
+  CHECK(ibv_destroy_qp(q1) == 0);
+  CHECK(ibv_destroy_cq(cq) == 0);
+  CHECK(ibv_destroy_srq(s2) == 0);
+  CHECK(ibv_destroy_srq(s1) == 0);
+  CHECK(ibv_dealloc_pd(pd) == 0);
+  CHECK(ibv_close_device(ctx) == 0);
+  dev.ctx = nullptr;
+  unsetenv("TANDEM_DEVICES");
+}
