@@ -15,6 +15,14 @@
 // count, inline length and total length are within limits; translate_remote
 // answers inside the MR of the same application.
 //
+// The fair shares are on (small limits on every resource, queue depths charged
+// in bytes, few SRQs, a short hello timeout, two silent connections per uid):
+// after every step no vNIC holds more than its share and the server no more
+// SRQs than its room; the worker page it handed out can never be written
+// (mapped writable, mprotect'ed, reopened, written); connections that never
+// say hello are closed; and when every application is gone, every share is
+// back to zero.
+//
 // Input: records of one op byte (mod kOps) and its operands, read from the
 // front; missing bytes read as zero. tests/fuzz/host_seeds.py writes seeds.
 #include <fcntl.h>
@@ -52,6 +60,7 @@ enum Op : uint8_t {
   kOpModifyQp, kOpDestroyQp, kOpCreateSrq, kOpDestroySrq, kOpQueryQp, kOpRawRequest, kOpWriteSqWqe,
   kOpWriteRqWqe, kOpWriteSrqWqe, kOpPost, kOpSetIndex, kOpDoorbellWord, kOpWorkerStep, kOpComplete,
   kOpFetchDirect, kOpTranslateRemote, kOpCloseApp, kOpDrainCq, kOpQpError, kOpArmCq, kOpPoll,
+  kOpSilentConnect, kOpAdvanceClock, kOpPokeWorkerPage,
   kOps
 };
 
@@ -100,6 +109,7 @@ struct Cq {
 
 struct AppSide {
   int sock = -1;
+  int worker_page = -1;  // the worker page's descriptor from the hello reply
   uint32_t seq = 0;
   uint32_t app_id = 0;  // from the hello reply (0: none yet)
   RegionPtr doorbells;
@@ -140,9 +150,10 @@ T* pick(std::vector<T>& v, uint8_t i) {
 
 class Harness {
  public:
-  explicit Harness(const ServerConfig& cfg) : server_(cfg), path_(cfg.socket_path) {}
+  explicit Harness(const ServerConfig& cfg) : server_(cfg), path_(cfg.socket_path), cfg_(cfg) {}
   ~Harness() {
     for (AppSide& a : apps_) close_app(a);
+    for (int fd : silent_) close(fd);
   }
 
   void run(Reader& in) {
@@ -150,7 +161,24 @@ class Harness {
       const uint8_t op = in.u8() % kOps;
       step(op, in);
       drain_events();
+      check_shares();
     }
+    // Everyone leaves: the server gives every share back and closes every silent connection.
+    for (AppSide& a : apps_) close_app(a);
+    for (int fd : silent_) close(fd);
+    silent_.clear();
+    silent_since_.clear();
+    for (int i = 0; i < 4; ++i) poll();
+    if (server_.app_count() != 0) fail("applications left after every connection closed");
+    std::vector<TenantQuotas::Row> rows(TenantQuotas::kMaxAccounts);
+    rows.resize(server_.quotas().rows(rows));
+    for (const TenantQuotas::Row& r : rows)
+      for (std::size_t i = 0; i < kResourceCount; ++i)
+        if (r.used[i] != 0) {
+          std::fprintf(stderr, "vNIC 0x%x still holds %lu of %s\n", r.vnic_ip, static_cast<unsigned long>(r.used[i]),
+                       kResourceNames[i]);
+          fail("a share not given back when its applications went away");
+        }
     if (std::getenv("FUZZ_HOST_VERBOSE") != nullptr) {  // to see how far a seed gets
       const HostCounters c = server_.counters();
 #define TANDEM_FUZZ_PRINT(name, doc) std::fprintf(stderr, "%s=%lu ", #name, static_cast<unsigned long>(c.name));
@@ -178,7 +206,55 @@ class Harness {
     }
   }
 
+  // No vNIC over its share, the server within its SRQ room.
+  void check_shares() {
+    std::vector<TenantQuotas::Row> rows(TenantQuotas::kMaxAccounts);
+    rows.resize(server_.quotas().rows(rows));
+    for (const TenantQuotas::Row& r : rows)
+      for (std::size_t i = 0; i < kResourceCount; ++i)
+        if (r.used[i] > cfg_.limits.per_vnic[i]) fail("a vNIC holds more than its share");
+    if (server_.srq_count() > cfg_.max_srqs) fail("more SRQs than the server's room");
+    if (server_.app_count() > cfg_.max_apps) fail("more connections than max_apps");
+  }
+
+  // Every way an application could write the worker page must fail.
+  void poke_worker_page(int fd, uint8_t how) {
+    const std::size_t len = 4096;
+    uint32_t v = 0xdeadbeef;
+    switch (how % 4) {
+      case 0: {
+        void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) fail("the worker page mapped writable");
+        break;
+      }
+      case 1: {
+        void* p = mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) {
+          if (mprotect(p, len, PROT_READ | PROT_WRITE) == 0) fail("the worker page mprotect'ed writable");
+          munmap(p, len);
+        }
+        break;
+      }
+      case 2:
+        if (pwrite(fd, &v, sizeof v, 0) > 0) fail("the worker page written with pwrite");
+        break;
+      default: {
+        char path[64];
+        std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        const int rw = open(path, O_RDWR | O_CLOEXEC);
+        if (rw >= 0) {
+          void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0);
+          if (p != MAP_FAILED) fail("the worker page writable through /proc/self/fd");
+          if (pwrite(rw, &v, sizeof v, 0) > 0) fail("the worker page written through /proc/self/fd");
+          close(rw);
+        }
+        break;
+      }
+    }
+  }
+
   void close_app(AppSide& a) {
+    if (a.worker_page >= 0) close(a.worker_page);
     if (a.sock >= 0) close(a.sock);
     for (Cq& c : a.cqs)
       if (c.channel >= 0) close(c.channel);
@@ -188,7 +264,8 @@ class Harness {
   // Sends one message (our descriptors are only lent: the kernel duplicates
   // them), lets the server serve it and takes its reply. False if the server
   // dropped us (the connection is then closed here too).
-  bool transact(AppSide& a, const void* msg, std::size_t len, const int* fds, std::size_t nfds, Reply* rep) {
+  bool transact(AppSide& a, const void* msg, std::size_t len, const int* fds, std::size_t nfds, Reply* rep,
+                int* keep_first = nullptr) {
     if (a.sock < 0) return false;
     if (send_message(a.sock, msg, len, fds, nfds) < 0) {
       close_app(a);
@@ -200,7 +277,13 @@ class Harness {
     std::size_t nr = 0;
     std::memset(rep, 0, sizeof *rep);
     ssize_t n = recv_message(a.sock, rep, sizeof *rep, rfds, kMaxFdsPerMessage, &nr, true);
-    for (std::size_t i = 0; i < nr; ++i) close(rfds[i]);
+    for (std::size_t i = 0; i < nr; ++i) {
+      if (i == 0 && keep_first != nullptr && n == static_cast<ssize_t>(sizeof *rep) && rep->hdr.status == 0) {
+        *keep_first = rfds[0];
+        continue;
+      }
+      close(rfds[i]);
+    }
     if (n != static_cast<ssize_t>(sizeof *rep)) {
       if (n == -EAGAIN) return false;  // no answer (yet): fine for a raw request
       close_app(a);
@@ -310,9 +393,14 @@ class Harness {
         int right = db ? db->shm.fd() : -1;
         choose_fds(f, in.u8(), &right, db ? 1 : 0);
         Reply rep;
-        if (transact(a, &r, sizeof r, f.fd, f.n, &rep) && rep.hdr.status == 0) {
+        int page = -1;
+        if (transact(a, &r, sizeof r, f.fd, f.n, &rep, &page) && rep.hdr.status == 0) {
           a.app_id = rep.body.hello.app_id;
           a.doorbells = db;
+          if (a.worker_page >= 0) close(a.worker_page);
+          a.worker_page = page;
+        } else if (page >= 0) {
+          close(page);
         }
         break;
       }
@@ -676,6 +764,44 @@ class Harness {
         n->armed.store(in.u8(), std::memory_order_release);
         break;
       }
+      case kOpSilentConnect: {  // a connection that never says hello (up to 8 held)
+        if (silent_.size() >= 8) {
+          close(silent_.front());
+          silent_.erase(silent_.begin());
+          silent_since_.erase(silent_since_.begin());
+        }
+        int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        sockaddr_un sa{};
+        sa.sun_family = AF_UNIX;
+        std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path_.c_str());
+        const bool ok = s >= 0 && connect(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+        if (!ok && s >= 0) close(s);
+        poll();  // accepted here, at now_
+        if (ok) {
+          silent_.push_back(s);
+          silent_since_.push_back(now_);
+        }
+        break;
+      }
+      case kOpAdvanceClock: {  // time passes: silent connections past the hello timeout must go
+        now_ += cfg_.hello_timeout_ns / 4 * (1 + in.u8() % 8);
+        poll();
+        for (std::size_t i = 0; i < silent_.size();) {
+          char b;
+          if (recv(silent_[i], &b, 1, MSG_DONTWAIT) == 0) {  // closed by the worker (evicted or timed out)
+            close(silent_[i]);
+            silent_.erase(silent_.begin() + static_cast<std::ptrdiff_t>(i));
+            silent_since_.erase(silent_since_.begin() + static_cast<std::ptrdiff_t>(i));
+            continue;
+          }
+          if (now_ - silent_since_[i] > cfg_.hello_timeout_ns) fail("a silent connection outlived the hello timeout");
+          ++i;
+        }
+        break;
+      }
+      case kOpPokeWorkerPage:
+        if (a.worker_page >= 0) poke_worker_page(a.worker_page, in.u8());
+        break;
       case kOpPoll:
       default:
         poll();
@@ -803,6 +929,9 @@ class Harness {
   std::map<uint32_t, MrRange> mrs_;  // lkey -> the worker's view, from events
   std::vector<Held> held_;
   std::vector<RegionPtr> mr_mem_, raw_mem_;
+  ServerConfig cfg_;
+  std::vector<int> silent_;            // connections that never said hello
+  std::vector<uint64_t> silent_since_;  // now_ when each was accepted
 };
 
 ServerConfig make_config() {
@@ -816,6 +945,25 @@ ServerConfig make_config() {
   cfg.max_mr_bytes = 1u << 20;
   // Retired mappings go once its events are drained (next_event): stale use faults.
   cfg.vnic_ips = {kVnic};
+  // Fair shares on, small enough to be reached within an input.
+  cfg.max_srqs = 3;
+  cfg.hello_timeout_ns = 50'000'000;  // each poll advances the clock 1 ms
+  cfg.max_silent_per_uid = 2;
+  cfg.qp_worker_bytes = [](uint32_t sq, uint32_t rq, bool on_srq, bool) {
+    return uint64_t{sq} * 256 + (on_srq ? 0 : uint64_t{rq} * 128) + 4096;
+  };
+  cfg.srq_worker_bytes = [](uint32_t depth) { return uint64_t{depth} * 128 + 1024; };
+  auto& v = cfg.limits.per_vnic;
+  auto& p = cfg.limits.per_app;
+  v[resource_index(Resource::kQps)] = 6;
+  v[resource_index(Resource::kCqs)] = 6;
+  v[resource_index(Resource::kMrs)] = 8;
+  v[resource_index(Resource::kPds)] = 4;
+  v[resource_index(Resource::kSrqs)] = 2;
+  v[resource_index(Resource::kBytes)] = 24 * 1024;
+  v[resource_index(Resource::kQueueBytes)] = 512 * 1024;
+  p[resource_index(Resource::kQps)] = 4;
+  p[resource_index(Resource::kQueueBytes)] = 256 * 1024;
   return cfg;
 }
 

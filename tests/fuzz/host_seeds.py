@@ -3,7 +3,8 @@
 byte, then the op's operands, as fuzz_host_server.cc reads them) of
 applications that attach, register MRs, create CQs, QPs and an SRQ, bring
 QPs to RTS and post good send, receive and SRQ WQEs, so fuzzing starts past
-the handshake with WQEs that reach the transport."""
+the handshake with WQEs that reach the transport; one that takes shares to
+their limits next to silent connections, a clock and pokes at the worker page."""
 import os
 import struct
 import sys
@@ -11,7 +12,7 @@ import sys
 (HELLO, ALLOC_PD, DEALLOC_PD, REG_MR, DEREG_MR, CREATE_CQ, DESTROY_CQ, CREATE_QP, MODIFY_QP,
  DESTROY_QP, CREATE_SRQ, DESTROY_SRQ, QUERY_QP, RAW, WRITE_SQ, WRITE_RQ, WRITE_SRQ, POST,
  SET_INDEX, DOORBELL, STEP, COMPLETE, FETCH, TRANSLATE, CLOSE, DRAIN_CQ, QP_ERROR, ARM_CQ,
- POLL) = range(29)
+ POLL, SILENT, CLOCK, POKE_PAGE) = range(32)
 
 MR_ADDR = 0x10000
 
@@ -114,6 +115,18 @@ def main(out):
     s += rec(SET_INDEX, 0, b(3, 0, 0x82), u32(1000)) + rec(DOORBELL, 0, u16(0x8000), u64(~0 & (2**64 - 1)))
     s += rec(RAW, 0, bytes(sizeof_request_plus_16()), b(0x07)) + step()
     seeds["corrupt"] = s
+    # Shares to their limits: deep QPs (queue_bytes), SRQs past the server's room, silent
+    # connections past the per-uid cap and the hello timeout, every way to write the worker page.
+    s = setup(0, srq=True)
+    for _ in range(4):
+        s += rec(CREATE_SRQ, 0, b(0, 7, 0, 0))                                  # depth 128
+        s += rec(CREATE_QP, 0, b(0, 0, 0, 7, 7, 0, 0, 0, 0))                    # 128 x 128
+    for _ in range(3):
+        s += rec(SILENT, 0)
+    s += rec(CLOCK, 0, b(7)) + rec(SILENT, 1) + rec(CLOCK, 0, b(3))
+    s += rec(POKE_PAGE, 0, b(0)) + rec(POKE_PAGE, 0, b(1)) + rec(POKE_PAGE, 0, b(2)) + rec(POKE_PAGE, 0, b(3))
+    s += rec(CLOSE, 0) + setup(1) + rec(CREATE_QP, 1, b(0, 0, 0, 7, 7, 0, 0, 0, 0))
+    seeds["shares"] = s
     for name, data in seeds.items():
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)
