@@ -36,8 +36,9 @@ GOAL = 0.5  # the victim keeps at least half its goodput alone under every abuse
 class Case:
     """One abuse: its program (hostile_<prog>), extra arguments, and how the runner judges it."""
 
-    def __init__(self, name, what, extra=(), silent=False, probe=False):
+    def __init__(self, name, what, extra=(), silent=False, probe=False, memory=False):
         self.name, self.what, self.extra, self.silent, self.probe = name, what, list(extra), silent, probe
+        self.memory = memory  # worker A's resident memory grows by at most the vNIC's queue_bytes share
 
 
 CASES = [
@@ -49,7 +50,7 @@ CASES = [
     Case("doorbell_storm", "32 QPs, zero-length WRITEs one post (one doorbell) each, SQs kept full"),
     Case("big_sends", "64 MiB SENDs in a loop, two outstanding"),
     Case("cq_never_polled", "8 QP pairs a round on 16-entry CQs never polled, then flushed to ERR"),
-    Case("max_depth_qps", "32K x 32K QPs until refused, held", probe=False),
+    Case("max_depth_qps", "32K x 32K QPs until refused, held", memory=True),
     Case("srqs_until_refused", "1024-entry SRQs until refused, held; the victim then makes one", probe=True),
     Case("silent_connections", "1,024 connections that never say hello (uid 65534), held", silent=True),
 ]
@@ -156,11 +157,25 @@ ingress:
                     out[n] = f"signal {-rc}"
         return out
 
-    def stats(self, n):
+    def telemetry(self, n, cmd):
         try:
-            return Telemetry(self.prefixes[n], ready="/tandem/rnic/stats", timeout=5).cmd("/tandem/rnic/stats") or {}
+            return Telemetry(self.prefixes[n], ready=cmd, timeout=5).cmd(cmd) or {}
         except (OSError, RuntimeError, ValueError):
             return {}
+
+    def stats(self, n):
+        return self.telemetry(n, "/tandem/rnic/stats")
+
+    def rss(self, n):
+        """Worker n's resident memory, bytes (0 if it is gone)."""
+        try:
+            with open(f"/proc/{self.workers[n].pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
 
     def cleanup(self):
         self.lab.cleanup()
@@ -196,12 +211,16 @@ ingress:
             if case.name == "hugetlb_punch" and self.exhaust:
                 argv.append("exhaust")
         log = f"hostile-{case.name}"
+        rss0 = self.rss("A")
         p = self.lab.start(["nice", "-n", "19"] + argv, log, env=self.env)
         ready = os.path.join(hd, case.name + ".ready")
         t0 = time.time()
         while not os.path.exists(ready) and p.poll() is None and time.time() - t0 < 90:
             time.sleep(0.05)
         res["ready"] = os.path.exists(ready)
+        if case.memory:
+            res["rss_growth"] = self.rss("A") - rss0
+            res["queue_share"] = (self.telemetry("A", "/tandem/rnic/limits") or {}).get("per_vnic_queue_bytes")
         gbps, ok, why = self.victim(f"victim-{case.name}") if res["ready"] else (None, False, "hostile never ready")
         res.update(victim_gbps=gbps, victim_ok=ok, victim_why=why)
         if case.probe and res["ready"]:
@@ -253,4 +272,9 @@ def judge(res):
         why.append(f"hostile program exit {res['hostile_exit']}: {verdict}")
     if "probe" in res and res["probe"][0] != 0:
         why.append(f"the victim's own SRQ probe failed: {res['probe'][1]}")
+    if "rss_growth" in res:
+        share = res["queue_share"]
+        if not isinstance(share, int) or res["rss_growth"] > share + (64 << 20):
+            why.append(f"worker A grew by {res['rss_growth'] >> 20} MiB for the held QPs, over its vNIC's queue_bytes "
+                       f"share ({share if not isinstance(share, int) else share >> 20} MiB) + 64 MiB")
     return not why, why

@@ -7,7 +7,8 @@ on the same ports (hostile_lab.py says how). Every case checks:
   * the victim verified every byte and kept >= 0.5 of its goodput alone;
   * the hostile program got what verbs specifies (its own checks, its exit);
   * (srqs_until_refused) the victim still makes an SRQ and a QP on it meanwhile;
-  * (silent_connections) the worker closed silent connections (silent_timeouts/evicted).
+  * (silent_connections) the worker closed silent connections (silent_timeouts/evicted);
+  * (max_depth_qps) worker A's resident memory grew by no more than its vNIC's queue_bytes share.
 
 Cases that fail on today's code are listed in hostile_lab.XFAIL with the reason: reported, not
 counted; one that passes fails the test until it is taken off the list.
@@ -70,6 +71,9 @@ def main():
             print("    " + ln)
         if "probe" in res:
             print(f"    victim's SRQ probe: exit {res['probe'][0]}: {res['probe'][1]}")
+        if case.memory:
+            print(f"    worker A grew by {res['rss_growth'] >> 20} MiB holding them (its vNIC's queue_bytes share: "
+                  f"{(res['queue_share'] or 0) >> 20} MiB)")
         if case.silent:
             st = hl.stats("A")
             res["closed"] = st.get("host_silent_timeouts", 0) + st.get("host_silent_evicted", 0)
