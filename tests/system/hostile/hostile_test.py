@@ -10,8 +10,10 @@ on the same ports (hostile_lab.py says how). Every case checks:
   * (silent_connections) the worker closed silent connections (silent_timeouts/evicted);
   * (max_depth_qps) worker A's resident memory grew by no more than its vNIC's queue_bytes share.
 
-Cases that fail on today's code are listed in hostile_lab.XFAIL with the reason: reported, not
-counted; one that passes fails the test until it is taken off the list.
+Cases in which the victim keeps less than 0.5 on today's code are listed in hostile_lab.XFAIL
+with the reason: that shortfall alone is reported ("xfail"), not counted; everything else they
+check still fails the test. A case that fails on the victim's side alone (this VM's load moves
+single runs by 2x) is measured again, up to twice.
 
 usage: hostile_test.py TANDEM_FABRIC TANDEM_RNIC TANDEM_PERF TANDEM_RUN PROGDIR [--seconds S]
        [--only CASE,...] [--keep] [--exhaust-hugepages]
@@ -23,7 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
-from hostile_lab import CASES, XFAIL, XFAIL_MAY_PASS, HostileLab, judge  # noqa: E402
+from hostile_lab import CASES, XFAIL, HostileLab, judge  # noqa: E402
 from tandem_harness import Checks, run_checked  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -61,9 +63,11 @@ def main():
     for case in cases:
         print(f"--- {case.name}: {case.what}", flush=True)
         res = hl.run_case(case)
-        if victim_only_failure(res):
-            # This VM's load moves single runs by 2x: a case that failed on the victim's side
-            # alone (workers alive, the hostile program satisfied) runs once more; both print.
+        for _ in range(2):
+            if case.name in XFAIL or not victim_only_failure(res):
+                break
+            # Workers alive, the hostile program satisfied, the victim short: this VM's load moves
+            # single runs by 2x, so the case runs again (up to twice); every try prints.
             print(f"    victim side only ({'; '.join(judge(res)[1])}): measured again", flush=True)
             hl.restart_dead()
             res = dict(hl.run_case(case), first_try=res)
@@ -80,8 +84,7 @@ def main():
             print(f"    worker A closed silent connections: timed out {st.get('host_silent_timeouts')}, "
                   f"evicted {st.get('host_silent_evicted')}")
         results.append(res)
-        hl.restart_dead(excuse=f"{case.name} is an expected failure: {XFAIL[case.name]}"
-                        if case.name in XFAIL else None)
+        hl.restart_dead()
     print(f"\n{'case':22}{'alone Gb/s':>11}{'abused':>8}{'ratio':>7}{'deaths':>8}  verdict")
     for res in results:
         passed, why = judge(res)
@@ -89,25 +92,28 @@ def main():
             if not res.get("closed"):
                 passed, why = False, why + ["worker A closed no silent connection"]
         name = res["case"]
-        if "first_try" in res:
-            ft = res["first_try"]
+        tries, ft = [], res.get("first_try")
+        while ft:
+            tries.insert(0, ft)
+            ft = ft.get("first_try")
+        for ft in tries:
             print(f"{name:22}{ft['alone_gbps'] or 0:>11.3f}{ft['victim_gbps'] or 0:>8.3f}{ft['ratio']:>7.2f}"
-                  f"{len(ft['deaths']):>8}  first try: {'; '.join(judge(ft)[1])}")
+                  f"{len(ft['deaths']):>8}  earlier try: {'; '.join(judge(ft)[1])}")
         line = (f"{name:22}{res['alone_gbps'] or 0:>11.3f}{res['victim_gbps'] or 0:>8.3f}{res['ratio']:>7.2f}"
                 f"{len(res['deaths']):>8}  "
                 + ("ok" if passed else "; ".join(why)))
         if name in XFAIL:
-            if passed and name in XFAIL_MAY_PASS:
-                print(f"xpass {line}\n      (it fails most runs: {XFAIL[name]})")
+            other = [w for w in why if not w.startswith("victim kept")]
+            if other:
+                check(False, line)  # only the goodput shortfall is expected
             elif passed:
-                check(False, f"XPASS {name}: it passes now; take it off hostile_lab.XFAIL ({XFAIL[name]})")
+                print(f"xpass {line}\n      (listed in hostile_lab.XFAIL: {XFAIL[name]})")
             else:
                 print(f"xfail {line}\n      expected: {XFAIL[name]}")
         else:
             check(passed, line)
         for n, tail in res.get("death_logs", {}).items():
-            if name not in XFAIL:
-                print(f"--- worker {n} log (died in {name}) ---\n{tail}")
+            print(f"--- worker {n} log (died in {name}) ---\n{tail}")
 
 
 run_checked("hostile", main, checks, hl.lab, logs=("fabric", "A1", "B1"))
