@@ -5,6 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
+
+#include "rnic/core/int_telemetry.h"
 
 namespace tandem::rnic {
 
@@ -30,6 +33,9 @@ class CcPolicy {
   virtual ~CcPolicy() = default;
 
   virtual void reset(const CcParams& p) noexcept = 0;
+  // A tuning key from the policy name ("dcqcn:alpha_us=1,clamp=0", parsed by
+  // make_cc_policy at QP creation, before reset). False: unknown key or value.
+  virtual bool configure(std::string_view key, double value) noexcept { (void)key; (void)value; return false; }
   // May a packet of `bytes` go now, with `inflight_bytes` sent and not yet
   // acknowledged? Retransmissions are asked too.
   virtual bool can_send(uint64_t inflight_bytes, uint32_t bytes, uint64_t now) noexcept = 0;
@@ -45,6 +51,9 @@ class CcPolicy {
   }
   virtual void on_ecn_echo(uint64_t now) noexcept { (void)now; }  // ECN-Echo / BECN
   virtual void on_cnp(uint64_t now) noexcept { (void)now; }
+  // The INT records the peer echoed on the ACK about to be handled (the I/O
+  // layer calls this right before on_packet with that ACK; int_telemetry.h).
+  virtual void on_int(const IntEcho& echo, uint64_t now) noexcept { (void)echo; (void)now; }
   virtual void on_loss(uint32_t lost_pkts, uint64_t now) noexcept { (void)lost_pkts; (void)now; }
   virtual void on_timeout(uint64_t now) noexcept { (void)now; }
   // Credits the receiver granted (AETH credit field or a later credit header).

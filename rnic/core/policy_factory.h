@@ -9,7 +9,9 @@
 
 namespace tandem::rnic {
 
-// nullptr if the name is unknown. Called at QP creation only.
+// nullptr if the name is unknown. Called at QP creation only. A congestion
+// control policy may be tuned in its name: "dcqcn:alpha_us=1,increase_us=300"
+// (numbers; nullptr if the policy does not know a key or a value is bad).
 std::unique_ptr<PathPolicy> make_path_policy(const char* name);
 std::unique_ptr<CcPolicy> make_cc_policy(const char* name);
 

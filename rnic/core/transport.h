@@ -195,6 +195,11 @@ class Transport {
   uint64_t reorder_window(uint32_t qpn) const noexcept;
   uint64_t spurious_losses(uint32_t qpn) const noexcept;
   const CcPolicy* cc_policy(uint32_t qpn) const noexcept;
+  // The same, to hand a policy what only the I/O layer sees (INT echoes:
+  // CcPolicy::on_int, just before on_packet with the ACK that carried them).
+  CcPolicy* cc_policy(uint32_t qpn) noexcept {
+    return const_cast<CcPolicy*>(static_cast<const Transport*>(this)->cc_policy(qpn));
+  }
   const TransportCounters& counters() const noexcept { return counters_; }
   // QPs poll() visits: those with something to send or a timer running
   // (posted WRs, packets in flight, pending ACK/NAK/SACK/CNP, READ

@@ -21,9 +21,10 @@ TEST_CASE("dcqcn starts at line rate and paces packets by their size") {
   CHECK(c.can_send(0, 4096, 0));
   c.on_sent(4096, 0);
   // 4096 B at 100 Gb/s = 327.68 ns
-  CHECK(c.next_send_time(0) == 328);
   CHECK_FALSE(c.can_send(4096, 4096, 100));
+  CHECK(c.next_send_time(0) == 328);
   CHECK(c.can_send(4096, 4096, 328));
+  CHECK(c.next_send_time(0) == 0);  // not paced now: nothing to wait for
 }
 
 TEST_CASE("dcqcn: the first CNP halves the rate (alpha starts at 1), later cuts shrink with alpha") {

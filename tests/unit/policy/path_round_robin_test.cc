@@ -339,7 +339,7 @@ TEST_CASE("single keeps one port and counts its packets") {
 
 TEST_CASE("the factory knows every policy name and refuses others") {
   for (const char* n : {"single", "round_robin", "adaptive"}) CHECK(make_path_policy(n) != nullptr);
-  for (const char* n : {"fixed_window", "credit", "dcqcn"}) CHECK(make_cc_policy(n) != nullptr);
+  for (const char* n : {"fixed_window", "credit", "dcqcn", "hpcc"}) CHECK(make_cc_policy(n) != nullptr);
   CHECK(make_path_policy("nope") == nullptr);
   CHECK(make_cc_policy("nope") == nullptr);
 }
