@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <stdexcept>
 
 #include "common/fabric/ecmp.h"
 #include "common/wire/headers.h"
@@ -94,6 +96,7 @@ uint32_t Fabric::add_switch(const std::string& name) {
   Node n;
   n.name = name;
   n.ecmp_seed = static_cast<uint32_t>(derive_seed(0x5157, nodes_.size()));
+  n.sw = switches_++;
   nodes_.push_back(std::move(n));
   return static_cast<uint32_t>(nodes_.size() - 1);
 }
@@ -109,6 +112,11 @@ uint32_t Fabric::connect(uint32_t a, uint32_t b, const LinkParams& params, const
     p.link = link;
     p.params = params;
     p.queue_params = queue;
+    if (queue.red_at_bps != 0 && params.rate_bps != queue.red_at_bps) {
+      const double k = static_cast<double>(params.rate_bps) / static_cast<double>(queue.red_at_bps);
+      p.queue_params.red_kmin_bytes = static_cast<uint64_t>(static_cast<double>(queue.red_kmin_bytes) * k);
+      p.queue_params.red_kmax_bytes = static_cast<uint64_t>(static_cast<double>(queue.red_kmax_bytes) * k);
+    }
     p.rng = Rng(derive_seed(seed_, 1000 + ports_.size()));
     ports_.push_back(std::move(p));
     auto id = static_cast<uint32_t>(ports_.size() - 1);
@@ -121,21 +129,46 @@ uint32_t Fabric::connect(uint32_t a, uint32_t b, const LinkParams& params, const
 void Fabric::compute_routes() {
   const std::size_t n = nodes_.size();
   constexpr uint32_t kInf = std::numeric_limits<uint32_t>::max();
-  for (auto& node : nodes_) node.routes.assign(host_nodes_.size(), {});
-  std::vector<uint32_t> dist(n);
-  std::vector<uint32_t> frontier;
-  for (uint32_t h = 0; h < host_nodes_.size(); ++h) {
-    // Breadth-first from the destination over reversed routable ports.
+  if (in_ports_.size() != n) {
+    // Built once: links are never added after the first route computation.
+    in_ports_.assign(n, {});
+    for (uint32_t pid = 0; pid < ports_.size(); ++pid) in_ports_[ports_[pid].peer].push_back(pid);
+    edges_.clear();
+    host_port_.assign(host_nodes_.size(), 0);
+    std::vector<uint32_t> edge_of(n, kInf);
+    for (uint32_t h = 0; h < host_nodes_.size(); ++h) {
+      Node& hn = nodes_[host_nodes_[h]];
+      if (hn.ports.size() != 1 || nodes_[ports_[hn.ports[0]].peer].is_host) {
+        throw std::invalid_argument("fabric: host " + hn.name + " must have exactly one link, to a switch");
+      }
+      const uint32_t sw = ports_[hn.ports[0]].peer;
+      if (edge_of[sw] == kInf) {
+        edge_of[sw] = static_cast<uint32_t>(edges_.size());
+        edges_.push_back(sw);
+      }
+      hn.edge = edge_of[sw];
+      for (uint32_t pid : nodes_[sw].ports) {
+        if (ports_[pid].peer == host_nodes_[h]) host_port_[h] = pid;
+      }
+    }
+  }
+  const std::size_t ne = edges_.size();
+  route_tab_.assign(std::size_t{switches_} * ne, 0);
+  groups_.assign(1, {});
+  std::map<std::vector<uint32_t>, uint32_t> interned;
+  std::vector<uint32_t> dist(n), frontier, next, group;
+  for (std::size_t e = 0; e < ne; ++e) {
+    // Breadth-first from the edge switch over reversed routable ports;
+    // hosts do not forward.
     std::fill(dist.begin(), dist.end(), kInf);
-    dist[host_nodes_[h]] = 0;
-    frontier.assign(1, host_nodes_[h]);
+    dist[edges_[e]] = 0;
+    frontier.assign(1, edges_[e]);
     while (!frontier.empty()) {
-      std::vector<uint32_t> next;
+      next.clear();
       for (uint32_t v : frontier) {
-        for (const Port& p : ports_) {
-          if (p.peer != v || !p.routable || dist[p.node] != kInf) continue;
-          // Hosts do not forward: only the destination itself may be a host on a path.
-          if (nodes_[v].is_host && v != host_nodes_[h]) continue;
+        for (uint32_t pid : in_ports_[v]) {
+          const Port& p = ports_[pid];
+          if (!p.routable || nodes_[p.node].is_host || dist[p.node] != kInf) continue;
           dist[p.node] = dist[v] + 1;
           next.push_back(p.node);
         }
@@ -143,31 +176,63 @@ void Fabric::compute_routes() {
       frontier.swap(next);
     }
     for (uint32_t v = 0; v < n; ++v) {
-      if (dist[v] == kInf || dist[v] == 0) continue;
+      if (nodes_[v].is_host || dist[v] == kInf || dist[v] == 0) continue;
+      group.clear();
       for (uint32_t pid : nodes_[v].ports) {
         const Port& p = ports_[pid];
-        if (!p.routable || dist[p.peer] == kInf || dist[p.peer] + 1 != dist[v]) continue;
-        if (nodes_[p.peer].is_host && p.peer != host_nodes_[h]) continue;
-        nodes_[v].routes[h].push_back(pid);
+        if (p.routable && !nodes_[p.peer].is_host && dist[p.peer] != kInf && dist[p.peer] + 1 == dist[v])
+          group.push_back(pid);
       }
+      if (group.empty()) continue;
+      auto [it, fresh] = interned.emplace(group, static_cast<uint32_t>(groups_.size()));
+      if (fresh) groups_.push_back(group);
+      route_tab_[std::size_t{nodes_[v].sw} * ne + e] = it->second;
     }
   }
 }
 
+std::vector<uint32_t> Fabric::route_group(uint32_t node, uint32_t dst_host) const {
+  const Node& nd = nodes_[node];
+  if (nd.is_host || dst_host >= host_nodes_.size()) return {};
+  const uint32_t e = nodes_[host_nodes_[dst_host]].edge;
+  if (edges_[e] == node) {
+    const uint32_t pid = host_port_[dst_host];
+    return ports_[pid].routable ? std::vector<uint32_t>{pid} : std::vector<uint32_t>{};
+  }
+  return groups_[route_tab_[std::size_t{nd.sw} * edges_.size() + e]];
+}
+
 int Fabric::route(uint32_t node, uint32_t dst_host, uint32_t src_ip, uint32_t dst_ip, uint16_t sport,
                   uint16_t dport, uint8_t proto) const noexcept {
+  return route_key(node, dst_host, common::ecmp_key(common::FiveTuple{src_ip, dst_ip, sport, dport, proto}));
+}
+
+int Fabric::route_key(uint32_t node, uint32_t dst_host, uint64_t key) const noexcept {
   const Node& nd = nodes_[node];
-  if (dst_host >= nd.routes.size()) return -1;
-  const auto& group = nd.routes[dst_host];
+  if (nd.is_host || dst_host >= host_nodes_.size()) return -1;
+  const uint32_t e = nodes_[host_nodes_[dst_host]].edge;
+  if (edges_[e] == node) {
+    const uint32_t pid = host_port_[dst_host];
+    return ports_[pid].routable ? static_cast<int>(pid) : -1;
+  }
+  const auto& group = groups_[route_tab_[std::size_t{nd.sw} * edges_.size() + e]];
   if (group.empty()) return -1;
   if (group.size() == 1) return static_cast<int>(group[0]);
-  common::FiveTuple t{src_ip, dst_ip, sport, dport, proto};
-  return static_cast<int>(group[common::ecmp_pick(t, static_cast<uint32_t>(group.size()), nd.ecmp_seed)]);
+  return static_cast<int>(group[common::ecmp_hash_key(key, nd.ecmp_seed) % group.size()]);
 }
 
 void Fabric::send_from_host(uint32_t host, uint32_t frame, uint64_t now) {
   const Node& nd = nodes_[host_nodes_[host]];
-  frames_[frame].src_host = host;
+  Frame& f = frames_[frame];
+  f.src_host = host;
+  uint32_t src = 0, dst = 0;
+  uint16_t sport = 0, dport = 0;
+  uint8_t proto = 0;
+  f.routable = frame_five_tuple(f.data, f.len, src, dst, sport, dport, proto);
+  if (f.routable) {
+    f.dst_host = ip_host(dst);
+    f.ecmp_key = common::ecmp_key(common::FiveTuple{src, dst, sport, dport, proto});
+  }
   if (nd.ports.empty()) {
     ++drops_no_route_;
     drop(frame);
@@ -188,7 +253,7 @@ void Fabric::enqueue(uint32_t pid, uint32_t frame, uint64_t now) {
   Frame& f = frames_[frame];
   // A host's NIC queue is the transport's own backlog: no drop, no marking.
   const bool sw = !nodes_[p.node].is_host;
-  if (sw && p.queue_bytes + f.len > p.queue_params.limit_bytes) {
+  if (sw && p.queue_bytes + f.wire_len() > p.queue_params.limit_bytes) {
     ++p.stats.drops_queue;
     drop(frame);
     return;
@@ -198,7 +263,7 @@ void Fabric::enqueue(uint32_t pid, uint32_t frame, uint64_t now) {
     ++p.stats.ecn_marks;
   }
   p.queue.push_back(frame);
-  p.queue_bytes += f.len;
+  p.queue_bytes += f.wire_len();
   if (p.queue_bytes > p.stats.max_queue_bytes) p.stats.max_queue_bytes = p.queue_bytes;
   if (!p.busy) start_tx(pid, now);
 }
@@ -207,10 +272,27 @@ void Fabric::start_tx(uint32_t pid, uint64_t now) {
   Port& p = ports_[pid];
   uint32_t frame = p.queue.front();
   p.queue.pop_front();
-  const uint32_t len = frames_[frame].len;
+  Frame& f = frames_[frame];
+  const uint32_t len = f.wire_len();
   p.queue_bytes -= len;
   p.busy = true;
   const uint64_t ser = serialization_ns(len, p.params.rate_bps);
+  if (!nodes_[p.node].is_host) {
+    // As the frame leaves a switch: RED marking on what stays queued, and
+    // the INT record HPCC's switches push.
+    const QueueParams& qp = p.queue_params;
+    if (qp.red_kmax_bytes != 0 && p.queue_bytes > qp.red_kmin_bytes) {
+      const bool mark = p.queue_bytes > qp.red_kmax_bytes ||
+                        p.rng.chance(qp.red_pmax * static_cast<double>(p.queue_bytes - qp.red_kmin_bytes) /
+                                     static_cast<double>(qp.red_kmax_bytes - qp.red_kmin_bytes));
+      if (mark && mark_ce(f.data, f.len)) ++p.stats.ecn_marks;
+    }
+    if (f.int_stamp && f.int_rec.hops < rnic::kMaxIntHops) {
+      f.int_rec.hop[f.int_rec.hops++] = rnic::IntHop{now, p.int_tx_bytes, static_cast<uint32_t>(p.queue_bytes),
+                                                    static_cast<double>(p.params.rate_bps) / 1e9};
+    }
+  }
+  p.int_tx_bytes += len + kWireOverhead;
   ++p.stats.tx_frames;
   p.stats.tx_bytes += len;
   events_.push(now + ser, EventKind::kLinkTxDone, pid);
@@ -260,14 +342,8 @@ void Fabric::on_arrive(uint32_t pid, uint32_t frame, uint64_t now) {
 }
 
 void Fabric::forward(uint32_t node, uint32_t frame, uint64_t now) {
-  Frame& f = frames_[frame];
-  uint32_t src = 0, dst = 0;
-  uint16_t sport = 0, dport = 0;
-  uint8_t proto = 0;
-  int out = -1;
-  if (frame_five_tuple(f.data, f.len, src, dst, sport, dport, proto)) {
-    out = route(node, ip_host(dst), src, dst, sport, dport, proto);
-  }
+  const Frame& f = frames_[frame];
+  const int out = f.routable ? route_key(node, f.dst_host, f.ecmp_key) : -1;
   if (out < 0) {
     ++drops_no_route_;
     drop(frame);

@@ -27,6 +27,14 @@ struct LinkParams {
 struct QueueParams {
   uint64_t limit_bytes = 1 << 20;  // tail drop beyond this
   uint64_t ecn_bytes = 0;          // mark CE when the queue holds at least this (0: never)
+  // RED-style marking as a frame leaves (HPCC's switches): above kmin with
+  // probability pmax * (q - kmin) / (kmax - kmin), always above kmax, q the
+  // bytes still queued. 0: off. Thresholds scale with the port's rate when
+  // red_at_bps is set (they are given for that rate).
+  uint64_t red_kmin_bytes = 0;
+  uint64_t red_kmax_bytes = 0;
+  double red_pmax = 0;
+  uint64_t red_at_bps = 0;
 };
 
 // Ethernet preamble, start delimiter, FCS and inter-frame gap: the bytes a
@@ -58,6 +66,7 @@ struct Port {
   bool busy = false;
   uint64_t last_arrival = 0;  // jitter delays frames but a link never reorders them
   uint64_t queue_bytes = 0;
+  uint64_t int_tx_bytes = 0;  // bytes sent, wire overhead included: INT's running count
   std::deque<uint32_t> queue;
   PortStats stats;
   Rng rng{0};
@@ -68,8 +77,9 @@ struct Node {
   uint32_t host = 0;  // host index if is_host
   std::string name;
   uint32_t ecmp_seed = 0;
-  std::vector<uint32_t> ports;                 // egress ports
-  std::vector<std::vector<uint32_t>> routes;   // per destination host: equal-cost egress ports
+  std::vector<uint32_t> ports;  // egress ports
+  uint32_t sw = 0;     // switches: index among the switches (the routing table's row)
+  uint32_t edge = 0;   // hosts: index of the switch they hang off among the edge switches
 };
 
 struct NamedLink {
@@ -153,10 +163,14 @@ class Fabric {
   uint32_t host_count() const noexcept { return static_cast<uint32_t>(host_nodes_.size()); }
   uint64_t drops_no_route() const noexcept { return drops_no_route_; }
 
+  // The equal-cost egress ports of `node` (a switch) towards `dst_host`.
+  std::vector<uint32_t> route_group(uint32_t node, uint32_t dst_host) const;
   // The egress port a switch picks for this frame (for tests and for
   // choosing entropy values that cover every path).
   int route(uint32_t node, uint32_t dst_host, uint32_t src_ip, uint32_t dst_ip, uint16_t sport,
             uint16_t dport, uint8_t proto) const noexcept;
+  // The same from the tuple's ecmp_key (common/fabric/ecmp.h), as forwarding does.
+  int route_key(uint32_t node, uint32_t dst_host, uint64_t key) const noexcept;
 
  private:
   void enqueue(uint32_t port, uint32_t frame, uint64_t now);
@@ -171,6 +185,16 @@ class Fabric {
   std::vector<Port> ports_;
   std::vector<NamedLink> links_;
   std::vector<uint32_t> host_nodes_;
+  // Routing: every host hangs off one switch (its edge); a switch routes to
+  // a host by its edge switch, so the table is switches x edge switches of
+  // ids into interned groups of equal-cost ports (group 0: no route), and
+  // the edge switch hands the frame to the host's own link.
+  uint32_t switches_ = 0;
+  std::vector<uint32_t> edges_;            // edge switches' nodes
+  std::vector<uint32_t> host_port_;        // per host: the edge switch's port to it
+  std::vector<std::vector<uint32_t>> groups_;
+  std::vector<uint32_t> route_tab_;        // [switch * edges + edge] -> group
+  std::vector<std::vector<uint32_t>> in_ports_;  // per node: ports that arrive at it
   uint64_t drops_no_route_ = 0;
   DeliverFn deliver_;
   IdleFn idle_;

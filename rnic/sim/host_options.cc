@@ -57,7 +57,15 @@ HostOptions parse_host_options(const Scenario& s, const PolicySpec& p) {
   }
   r.take("path", o.path_policy);
   r.take("cc", o.cc_policy);
-  o.cc_window_bytes = static_cast<uint64_t>(r.number("cc_window_kb", 1024, 1, 1 << 20) * 1024);
+  std::string win;
+  if (r.take("cc_window_kb", win) && win == "auto") {
+    o.cc_window_bytes = 0;  // the fabric's largest base BDP (Simulation fills it in)
+  } else {
+    if (!win.empty()) r.kv["cc_window_kb"] = win;
+    o.cc_window_bytes = static_cast<uint64_t>(r.number("cc_window_kb", 1024, 1, 1 << 20) * 1024);
+  }
+  // HPCC needs the switches' INT; any policy may be given it.
+  o.int_telemetry = r.flag("int", o.cc_policy.rfind("hpcc", 0) == 0);
   o.num_paths = static_cast<uint32_t>(r.number("num_paths", 1, 1, 256));
   o.path_seed_search = r.flag("path_seed_search", true);
   if (r.take("nic_spray", v)) {

@@ -74,8 +74,15 @@ nlohmann::ordered_json results_json(const Scenario& s, uint64_t seed, const std:
     o["host_stalled_us"] = r.host_stalled_us;
     o["rx_ring_drops"] = r.rx_ring_drops;
     o["rx_backlog_max"] = r.rx_backlog_max;
+    if (!r.slowdown.empty()) {
+      auto& sl = o["slowdown"] = nlohmann::ordered_json::array();
+      for (const SlowdownBucket& b : r.slowdown) {
+        sl.push_back({{"max_bytes", b.max_bytes}, {"flows", b.flows}, {"p50", b.p50}, {"p95", b.p95}, {"p99", b.p99}});
+      }
+    }
     o["sim_time_us"] = r.sim_time_us;
     o["events"] = r.events;
+    o["events_by_kind"] = r.events_by_kind;
     o["stop_reason"] = r.stop_reason;
     arr.push_back(std::move(o));
   }
@@ -100,6 +107,16 @@ void print_table(std::ostream& out, const Scenario& s, uint64_t seed, const std:
     out << line;
   }
   out << "(times in us; reorder = most PSNs a request arrived behind the highest already received; tmo = timeouts)\n";
+  for (const RunResult& r : results) {
+    if (r.slowdown.empty()) continue;
+    out << "FCT slowdown by flow size, " << r.policy << " (bucket = " << s.slowdown_step_pct
+        << "% of the flows; p50 p95 p99):\n";
+    for (const SlowdownBucket& b : r.slowdown) {
+      std::snprintf(line, sizeof line, "  <= %10llu B  %5u flows  %7.2f %7.2f %7.2f\n",
+                    static_cast<unsigned long long>(b.max_bytes), b.flows, b.p50, b.p95, b.p99);
+      out << line;
+    }
+  }
 }
 
 }  // namespace tandem::rnic::sim

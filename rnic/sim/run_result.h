@@ -9,6 +9,15 @@
 
 namespace tandem::rnic::sim {
 
+// FCT slowdown of one bucket of flows (flows sorted by size, cut into
+// equal counts as HPCC's fct_analysis.py): the largest size in it and the
+// percentiles of FCT / ideal FCT (at least 1).
+struct SlowdownBucket {
+  uint64_t max_bytes = 0;
+  uint32_t flows = 0;
+  double p50 = 0, p95 = 0, p99 = 0;
+};
+
 struct RunResult {
   std::string policy;
   uint64_t seed = 0;
@@ -40,6 +49,7 @@ struct RunResult {
   uint32_t reorder_depth_max = 0;       // as the receiving NICs saw it (PSNs behind the highest)
   uint32_t core_reorder_depth_max = 0;  // the core's own counter (IRN mode only)
   uint64_t events = 0;
+  std::vector<uint64_t> events_by_kind;  // by EventKind
   uint64_t host_stalls = 0;     // host jitter: loop stalls over all hosts
   double host_stalled_us = 0;   // ... their total length
   uint64_t rx_ring_drops = 0;   // frames stalled hosts' RX rings could not hold
@@ -79,6 +89,9 @@ struct RunResult {
   std::vector<double> path_first_removal_us;  // earliest removal of each path by any sender QP (0: never)
   std::vector<uint64_t> path_lost_fwd;
   std::vector<uint64_t> path_lost_rev;
+  // Scenario slowdown_step_pct: FCT slowdown by flow size (the ideal FCT: the
+  // flow alone, HPCC's way: base RTT + its wire bytes at the bottleneck).
+  std::vector<SlowdownBucket> slowdown;
   // Per sender QP (the first 64): packets per path of its path set.
   std::vector<std::vector<uint64_t>> qp_path_pkts;
 };

@@ -61,15 +61,17 @@ TopologySpec parse_topology(const Ctx& c, const YAML::Node& n) {
   if (!n) c.fail("missing 'topology'");
   check_keys(c, n, "topology",
              {"kind", "host_link", "fabric_link", "path_rate_gbps", "paths", "queue", "hosts_per_leaf",
-              "leaves", "spines"});
+              "leaves", "spines", "pods", "tors_per_pod", "aggs_per_pod", "cores", "hosts_per_tor"});
   TopologySpec t;
   auto kind = get<std::string>(c, n, "kind", "");
   if (kind == "parallel") {
     t.kind = TopologySpec::Kind::kParallel;
   } else if (kind == "leaf_spine") {
     t.kind = TopologySpec::Kind::kLeafSpine;
+  } else if (kind == "fat_tree") {
+    t.kind = TopologySpec::Kind::kFatTree;
   } else {
-    c.fail("topology.kind must be 'parallel' or 'leaf_spine', not '" + kind + "'");
+    c.fail("topology.kind must be 'parallel', 'leaf_spine' or 'fat_tree', not '" + kind + "'");
   }
   t.host_link = parse_link(c, n["host_link"], t.host_link, "topology.host_link");
   t.fabric_link = parse_link(c, n["fabric_link"], t.fabric_link, "topology.fabric_link");
@@ -79,9 +81,18 @@ TopologySpec parse_topology(const Ctx& c, const YAML::Node& n) {
     t.fabric_link.rate_bps = static_cast<uint64_t>(r * 1e9);
   }
   if (const YAML::Node q = n["queue"]) {
-    check_keys(c, q, "topology.queue", {"limit_kb", "ecn_kb"});
+    check_keys(c, q, "topology.queue", {"limit_kb", "ecn_kb", "red"});
     t.queue.limit_bytes = static_cast<uint64_t>(get_nonneg(c, q, "limit_kb", 1024) * 1024);
     t.queue.ecn_bytes = static_cast<uint64_t>(get_nonneg(c, q, "ecn_kb", 0) * 1024);
+    if (const YAML::Node r = q["red"]) {
+      check_keys(c, r, "topology.queue.red", {"kmin_bytes", "kmax_bytes", "pmax", "at_gbps"});
+      t.queue.red_kmin_bytes = get<uint64_t>(c, r, "kmin_bytes", 0);
+      t.queue.red_kmax_bytes = get<uint64_t>(c, r, "kmax_bytes", 0);
+      t.queue.red_pmax = get_nonneg(c, r, "pmax", 0);
+      t.queue.red_at_bps = static_cast<uint64_t>(get_nonneg(c, r, "at_gbps", 0) * 1e9);
+      if (t.queue.red_kmax_bytes <= t.queue.red_kmin_bytes) c.fail("topology.queue.red: need kmin_bytes < kmax_bytes");
+      if (t.queue.red_pmax > 1) c.fail("topology.queue.red.pmax must be at most 1");
+    }
   }
   if (t.kind == TopologySpec::Kind::kParallel) {
     const YAML::Node paths = n["paths"];
@@ -96,6 +107,17 @@ TopologySpec parse_topology(const Ctx& c, const YAML::Node& n) {
       ps.rate_bps = static_cast<uint64_t>(get_nonneg(c, p, "rate_gbps", 0) * 1e9);
       t.paths.push_back(ps);
     }
+  } else if (t.kind == TopologySpec::Kind::kFatTree) {
+    t.pods = get<uint32_t>(c, n, "pods", t.pods);
+    t.tors_per_pod = get<uint32_t>(c, n, "tors_per_pod", t.tors_per_pod);
+    t.aggs_per_pod = get<uint32_t>(c, n, "aggs_per_pod", t.aggs_per_pod);
+    t.cores = get<uint32_t>(c, n, "cores", t.cores);
+    t.hosts_per_tor = get<uint32_t>(c, n, "hosts_per_tor", t.hosts_per_tor);
+    if (t.pods == 0 || t.tors_per_pod == 0 || t.aggs_per_pod == 0 || t.cores == 0 || t.hosts_per_tor == 0) {
+      c.fail("topology: pods, tors_per_pod, aggs_per_pod, cores and hosts_per_tor must be at least 1");
+    }
+    if (t.cores % t.aggs_per_pod != 0) c.fail("topology: cores must be a multiple of aggs_per_pod");
+    if (uint64_t{t.pods} * t.tors_per_pod * t.hosts_per_tor > 65536) c.fail("topology: at most 65536 hosts");
   } else {
     t.hosts_per_leaf = get<uint32_t>(c, n, "hosts_per_leaf", 4);
     t.leaves = get<uint32_t>(c, n, "leaves", 2);
@@ -115,18 +137,18 @@ SizeDist parse_size(const Ctx& c, const YAML::Node& n) {
   auto d = get<std::string>(c, n, "dist", "fixed");
   s.bytes = get<uint64_t>(c, n, "bytes", s.bytes);
   s.min_bytes = get<uint64_t>(c, n, "min_bytes", s.min_bytes);
-  s.max_bytes = get<uint64_t>(c, n, "max_bytes", d == "websearch" ? 30'000'000 : s.max_bytes);
+  s.max_bytes = get<uint64_t>(c, n, "max_bytes", d == "websearch" ? 30'000'000 : d == "hadoop" ? 10'000'000 : s.max_bytes);
   s.scale = get_nonneg(c, n, "scale", 1.0);
   if (d == "fixed") {
     s.kind = SizeDist::Kind::kFixed;
     if (s.bytes == 0) c.fail("workload.size.bytes must be at least 1");
   } else if (d == "uniform") {
     s.kind = SizeDist::Kind::kUniform;
-  } else if (d == "websearch") {
-    s.kind = SizeDist::Kind::kWebSearch;
+  } else if (d == "websearch" || d == "hadoop") {
+    s.kind = d == "websearch" ? SizeDist::Kind::kWebSearch : SizeDist::Kind::kHadoop;
     if (s.scale <= 0) c.fail("workload.size.scale must be positive");
   } else {
-    c.fail("workload.size.dist must be fixed, uniform or websearch, not '" + d + "'");
+    c.fail("workload.size.dist must be fixed, uniform, websearch or hadoop, not '" + d + "'");
   }
   if (s.min_bytes == 0 || s.min_bytes > s.max_bytes) c.fail("workload.size: need 1 <= min_bytes <= max_bytes");
   if (s.bytes > (1ull << 30) || s.max_bytes > (1ull << 30)) c.fail("workload.size: messages up to 1 GiB");
@@ -137,7 +159,7 @@ WorkloadSpec parse_workload(const Ctx& c, const YAML::Node& n) {
   if (!n) c.fail("missing 'workload'");
   check_keys(c, n, "workload",
              {"kind", "op", "size", "messages", "outstanding", "src", "dst", "senders", "receiver",
-              "start_jitter_us"});
+              "start_jitter_us", "load", "duration_us"});
   WorkloadSpec w;
   auto kind = get<std::string>(c, n, "kind", "");
   if (kind == "bulk") {
@@ -148,8 +170,10 @@ WorkloadSpec parse_workload(const Ctx& c, const YAML::Node& n) {
     w.kind = WorkloadSpec::Kind::kIncast;
   } else if (kind == "all_to_all") {
     w.kind = WorkloadSpec::Kind::kAllToAll;
+  } else if (kind == "poisson") {
+    w.kind = WorkloadSpec::Kind::kPoisson;
   } else {
-    c.fail("workload.kind must be bulk, permutation, incast or all_to_all, not '" + kind + "'");
+    c.fail("workload.kind must be bulk, permutation, incast, all_to_all or poisson, not '" + kind + "'");
   }
   auto op = get<std::string>(c, n, "op", "write");
   if (op == "write") {
@@ -170,6 +194,10 @@ WorkloadSpec parse_workload(const Ctx& c, const YAML::Node& n) {
   w.senders = get<uint32_t>(c, n, "senders", w.senders);
   w.receiver = get<uint32_t>(c, n, "receiver", w.receiver);
   w.start_jitter_ns = us_to_ns(get_nonneg(c, n, "start_jitter_us", 0));
+  w.load = get_nonneg(c, n, "load", w.load);
+  if (w.load <= 0 || w.load > 1) c.fail("workload.load must be in (0, 1]");
+  w.duration_ns = us_to_ns(get_nonneg(c, n, "duration_us", 1000));
+  if (w.kind == WorkloadSpec::Kind::kPoisson && w.duration_ns == 0) c.fail("workload.duration_us must be positive");
   return w;
 }
 
@@ -191,7 +219,7 @@ HostJitterSpec parse_host_jitter(const Ctx& c, const YAML::Node& n) {
   if (!who) c.fail("hosts[].host is required (a host index or 'all')");
   if (who.as<std::string>() != "all") {
     const auto i = get<int64_t>(c, n, "host", -1);
-    if (i < 0 || i > 4095) c.fail("hosts[].host must be a host index or 'all'");
+    if (i < 0 || i > 65535) c.fail("hosts[].host must be a host index or 'all'");
     h.host = static_cast<int>(i);
   }
   if (const YAML::Node s = n["stall"]) {
@@ -233,7 +261,7 @@ Scenario parse_scenario(const std::string& text, const std::string& origin) {
   try {
     check_keys(c, root, "the scenario",
                {"name", "description", "seed", "stop_us", "failover_us", "topology", "workload", "failures",
-                "transport", "policies", "hosts"});
+                "transport", "policies", "hosts", "slowdown_step_pct"});
     Scenario s;
     s.name = get<std::string>(c, root, "name", "");
     if (s.name.empty()) c.fail("missing 'name'");
@@ -241,6 +269,9 @@ Scenario parse_scenario(const std::string& text, const std::string& origin) {
     s.seed = get<uint64_t>(c, root, "seed", 1);
     s.stop_ns = us_to_ns(get_nonneg(c, root, "stop_us", 1'000'000));
     s.failover_ns = us_to_ns(get_nonneg(c, root, "failover_us", 0));
+    s.slowdown_step_pct = get<uint32_t>(c, root, "slowdown_step_pct", 0);
+    if (s.slowdown_step_pct > 100 || (s.slowdown_step_pct != 0 && 100 % s.slowdown_step_pct != 0))
+      c.fail("slowdown_step_pct must divide 100");
     s.topology = parse_topology(c, root["topology"]);
     s.workload = parse_workload(c, root["workload"]);
     s.transport = parse_options(c, root["transport"], "transport");

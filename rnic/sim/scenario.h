@@ -26,7 +26,7 @@ struct PathSpec {
 };
 
 struct TopologySpec {
-  enum class Kind { kParallel, kLeafSpine } kind = Kind::kParallel;
+  enum class Kind { kParallel, kLeafSpine, kFatTree } kind = Kind::kParallel;
   LinkParams host_link{100'000'000'000ull, 1000, 0, 0};
   LinkParams fabric_link{100'000'000'000ull, 1000, 0, 0};  // leaf-spine links; default path params
   QueueParams queue{1 << 20, 0};
@@ -34,18 +34,35 @@ struct TopologySpec {
   uint32_t hosts_per_leaf = 4;  // leaf-spine
   uint32_t leaves = 2;
   uint32_t spines = 2;
+  // fat_tree (HPCC's: pods of ToRs and aggregation switches, each agg wired
+  // to cores / aggs_per_pod cores; ToR-agg and agg-core links are fabric_link)
+  uint32_t pods = 2;
+  uint32_t tors_per_pod = 2;
+  uint32_t aggs_per_pod = 2;
+  uint32_t cores = 2;
+  uint32_t hosts_per_tor = 4;
+  uint32_t host_count() const noexcept {
+    return kind == Kind::kParallel ? 2
+           : kind == Kind::kLeafSpine ? hosts_per_leaf * leaves
+                                      : pods * tors_per_pod * hosts_per_tor;
+  }
 };
 
 struct SizeDist {
-  enum class Kind { kFixed, kUniform, kWebSearch } kind = Kind::kFixed;
+  // websearch: DCTCP's web-search CDF; hadoop: Facebook's Hadoop CDF (both as
+  // HPCC's traffic generator has them, sizes interpolated linearly).
+  enum class Kind { kFixed, kUniform, kWebSearch, kHadoop } kind = Kind::kFixed;
   uint64_t bytes = 65536;      // fixed
   uint64_t min_bytes = 1;      // uniform, and the floor of websearch
   uint64_t max_bytes = 65536;  // uniform, and the cap of websearch
-  double scale = 1.0;          // websearch: multiply the CDF's sizes
+  double scale = 1.0;          // websearch, hadoop: multiply the CDF's sizes
 };
 
 struct WorkloadSpec {
-  enum class Kind { kBulk, kPermutation, kIncast, kAllToAll } kind = Kind::kBulk;
+  // poisson: open loop as HPCC's traffic generator: every host starts flows
+  // (one message on its own QP pair) at Poisson times to a uniformly chosen
+  // other host, at `load` of its link's rate on average, for `duration`.
+  enum class Kind { kBulk, kPermutation, kIncast, kAllToAll, kPoisson } kind = Kind::kBulk;
   enum class Op { kWrite, kSend, kRead } op = Op::kWrite;
   SizeDist size;
   uint32_t messages = 16;     // per flow
@@ -55,6 +72,8 @@ struct WorkloadSpec {
   uint32_t senders = 4;       // incast
   uint32_t receiver = 0;      // incast
   uint64_t start_jitter_ns = 0;  // each flow starts at a random time in [0, this]
+  double load = 0.3;             // poisson
+  uint64_t duration_ns = 1'000'000;  // poisson: flows start in [0, this)
 };
 
 struct FailureSpec {
@@ -80,6 +99,9 @@ struct Scenario {
   std::vector<HostJitterSpec> hosts;  // host jitter (`hosts:`), per host or for all
   std::map<std::string, std::string> transport;  // options shared by every policy
   std::vector<PolicySpec> policies;
+  // FCT slowdown by flow size (as HPCC's fct_analysis.py): flows sorted by
+  // size, cut into buckets of this percent of the flows. 0: not reported.
+  uint32_t slowdown_step_pct = 0;
 };
 
 // Throws ScenarioError with a message naming the offending key.

@@ -63,7 +63,8 @@ void SimHost::finish_memory(uint32_t qps) {
   cfg.credit.batch_pkts = opt_.credit_batch_pkts;
   transport_ = std::make_unique<Transport>(cfg);
   const uint64_t size = std::max<uint64_t>(arena_size_, 4096);
-  arena_.reset(new uint8_t[size]());
+  arena_ = Arena(size);
+  if (opt_.int_telemetry) rx_int_.assign(cfg.max_qps, IntEcho{});
   mr_ = transport_->reg_mr(arena_.get(), size, kAccess);
   if (mr_.len == 0) throw ScenarioError("host " + std::to_string(index_) + ": reg_mr failed");
   uint64_t cq_entries = 64;
@@ -283,6 +284,7 @@ void SimHost::reap(uint64_t now) {
           ++totals_.mismatches;
         }
         if (c.next_recv < c.sizes.size()) post_recv(c);
+        if (c.verified == c.sizes.size()) release_slots(c.recv_off, c.outstanding * c.slot_bytes);
         continue;
       }
       // Sender completion: the message is done.
@@ -290,6 +292,7 @@ void SimHost::reap(uint64_t now) {
       ++totals_.completed;
       totals_.bytes += c.sizes[j];
       totals_.fct_ns.push_back(now - c.post_ns[j]);
+      if (totals_.keep_done) totals_.done.push_back(MessageDone{c.index, j, now - c.post_ns[j]});
       totals_.last_completion_ns = std::max(totals_.last_completion_ns, now);
       if (!opt_.send_op) {
         // RDMA WRITE: a completion means the data is placed at the responder;
@@ -306,6 +309,12 @@ void SimHost::reap(uint64_t now) {
         } else {
           ++totals_.mismatches;
         }
+        if (c.completed == c.sizes.size()) {  // both ends' slots are done with
+          release_slots(c.send_off, c.outstanding * c.slot_bytes);
+          peer.release_slots(c.recv_off, c.outstanding * c.slot_bytes);
+        }
+      } else if (c.completed == c.sizes.size()) {
+        release_slots(c.send_off, c.outstanding * c.slot_bytes);
       }
       while (c.next_post < c.sizes.size() && c.next_post - c.completed < c.outstanding) post_message(c, now);
     }
@@ -369,6 +378,16 @@ void SimHost::receive(uint32_t frame, uint64_t now) {
     ++nic_.rx_parse_drops;
   } else {
     if (!f.retransmit) note_arrival_order(pkt);
+    if (!rx_int_.empty()) {
+      // INT: a data frame's records wait for the ACK that answers it; an
+      // ACK's echo goes to its QP's policy before the ACK itself.
+      if (f.int_stamp && f.int_rec.hops != 0) {
+        const uint32_t q = pkt.bth.dqpn - qpn_base_;
+        if (q < rx_int_.size()) rx_int_[q] = f.int_rec;
+      } else if (f.int_echo) {
+        if (CcPolicy* cc = transport_->cc_policy(pkt.bth.dqpn)) cc->on_int(f.int_rec, now);
+      }
+    }
     if (transport_->on_packet(pkt, f.data + pkt.payload_offset, pkt.payload_len, now) !=
              common::DropReason::kNone) {
       ++nic_.rx_rejected;
@@ -462,7 +481,20 @@ void SimHost::kick_nic(uint64_t now) {
   const uint32_t id = frames_.alloc();
   Frame& f = frames_[id];
   f.len = static_cast<uint32_t>(build_frame(d, addrs, f.data, kFrameCap));
+  f.clear_meta();
   f.retransmit = d.retransmit;
+  if (!rx_int_.empty()) {
+    if ((flags & common::kOpRequest) && d.payload_len > 0) {
+      f.int_stamp = true;  // the switches stamp it; its INT header costs wire bytes
+      f.wire_extra = kIntHeaderBytes;
+    } else if (d.bth.opcode == IBV_OPCODE_RC_ACKNOWLEDGE || d.bth.opcode == IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE) {
+      const uint32_t q = d.local_qpn - qpn_base_;
+      if (q < rx_int_.size() && rx_int_[q].hops != 0) {
+        f.int_echo = true;
+        f.int_rec = rx_int_[q];
+      }
+    }
+  }
   if (f.len == 0) {
     frames_.release(id);
     ++nic_.rx_parse_drops;

@@ -13,6 +13,7 @@
 
 #include "common/wire/roce_packet.h"
 #include "rnic/core/transport.h"
+#include "rnic/sim/arena.h"
 #include "rnic/sim/event_queue.h"
 #include "rnic/sim/fabric.h"
 #include "rnic/sim/frame_pool.h"
@@ -27,7 +28,8 @@ struct HostOptions {
   Reliability mode = Reliability::kIrn;
   std::string path_policy = "single";
   std::string cc_policy = "fixed_window";
-  uint64_t cc_window_bytes = 1ull << 20;
+  uint64_t cc_window_bytes = 1ull << 20;  // 0 in a scenario's options: "auto" (the largest base BDP)
+  bool int_telemetry = false;             // switches stamp INT on data frames, ACKs echo it (HPCC)
   uint32_t num_paths = 1;
   bool path_seed_search = true;  // pick each QP's path seed so its path set covers distinct routes
   bool nic_spray = false;        // the NIC sprays per packet over discovered paths (overrides the core's port)
@@ -76,6 +78,13 @@ struct Conn {
   std::vector<uint64_t> post_ns;
 };
 
+// One completed message: what the FCT slowdown needs.
+struct MessageDone {
+  uint32_t conn = 0;
+  uint32_t msg = 0;
+  uint64_t fct_ns = 0;
+};
+
 struct WorkloadTotals {
   uint64_t messages = 0;
   uint64_t completed = 0;
@@ -86,6 +95,8 @@ struct WorkloadTotals {
   uint64_t first_post_ns = ~0ull;
   uint64_t last_completion_ns = 0;
   std::vector<uint64_t> fct_ns;
+  std::vector<MessageDone> done;  // per completed message, when slowdown is reported
+  bool keep_done = false;
 };
 
 struct NicCounters {
@@ -130,6 +141,8 @@ class SimHost {
   const NicCounters& nic() const noexcept { return nic_; }
   uint64_t arena_addr() const noexcept { return mr_.addr; }
   uint8_t* arena() noexcept { return arena_.get(); }
+  // A connection is finished at this end: its slots' pages go back.
+  void release_slots(uint64_t off, uint64_t len) noexcept { arena_.release(off, len); }
 
  private:
   void service(uint64_t now);
@@ -152,7 +165,7 @@ class SimHost {
   std::vector<std::unique_ptr<SimHost>>& hosts_;
   WorkloadTotals& totals_;
   std::unique_ptr<Transport> transport_;
-  std::unique_ptr<uint8_t[]> arena_;
+  Arena arena_;
   uint64_t arena_size_ = 0;
   MemoryRegion mr_;
   uint32_t cq_ = 0;
@@ -174,6 +187,7 @@ class SimHost {
   std::deque<uint32_t> rx_backlog_;     // frames in the RX ring while the loop stalls or catches up
   std::vector<Conn*> deferred_starts_;  // workload starts that fell into a stall
   std::vector<Completion> cqes_;        // completions polled, not yet handled by the application
+  std::vector<IntEcho> rx_int_;         // per local QP: the INT its latest data frame collected
 };
 
 }  // namespace tandem::rnic::sim

@@ -19,6 +19,50 @@ constexpr uint64_t kStreamPsn = 2;
 constexpr uint64_t kStreamFabric = 3;
 
 constexpr uint64_t kMaxArenaBytes = 8ull << 30;
+// Open-loop flows each have their own slots, given back when done: the
+// address space is large, the resident set what is in flight.
+constexpr uint64_t kMaxPoissonArenaBytes = 1ull << 40;
+
+// Wire bytes of one RC WRITE frame of `payload` bytes (the first carries the
+// RETH), preamble, gap and FCS included.
+uint64_t write_frame_bytes(uint64_t payload, bool first, bool irn) {
+  const uint64_t hdr = 14 + 20 + 8 + 12 + (first ? 16 : 0) + (irn ? 24 : 0) + 4;
+  return hdr + ((payload + 3) & ~3ull) + kWireOverhead;
+}
+
+// One host per edge switch stands for all of it (they share routes).
+std::vector<uint32_t> edge_representatives(const Fabric& fabric) {
+  std::vector<uint32_t> reps;
+  std::vector<bool> seen(fabric.nodes().size(), false);
+  for (uint32_t h = 0; h < fabric.host_count(); ++h) {
+    const Node& hn = fabric.nodes()[fabric.host_node(h)];
+    const uint32_t sw = fabric.ports()[hn.ports[0]].peer;
+    if (!seen[sw]) {
+      seen[sw] = true;
+      reps.push_back(h);
+    }
+  }
+  return reps;
+}
+
+struct PathSum {
+  uint64_t delay_ns = 0;   // one way, propagation
+  uint64_t frame_ns = 0;   // one frame's serialisation over every link
+  uint64_t slowest_bps = ~0ull;
+  bool ok = false;
+};
+
+PathSum path_sum(const Fabric& fabric, uint32_t src, uint32_t dst, uint64_t frame_bytes) {
+  PathSum s;
+  for (uint32_t pid : trace_route(fabric, src, dst, 0xC000)) {
+    const Port& p = fabric.ports()[pid];
+    s.delay_ns += p.params.delay_ns;
+    s.frame_ns += serialization_ns(frame_bytes, p.params.rate_bps);
+    s.slowest_bps = std::min(s.slowest_bps, p.params.rate_bps);
+    s.ok = true;
+  }
+  return s;
+}
 
 double percentile(std::vector<uint64_t> v, double q) {
   if (v.empty()) return 0;
@@ -43,8 +87,11 @@ Simulation::Simulation(const Scenario& scenario, const PolicySpec& policy, uint6
     if (link < 0) throw ScenarioError("failures: no link named '" + f.link + "'");
   }
   const uint32_t n_hosts = fabric_.host_count();
+  const double host_gbps = static_cast<double>(scenario.topology.host_link.rate_bps) / 1e9;
+  if (opt_.cc_window_bytes == 0) opt_.cc_window_bytes = max_base_bdp_bytes(fabric_, opt_.mtu, host_gbps);
+  totals_.keep_done = scenario.slowdown_step_pct != 0;
   Rng wl_rng(derive_seed(seed, kStreamWorkload));
-  const std::vector<Flow> flows = make_flows(scenario.workload, n_hosts, wl_rng);
+  const std::vector<Flow> flows = make_flows(scenario.workload, n_hosts, wl_rng, host_gbps);
 
   // Each flow's messages go round-robin over qps_per_flow connections.
   for (const Flow& f : flows) {
@@ -79,9 +126,11 @@ Simulation::Simulation(const Scenario& scenario, const PolicySpec& policy, uint6
     ++qps[c.src];
     ++qps[c.dst];
   }
-  if (total > kMaxArenaBytes) {
-    throw ScenarioError("workload needs " + std::to_string(total >> 20) +
-                        " MiB of registered memory (limit 8 GiB): lower outstanding or message sizes");
+  const bool open_loop = scenario.workload.kind == WorkloadSpec::Kind::kPoisson;
+  if (total > (open_loop ? kMaxPoissonArenaBytes : kMaxArenaBytes)) {
+    throw ScenarioError("workload needs " + std::to_string(total >> 20) + " MiB of registered memory (limit " +
+                        (open_loop ? "1 TiB of address space" : "8 GiB") +
+                        "): lower outstanding, message sizes or the duration");
   }
   for (const HostJitterSpec& j : scenario.hosts) {
     if (j.host >= static_cast<int>(n_hosts)) {
@@ -167,6 +216,7 @@ bool Simulation::step_until(uint64_t until) {
     Event e = events_.pop();
     now_ = e.time;
     ++events_run_;
+    ++events_by_kind_[static_cast<unsigned>(e.kind) & 15];
     dispatch(e);
   }
   return !events_.empty();
@@ -182,6 +232,7 @@ RunResult Simulation::run() {
     Event e = events_.pop();
     now_ = e.time;
     ++events_run_;
+    ++events_by_kind_[static_cast<unsigned>(e.kind) & 15];
     dispatch(e);
     if (all_done()) {
       reason = "done";
@@ -189,6 +240,69 @@ RunResult Simulation::run() {
     }
   }
   return collect(reason);
+}
+
+uint64_t max_base_bdp_bytes(const Fabric& fabric, uint32_t mtu, double host_gbps) {
+  const std::vector<uint32_t> reps = edge_representatives(fabric);
+  uint64_t rtt = 0;
+  for (uint32_t a : reps) {
+    for (uint32_t b : reps) {
+      // Hosts under one edge switch reach each other through it alone.
+      const uint32_t dst = a == b ? (b + 1 < fabric.host_count() ? b + 1 : b - 1) : b;
+      if (dst == a) continue;
+      const PathSum s = path_sum(fabric, a, dst, write_frame_bytes(mtu, false, false));
+      if (s.ok) rtt = std::max(rtt, 2 * s.delay_ns + s.frame_ns);
+    }
+  }
+  return static_cast<uint64_t>(static_cast<double>(rtt) * host_gbps / 8);
+}
+
+double Simulation::ideal_fct_ns(uint32_t src, uint32_t dst, uint64_t bytes) const {
+  const bool irn = opt_.mode == Reliability::kIrn;
+  const PathSum s = path_sum(fabric_, src, dst, write_frame_bytes(opt_.mtu, false, irn));
+  if (!s.ok) return 0;
+  uint64_t wire = 0;
+  for (uint64_t off = 0; off < bytes || off == 0; off += opt_.mtu) {
+    wire += write_frame_bytes(std::min<uint64_t>(opt_.mtu, bytes - off), off == 0, irn);
+    if (bytes == 0) break;
+  }
+  return static_cast<double>(2 * s.delay_ns + s.frame_ns) +
+         static_cast<double>(wire) * 8e9 / static_cast<double>(s.slowest_bps);
+}
+
+std::vector<SlowdownBucket> Simulation::slowdown_buckets() const {
+  // As HPCC's fct_analysis.py: (slowdown, size) sorted by size, cut into
+  // step% of the flows each; percentile p of a bucket is its sorted
+  // slowdowns' element int(n * p).
+  struct Item {
+    uint64_t bytes;
+    double slowdown;
+  };
+  std::vector<Item> items;
+  items.reserve(totals_.done.size());
+  for (const MessageDone& d : totals_.done) {
+    const Conn& c = conns_[d.conn];
+    const uint64_t bytes = c.sizes[d.msg];
+    const double ideal = ideal_fct_ns(c.src, c.dst, bytes);
+    const double sl = ideal > 0 ? static_cast<double>(d.fct_ns) / ideal : 0;
+    items.push_back(Item{bytes, std::max(1.0, sl)});
+  }
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.bytes < b.bytes; });
+  std::vector<SlowdownBucket> out;
+  const std::size_t n = items.size();
+  const uint32_t step = scenario_.slowdown_step_pct;
+  if (n == 0 || step == 0) return out;
+  std::vector<double> v;
+  for (uint32_t i = 0; i < 100; i += step) {
+    const std::size_t l = i * n / 100, r = (i + step) * n / 100;
+    if (r <= l) continue;
+    v.clear();
+    for (std::size_t k = l; k < r; ++k) v.push_back(items[k].slowdown);
+    std::sort(v.begin(), v.end());
+    auto pct = [&](double p) { return v[std::min(v.size() - 1, static_cast<std::size_t>(static_cast<double>(v.size()) * p))]; };
+    out.push_back(SlowdownBucket{items[r - 1].bytes, static_cast<uint32_t>(r - l), pct(0.5), pct(0.95), pct(0.99)});
+  }
+  return out;
 }
 
 RunResult Simulation::collect(const std::string& stop_reason) const {
@@ -217,6 +331,8 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
   }
   r.sim_time_us = static_cast<double>(now_) / 1000.0;
   r.events = events_run_;
+  for (unsigned k = 0; k < 16; ++k) r.events_by_kind.push_back(events_by_kind_[k]);
+  if (scenario_.slowdown_step_pct != 0) r.slowdown = slowdown_buckets();
   for (const auto& h : hosts_) {
     const NicCounters& n = h->nic();
     r.data_pkts += n.data_pkts;

@@ -34,6 +34,10 @@ class Simulation {
   void dispatch(const Event& e);
   bool all_done() const noexcept;
   RunResult collect(const std::string& stop_reason) const;
+  // The flow alone in the fabric (HPCC's ideal FCT): base RTT plus its
+  // frames' wire bytes at the path's slowest link.
+  double ideal_fct_ns(uint32_t src, uint32_t dst, uint64_t bytes) const;
+  std::vector<SlowdownBucket> slowdown_buckets() const;
 
   const Scenario& scenario_;
   const PolicySpec& policy_;
@@ -47,7 +51,13 @@ class Simulation {
   WorkloadTotals totals_;
   uint64_t now_ = 0;
   uint64_t events_run_ = 0;
+  uint64_t events_by_kind_[16] = {};
 };
+
+// The largest base BDP between any two hosts at the host link rate (one
+// frame of `mtu` payload per link one way, propagation both ways): what
+// `cc_window_kb: auto` gives a policy, HPCC's window and T.
+uint64_t max_base_bdp_bytes(const Fabric& fabric, uint32_t mtu, double host_gbps);
 
 // Runs every policy of the scenario with the same seed.
 std::vector<RunResult> run_scenario(const Scenario& scenario, uint64_t seed);

@@ -9,8 +9,10 @@ namespace tandem::rnic::sim {
 
 namespace {
 
-// DCTCP web-search flow sizes (bytes, cumulative percent), as used by pFabric
-// and HPCC; sizes between points are interpolated linearly.
+// Flow-size CDFs (bytes, cumulative percent) as HPCC's traffic generator
+// has them (traffic_gen/*_distribution.txt): DCTCP's web search, also used by
+// pFabric, and Facebook's Hadoop; sizes between points are interpolated
+// linearly.
 struct CdfPoint {
   double bytes;
   double pct;
@@ -20,6 +22,31 @@ constexpr CdfPoint kWebSearch[] = {
     {50000, 40},     {80000, 53},      {200000, 60},     {1000000, 70},
     {2000000, 80},   {5000000, 90},    {10000000, 97},   {30000000, 100},
 };
+constexpr CdfPoint kHadoop[] = {
+    {0, 0},        {100, 1},       {200, 2},       {300, 5},        {350, 15},     {400, 20},    {500, 30},
+    {600, 40},     {700, 50},      {1000, 60},     {2000, 67},      {7000, 70},    {30000, 72},  {50000, 82},
+    {80000, 87},   {120000, 90},   {300000, 95},   {1000000, 97.5}, {2000000, 99}, {10000000, 100},
+};
+
+template <std::size_t N>
+double cdf_value(const CdfPoint (&cdf)[N], double pct) noexcept {
+  for (std::size_t i = 1; i < N; ++i) {
+    if (pct < cdf[i].pct) {
+      const CdfPoint& a = cdf[i - 1];
+      const CdfPoint& b = cdf[i];
+      return a.bytes + (b.bytes - a.bytes) * (pct - a.pct) / (b.pct - a.pct);
+    }
+  }
+  return cdf[N - 1].bytes;
+}
+
+// The CDF's mean by the trapezoid rule, as the generator computes it.
+template <std::size_t N>
+double cdf_mean(const CdfPoint (&cdf)[N]) noexcept {
+  double s = 0;
+  for (std::size_t i = 1; i < N; ++i) s += (cdf[i].bytes + cdf[i - 1].bytes) / 2 * (cdf[i].pct - cdf[i - 1].pct);
+  return s / 100;
+}
 
 uint64_t mix(uint64_t x) noexcept {
   x += 0x9E3779B97F4A7C15ull;
@@ -43,17 +70,10 @@ uint64_t sample_size(const SizeDist& d, Rng& rng) noexcept {
       return d.bytes;
     case SizeDist::Kind::kUniform:
       return rng.between(d.min_bytes, d.max_bytes);
-    case SizeDist::Kind::kWebSearch: {
+    case SizeDist::Kind::kWebSearch:
+    case SizeDist::Kind::kHadoop: {
       const double u = rng.unit() * 100.0;
-      double bytes = kWebSearch[std::size(kWebSearch) - 1].bytes;
-      for (std::size_t i = 1; i < std::size(kWebSearch); ++i) {
-        if (u < kWebSearch[i].pct) {
-          const CdfPoint& a = kWebSearch[i - 1];
-          const CdfPoint& b = kWebSearch[i];
-          bytes = a.bytes + (b.bytes - a.bytes) * (u - a.pct) / (b.pct - a.pct);
-          break;
-        }
-      }
+      const double bytes = d.kind == SizeDist::Kind::kWebSearch ? cdf_value(kWebSearch, u) : cdf_value(kHadoop, u);
       auto v = static_cast<uint64_t>(bytes * d.scale);
       return std::clamp<uint64_t>(v, d.min_bytes, d.max_bytes);
     }
@@ -61,7 +81,54 @@ uint64_t sample_size(const SizeDist& d, Rng& rng) noexcept {
   return d.bytes;
 }
 
-std::vector<Flow> make_flows(const WorkloadSpec& w, uint32_t hosts, Rng& rng) {
+double mean_size(const SizeDist& d) noexcept {
+  switch (d.kind) {
+    case SizeDist::Kind::kFixed:
+      return static_cast<double>(d.bytes);
+    case SizeDist::Kind::kUniform:
+      return (static_cast<double>(d.min_bytes) + static_cast<double>(d.max_bytes)) / 2;
+    case SizeDist::Kind::kWebSearch:
+      return cdf_mean(kWebSearch) * d.scale;
+    case SizeDist::Kind::kHadoop:
+      return cdf_mean(kHadoop) * d.scale;
+  }
+  return static_cast<double>(d.bytes);
+}
+
+static std::vector<Flow> make_poisson_flows(const WorkloadSpec& w, uint32_t hosts, double host_gbps, Rng& rng) {
+  // Every host on its own Poisson clock, merged in time order (a heap of
+  // each host's next start), as HPCC's generator: mean gap = mean size /
+  // (load x link rate); the destination uniform among the other hosts.
+  if (hosts < 2) throw ScenarioError("workload: poisson needs at least 2 hosts");
+  const double gap_ns = mean_size(w.size) * 8 / (host_gbps * w.load);
+  using Next = std::pair<uint64_t, uint32_t>;
+  std::vector<Next> heap;
+  for (uint32_t h = 0; h < hosts; ++h) heap.emplace_back(static_cast<uint64_t>(rng.exponential(gap_ns)), h);
+  auto later = [](const Next& a, const Next& b) { return a > b; };
+  std::make_heap(heap.begin(), heap.end(), later);
+  std::vector<Flow> flows;
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    auto [t, src] = heap.back();
+    if (t >= w.duration_ns) {
+      heap.pop_back();
+      continue;
+    }
+    Flow f;
+    f.src = src;
+    f.dst = static_cast<uint32_t>(rng.below(hosts - 1));
+    if (f.dst >= src) ++f.dst;
+    f.start_ns = t;
+    f.sizes.push_back(std::max<uint64_t>(1, sample_size(w.size, rng)));
+    flows.push_back(std::move(f));
+    heap.back().first = t + static_cast<uint64_t>(rng.exponential(gap_ns));
+    std::push_heap(heap.begin(), heap.end(), later);
+  }
+  return flows;
+}
+
+std::vector<Flow> make_flows(const WorkloadSpec& w, uint32_t hosts, Rng& rng, double host_gbps) {
+  if (w.kind == WorkloadSpec::Kind::kPoisson) return make_poisson_flows(w, hosts, host_gbps, rng);
   std::vector<std::pair<uint32_t, uint32_t>> pairs;
   auto need = [&](bool ok, const std::string& what) {
     if (!ok) throw ScenarioError("workload: " + what);
@@ -96,6 +163,8 @@ std::vector<Flow> make_flows(const WorkloadSpec& w, uint32_t hosts, Rng& rng) {
       }
       break;
     }
+    case WorkloadSpec::Kind::kPoisson:
+      break;
     case WorkloadSpec::Kind::kAllToAll:
       need(hosts >= 2, "all_to_all needs at least 2 hosts");
       for (uint32_t a = 0; a < hosts; ++a) {

@@ -187,7 +187,7 @@ TEST_CASE("ECMP spreads source ports over all spines and keeps each port on one 
     if (h.fabric.nodes()[n].name == "leaf0") leaf = n;
   }
   (void)leaf0;
-  REQUIRE(h.fabric.nodes()[leaf].routes[2].size() == 4);
+  REQUIRE(h.fabric.route_group(leaf, 2).size() == 4);
   std::vector<int> per_port_hits(h.fabric.ports().size());
   for (uint32_t v = 0; v < 4000; ++v) {
     uint16_t sport = wire::entropy_port(v);
@@ -205,7 +205,7 @@ TEST_CASE("ECMP spreads source ports over all spines and keeps each port on one 
   }
   CHECK(used == 4);
   // Traffic to a host on the same leaf never goes up to a spine.
-  CHECK(h.fabric.nodes()[leaf].routes[1].size() == 1);
+  CHECK(h.fabric.route_group(leaf, 1).size() == 1);
 }
 
 TEST_CASE("a failed link drops what crosses it, and carries traffic again after recovery") {
@@ -249,7 +249,7 @@ TEST_CASE("after failover the switches hash around a failed path") {
   CHECK(h.fabric.stats().drops() == 0);
   h.fabric.set_link_state(static_cast<uint32_t>(path0), true, 0, 0);
   uint32_t s0 = 2;
-  CHECK(h.fabric.nodes()[s0].routes[1].size() == 2);
+  CHECK(h.fabric.route_group(s0, 1).size() == 2);
 }
 
 TEST_CASE("random loss on a path follows the configured rate") {
@@ -281,15 +281,15 @@ TEST_CASE("in a leaf-spine fabric, routing converges around a failed uplink and 
   const uint32_t leaf1 = node("leaf1");
   const int link = h.fabric.find_link("leaf0-spine1");
   REQUIRE(link >= 0);
-  REQUIRE(h.fabric.nodes()[leaf1].routes[0].size() == 2);
+  REQUIRE(h.fabric.route_group(leaf1, 0).size() == 2);
   h.fabric.set_link_state(static_cast<uint32_t>(link), false, 0, 1000);
   h.run();
   // leaf1 no longer sends traffic for leaf0's hosts to spine1, which cannot reach them.
-  CHECK(h.fabric.nodes()[leaf1].routes[0].size() == 1);
+  CHECK(h.fabric.route_group(leaf1, 0).size() == 1);
   for (uint32_t v = 0; v < 64; ++v) h.send(2, 0, wire::entropy_port(v), 100, 2000);
   h.run();
   CHECK(h.arrivals.size() == 64);
   CHECK(h.fabric.stats().drops() == 0);
   h.fabric.set_link_state(static_cast<uint32_t>(link), true, 3000, 1000);
-  CHECK(h.fabric.nodes()[leaf1].routes[0].size() == 2);
+  CHECK(h.fabric.route_group(leaf1, 0).size() == 2);
 }
