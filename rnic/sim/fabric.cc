@@ -118,6 +118,8 @@ uint32_t Fabric::connect(uint32_t a, uint32_t b, const LinkParams& params, const
       p.queue_params.red_kmax_bytes = static_cast<uint64_t>(static_cast<double>(queue.red_kmax_bytes) * k);
     }
     p.rng = Rng(derive_seed(seed_, 1000 + ports_.size()));
+    p.red_rng = Rng(derive_seed(seed_ ^ 0x4ED, 1000 + ports_.size()));
+    p.host_side = nodes_[from].is_host;
     ports_.push_back(std::move(p));
     auto id = static_cast<uint32_t>(ports_.size() - 1);
     nodes_[from].ports.push_back(id);
@@ -241,61 +243,48 @@ void Fabric::send_from_host(uint32_t host, uint32_t frame, uint64_t now) {
   enqueue(nd.ports[0], frame, now);
 }
 
-bool Fabric::host_port_idle(uint32_t host) const noexcept {
+bool Fabric::host_port_idle(uint32_t host, uint64_t now) const noexcept {
   const Node& nd = nodes_[host_nodes_[host]];
   if (nd.ports.empty()) return true;
-  const Port& p = ports_[nd.ports[0]];
-  return !p.busy && p.queue.empty();
+  return ports_[nd.ports[0]].busy_until <= now;
 }
 
 void Fabric::enqueue(uint32_t pid, uint32_t frame, uint64_t now) {
   Port& p = ports_[pid];
   Frame& f = frames_[frame];
-  // A host's NIC queue is the transport's own backlog: no drop, no marking.
-  const bool sw = !nodes_[p.node].is_host;
-  if (sw && p.queue_bytes + f.wire_len() > p.queue_params.limit_bytes) {
-    ++p.stats.drops_queue;
-    drop(frame);
-    return;
-  }
-  if (sw && p.queue_params.ecn_bytes != 0 && p.queue_bytes >= p.queue_params.ecn_bytes &&
-      mark_ce(f.data, f.len)) {
-    ++p.stats.ecn_marks;
-  }
-  p.queue.push_back(frame);
-  p.queue_bytes += f.wire_len();
-  if (p.queue_bytes > p.stats.max_queue_bytes) p.stats.max_queue_bytes = p.queue_bytes;
-  if (!p.busy) start_tx(pid, now);
-}
-
-void Fabric::start_tx(uint32_t pid, uint64_t now) {
-  Port& p = ports_[pid];
-  uint32_t frame = p.queue.front();
-  p.queue.pop_front();
-  Frame& f = frames_[frame];
   const uint32_t len = f.wire_len();
-  p.queue_bytes -= len;
-  p.busy = true;
-  const uint64_t ser = serialization_ns(len, p.params.rate_bps);
-  if (!nodes_[p.node].is_host) {
-    // As the frame leaves a switch: RED marking on what stays queued, and
-    // the INT record HPCC's switches push.
-    const QueueParams& qp = p.queue_params;
-    if (qp.red_kmax_bytes != 0 && p.queue_bytes > qp.red_kmin_bytes) {
-      const bool mark = p.queue_bytes > qp.red_kmax_bytes ||
-                        p.rng.chance(qp.red_pmax * static_cast<double>(p.queue_bytes - qp.red_kmin_bytes) /
-                                     static_cast<double>(qp.red_kmax_bytes - qp.red_kmin_bytes));
-      if (mark && mark_ce(f.data, f.len)) ++p.stats.ecn_marks;
-    }
-    if (f.int_stamp && f.int_rec.hops < rnic::kMaxIntHops) {
-      f.int_rec.hop[f.int_rec.hops++] = rnic::IntHop{now, p.int_tx_bytes, static_cast<uint32_t>(p.queue_bytes),
-                                                    static_cast<double>(p.params.rate_bps) / 1e9};
-    }
+  // What is still waiting now (frames that have started are on the wire).
+  while (!p.waiting.empty() && p.waiting.front().start <= now) {
+    p.queue_bytes -= p.waiting.front().bytes;
+    p.waiting.pop_front();
   }
+  // A host's NIC queue is the transport's own backlog: no drop, no marking.
+  if (!p.host_side) {
+    if (p.queue_bytes + len > p.queue_params.limit_bytes) {
+      ++p.stats.drops_queue;
+      drop(frame);
+      return;
+    }
+    if (p.queue_params.ecn_bytes != 0 && p.queue_bytes >= p.queue_params.ecn_bytes && mark_ce(f.data, f.len))
+      ++p.stats.ecn_marks;
+  }
+  const uint64_t start = std::max(now, p.busy_until);
+  const uint64_t ser = serialization_ns(len, p.params.rate_bps);
+  p.busy_until = start + ser;
+  if (start > now) {
+    p.waiting.push_back(Port::Waiting{start, len});
+    p.queue_bytes += len;
+    if (p.queue_bytes > p.stats.max_queue_bytes) p.stats.max_queue_bytes = p.queue_bytes;
+  }
+  p.enq_bytes += len;
+  f.dep_start = start;
+  f.dep_enq = p.enq_bytes;
+  f.dep_tx = p.int_tx_bytes;
   p.int_tx_bytes += len + kWireOverhead;
+  if (!p.host_side) p.history.push_back(Port::Enqueued{now, p.enq_bytes});
   ++p.stats.tx_frames;
   p.stats.tx_bytes += len;
-  events_.push(now + ser, EventKind::kLinkTxDone, pid);
+  if (p.host_side) events_.push(p.busy_until, EventKind::kLinkTxDone, pid);
   // Loss and jitter are drawn in transmit order from the port's own stream.
   const bool lost = p.rng.chance(p.params.loss);
   const uint64_t jitter = p.params.jitter_ns ? p.rng.between(0, p.params.jitter_ns) : 0;
@@ -306,29 +295,49 @@ void Fabric::start_tx(uint32_t pid, uint64_t now) {
     ++p.stats.drops_loss;
     drop(frame);
   } else {
-    const uint64_t at = std::max(now + ser + p.params.delay_ns + jitter, p.last_arrival);
+    const uint64_t at = std::max(p.busy_until + p.params.delay_ns + jitter, p.last_arrival);
     p.last_arrival = at;
     events_.push(at, EventKind::kLinkArrive, pid, frame);
   }
 }
 
-void Fabric::on_tx_done(uint32_t pid, uint64_t now) {
-  Port& p = ports_[pid];
-  p.busy = false;
-  if (!p.queue.empty()) {
-    start_tx(pid, now);
-  } else if (nodes_[p.node].is_host && idle_) {
-    idle_(nodes_[p.node].host, now);
+void Fabric::on_departed(Port& p, Frame& f) noexcept {
+  // The enqueues up to its start decide what it left behind; older ones
+  // are no longer needed (departures only move forward).
+  while (p.history.size() > 1 && p.history[1].at <= f.dep_start) p.history.pop_front();
+  uint64_t enq_then = f.dep_enq;
+  if (!p.history.empty() && p.history.front().at <= f.dep_start) enq_then = std::max(enq_then, p.history.front().bytes);
+  const uint64_t behind = enq_then - f.dep_enq;
+  // RED marking on what stays queued, and the INT record HPCC's switches push.
+  const QueueParams& qp = p.queue_params;
+  if (qp.red_kmax_bytes != 0 && behind > qp.red_kmin_bytes) {
+    const bool mark = behind > qp.red_kmax_bytes ||
+                      p.red_rng.chance(qp.red_pmax * static_cast<double>(behind - qp.red_kmin_bytes) /
+                                       static_cast<double>(qp.red_kmax_bytes - qp.red_kmin_bytes));
+    if (mark && mark_ce(f.data, f.len)) ++p.stats.ecn_marks;
   }
+  if (f.int_stamp && f.int_rec.hops < rnic::kMaxIntHops) {
+    f.int_rec.hop[f.int_rec.hops++] = rnic::IntHop{f.dep_start, f.dep_tx, static_cast<uint32_t>(behind),
+                                                  static_cast<double>(p.params.rate_bps) / 1e9};
+  }
+}
+
+void Fabric::on_tx_done(uint32_t pid, uint64_t now) {
+  // Host ports only: the NIC pulls its next frame once the port is idle.
+  const Port& p = ports_[pid];
+  if (p.busy_until <= now && idle_) idle_(nodes_[p.node].host, now);
 }
 
 void Fabric::on_arrive(uint32_t pid, uint32_t frame, uint64_t now) {
   Port& p = ports_[pid];
-  if (!p.up) {  // failed while the frame was on the wire
+  Frame& f = frames_[frame];
+  // Down as the frame started, or failed while it was on the wire.
+  if (!p.up || (p.down_at != ~0ull && p.up_at > f.dep_start)) {
     ++p.stats.drops_down;
     drop(frame);
     return;
   }
+  if (!p.host_side) on_departed(p, f);
   const Node& to = nodes_[p.peer];
   if (to.is_host) {
     if (deliver_) {
@@ -353,7 +362,10 @@ void Fabric::forward(uint32_t node, uint32_t frame, uint64_t now) {
 }
 
 void Fabric::set_link_state(uint32_t link, bool up, uint64_t now, uint64_t failover_ns) {
-  for (uint32_t pid : links_[link].ports) ports_[pid].up = up;
+  for (uint32_t pid : links_[link].ports) {
+    ports_[pid].up = up;
+    (up ? ports_[pid].up_at : ports_[pid].down_at) = now;
+  }
   if (up) {
     on_route_update(link, true);
   } else if (failover_ns != 0) {

@@ -6,13 +6,13 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "rnic/sim/event_queue.h"
 #include "rnic/sim/frame_pool.h"
+#include "rnic/sim/ring.h"
 #include "rnic/sim/rng.h"
 
 namespace tandem::rnic::sim {
@@ -55,6 +55,13 @@ struct PortStats {
   uint64_t ecn_marks = 0;
 };
 
+// An egress port is a FIFO served at the link rate, so a frame's departure
+// is known when it is queued: it starts when the frames ahead of it are out.
+// The fabric schedules its arrival at the far end at once (one event per
+// hop; host ports also get a "done" event, to pull the NIC's next frame).
+// What happens as a frame leaves a switch (RED marking, INT) needs the
+// bytes queued behind it then, which only later enqueues decide: the port
+// keeps a short history of its enqueues and the arrival event settles it.
 struct Port {
   uint32_t node = 0;
   uint32_t peer = 0;
@@ -63,13 +70,27 @@ struct Port {
   QueueParams queue_params;
   bool up = true;        // the wire carries frames
   bool routable = true;  // switches still hash onto it (false once routing converged around a failure)
-  bool busy = false;
+  bool host_side = false;     // a host's NIC port
+  uint64_t busy_until = 0;    // when the last frame queued has been serialised
   uint64_t last_arrival = 0;  // jitter delays frames but a link never reorders them
-  uint64_t queue_bytes = 0;
+  uint64_t queue_bytes = 0;   // waiting (not yet started) as of the last enqueue
+  uint64_t enq_bytes = 0;     // bytes accepted so far
   uint64_t int_tx_bytes = 0;  // bytes sent, wire overhead included: INT's running count
-  std::deque<uint32_t> queue;
+  uint64_t down_at = ~0ull;   // the last failure; ~0: never failed
+  uint64_t up_at = 0;         // the last recovery
+  struct Waiting {
+    uint64_t start;
+    uint32_t bytes;
+  };
+  Ring<Waiting> waiting;      // queued frames not started yet, by start time
+  struct Enqueued {
+    uint64_t at;
+    uint64_t bytes;           // enq_bytes after it
+  };
+  Ring<Enqueued> history;     // recent enqueues (switch ports): the queue a frame left behind
   PortStats stats;
   Rng rng{0};
+  Rng red_rng{0};
 };
 
 struct Node {
@@ -140,7 +161,7 @@ class Fabric {
 
   // A host hands a frame to its NIC port (the frame is queued behind others).
   void send_from_host(uint32_t host, uint32_t frame, uint64_t now);
-  bool host_port_idle(uint32_t host) const noexcept;
+  bool host_port_idle(uint32_t host, uint64_t now) const noexcept;
 
   // Link failure and recovery; `failover_ns` later (if set) the switches
   // route around the failed link, and on recovery they route over it again.
@@ -174,7 +195,9 @@ class Fabric {
 
  private:
   void enqueue(uint32_t port, uint32_t frame, uint64_t now);
-  void start_tx(uint32_t port, uint64_t now);
+  // As a frame that left switch port `p` at `start` arrives: the bytes
+  // queued behind it then, RED marking and INT.
+  void on_departed(Port& p, Frame& f) noexcept;
   void forward(uint32_t node, uint32_t frame, uint64_t now);
   void drop(uint32_t frame) noexcept { frames_.release(frame); }
 

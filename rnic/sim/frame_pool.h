@@ -1,9 +1,13 @@
 // Frames in flight through the simulated fabric: fixed-size buffers that are
 // allocated once and recycled, so events carry a frame index, not bytes.
+// Frames come in chunks of 256 (headers together, then the byte buffers,
+// sized for the run's MTU), so a switch reading a frame's header touches one
+// small record, not the start of a jumbo buffer.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "rnic/core/int_telemetry.h"
@@ -27,8 +31,14 @@ struct Frame {
   bool int_echo = false;
   uint16_t wire_extra = 0;
   uint64_t ecmp_key = 0;    // common::ecmp_key of the 5-tuple
+  // Where it left its last egress port: when it started, the port's enqueued
+  // bytes up to and including it, and its sent bytes before it (INT).
+  uint64_t dep_start = 0;
+  uint64_t dep_enq = 0;
+  uint64_t dep_tx = 0;
   rnic::IntEcho int_rec;
-  uint8_t data[kFrameCap];
+  uint32_t cap = 0;          // bytes data can hold
+  uint8_t* data = nullptr;   // the frame's bytes (its chunk's buffer)
 
   // Bytes the frame occupies in a queue and on the wire (without kWireOverhead).
   uint32_t wire_len() const noexcept { return len + wire_extra; }
@@ -41,29 +51,47 @@ struct Frame {
 
 class FramePool {
  public:
+  explicit FramePool(uint32_t frame_bytes = kFrameCap) : cap_((frame_bytes + 63) & ~63u) {}
+  FramePool(const FramePool&) = delete;
+  FramePool& operator=(const FramePool&) = delete;
+
   uint32_t alloc() {
-    if (free_.empty()) {
-      frames_.emplace_back(new Frame);
-      return static_cast<uint32_t>(frames_.size() - 1);
-    }
+    if (free_.empty()) grow();
     uint32_t id = free_.back();
     free_.pop_back();
     return id;
   }
   void release(uint32_t id) noexcept { free_.push_back(id); }
-  Frame& operator[](uint32_t id) noexcept { return *frames_[id]; }
-  std::size_t allocated() const noexcept { return frames_.size(); }
-  std::size_t in_use() const noexcept { return frames_.size() - free_.size(); }
-
-  FramePool() = default;
-  FramePool(const FramePool&) = delete;
-  FramePool& operator=(const FramePool&) = delete;
-  ~FramePool() {
-    for (Frame* f : frames_) delete f;
+  Frame& operator[](uint32_t id) noexcept { return chunks_[id >> kShift]->frames[id & (kChunk - 1)]; }
+  std::size_t allocated() const noexcept { return chunks_.size() * kChunk; }
+  std::size_t in_use() const noexcept { return allocated() - free_.size(); }
+  uint32_t frame_bytes() const noexcept { return cap_; }
+  // A hint that frame `id` is about to be read (its header).
+  void prefetch(uint32_t id) const noexcept {
+    if ((id >> kShift) < chunks_.size()) __builtin_prefetch(&chunks_[id >> kShift]->frames[id & (kChunk - 1)]);
   }
 
  private:
-  std::vector<Frame*> frames_;
+  static constexpr uint32_t kShift = 8, kChunk = 1u << kShift;
+  struct Chunk {
+    Frame frames[kChunk];
+    std::unique_ptr<uint8_t[]> bytes;
+  };
+
+  void grow() {
+    auto c = std::make_unique<Chunk>();
+    c->bytes.reset(new uint8_t[std::size_t{kChunk} * cap_]);
+    const uint32_t base = static_cast<uint32_t>(chunks_.size()) * kChunk;
+    for (uint32_t i = 0; i < kChunk; ++i) {
+      c->frames[i].cap = cap_;
+      c->frames[i].data = c->bytes.get() + std::size_t{i} * cap_;
+    }
+    chunks_.push_back(std::move(c));
+    for (uint32_t i = kChunk; i-- > 0;) free_.push_back(base + i);
+  }
+
+  uint32_t cap_;
+  std::vector<std::unique_ptr<Chunk>> chunks_;
   std::vector<uint32_t> free_;
 };
 

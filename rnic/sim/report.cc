@@ -80,6 +80,11 @@ nlohmann::ordered_json results_json(const Scenario& s, uint64_t seed, const std:
         sl.push_back({{"max_bytes", b.max_bytes}, {"flows", b.flows}, {"p50", b.p50}, {"p95", b.p95}, {"p99", b.p99}});
       }
     }
+    o["ttfb_conns"] = r.ttfb_conns;
+    o["ttfb_us_p50"] = r.ttfb_us_p50;
+    o["ttfb_us_p99"] = r.ttfb_us_p99;
+    o["ttfb_us_max"] = r.ttfb_us_max;
+    if (!r.gate_json.empty()) o["dpu"] = nlohmann::ordered_json::parse(r.gate_json);
     o["sim_time_us"] = r.sim_time_us;
     o["events"] = r.events;
     o["events_by_kind"] = r.events_by_kind;

@@ -26,13 +26,13 @@ int list_scenarios(std::ostream& out) {
   return 0;
 }
 
-int run(const RunOptions& opt, std::ostream& out, std::ostream& err) {
+int run(const RunOptions& opt, std::ostream& out, std::ostream& err, const GateFactory& gate) {
   Scenario s;
   std::vector<RunResult> results;
   try {
     s = resolve_scenario(opt.scenario);
     const uint64_t seed = opt.seed.value_or(s.seed);
-    results = run_scenario(s, seed);
+    results = run_scenario(s, seed, gate);
     if (opt.json) {
       out << results_json(s, seed, results).dump() << "\n";
     } else {

@@ -7,6 +7,7 @@
 #include <ostream>
 #include <string>
 
+#include "rnic/sim/conn_gate.h"
 #include "rnic/sim/scenario.h"
 
 namespace tandem::rnic::sim {
@@ -22,6 +23,7 @@ Scenario resolve_scenario(const std::string& name_or_path);
 
 int list_scenarios(std::ostream& out);
 // Exit codes: 0 ran (whatever data_ok says), 2 bad scenario or options.
-int run(const RunOptions& opt, std::ostream& out, std::ostream& err);
+// `gate`: what scenarios with a dpu: section need (sim/ passes the DPU model).
+int run(const RunOptions& opt, std::ostream& out, std::ostream& err, const GateFactory& gate = {});
 
 }  // namespace tandem::rnic::sim

@@ -92,6 +92,11 @@ struct RunResult {
   // Scenario slowdown_step_pct: FCT slowdown by flow size (the ideal FCT: the
   // flow alone, HPCC's way: base RTT + its wire bytes at the bottleneck).
   std::vector<SlowdownBucket> slowdown;
+  // Time to first byte: a connection's planned start to its first data at
+  // the responder, over the (measured) connections that got one.
+  uint64_t ttfb_conns = 0;
+  double ttfb_us_p50 = 0, ttfb_us_p99 = 0, ttfb_us_max = 0;
+  std::string gate_json;  // the connection gate's figures (the DPU model), a JSON object
   // Per sender QP (the first 64): packets per path of its path set.
   std::vector<std::vector<uint64_t>> qp_path_pkts;
 };

@@ -159,7 +159,8 @@ WorkloadSpec parse_workload(const Ctx& c, const YAML::Node& n) {
   if (!n) c.fail("missing 'workload'");
   check_keys(c, n, "workload",
              {"kind", "op", "size", "messages", "outstanding", "src", "dst", "senders", "receiver",
-              "start_jitter_us", "load", "duration_us"});
+              "start_jitter_us", "load", "duration_us", "measure_from_us", "measure_until_us", "first_host",
+              "host_count", "start_us", "group"});
   WorkloadSpec w;
   auto kind = get<std::string>(c, n, "kind", "");
   if (kind == "bulk") {
@@ -172,8 +173,10 @@ WorkloadSpec parse_workload(const Ctx& c, const YAML::Node& n) {
     w.kind = WorkloadSpec::Kind::kAllToAll;
   } else if (kind == "poisson") {
     w.kind = WorkloadSpec::Kind::kPoisson;
+  } else if (kind == "ring") {
+    w.kind = WorkloadSpec::Kind::kRing;
   } else {
-    c.fail("workload.kind must be bulk, permutation, incast, all_to_all or poisson, not '" + kind + "'");
+    c.fail("workload.kind must be bulk, permutation, incast, all_to_all, poisson or ring, not '" + kind + "'");
   }
   auto op = get<std::string>(c, n, "op", "write");
   if (op == "write") {
@@ -198,6 +201,14 @@ WorkloadSpec parse_workload(const Ctx& c, const YAML::Node& n) {
   if (w.load <= 0 || w.load > 1) c.fail("workload.load must be in (0, 1]");
   w.duration_ns = us_to_ns(get_nonneg(c, n, "duration_us", 1000));
   if (w.kind == WorkloadSpec::Kind::kPoisson && w.duration_ns == 0) c.fail("workload.duration_us must be positive");
+  w.first_host = get<uint32_t>(c, n, "first_host", 0);
+  w.host_count = get<uint32_t>(c, n, "host_count", 0);
+  w.start_ns = us_to_ns(get_nonneg(c, n, "start_us", 0));
+  w.group = get<uint32_t>(c, n, "group", 0);
+  w.measure_from_ns = us_to_ns(get_nonneg(c, n, "measure_from_us", 0));
+  w.measure_until_ns = us_to_ns(get_nonneg(c, n, "measure_until_us", 0));
+  if (w.measure_until_ns != 0 && w.measure_until_ns <= w.measure_from_ns)
+    c.fail("workload: measure_until_us must be after measure_from_us");
   return w;
 }
 
@@ -260,8 +271,8 @@ Scenario parse_scenario(const std::string& text, const std::string& origin) {
   if (!root.IsMap()) c.fail("expected a mapping at the top level");
   try {
     check_keys(c, root, "the scenario",
-               {"name", "description", "seed", "stop_us", "failover_us", "topology", "workload", "failures",
-                "transport", "policies", "hosts", "slowdown_step_pct"});
+               {"name", "description", "seed", "stop_us", "failover_us", "topology", "workload", "workloads",
+                "failures", "transport", "policies", "hosts", "slowdown_step_pct", "dpu"});
     Scenario s;
     s.name = get<std::string>(c, root, "name", "");
     if (s.name.empty()) c.fail("missing 'name'");
@@ -273,7 +284,25 @@ Scenario parse_scenario(const std::string& text, const std::string& origin) {
     if (s.slowdown_step_pct > 100 || (s.slowdown_step_pct != 0 && 100 % s.slowdown_step_pct != 0))
       c.fail("slowdown_step_pct must divide 100");
     s.topology = parse_topology(c, root["topology"]);
-    s.workload = parse_workload(c, root["workload"]);
+    if (root["workload"] && root["workloads"]) c.fail("give either 'workload' or 'workloads', not both");
+    if (const YAML::Node ws = root["workloads"]) {
+      if (!ws.IsSequence() || ws.size() == 0) c.fail("workloads must be a non-empty list");
+      for (const auto& w : ws) s.more_workloads.push_back(parse_workload(c, w));
+      s.workload = s.more_workloads.front();
+      s.more_workloads.erase(s.more_workloads.begin());
+      for (const WorkloadSpec& w : s.more_workloads) {
+        if (w.op != s.workload.op) c.fail("workloads: every workload must have the same op");
+        if (w.windowed()) c.fail("workloads: only the first may have a measurement window");
+      }
+    } else {
+      s.workload = parse_workload(c, root["workload"]);
+    }
+    if (const YAML::Node d = root["dpu"]) {
+      if (!d.IsMap()) c.fail("dpu must be a mapping");
+      YAML::Emitter e;
+      e << d;
+      s.dpu_yaml = e.c_str();
+    }
     s.transport = parse_options(c, root["transport"], "transport");
     if (const YAML::Node f = root["failures"]) {
       if (!f.IsSequence()) c.fail("failures must be a list");

@@ -62,7 +62,8 @@ struct WorkloadSpec {
   // poisson: open loop as HPCC's traffic generator: every host starts flows
   // (one message on its own QP pair) at Poisson times to a uniformly chosen
   // other host, at `load` of its link's rate on average, for `duration`.
-  enum class Kind { kBulk, kPermutation, kIncast, kAllToAll, kPoisson } kind = Kind::kBulk;
+  // ring: each host sends to the next (a collective's ring step).
+  enum class Kind { kBulk, kPermutation, kIncast, kAllToAll, kPoisson, kRing } kind = Kind::kBulk;
   enum class Op { kWrite, kSend, kRead } op = Op::kWrite;
   SizeDist size;
   uint32_t messages = 16;     // per flow
@@ -74,6 +75,18 @@ struct WorkloadSpec {
   uint64_t start_jitter_ns = 0;  // each flow starts at a random time in [0, this]
   double load = 0.3;             // poisson
   uint64_t duration_ns = 1'000'000;  // poisson: flows start in [0, this)
+  // Measured flows: those starting in [measure_from, measure_until) (0, 0:
+  // all). The run ends once they are all done, while the others keep the
+  // load up around them (no warm-up or drain at the ends of the window).
+  uint64_t measure_from_ns = 0;
+  uint64_t measure_until_ns = 0;
+  bool windowed() const noexcept { return measure_until_ns != 0; }
+  // The hosts it runs on: [first_host, first_host + host_count) (0: to the
+  // last host); host indices in src/dst/receiver are within this range.
+  uint32_t first_host = 0;
+  uint32_t host_count = 0;
+  uint64_t start_ns = 0;  // added to every flow's start
+  uint32_t group = 0;     // all_to_all: pairs only within consecutive groups of this many hosts (0: all)
 };
 
 struct FailureSpec {
@@ -94,7 +107,11 @@ struct Scenario {
   uint64_t stop_ns = 1'000'000'000;  // give up after this much simulated time
   uint64_t failover_ns = 0;          // 0: switches never route around a failed link
   TopologySpec topology;
-  WorkloadSpec workload;
+  WorkloadSpec workload;                     // the first (or only) workload; its window is the run's
+  std::vector<WorkloadSpec> more_workloads;  // `workloads:` beyond the first (same op), each its own group
+  // The `dpu:` section as YAML text, for the DPU model (sim/, tandem-sim);
+  // rnic/sim runs such a scenario only with a connection gate.
+  std::string dpu_yaml;
   std::vector<FailureSpec> failures;
   std::vector<HostJitterSpec> hosts;  // host jitter (`hosts:`), per host or for all
   std::map<std::string, std::string> transport;  // options shared by every policy

@@ -53,6 +53,7 @@ void SimHost::finish_memory(uint32_t qps) {
   qpn_base_ = cfg.qpn_base;
   rx_high_psn_.assign(cfg.max_qps, 0);
   rx_seen_.assign(cfg.max_qps, 0);
+  first_rx_.assign(cfg.max_qps, 0);
   cfg.max_cqs = 1;
   cfg.max_mrs = 4;
   cfg.tx_queue_capacity = pow2_at_least(opt_.tx_queue_capacity);
@@ -197,6 +198,10 @@ void SimHost::start_conn(Conn& c, uint64_t now) {
     deferred_starts_.push_back(&c);
     return;
   }
+  if (c.dynamic_mem && c.next_post == 0) {
+    c.send_off = take_slots(c.outstanding * c.slot_bytes);
+    c.recv_off = hosts_[c.dst]->take_slots(c.outstanding * c.slot_bytes);
+  }
   while (c.next_post < c.sizes.size() && c.next_post - c.completed < c.outstanding) post_message(c, now);
   service(now);
 }
@@ -265,6 +270,7 @@ void SimHost::reap(uint64_t now) {
       const bool recv = (wc[i].wr_id & kRecvBit) != 0;
       Conn& c = conns_[static_cast<uint32_t>((wc[i].wr_id & ~kRecvBit) >> 32)];
       const auto j = static_cast<uint32_t>(wc[i].wr_id);
+      if (!recv && c.measured) ++totals_.measured_completed;
       if (wc[i].status != IBV_WC_SUCCESS) {
         // Flushed or failed work requests never count as completed.
         ++totals_.errors;
@@ -284,7 +290,7 @@ void SimHost::reap(uint64_t now) {
           ++totals_.mismatches;
         }
         if (c.next_recv < c.sizes.size()) post_recv(c);
-        if (c.verified == c.sizes.size()) release_slots(c.recv_off, c.outstanding * c.slot_bytes);
+        if (c.verified == c.sizes.size()) release_slots(c, c.recv_off, c.outstanding * c.slot_bytes);
         continue;
       }
       // Sender completion: the message is done.
@@ -292,7 +298,7 @@ void SimHost::reap(uint64_t now) {
       ++totals_.completed;
       totals_.bytes += c.sizes[j];
       totals_.fct_ns.push_back(now - c.post_ns[j]);
-      if (totals_.keep_done) totals_.done.push_back(MessageDone{c.index, j, now - c.post_ns[j]});
+      if (totals_.keep_done && c.measured) totals_.done.push_back(MessageDone{c.index, j, now - c.post_ns[j]});
       totals_.last_completion_ns = std::max(totals_.last_completion_ns, now);
       if (!opt_.send_op) {
         // RDMA WRITE: a completion means the data is placed at the responder;
@@ -310,11 +316,11 @@ void SimHost::reap(uint64_t now) {
           ++totals_.mismatches;
         }
         if (c.completed == c.sizes.size()) {  // both ends' slots are done with
-          release_slots(c.send_off, c.outstanding * c.slot_bytes);
-          peer.release_slots(c.recv_off, c.outstanding * c.slot_bytes);
+          release_slots(c, c.send_off, c.outstanding * c.slot_bytes);
+          peer.release_slots(c, c.recv_off, c.outstanding * c.slot_bytes);
         }
       } else if (c.completed == c.sizes.size()) {
-        release_slots(c.send_off, c.outstanding * c.slot_bytes);
+        release_slots(c, c.send_off, c.outstanding * c.slot_bytes);
       }
       while (c.next_post < c.sizes.size() && c.next_post - c.completed < c.outstanding) post_message(c, now);
     }
@@ -378,6 +384,10 @@ void SimHost::receive(uint32_t frame, uint64_t now) {
     ++nic_.rx_parse_drops;
   } else {
     if (!f.retransmit) note_arrival_order(pkt);
+    if (pkt.payload_len != 0 && (common::opcode_info(pkt.bth.opcode).flags & common::kOpRequest)) {
+      const uint32_t q = pkt.bth.dqpn - qpn_base_;
+      if (q < first_rx_.size() && first_rx_[q] == 0) first_rx_[q] = now;
+    }
     if (!rx_int_.empty()) {
       // INT: a data frame's records wait for the ACK that answers it; an
       // ACK's echo goes to its QP's policy before the ACK itself.
@@ -446,7 +456,7 @@ const std::vector<uint16_t>& SimHost::spray_set(uint32_t peer_host) {
 }
 
 void SimHost::kick_nic(uint64_t now) {
-  if (!fabric_.host_port_idle(index_)) return;
+  if (!fabric_.host_port_idle(index_, now)) return;
   TxQueue& tx = transport_->tx();
   // A stalled loop queues nothing new; what it queued before still goes.
   if (tx.empty() && stalled_) return;
@@ -480,7 +490,7 @@ void SimHost::kick_nic(uint64_t now) {
   addrs.dst_ip = d.peer;
   const uint32_t id = frames_.alloc();
   Frame& f = frames_[id];
-  f.len = static_cast<uint32_t>(build_frame(d, addrs, f.data, kFrameCap));
+  f.len = static_cast<uint32_t>(build_frame(d, addrs, f.data, f.cap));
   f.clear_meta();
   f.retransmit = d.retransmit;
   if (!rx_int_.empty()) {

@@ -66,11 +66,13 @@ struct Conn {
   uint32_t dst_qpn = 0;
   uint32_t qp_in_flow = 0;  // which of the flow's qps_per_flow connections
   uint64_t start_ns = 0;
+  bool measured = true;     // starts inside the workload's measurement window
   std::vector<uint64_t> sizes;
   uint32_t outstanding = 1;
   uint64_t slot_bytes = 0;
   uint64_t send_off = 0;  // offset of slot 0 in the sender's arena
   uint64_t recv_off = 0;  // ... in the receiver's arena
+  bool dynamic_mem = false;  // open loop: both ends' slots are taken at start and given back when done
   uint32_t next_post = 0;
   uint32_t next_recv = 0;  // SEND: RECVs posted
   uint32_t completed = 0;
@@ -88,6 +90,8 @@ struct MessageDone {
 struct WorkloadTotals {
   uint64_t messages = 0;
   uint64_t completed = 0;
+  uint64_t measured = 0;            // messages of measured connections
+  uint64_t measured_completed = 0;  // ... completed (with success or not)
   uint64_t errors = 0;
   uint64_t mismatches = 0;
   uint64_t verified = 0;
@@ -138,11 +142,27 @@ class SimHost {
   void on_app(uint64_t now);                         // the late application wakes up
 
   const Transport& transport() const noexcept { return *transport_; }
+  // When the first data for local QP `qpn` arrived (0: none yet).
+  uint64_t first_rx_ns(uint32_t qpn) const noexcept {
+    const uint32_t q = qpn - qpn_base_;
+    return q < first_rx_.size() ? first_rx_[q] : 0;
+  }
   const NicCounters& nic() const noexcept { return nic_; }
   uint64_t arena_addr() const noexcept { return mr_.addr; }
   uint8_t* arena() noexcept { return arena_.get(); }
-  // A connection is finished at this end: its slots' pages go back.
-  void release_slots(uint64_t off, uint64_t len) noexcept { arena_.release(off, len); }
+  // A connection is finished at this end: its slots go back (to this host's
+  // slot allocator for open-loop connections, else their pages to the kernel).
+  void release_slots(const Conn& c, uint64_t off, uint64_t len) {
+    if (c.dynamic_mem) {
+      // Small blocks stay warm for the next flow; large ones (rare, but most
+      // of the bytes) go back, or the resident set would be every class's peak.
+      if (Slots::block(len) >= Slots::kHuge) arena_.release(off, Slots::block(len));
+      slots_.free(off, len);
+    } else {
+      arena_.release(off, len);
+    }
+  }
+  uint64_t take_slots(uint64_t len) { return slots_.alloc(len); }
 
  private:
   void service(uint64_t now);
@@ -166,6 +186,7 @@ class SimHost {
   WorkloadTotals& totals_;
   std::unique_ptr<Transport> transport_;
   Arena arena_;
+  Slots slots_;  // open-loop connections' slots
   uint64_t arena_size_ = 0;
   MemoryRegion mr_;
   uint32_t cq_ = 0;
@@ -178,7 +199,6 @@ class SimHost {
   std::vector<uint8_t> rx_seen_;
   Rng jitter_rng_;
   uint32_t qpn_base_ = 0;
-  bool in_service_ = false;
   // Host jitter (host_jitter.h).
   HostJitterSpec jit_;
   StallClock stall_clock_;
@@ -188,6 +208,7 @@ class SimHost {
   std::vector<Conn*> deferred_starts_;  // workload starts that fell into a stall
   std::vector<Completion> cqes_;        // completions polled, not yet handled by the application
   std::vector<IntEcho> rx_int_;         // per local QP: the INT its latest data frame collected
+  std::vector<uint64_t> first_rx_;      // per local QP: when its first data arrived
 };
 
 }  // namespace tandem::rnic::sim

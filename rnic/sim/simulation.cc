@@ -19,6 +19,9 @@ constexpr uint64_t kStreamPsn = 2;
 constexpr uint64_t kStreamFabric = 3;
 
 constexpr uint64_t kMaxArenaBytes = 8ull << 30;
+// A frame's bytes beyond its payload: L2-L4, BTH, RETH or AETH+SACK, XETH,
+// padding, ICRC (and an 802.1Q tag).
+constexpr uint32_t kFrameHeadroom = 192;
 // Open-loop flows each have their own slots, given back when done: the
 // address space is large, the resident set what is in flight.
 constexpr uint64_t kMaxPoissonArenaBytes = 1ull << 40;
@@ -75,11 +78,12 @@ double percentile(std::vector<uint64_t> v, double q) {
 
 }  // namespace
 
-Simulation::Simulation(const Scenario& scenario, const PolicySpec& policy, uint64_t seed)
+Simulation::Simulation(const Scenario& scenario, const PolicySpec& policy, uint64_t seed, const GateFactory& gate)
     : scenario_(scenario),
       policy_(policy),
       seed_(seed),
       opt_(parse_host_options(scenario, policy)),
+      frames_(opt_.mtu + kFrameHeadroom),
       fabric_(events_, frames_, derive_seed(seed, kStreamFabric)) {
   build_topology(fabric_, scenario.topology);
   for (const FailureSpec& f : scenario.failures) {
@@ -91,25 +95,37 @@ Simulation::Simulation(const Scenario& scenario, const PolicySpec& policy, uint6
   if (opt_.cc_window_bytes == 0) opt_.cc_window_bytes = max_base_bdp_bytes(fabric_, opt_.mtu, host_gbps);
   totals_.keep_done = scenario.slowdown_step_pct != 0;
   Rng wl_rng(derive_seed(seed, kStreamWorkload));
-  const std::vector<Flow> flows = make_flows(scenario.workload, n_hosts, wl_rng, host_gbps);
-
-  // Each flow's messages go round-robin over qps_per_flow connections.
-  for (const Flow& f : flows) {
-    const uint32_t q = std::min<uint32_t>(opt_.qps_per_flow, static_cast<uint32_t>(f.sizes.size()));
-    for (uint32_t k = 0; k < q; ++k) {
-      Conn c;
-      c.index = static_cast<uint32_t>(conns_.size());
-      c.src = f.src;
-      c.dst = f.dst;
-      c.start_ns = f.start_ns;
-      c.qp_in_flow = k;
-      for (std::size_t m = k; m < f.sizes.size(); m += q) c.sizes.push_back(f.sizes[m]);
-      c.outstanding = std::max<uint32_t>(1, scenario.workload.outstanding / q);
-      c.outstanding = std::min<uint32_t>(c.outstanding, static_cast<uint32_t>(c.sizes.size()));
-      c.slot_bytes = (*std::max_element(c.sizes.begin(), c.sizes.end()) + 63) & ~63ull;
-      c.post_ns.assign(c.sizes.size(), 0);
-      totals_.messages += c.sizes.size();
-      conns_.push_back(std::move(c));
+  std::vector<const WorkloadSpec*> workloads{&scenario.workload};
+  for (const WorkloadSpec& w : scenario.more_workloads) workloads.push_back(&w);
+  for (uint32_t g = 0; g < workloads.size(); ++g) {
+    const WorkloadSpec& w = *workloads[g];
+    const std::vector<Flow> flows = make_flows(w, n_hosts, wl_rng, host_gbps);
+    groups_.push_back(ConnGroup{w.first_host, w.host_count ? w.host_count : n_hosts - w.first_host, w.start_ns});
+    // Each flow's messages go round-robin over qps_per_flow connections.
+    for (const Flow& f : flows) {
+      const uint32_t q = std::min<uint32_t>(opt_.qps_per_flow, static_cast<uint32_t>(f.sizes.size()));
+      for (uint32_t k = 0; k < q; ++k) {
+        Conn c;
+        c.index = static_cast<uint32_t>(conns_.size());
+        c.src = f.src;
+        c.dst = f.dst;
+        c.start_ns = f.start_ns;
+        // The first workload's window is the run's; the others are background then.
+        const WorkloadSpec& primary = scenario.workload;
+        c.measured = !primary.windowed() ||
+                     (g == 0 && f.start_ns >= primary.measure_from_ns && f.start_ns < primary.measure_until_ns);
+        c.qp_in_flow = k;
+        for (std::size_t m = k; m < f.sizes.size(); m += q) c.sizes.push_back(f.sizes[m]);
+        c.outstanding = std::max<uint32_t>(1, w.outstanding / q);
+        c.outstanding = std::min<uint32_t>(c.outstanding, static_cast<uint32_t>(c.sizes.size()));
+        c.slot_bytes = (*std::max_element(c.sizes.begin(), c.sizes.end()) + 63) & ~63ull;
+        c.post_ns.assign(c.sizes.size(), 0);
+        c.dynamic_mem = w.kind == WorkloadSpec::Kind::kPoisson && !opt_.send_op;
+        totals_.messages += c.sizes.size();
+        if (c.measured) totals_.measured += c.sizes.size();
+        conns_.push_back(std::move(c));
+        conn_group_.push_back(g);
+      }
     }
   }
 
@@ -117,16 +133,22 @@ Simulation::Simulation(const Scenario& scenario, const PolicySpec& policy, uint6
   std::vector<uint64_t> arena(n_hosts, 0);
   std::vector<uint32_t> qps(n_hosts, 0);
   uint64_t total = 0;
+  bool open_loop = false;
   for (Conn& c : conns_) {
+    // Open loop (not SEND: its receives are posted up front): slots taken
+    // when the flow starts and reused after it; the arena must hold them all
+    // in the worst case, but only what is in flight is ever touched.
+    open_loop = open_loop || c.dynamic_mem;
+    const uint64_t bytes = c.outstanding * c.slot_bytes;
+    const uint64_t need = c.dynamic_mem ? Slots::reserve(bytes) : bytes;
     c.send_off = arena[c.src];
-    arena[c.src] += c.outstanding * c.slot_bytes;
+    arena[c.src] += need;
     c.recv_off = arena[c.dst];
-    arena[c.dst] += c.outstanding * c.slot_bytes;
-    total += 2 * c.outstanding * c.slot_bytes;
+    arena[c.dst] += need;
+    total += 2 * need;
     ++qps[c.src];
     ++qps[c.dst];
   }
-  const bool open_loop = scenario.workload.kind == WorkloadSpec::Kind::kPoisson;
   if (total > (open_loop ? kMaxPoissonArenaBytes : kMaxArenaBytes)) {
     throw ScenarioError("workload needs " + std::to_string(total >> 20) + " MiB of registered memory (limit " +
                         (open_loop ? "1 TiB of address space" : "8 GiB") +
@@ -172,6 +194,25 @@ Simulation::Simulation(const Scenario& scenario, const PolicySpec& policy, uint6
     events_.push(f.at_ns, EventKind::kLinkState, static_cast<uint32_t>(fabric_.find_link(f.link)),
                  (f.up ? 1 : 0) | (scenario.failover_ns << 1));
   }
+  if (!scenario.dpu_yaml.empty()) {
+    if (!gate) {
+      throw ScenarioError("scenario " + scenario.name +
+                          " has a dpu: section: it needs the DPU model (run it with tandem-sim, which has it)");
+    }
+    gate_ = gate(*this);
+  } else if (gate) {
+    gate_ = gate(*this);
+  }
+}
+
+void Simulation::release(uint32_t conn, uint64_t now) {
+  Conn& c = conns_[conn];
+  hosts_[c.src]->start_conn(c, now);
+}
+
+uint64_t Simulation::first_byte_ns(uint32_t conn) const noexcept {
+  const Conn& c = conns_[conn];
+  return hosts_[c.dst]->first_rx_ns(c.dst_qpn);
 }
 
 Simulation::~Simulation() = default;
@@ -183,9 +224,12 @@ void Simulation::dispatch(const Event& e) {
       break;
     case EventKind::kHostPost: {
       Conn& c = conns_[e.a];
-      hosts_[c.src]->start_conn(c, e.time);
+      if (!gate_ || gate_->admit(c, e.time)) hosts_[c.src]->start_conn(c, e.time);
       break;
     }
+    case EventKind::kDpu:
+      if (gate_) gate_->on_event(e);
+      break;
     case EventKind::kHostDelayedTx:
       hosts_[e.a]->send_delayed(static_cast<uint32_t>(e.b), e.time);
       break;
@@ -205,6 +249,8 @@ void Simulation::dispatch(const Event& e) {
 }
 
 bool Simulation::all_done() const noexcept {
+  // A measurement window: done once its messages are (the rest is background).
+  if (scenario_.workload.windowed()) return totals_.measured_completed >= totals_.measured;
   const uint64_t settled = totals_.completed + totals_.errors;
   if (settled < totals_.messages) return false;
   // SEND: the receivers must have checked every message too.
@@ -310,13 +356,15 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
   r.policy = policy_.name;
   r.seed = seed_;
   r.stop_reason = stop_reason;
-  r.messages = totals_.messages;
+  r.messages = scenario_.workload.windowed() ? totals_.measured : totals_.messages;
   r.completed = totals_.completed;
   r.error_completions = totals_.errors;
   r.bytes = totals_.bytes;
   r.data_mismatches = totals_.mismatches;
-  r.data_ok = totals_.completed == totals_.messages && totals_.errors == 0 && totals_.mismatches == 0 &&
-              totals_.verified == totals_.messages;
+  r.data_ok = totals_.errors == 0 && totals_.mismatches == 0 &&
+              (scenario_.workload.windowed()
+                   ? totals_.measured_completed == totals_.measured && totals_.verified == totals_.completed
+                   : totals_.completed == totals_.messages && totals_.verified == totals_.messages);
   if (!totals_.fct_ns.empty()) {
     long double sum = 0;
     for (uint64_t v : totals_.fct_ns) sum += v;
@@ -333,6 +381,20 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
   r.events = events_run_;
   for (unsigned k = 0; k < 16; ++k) r.events_by_kind.push_back(events_by_kind_[k]);
   if (scenario_.slowdown_step_pct != 0) r.slowdown = slowdown_buckets();
+  // Time to first byte: from when a connection was to start to its first
+  // data at the responder (a gate's wait included).
+  std::vector<uint64_t> ttfb;
+  for (const Conn& c : conns_) {
+    const uint64_t at = hosts_[c.dst]->first_rx_ns(c.dst_qpn);
+    if (at != 0 && c.measured) ttfb.push_back(at - c.start_ns);
+  }
+  r.ttfb_conns = ttfb.size();
+  if (!ttfb.empty()) {
+    r.ttfb_us_p50 = percentile(ttfb, 0.5) / 1000.0;
+    r.ttfb_us_p99 = percentile(ttfb, 0.99) / 1000.0;
+    r.ttfb_us_max = percentile(ttfb, 1.0) / 1000.0;
+  }
+  if (gate_) r.gate_json = gate_->report_json();
   for (const auto& h : hosts_) {
     const NicCounters& n = h->nic();
     r.data_pkts += n.data_pkts;
@@ -445,10 +507,10 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
   return r;
 }
 
-std::vector<RunResult> run_scenario(const Scenario& scenario, uint64_t seed) {
+std::vector<RunResult> run_scenario(const Scenario& scenario, uint64_t seed, const GateFactory& gate) {
   std::vector<RunResult> out;
   for (const PolicySpec& p : scenario.policies) {
-    Simulation sim(scenario, p, seed);
+    Simulation sim(scenario, p, seed, gate);
     out.push_back(sim.run());
   }
   return out;

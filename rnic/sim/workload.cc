@@ -127,7 +127,22 @@ static std::vector<Flow> make_poisson_flows(const WorkloadSpec& w, uint32_t host
   return flows;
 }
 
-std::vector<Flow> make_flows(const WorkloadSpec& w, uint32_t hosts, Rng& rng, double host_gbps) {
+static std::vector<Flow> make_flows_in_range(const WorkloadSpec& w, uint32_t hosts, Rng& rng, double host_gbps);
+
+std::vector<Flow> make_flows(const WorkloadSpec& w, uint32_t all_hosts, Rng& rng, double host_gbps) {
+  if (w.first_host >= all_hosts) throw ScenarioError("workload: first_host beyond the topology's hosts");
+  const uint32_t hosts = w.host_count ? w.host_count : all_hosts - w.first_host;
+  if (uint64_t{w.first_host} + hosts > all_hosts) throw ScenarioError("workload: host range beyond the topology");
+  std::vector<Flow> flows = make_flows_in_range(w, hosts, rng, host_gbps);
+  for (Flow& f : flows) {
+    f.src += w.first_host;
+    f.dst += w.first_host;
+    f.start_ns += w.start_ns;
+  }
+  return flows;
+}
+
+static std::vector<Flow> make_flows_in_range(const WorkloadSpec& w, uint32_t hosts, Rng& rng, double host_gbps) {
   if (w.kind == WorkloadSpec::Kind::kPoisson) return make_poisson_flows(w, hosts, host_gbps, rng);
   std::vector<std::pair<uint32_t, uint32_t>> pairs;
   auto need = [&](bool ok, const std::string& what) {
@@ -165,14 +180,21 @@ std::vector<Flow> make_flows(const WorkloadSpec& w, uint32_t hosts, Rng& rng, do
     }
     case WorkloadSpec::Kind::kPoisson:
       break;
-    case WorkloadSpec::Kind::kAllToAll:
+    case WorkloadSpec::Kind::kRing:
+      need(hosts >= 2, "ring needs at least 2 hosts");
+      for (uint32_t a = 0; a < hosts; ++a) pairs.emplace_back(a, (a + 1) % hosts);
+      break;
+    case WorkloadSpec::Kind::kAllToAll: {
       need(hosts >= 2, "all_to_all needs at least 2 hosts");
+      const uint32_t g = w.group ? w.group : hosts;
+      need(g >= 2, "all_to_all group must be at least 2");
       for (uint32_t a = 0; a < hosts; ++a) {
-        for (uint32_t b = 0; b < hosts; ++b) {
+        for (uint32_t b = a - a % g; b < std::min(hosts, a - a % g + g); ++b) {
           if (a != b) pairs.emplace_back(a, b);
         }
       }
       break;
+    }
   }
   std::vector<Flow> flows;
   for (auto [s, d] : pairs) {

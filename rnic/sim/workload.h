@@ -23,9 +23,9 @@ uint64_t sample_size(const SizeDist& d, Rng& rng) noexcept;
 // The distribution's mean (a CDF's by the trapezoid rule, unclamped).
 double mean_size(const SizeDist& d) noexcept;
 
-// The flows of a workload on `hosts` hosts (throws ScenarioError if the
-// workload does not fit the topology). `host_gbps`: the hosts' link rate
-// (poisson's load is a fraction of it).
+// The flows of a workload on a topology of `hosts` hosts, within the
+// workload's host range (throws ScenarioError if it does not fit).
+// `host_gbps`: the hosts' link rate (poisson's load is a fraction of it).
 std::vector<Flow> make_flows(const WorkloadSpec& w, uint32_t hosts, Rng& rng, double host_gbps = 100);
 
 // The byte at `offset` of message `msg` sent by host `src`: a mix of all

@@ -53,7 +53,7 @@ struct Harness {
     std::vector<uint8_t> body(payload, 0xAB);
     uint32_t id = frames.alloc();
     Frame& f = frames[id];
-    f.len = static_cast<uint32_t>(wire::build_roce(p, body, f.data, kFrameCap));
+    f.len = static_cast<uint32_t>(wire::build_roce(p, body, f.data, f.cap));
     REQUIRE(f.len > 0);
     fabric.send_from_host(src, id, now);
   }
