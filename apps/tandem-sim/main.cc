@@ -4,7 +4,7 @@
 
 #include <iostream>
 
-#include "rnic/sim/run.h"
+#include "sim/run.h"
 
 int main(int argc, char** argv) {
   using namespace tandem::rnic::sim;
@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("list")) return list_scenarios(std::cout);
     if (*seed_opt) opt.seed = seed;
-    return run(opt, std::cout, std::cerr);
+    return tandem::sim::run(opt, std::cout, std::cerr);
   } catch (const std::exception& e) {
     std::cerr << "tandem-sim: " << e.what() << "\n";
     return 2;
