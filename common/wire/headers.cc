@@ -65,7 +65,7 @@ std::size_t write_bth(uint8_t* p, const Bth& h) noexcept {
   store_be16(p + 2, h.pkey);
   p[4] = static_cast<uint8_t>((h.fecn ? 0x80 : 0) | (h.becn ? 0x40 : 0));
   store_be24(p + 5, h.dqpn);
-  p[8] = h.ack_req ? 0x80 : 0;
+  p[8] = static_cast<uint8_t>((h.ack_req ? 0x80 : 0) | (h.resv7 & 0x7F));
   store_be24(p + 9, h.psn);
   return kBthLen;
 }

@@ -81,6 +81,7 @@ struct Bth {
   bool becn = false;
   uint32_t dqpn = 0;  // 24 bits
   bool ack_req = false;
+  uint8_t resv7 = 0;  // the 7 reserved bits after AckReq (0 in standard RoCE; rnic/core/irn_wire.h)
   uint32_t psn = 0;  // 24 bits
 };
 
@@ -176,6 +177,7 @@ inline void read_bth_into(const uint8_t* p, Bth& h) noexcept {
   h.becn = (p[4] & 0x40) != 0;
   h.dqpn = load_be24(p + 5);
   h.ack_req = (p[8] & 0x80) != 0;
+  h.resv7 = p[8] & 0x7F;
   h.psn = load_be24(p + 9);
 }
 

@@ -135,6 +135,7 @@ Json decode_frame(std::span<const uint8_t> frame, std::size_t index, const Decod
   j["dqpn"] = bth.dqpn;
   j["psn"] = bth.psn;
   j["ack_req"] = bth.ack_req;
+  if (bth.resv7) j["resv7"] = bth.resv7;  // Tandem's IRN path feedback (rnic/core/irn_wire.h)
   j["se"] = bth.se;
   j["pkey"] = bth.pkey;
   j["fecn"] = bth.fecn;

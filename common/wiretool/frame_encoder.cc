@@ -18,7 +18,7 @@ namespace tandem::common {
 namespace {
 
 const std::set<std::string_view> kPacketKeys = {
-    "opcode", "src", "dst", "sport", "dport", "dqpn", "psn", "ack_req", "se", "mig", "pkey",
+    "opcode", "src", "dst", "sport", "dport", "dqpn", "psn", "ack_req", "resv7", "se", "mig", "pkey",
     "fecn", "becn", "reth", "aeth", "imm", "atomic", "atomic_ack", "payload_hex", "payload_len",
     "src_mac", "dst_mac", "vlan", "vlan_pcp", "tos", "ttl", "ip_id", "bad_icrc", "icrc",
     "truncate", "outer",
@@ -191,6 +191,7 @@ std::vector<uint8_t> encode_frame(const Json& spec) {
   if (spec.contains("psn")) bth.psn = static_cast<uint32_t>(get_uint(spec["psn"], "psn", 0xFFFFFF));
   if (spec.contains("pkey")) bth.pkey = static_cast<uint16_t>(get_uint(spec["pkey"], "pkey", 0xFFFF));
   if (spec.contains("ack_req")) bth.ack_req = get_bool(spec["ack_req"], "ack_req");
+  if (spec.contains("resv7")) bth.resv7 = static_cast<uint8_t>(get_uint(spec["resv7"], "resv7", 0x7F));
   if (spec.contains("se")) bth.se = get_bool(spec["se"], "se");
   if (spec.contains("mig")) bth.mig = get_bool(spec["mig"], "mig");
   if (spec.contains("fecn")) bth.fecn = get_bool(spec["fecn"], "fecn");

@@ -40,7 +40,7 @@ inline std::size_t write_transport_headers(const TxDesc& d, uint8_t* out) noexce
   common::store_be32(out, uint32_t{b.opcode} << 24 | b1 << 16 | b.pkey);
   common::store_be32(out + 4, (b.fecn ? 0x80000000u : 0u) | (b.becn ? 0x40000000u : 0u) |
                                   (b.dqpn & 0xFFFFFFu));
-  common::store_be32(out + 8, (b.ack_req ? 0x80000000u : 0u) | (b.psn & 0xFFFFFFu));
+  common::store_be32(out + 8, (b.ack_req ? 0x80000000u : 0u) | uint32_t{b.resv7 & 0x7Fu} << 24 | (b.psn & 0xFFFFFFu));
   uint8_t* p = out + common::kBthLen;
   const uint32_t f = common::opcode_info(b.opcode).flags;
   if (f & common::kOpDeth) {  // common::write_deth's bytes

@@ -37,6 +37,36 @@
 // in a chunk is presumed lost by the requester only if a packet it sent later
 // is marked arrived (a RACK-like rule that keeps retransmissions from being
 // retransmitted again while still in flight).
+//
+// Path feedback (IRN mode only), in the BTH's 7 reserved bits after AckReq
+// (common::Bth::resv7; 0 in standard RoCE, so a GoBackN QP sends and reads
+// none; the ICRC covers them). Each end sprays over its own path set, whose
+// source ports the other end cannot map to indices; so:
+//
+//   responses (ACK, SACK, NAK, READ response), responder -> requester:
+//     bits 0-4   the index of the path this response was sent on (in the
+//                responder's path set; 0 without one; paths 32-63 of a set
+//                get no feedback and send 0x1F with color 1: "none")
+//     bit 5      the path's color: flipped by the responder each time an
+//                echo of the current color comes back, so an echo can be
+//                matched to the responses sent since the last one (a late
+//                echo of an older arrival is not taken for a newer one)
+//     bit 6      kRespDup: a request that had already arrived arrived again
+//                since the last response (the requester's earlier copy was
+//                not lost: the response to it was)
+//   requests (SEND, WRITE, READ request), requester -> responder:
+//     bit 6      kReqEcho: bits 0-5 are valid
+//     bits 0-5   the index and color of a path a response arrived on with
+//                that color since that was last echoed: the requester keeps
+//                the set of such (path, color) pairs and each request
+//                carries one, in turn (a request with none waiting carries
+//                0). The responder learns which of its ACK
+//                paths deliver: a dead one goes unanswered, as a dead data
+//                path does for the requester. An echo only ever says
+//                responses arrived; one lost with its request is a miss.
+//
+// Atomics (if they come) must keep RC_ATOMIC_ACKNOWLEDGE's SACK meaning apart
+// from this: the path bits are in the BTH, not the AtomicAckETH.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +78,23 @@ namespace tandem::rnic {
 inline constexpr uint8_t kXethMagic = 0xE1;
 inline constexpr uint32_t kXethLen = 24;
 inline constexpr uint32_t kSackBits = 40;
+inline constexpr uint8_t kPathBitsMask = 0x1F;  // resv7: a path index
+inline constexpr uint32_t kEchoPaths = 32;      // paths 0-31 of a set get path feedback
+inline constexpr uint8_t kNoEchoPath = 0x3F;    // index 31 with color 1 on a path >= 32: none
+inline constexpr uint8_t kPathColor = 0x20;     // resv7: the path's color
+inline constexpr uint8_t kRespDup = 0x40;       // resv7 of a response: a duplicate request arrived
+inline constexpr uint8_t kReqEcho = 0x40;       // resv7 of a request: bits 0-5 echo a response's path
+
+// resv7 of a response sent on path `path` with its color (dup: a duplicate
+// request arrived).
+constexpr uint8_t resp_path_bits(uint32_t path, bool color, bool dup) noexcept {
+  return static_cast<uint8_t>((path < kEchoPaths ? path | (color ? kPathColor : 0) : kNoEchoPath) |
+                              (dup ? kRespDup : 0));
+}
+// resv7 of a request echoing path `path` of the responder and its `color`.
+constexpr uint8_t req_echo_bits(uint32_t path, bool color) noexcept {
+  return static_cast<uint8_t>(kReqEcho | (path & kPathBitsMask) | (color ? kPathColor : 0));
+}
 
 struct Xeth {
   uint32_t recv_idx = 0;  // 24 bits

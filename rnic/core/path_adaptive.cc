@@ -10,6 +10,8 @@ void PathAdaptive::reset(const PathPolicyParams& p) noexcept {
   bad_.fill(0);
   current_.fill(0);
   now_ = 0;
+  retry_next_ = 0;
+  last_pick_ = 0;
 }
 
 double PathAdaptive::weight(uint32_t i) const noexcept {
@@ -42,7 +44,27 @@ uint16_t PathAdaptive::choose(uint32_t psn, bool retransmit, uint64_t now) noexc
     current_[pick] -= total;
   }
   set_.health().on_sent(pick, now, psn);
+  last_pick_ = pick;
   return set_.port(pick);
+}
+
+uint16_t PathAdaptive::send_retry(uint32_t psn, uint32_t avoid, bool answering_only, uint64_t now) noexcept {
+  if (now > now_) now_ = now;
+  PathHealth& h = set_.health();
+  h.tick(now, false);  // silences; a resend probes nothing
+  const uint32_t pick = h.pick_retry(retry_next_, avoid, answering_only, now);
+  retry_next_ = pick + 1;
+  h.on_sent(pick, now, psn);
+  last_pick_ = pick;
+  return set_.port(pick);
+}
+
+uint16_t PathAdaptive::choose_retransmit(uint32_t psn, uint16_t lost_sport, uint32_t attempt, uint64_t now) noexcept {
+  return send_retry(psn, set_.index_of(lost_sport), attempt <= PathHealth::kAnsweringTries, now);
+}
+
+uint16_t PathAdaptive::choose_response(uint32_t psn, bool retry, uint64_t now) noexcept {
+  return retry ? send_retry(psn, kMaxPaths, true, now) : choose(psn, false, now);
 }
 
 void PathAdaptive::on_ack(uint16_t sport, uint64_t rtt_ns, uint64_t now) noexcept {
@@ -60,6 +82,19 @@ void PathAdaptive::on_loss(uint16_t sport, uint64_t sent_at, uint64_t now) noexc
   if (i >= kMaxPaths) return;
   bad_[i] += 1.0;  // late or lost, the path is worse than the others: weigh it less
   set_.health().on_loss(i, sent_at, now_);
+}
+
+void PathAdaptive::on_timeout(uint16_t sport, uint64_t sent_at, uint64_t now) noexcept {
+  if (now > now_) now_ = now;
+  const uint32_t i = set_.index_of(sport);
+  if (i >= kMaxPaths) return;
+  bad_[i] += 1.0;
+  set_.health().on_loss(i, sent_at, now_, true);
+}
+
+void PathAdaptive::on_echo(uint32_t i, bool color, uint64_t now) noexcept {
+  if (now > now_) now_ = now;
+  set_.health().on_echo(i, color, now_);
 }
 
 void PathAdaptive::on_duplicate(uint32_t psn, uint64_t now) noexcept {

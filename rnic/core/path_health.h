@@ -7,6 +7,11 @@
 // acknowledged. While out, one packet is sent on it every probe interval, and
 // the acknowledgement of a packet sent after it went out brings it back.
 //
+// While a path is out, the probe interval doubles with every probe that
+// brings it no answer (up to kMaxProbeShift): with one packet in flight a
+// probe that dies costs a whole timeout, and latency-bound traffic would
+// otherwise pay it every few operations for as long as the path stays dead.
+//
 // Both rules judge a path only against evidence from that path: with
 // spraying, a packet on a slow path is routinely overtaken, and a sender
 // cannot tell late from lost by order alone. A path is FIFO, so a loss counts
@@ -41,8 +46,20 @@
 // unanswered: that is loss evidence, not a path that stopped. A dead path
 // loses every packet and is out an RTT spread after its third.
 //
-// A pure responder gets no acknowledgements for its ACK paths. Its evidence
-// is the requester resending a request the responder had already
+// A timeout is evidence against the path the timed-out packet was sent on
+// (on_timeout: a packet out a whole RTO is not merely overtaken), counted as
+// a confirmed loss; an answer that shows the packet did arrive (on_ack for
+// that path, e.g. the responder saying the resend was a duplicate) ends the
+// run again. A resent packet goes where the answers come from: answering()
+// says which paths have answered everything they were sent lately, and
+// pick_retry() walks those (then every live path) in turn, never the path
+// that lost the packet.
+//
+// A responder learns about its ACK paths from the requester's echo
+// (irn_wire.h: each request names the path the latest response reached it
+// on): on_echo is the ACK path's answer, so a dead ACK path goes silent and
+// out by the same rules as a dead data path. Without echoes (go-back-N) the
+// evidence is the requester resending a request the responder had already
 // acknowledged (on_duplicate): if every ACK that carried the news went on one
 // path, long enough ago, that path lost it; kLossesToRemove such losses in a
 // row on one path take it out for a hold time that doubles while it keeps
@@ -95,6 +112,12 @@ class PathHealth {
   // No ACK on any path for this long: a stall of the peer (or the fabric),
   // not of one path; the quiet time does not count against any path.
   static constexpr uint64_t kAllQuietNs = 50'000;
+  // A path that is out: the probe interval doubles per unanswered probe up
+  // to 2^kMaxProbeShift times (a heal is still found within ~0.1-0.3 s).
+  static constexpr uint32_t kMaxProbeShift = 7;
+  // A PSN resent more often than this in a row goes on every live path in
+  // turn, not only on those that answer lately (pick_retry).
+  static constexpr uint32_t kAnsweringTries = 2;
 
   void reset(uint32_t n) noexcept {
     n_ = std::clamp<uint32_t>(n, 1, kMaxPaths);
@@ -103,6 +126,7 @@ class PathHealth {
     blame_run_ = 0;
     last_any_ack_ = 0;
     stall_end_ = 0;
+    echoes_ok_ = 0;
   }
   uint32_t size() const noexcept { return n_; }
   bool up(uint32_t i) const noexcept { return !p_[i].down; }
@@ -130,7 +154,7 @@ class PathHealth {
     }
     return std::max({kMinSilenceNs, kSilenceRtts * srtt, srtt + 4 * var});
   }
-  uint64_t probe_interval_ns(uint32_t i) const noexcept { return silence_ns(i); }
+  uint64_t probe_interval_ns(uint32_t i) const noexcept { return silence_ns(i) << p_[i].probe_shift; }
   // How late path i's answer may plausibly come: sRTT + 4 RTTVAR (a path
   // without samples gets the slowest path's).
   uint64_t spread_ns(uint32_t i) const noexcept {
@@ -189,12 +213,19 @@ class PathHealth {
     }
     // The kLossesToRemove-th unanswered packet must have had its time too:
     // its path's RTT spread (the silence time runs from the first).
-    if (++p.unanswered == kLossesToRemove && now + spread_ns(i) > p.silent_after) {
-      p.silent_after = now + spread_ns(i);
-      p.excused_ns = 0;  // stalls before it was sent do not delay its answer
-      p.excused = false;
+    if (++p.unanswered == kLossesToRemove) {
+      p.third_sent_at = now;
+      if (now + spread_ns(i) > p.silent_after) {
+        p.silent_after = now + spread_ns(i);
+        p.excused_ns = 0;  // stalls before it was sent do not delay its answer
+        p.excused = false;
+      }
     }
-    if (p.down && p.s.acks > 0) p.next_probe = now + probe_interval_ns(i);
+    if (p.down && p.s.acks > 0) [[unlikely]] {
+      // A probe: the next one waits twice as long unless this one is answered.
+      p.probe_shift = static_cast<uint8_t>(std::min<uint32_t>(p.probe_shift + 1u, kMaxProbeShift));
+      p.next_probe = now + probe_interval_ns(i);
+    }
   }
   // A packet sent on path i `rtt_ns` ago was acknowledged (rtt_ns 0: its
   // send time is not known, e.g. a resent packet's; it restarts the
@@ -203,10 +234,7 @@ class PathHealth {
     PerPath& p = p_[i];
     ++p.s.acks;
     const uint64_t sent = rtt_ns && rtt_ns < now ? now - rtt_ns : 0;
-    // The first ACK after every path was quiet: the peer (or the fabric)
-    // stalled; the quiet time is nobody's fault.
-    if (last_any_ack_ != 0 && now > last_any_ack_ + kAllQuietNs) excuse(now - last_any_ack_ - kAllQuietNs, now);
-    last_any_ack_ = std::max(last_any_ack_, now);
+    note_answer_time(now);
     // A sample that spans a stall measures the stall, not the path.
     if (sent != 0 && sent < stall_end_) rtt_ns = 0;
     // An ack of a packet sent before the last counted loss does not break
@@ -217,6 +245,7 @@ class PathHealth {
     p.outstanding_since = 0;
     p.unanswered = 0;
     p.lost_since_ack = false;
+    p.loss_since_ack = false;
     if (rtt_ns) {
       if (p.srtt == 0) {
         p.srtt = rtt_ns;
@@ -231,11 +260,14 @@ class PathHealth {
     // late acknowledgement of an older one (held back behind a gap) does not.
     if (p.down && sent != 0 && sent >= p.removed_at) bring_back(p, now);
   }
-  // The packet sent on path i at `sent_at` (0: not known) was declared lost.
-  void on_loss(uint32_t i, uint64_t sent_at, uint64_t now) noexcept {
+  // The packet sent on path i at `sent_at` (0: not known) was declared lost
+  // (`timeout`: by the retransmission timer, a confirmed loss whatever was
+  // acknowledged on the path since).
+  void on_loss(uint32_t i, uint64_t sent_at, uint64_t now, bool timeout = false) noexcept {
     PerPath& p = p_[i];
     ++p.s.losses;
     p.last_loss_at = now ? now : 1;
+    p.loss_since_ack = true;
     // Evidence against the path only if a packet sent on it later arrived:
     // otherwise it may merely be late, overtaken by faster paths.
     if (sent_at == 0 || sent_at >= p.acked_sent) {
@@ -257,7 +289,7 @@ class PathHealth {
           p.outstanding_since = 0;
         }
       }
-      return;
+      if (!timeout) return;
     }
     ++p.s.confirmed_losses;
     p.last_loss_sent = std::max(p.last_loss_sent, sent_at);
@@ -267,6 +299,58 @@ class PathHealth {
     }
   }
   void on_ecn(uint32_t i) noexcept { ++p_[i].s.ecn; }
+
+  // Whether path i has answered what it was sent lately: in the set, no loss
+  // reported since its last answer, nothing unanswered past its RTT spread.
+  bool answering(uint32_t i, uint64_t now) const noexcept {
+    const PerPath& p = p_[i];
+    return !p.down && !p.loss_since_ack && (p.outstanding_since == 0 || now <= p.outstanding_since + spread_ns(i));
+  }
+  // A path for a resent packet (or a response to a duplicate), the first
+  // from `from` on (mod size()) that is not `avoid` (the path that lost it;
+  // kMaxPaths: none) and, if `answering_only`, answering; else the first
+  // live one that is not `avoid`; else `avoid` if live; else any but it.
+  uint32_t pick_retry(uint32_t from, uint32_t avoid, bool answering_only, uint64_t now) const noexcept {
+    if (from >= n_) from = 0;
+    for (int pass = answering_only ? 0 : 1; pass < 2; ++pass) {
+      for (uint32_t k = 0; k < n_; ++k) {
+        const uint32_t i = from + k < n_ ? from + k : from + k - n_;
+        if (i != avoid && (pass == 0 ? answering(i, now) : !p_[i].down)) return i;
+      }
+    }
+    if (avoid < n_ && !p_[avoid].down) return avoid;
+    return from != avoid || n_ == 1 ? from : (from + 1) % n_;
+  }
+
+  // Responder: the color responses on path i carry (irn_wire.h).
+  bool color(uint32_t i) const noexcept { return p_[i].color; }
+  // Responder: the requester echoed that responses sent on path i with
+  // `color` reached it since it last echoed that (irn_wire.h). An echo of
+  // the path's current color answers responses sent since the color last
+  // flipped (color_since); the color flips for the next ones. Like an ACK
+  // it restarts the path's silence clock; its "RTT" (from the oldest
+  // unanswered) includes the wait for a request to carry it, so it only
+  // makes the silence time longer. An echo of the other color is of
+  // responses already answered. Echoes lag behind bursts of responses (one
+  // per request, the paths waiting in turn), so an ACK path is silent only
+  // once the last 2 x size() echoes taken all answered responses sent after
+  // its third unanswered one, plus its RTT spread (echoes_passed()).
+  void on_echo(uint32_t i, bool color, uint64_t now) noexcept {
+    if (i >= n_) return;
+    PerPath& p = p_[i];
+    p.echo_answered = true;
+    if (color != p.color) {
+      // The requester is alive: a quiet it ends was a stall, as for an ACK.
+      note_answer_time(now);
+      return;
+    }
+    p.color = !p.color;
+    echo_sent_[echoes_ok_++ % echo_sent_.size()] = p.color_since;
+    p.acked_sent = std::max(p.acked_sent, p.color_since);
+    p.color_since = now;
+    if (p.unanswered == 0 || p.outstanding_since == 0) return;
+    on_ack(i, now > p.outstanding_since ? now - p.outstanding_since : 1, now);
+  }
 
   // A resent `psn` was acknowledged, and either copy may have arrived: a
   // path whose latest packet was the earlier copy answered if the answer
@@ -326,7 +410,8 @@ class PathHealth {
   }
 
  private:
-  struct PerPath {
+  // Four cache lines: p_[i] is a shift, not a multiply, on the per-packet paths.
+  struct alignas(64) PerPath {
     PathStats s;
     uint64_t outstanding_since = 0;  // 0: nothing sent since the last ack
     uint64_t silent_after = 0;       // outstanding_since + its silence time
@@ -338,15 +423,28 @@ class PathHealth {
     uint64_t last_loss_sent = 0;  // send time of the latest-sent counted loss
     uint64_t last_sent_at = 0;
     uint64_t last_loss_at = 0;  // when a loss was last reported (confirmed or not)
+    uint64_t excused_ns = 0;  // stall time added to silent_after since the clock started
+    uint64_t third_sent_at = 0;   // when the kLossesToRemove-th unanswered packet went out
+    uint64_t color_since = 0;     // responder: when the color last flipped
     uint32_t last_psn = 0;
     uint32_t consecutive_losses = 0;
     uint32_t unanswered = 0;  // packets sent on it since its last answer (or removal)
-    uint64_t excused_ns = 0;  // stall time added to silent_after since the clock started
     uint32_t hold_shift = 0;
+    uint8_t probe_shift = 0;      // out: the probe interval is silence_ns << this
     bool down = false;
     bool excused = false;     // this silence was counted in stall_excused
     bool lost_since_ack = false;  // a loss (unconfirmed) moved the silence clock since the last ACK
+    bool loss_since_ack = false;  // any loss reported since the last ACK (answering())
+    bool echo_answered = false;   // a responder's ACK path, answered by echoes (on_echo)
+    bool color = false;           // responder: the color its responses carry (irn_wire.h)
   };
+  static_assert(sizeof(PerPath) == 256);
+  // The peer answered at `now`: the first answer after every path was quiet
+  // ends a stall of the peer (or the fabric); the quiet time is nobody's fault.
+  [[gnu::always_inline]] void note_answer_time(uint64_t now) noexcept {
+    if (last_any_ack_ != 0 && now > last_any_ack_ + kAllQuietNs) excuse(now - last_any_ack_ - kAllQuietNs, now);
+    last_any_ack_ = std::max(last_any_ack_, now);
+  }
   // Moves every running silence deadline by `ns` of stall ending at `end`.
   void excuse(uint64_t ns, uint64_t end) noexcept {
     for (uint32_t k = 0; k < n_; ++k) {
@@ -360,7 +458,17 @@ class PathHealth {
   bool silent(uint32_t i, uint64_t now) const noexcept {
     const PerPath& p = p_[i];
     return p.s.acks > 0 && p.outstanding_since != 0 && p.unanswered >= kLossesToRemove &&
-           now > p.silent_after;
+           now > p.silent_after && (!p.echo_answered || echoes_passed(i));
+  }
+  // The last 2 x size() echoes taken answered responses sent after path i's
+  // third unanswered one had had its RTT spread: i's would have come.
+  bool echoes_passed(uint32_t i) const noexcept {
+    const uint64_t k = 2 * n_;
+    if (echoes_ok_ < k) return false;
+    const uint64_t after = p_[i].third_sent_at + spread_ns(i);
+    for (uint64_t e = echoes_ok_ - k; e < echoes_ok_; ++e)
+      if (echo_sent_[e % echo_sent_.size()] <= after) return false;
+    return true;
   }
   // Most other live paths have had a packet acknowledged that was sent
   // after `t`: the peer answers, and not only on one fast path (a healed,
@@ -405,6 +513,7 @@ class PathHealth {
     p.consecutive_losses = 0;
     p.outstanding_since = 0;
     p.unanswered = 0;
+    p.probe_shift = 0;
     p.next_probe = now + probe_interval_ns(i);
   }
   static void bring_back(PerPath& p, uint64_t now) noexcept {
@@ -419,6 +528,10 @@ class PathHealth {
   uint32_t blame_run_ = 0;           // ... and how many in a row
   uint64_t last_any_ack_ = 0;        // the latest ACK on any path
   uint64_t stall_end_ = 0;           // when the latest excused stall ended
+  // Responder: when the responses answered by the latest echoes taken were
+  // sent, at the earliest (ring, by echoes_ok_).
+  std::array<uint64_t, 2 * kMaxPaths> echo_sent_{};
+  uint64_t echoes_ok_ = 0;
 };
 
 }  // namespace tandem::rnic

@@ -26,6 +26,24 @@ class PathPolicy {
   // Source port for the next packet of this QP (any kind: data, ACK, READ
   // response). `psn` is the packet's PSN.
   virtual uint16_t choose(uint32_t psn, bool retransmit, uint64_t now) noexcept = 0;
+  // Source port for a resent request `psn` whose previous copy went on
+  // `lost_sport` and was lost; `attempt`: how many times in a row this PSN
+  // has now been resent (1: the first). Never a probe, never the lost
+  // copy's path while another is live; a policy with path health prefers
+  // paths that answer lately, then tries every live path in turn.
+  virtual uint16_t choose_retransmit(uint32_t psn, uint16_t lost_sport, uint32_t attempt, uint64_t now) noexcept {
+    (void)lost_sport; (void)attempt;
+    return choose(psn, true, now);
+  }
+  // Source port for a response (ACK, SACK, NAK, READ response). `retry`: it
+  // answers a duplicate request (the earlier response may have died): never
+  // a probe, a path that answers lately.
+  virtual uint16_t choose_response(uint32_t psn, bool retry, uint64_t now) noexcept {
+    return choose(psn, retry, now);
+  }
+  // The index in the path set of the path the last choose*() picked (0
+  // without a set): a response carries it for the requester to echo.
+  virtual uint32_t last_pick() const noexcept { return 0; }
 
   // Feedback, by the source port the acknowledged or lost packet used.
   virtual void on_ack(uint16_t sport, uint64_t rtt_ns, uint64_t now) noexcept {
@@ -35,6 +53,14 @@ class PathPolicy {
   virtual void on_loss(uint16_t sport, uint64_t sent_at, uint64_t now) noexcept {
     (void)sport; (void)sent_at; (void)now;
   }
+  // The same, declared lost by the retransmission timer: evidence against
+  // the path (path_health.h).
+  virtual void on_timeout(uint16_t sport, uint64_t sent_at, uint64_t now) noexcept { on_loss(sport, sent_at, now); }
+  // Responder: the requester echoed that a response sent on path index `i`
+  // with `color` reached it (irn_wire.h): that ACK path answers.
+  virtual void on_echo(uint32_t i, bool color, uint64_t now) noexcept { (void)i; (void)color; (void)now; }
+  // The color a response sent on path index `i` carries (irn_wire.h).
+  virtual bool path_color(uint32_t i) const noexcept { (void)i; return false; }
   virtual void on_ecn(uint16_t sport, uint64_t now) noexcept { (void)sport; (void)now; }
   // Responder: the requester resent request `psn`, which had arrived and
   // been acknowledged (evidence about the paths the ACKs took).

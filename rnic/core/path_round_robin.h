@@ -34,8 +34,16 @@ class PathRoundRobin final : public PathPolicy {
     last_pick_ = pick;
     return set_.port(pick);
   }
+  uint16_t choose_retransmit(uint32_t psn, uint16_t lost_sport, uint32_t attempt, uint64_t now) noexcept override;
+  uint16_t choose_response(uint32_t psn, bool retry, uint64_t now) noexcept override {
+    return retry ? choose_retry_response(psn, now) : choose_fast(psn, false, now);
+  }
+  uint32_t last_pick() const noexcept override { return last_pick_; }
   void on_ack(uint16_t sport, uint64_t rtt_ns, uint64_t now) noexcept override;
   void on_loss(uint16_t sport, uint64_t sent_at, uint64_t now) noexcept override;
+  void on_timeout(uint16_t sport, uint64_t sent_at, uint64_t now) noexcept override;
+  void on_echo(uint32_t i, bool color, uint64_t now) noexcept override;
+  bool path_color(uint32_t i) const noexcept override { return set_.health().color(i); }
   void on_ecn(uint16_t sport, uint64_t now) noexcept override;
   void on_duplicate(uint32_t psn, uint64_t now) noexcept override;
   void on_local_gap(uint64_t from, uint64_t to) noexcept override { set_.health().on_local_gap(from, to); }
@@ -45,9 +53,10 @@ class PathRoundRobin final : public PathPolicy {
   uint16_t path_port(uint32_t i) const noexcept override { return set_.port(i); }
 
   const PathHealth& health() const noexcept { return set_.health(); }
-  // The path index choose() picked last, and on_ack told it (the requester
-  // keeps it with the PSN's record): no search of the set per ACKed packet.
-  uint32_t last_pick() const noexcept { return last_pick_; }
+  // last_pick(): the requester keeps it with the PSN's record and on_ack is
+  // told it: no search of the set per ACKed packet.
+  // A response to a duplicate: an answering path (out of line: rare).
+  [[gnu::noinline]] uint16_t choose_retry_response(uint32_t psn, uint64_t now) noexcept;
   [[gnu::always_inline]] void on_ack(uint16_t sport, uint32_t hint, uint64_t rtt_ns, uint64_t now) noexcept {
     if (now > now_) now_ = now;
     const uint32_t i = set_.index_of(sport, hint);
@@ -60,8 +69,13 @@ class PathRoundRobin final : public PathPolicy {
   // From `pick`, which is out, the next live path (pick itself if none is).
   [[gnu::noinline]] uint32_t skip_down(uint32_t pick) const noexcept;
 
+  // Where a resend (or a response to a duplicate) goes: tick(), then
+  // PathHealth::pick_retry from retry_next_ on.
+  uint16_t send_retry(uint32_t psn, uint32_t avoid, bool answering_only, uint64_t now) noexcept;
+
   PathSet set_;
   uint32_t next_ = 0;
+  uint32_t retry_next_ = 0;  // the walk of resends over the set
   uint32_t last_pick_ = 0;
   uint64_t now_ = 0;  // latest time seen (on_loss may be told 0)
   // PathHealth::tick walks every path: once per clock reading (the I/O loop

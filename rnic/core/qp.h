@@ -11,10 +11,12 @@
 #include <memory>
 #include <vector>
 
+#include "common/wire/opcode.h"
 #include "common/wire/psn.h"
 #include "rnic/core/cc_credit.h"
 #include "rnic/core/cc_fixed_window.h"
 #include "rnic/core/cc_policy.h"
+#include "rnic/core/irn_wire.h"
 #include "rnic/core/path_policy.h"
 #include "rnic/core/path_round_robin.h"
 #include "rnic/core/path_single.h"
@@ -132,14 +134,15 @@ struct PsnRec {
   uint64_t sent_seq = 0;   // transmission order (RACK: time ties are common)
   uint32_t wqe = 0;        // absolute SQ index
   uint32_t pkt_idx = 0;    // packet index in the message
-  uint32_t len = 0;        // data bytes
   uint32_t chunk_last = 0; // READ: last packet index of this read request
+  uint16_t len = 0;        // data bytes (at most a path MTU, 4096)
   uint16_t sport = 0;
+  uint16_t prev_sport = 0; // the path of the copy before the latest (0: none)
   uint8_t flags = 0;
   uint8_t path = 0;        // sport's index in a round_robin QP's path set (Qp::path_pick)
   uint32_t prev_sent = 0;  // low 32 bits of the send time of the copy before the latest (RACK)
 };
-static_assert(sizeof(PsnRec) == 40, "prev_sent and path fill the record's padding");
+static_assert(sizeof(PsnRec) == 40, "prev_sent, prev_sport and path fill the record's padding");
 inline constexpr uint8_t kRecAcked = 1;   // acknowledged / READ response received
 inline constexpr uint8_t kRecLost = 2;    // must be retransmitted
 inline constexpr uint8_t kRecRetx = 4;    // retransmitted at least once (no RTT sample)
@@ -254,6 +257,33 @@ struct Qp {
   uint32_t read_high = 0;
   bool cc_blocked = false;
   uint64_t tx_seq = 0;     // transmissions so far
+  uint32_t retx_psn = 0;   // the PSN resent last, and how many times in a row (path_choose_retx)
+  uint32_t retx_run = 0;
+  // Path feedback (irn_wire.h): echo_mask holds, for each path of the
+  // responder's set and each color (bit 2 x path + color), whether a
+  // response came there with that color since it was last echoed; each
+  // request carries one of them, in turn from echo_next (a request with
+  // none waiting carries 0). Both colors wait: responses overtake each
+  // other, and only the responder knows which color is current. ack_dup:
+  // the response being handled says the request it answers had arrived
+  // before (the earlier copy's path works).
+  uint64_t echo_mask = 0;
+  uint8_t echo_next = 0;
+  bool ack_dup = false;
+  // A response's path bits: its path (and color) wait to be echoed.
+  void note_response_path(uint8_t bits) noexcept {
+    if ((bits & kNoEchoPath) == kNoEchoPath) return;
+    echo_mask |= 1ull << ((bits & kPathBitsMask) * 2 + ((bits & kPathColor) ? 1 : 0));
+  }
+  // The bits the next request carries.
+  uint8_t next_echo() noexcept {
+    if (echo_mask == 0) return 0;
+    const uint64_t ahead = echo_mask & (~0ull << echo_next);
+    const uint32_t i = static_cast<uint32_t>(__builtin_ctzll(ahead ? ahead : echo_mask));
+    echo_mask &= ~(1ull << i);
+    echo_next = static_cast<uint8_t>((i + 1) & 63);
+    return req_echo_bits(i / 2, i & 1);
+  }
   // Receiver-driven credits (cc_credit.h, credit_wire.h)
   bool credit_mode = false;
   uint32_t credit_limit = 0;     // requester: new PSNs below this may go
@@ -281,6 +311,7 @@ struct Qp {
   uint64_t last_cnp = 0;
   bool cnp_sent_once = false;
   uint32_t unacked = 0;
+  bool resp_dup = false;     // a duplicate request arrived since the last response (irn_wire.h kRespDup)
   uint64_t hole_since = kNever;
   uint64_t last_sack = 0;
   bool sack_news = false;     // a request arrived since the last SACK
@@ -345,10 +376,31 @@ struct Qp {
     if (path_rr) return static_cast<PathRoundRobin*>(path.get())->choose_fast(psn, retransmit, now);
     return path->choose(psn, retransmit, now);
   }
-  // The path index of the packet tx_commit just chose (round_robin; 0 else),
-  // kept in its PsnRec for path_on_ack.
+  // The path index of the packet tx_commit just chose, kept in its PsnRec
+  // for path_on_ack and carried by a response for the requester's echo.
   uint8_t path_pick() const noexcept {
-    return path_rr ? static_cast<uint8_t>(static_cast<const PathRoundRobin*>(path.get())->last_pick()) : 0;
+    if (path_rr) return static_cast<uint8_t>(static_cast<const PathRoundRobin*>(path.get())->PathRoundRobin::last_pick());
+    return path_single ? 0 : static_cast<uint8_t>(path->last_pick());
+  }
+  // A request resent after its copy on `lost_sport` was lost (rare: out of line).
+  uint16_t path_choose_retx(uint32_t psn, uint16_t lost_sport, uint64_t now) noexcept {
+    retx_run = psn == retx_psn && retx_run > 0 ? retx_run + 1 : 1;
+    retx_psn = psn;
+    return path->choose_retransmit(psn, lost_sport, retx_run, now);
+  }
+  [[gnu::always_inline]] uint16_t path_choose_response(uint32_t psn, bool retry, uint64_t now) noexcept {
+    if (path_single) return static_cast<PathSingle*>(path.get())->PathSingle::choose(psn, retry, now);
+    if (path_rr) return static_cast<PathRoundRobin*>(path.get())->PathRoundRobin::choose_response(psn, retry, now);
+    return path->choose_response(psn, retry, now);
+  }
+  // Responder: a request echoing a response's path (irn_wire.h).
+  void note_echo(uint8_t bits, uint64_t now) noexcept {
+    if (irn() && !path_single) path->on_echo(bits & kPathBitsMask, (bits & kPathColor) != 0, now);
+  }
+  // The color of path i of this QP's set (irn_wire.h).
+  bool path_color(uint32_t i) const noexcept {
+    if (path_rr) return static_cast<const PathRoundRobin*>(path.get())->health().color(i);
+    return !path_single && path->path_color(i);
   }
   [[gnu::always_inline]] void path_on_ack(const PsnRec& r, uint64_t rtt_ns, uint64_t now) noexcept {
     if (path_single) static_cast<PathSingle*>(path.get())->PathSingle::on_ack(r.sport, rtt_ns, now);
@@ -430,7 +482,8 @@ struct Qp {
   void fill_request(TxDesc* d, const SendWqe& w, uint32_t pkt_idx, uint64_t off,
                     uint32_t len) noexcept;
   void ack_rec(uint32_t psn, uint64_t now, uint64_t& bytes, uint64_t& rtt) noexcept;
-  void mark_lost(uint32_t psn) noexcept;
+  // `timeout`: declared by the retransmission timer (evidence against its path).
+  void mark_lost(uint32_t psn, bool timeout = false) noexcept;
   void mark_lost_from(uint32_t psn) noexcept;
   // RACK: the window's bounds, its growth on a spurious loss, its decay, and
   // the timer that declares packets lost once they have waited it out.
@@ -500,6 +553,11 @@ struct Qp {
   // and its publication with the path chosen. Inline: called per packet.
   TxDesc* tx_slot() noexcept;
   void tx_commit(TxDesc* d, uint64_t now) noexcept;
+  // The same with the source port chosen (a retransmission's).
+  void tx_commit_port(TxDesc* d, uint16_t sport) noexcept;
+  // A response's (ACK, SACK, NAK, CNP, READ response): its path chosen as
+  // one (path_choose_response), and in IRN mode its path bits set.
+  void tx_commit_response(TxDesc* d, uint64_t now) noexcept;
 };
 
 inline void Transport::activate(Qp* qp) noexcept {
@@ -576,6 +634,24 @@ inline TxDesc* Qp::tx_slot() noexcept {
 
 [[gnu::always_inline]] inline void Qp::tx_commit(TxDesc* d, uint64_t now) noexcept {
   d->udp_sport = path_choose(d->bth.psn, d->retransmit, now);
+  ++c.tx_pkts;
+  c.tx_bytes += d->payload_len;
+  t->txq().commit();
+}
+
+inline void Qp::tx_commit_port(TxDesc* d, uint16_t sport) noexcept {
+  d->udp_sport = sport;
+  ++c.tx_pkts;
+  c.tx_bytes += d->payload_len;
+  t->txq().commit();
+}
+
+[[gnu::always_inline]] inline void Qp::tx_commit_response(TxDesc* d, uint64_t now) noexcept {
+  d->udp_sport = path_choose_response(d->bth.psn, resp_dup, now);
+  if (irn() && d->bth.opcode != common::kOpcodeCnp) {
+    const uint32_t pick = path_pick();
+    d->bth.resv7 = resp_path_bits(pick, path_color(pick), resp_dup);
+  }
   ++c.tx_pkts;
   c.tx_bytes += d->payload_len;
   t->txq().commit();

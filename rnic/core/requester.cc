@@ -127,6 +127,7 @@ int Transport::post_send(uint32_t qpn, const SendWr* wrs, uint32_t n, uint32_t* 
   d->bth.opcode = opcode;
   d->bth.ack_req = last || (pkt_idx + 1) % attr.ack_every == 0;
   d->bth.se = last && w.solicited && (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM);
+  d->bth.resv7 = next_echo();  // a response's path (irn_wire.h; none in go-back-N)
   const uint32_t f = common::opcode_info(opcode).flags;
   if (f & common::kOpReth) d->reth = common::Reth{w.remote_addr, w.rkey, w.len};
   if (f & common::kOpImm) d->imm = w.imm_data;
@@ -173,6 +174,7 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
     const uint64_t end = std::min<uint64_t>(w.len, uint64_t{last_idx + 1} * mtu());
     d->bth.opcode = IBV_OPCODE_RC_RDMA_READ_REQUEST;
     d->bth.ack_req = false;
+    d->bth.resv7 = next_echo();
     d->reth = common::Reth{w.remote_addr + off, w.rkey, static_cast<uint32_t>(end - off)};
     for (uint32_t i = r.pkt_idx; i <= last_idx; ++i) {
       PsnRec& q = rec(psn_add(psn, i - r.pkt_idx));
@@ -193,8 +195,15 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
   }
   ++tx_seq;
   ++c.tx_data_pkts;
-  if (retx) { ++c.retx_pkts; c.retx_bytes += d->payload_len; }
-  tx_commit(d, now);
+  if (retx) {
+    ++c.retx_pkts;
+    c.retx_bytes += d->payload_len;
+    // Not on the path that lost it (path_policy.h choose_retransmit).
+    tx_commit_port(d, path_choose_retx(psn, r.sport, now));
+    r.prev_sport = r.sport;
+  } else {
+    tx_commit(d, now);
+  }
   r.sport = d->udp_sport;
   r.path = path_pick();
   return true;
@@ -258,7 +267,7 @@ bool Qp::tx_requests(uint64_t now) noexcept {
       fill_request(d, w, idx, off, len);
       // The PSN's record in one go (it is not in flight until nxt passed it).
       PsnRec& r = rec(psn);
-      r = PsnRec{now, tx_seq, sq_send, idx, len, idx, 0, 0};
+      r = PsnRec{now, tx_seq, sq_send, idx, idx, static_cast<uint16_t>(len)};
       inflight_bytes += len;
       cc_on_sent(len, now);
       ++tx_seq;
@@ -334,6 +343,9 @@ bool Qp::tx_requests(uint64_t now) noexcept {
     if (r.flags & kRecRetx) {
       path_on_ack(r, 0, now);
       if (!path_single) path->on_late(psn, now);
+      // The responder says a request arrived twice: the earlier copy's path
+      // delivered, the response to it was lost (irn_wire.h kRespDup).
+      if (ack_dup && r.prev_sport != 0 && !path_single) path->on_ack(r.prev_sport, 0, now);
     }
   }
   if (late) [[unlikely]] {
@@ -344,14 +356,15 @@ bool Qp::tx_requests(uint64_t now) noexcept {
   }
 }
 
-void Qp::mark_lost(uint32_t psn) noexcept {
+void Qp::mark_lost(uint32_t psn, bool timeout) noexcept {
   PsnRec& r = rec(psn);
   if (r.flags & (kRecAcked | kRecLost)) return;
   r.flags = static_cast<uint8_t>((r.flags & ~kRecRack) | kRecLost);  // RACK's callers set kRecRack
   ++lost;
   inflight_bytes -= r.len;
   if (psn_lt(psn, rtx_cursor) || lost == 1) rtx_cursor = psn;
-  path->on_loss(r.sport, r.sent_at, 0);
+  if (timeout) path->on_timeout(r.sport, r.sent_at, 0);
+  else path->on_loss(r.sport, r.sent_at, 0);
 }
 
 void Qp::mark_lost_from(uint32_t psn) noexcept {
@@ -637,6 +650,10 @@ DropReason Qp::on_response(const common::RocePacket& pkt, const uint8_t* payload
                            uint64_t now) noexcept {
   DropReason why = DropReason::kNone;
   const uint8_t op = pkt.bth.opcode;
+  if (irn()) {
+    note_response_path(pkt.bth.resv7);  // goes back in a request (irn_wire.h)
+    ack_dup = (pkt.bth.resv7 & kRespDup) != 0;
+  }
   if (common::opcode_has(op, common::kOpReadResp)) {
     why = on_read_response(pkt, payload, len, now);
     if (why != DropReason::kNone) drop(why);
@@ -733,14 +750,21 @@ void Qp::on_timers_requester(uint64_t now) noexcept {
     cc->on_timeout(now);
     if (irn()) {
       // Selective: only what has been out for a whole timeout (the oldest
-      // always is); go-back-N resends everything from the oldest.
+      // always is); go-back-N resends everything from the oldest. A tail
+      // (at most kRtoLowPkts, e.g. the one packet of a latency-bound QP)
+      // lost this way is evidence against the paths it took; a whole
+      // window timing out is the peer or the network, not a path.
+      auto due = [&](uint32_t p) {
+        const PsnRec& r = rec(p);
+        return !(r.flags & (kRecAcked | kRecLost)) && (p == una || r.sent_at + base <= now);
+      };
+      uint32_t tail = 0;
+      for (uint32_t p = una; psn_lt(p, nxt) && tail <= kRtoLowPkts; p = psn_add(p, 1)) tail += due(p);
       uint32_t n = 0;
       for (uint32_t p = una; psn_lt(p, nxt); p = psn_add(p, 1)) {
-        PsnRec& r = rec(p);
-        if (p == una || r.sent_at + base <= now) {
-          const uint32_t before = lost;
-          mark_lost(p);
-          n += lost - before;
+        if (due(p)) {
+          mark_lost(p, tail <= kRtoLowPkts);
+          ++n;
         }
       }
       if (n) cc->on_loss(n, now);

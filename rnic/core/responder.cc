@@ -168,6 +168,7 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
   if (error_after_nak) return fail(DropReason::kBadQpState);
   if (init.bench_any_psn && psn != epsn) [[unlikely]] bench_restart(psn);
   last_rx_ns = now;
+  if (pkt.bth.resv7 & kReqEcho) note_echo(pkt.bth.resv7, now);  // irn_wire.h
   if ((pkt.ip.tos & 3) == 3) {
     ++c.ecn_ce_rx;
     ecn_echo = true;
@@ -196,6 +197,7 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
       }
     } else {
       ack_pending = true;
+      resp_dup = true;
       path->on_duplicate(psn, now);  // the ACKs that told of it may have died on their path
     }
     return fail(DropReason::kDuplicate);
@@ -211,6 +213,7 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
   RxSlot& s = slot(psn);
   if (s.flags & kSlotArrived) {
     ack_pending = true;
+    resp_dup = true;
     return fail(DropReason::kDuplicate);
   }
   const bool first = common::opcode_has(op, common::kOpFirst);
@@ -449,7 +452,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     d->bth.psn = apsn;
     d->aeth = common::Aeth{ack_syndrome(), amsn};
     ++c.acks_tx;
-    tx_commit(d, now);
+    tx_commit_response(d, now);
     ack_pending = false;
   }
   if (nak_pending) {
@@ -460,7 +463,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     d->aeth = common::Aeth{nak_syndrome, msn};
     if (common::aeth_kind(nak_syndrome) == common::kAethRnrNak) ++c.rnr_naks_tx;
     else ++c.naks_tx;
-    tx_commit(d, now);
+    tx_commit_response(d, now);
     nak_pending = false;
     if (error_after_nak) {
       to_error(IBV_WC_WR_FLUSH_ERR);
@@ -474,7 +477,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     d->bth.becn = true;  // RoCEv2 CNP: BECN set, PSN 0
     d->bth.psn = 0;
     ++c.cnp_tx;
-    tx_commit(d, now);
+    tx_commit_response(d, now);
     cnp_pending = false;
     cnp_sent_once = true;
     last_cnp = now;
@@ -505,7 +508,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
       d->aeth = common::Aeth{ack_syndrome(), msn};
       d->atomic_ack = sack_encode(base, bm);
       ++c.sacks_tx;
-      tx_commit(d, now);
+      tx_commit_response(d, now);
       // The next chunk starts at the next gap past this one.
       base = psn_add(base, kSackBits);
       while (psn_lt(base, high) && (slot(base).flags & kSlotArrived)) base = psn_add(base, 1);
@@ -515,6 +518,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     sack_news = false;
     ecn_echo = false;
     ack_pending = false;
+    resp_dup = false;
     unacked = 0;
   }
   if (ack_pending) {
@@ -527,8 +531,9 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     d->bth.becn = ecn_echo;
     d->aeth = common::Aeth{ack_syndrome(), amsn};
     ++c.acks_tx;
-    tx_commit(d, now);
+    tx_commit_response(d, now);
     ack_pending = false;
+    resp_dup = false;
     ecn_echo = false;
     unacked = 0;
   }
@@ -559,7 +564,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     d->num_segs = dlen ? 1 : 0;
     d->segs[0] = TxSeg{j.ptr + off, dlen, j.rkey};
     ++c.tx_data_pkts;
-    tx_commit(d, now);
+    tx_commit_response(d, now);
     --tx_quota;
     if (++j.next_pkt == j.npkts) ++reads_head;
   }

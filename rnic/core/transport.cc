@@ -288,6 +288,10 @@ void Qp::reset_state() noexcept {
   nak_pending = false;
   error_after_nak = false;
   tx_seq = 0;
+  retx_psn = retx_run = 0;
+  echo_mask = 0;
+  echo_next = 0;
+  ack_dup = resp_dup = false;
   seq_nak_sent = false;
   gbn_kind = 0;
   gbn_offset = 0;

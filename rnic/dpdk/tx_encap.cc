@@ -36,7 +36,7 @@ void no_free(void*, void*) noexcept {}
   common::store_be32(bth, uint32_t{b.opcode} << 24 | b1 << 16 | t.pkey);
   if (b.dqpn != t.dqpn || b.fecn || b.becn) [[unlikely]]
     common::store_be32(bth + 4, (uint32_t{b.fecn} << 31) | (uint32_t{b.becn} << 30) | (b.dqpn & 0xFFFFFFu));
-  common::store_be32(bth + 8, (uint32_t{b.ack_req} << 31) | (b.psn & 0xFFFFFFu));
+  common::store_be32(bth + 8, (uint32_t{b.ack_req} << 31) | uint32_t{b.resv7 & 0x7Fu} << 24 | (b.psn & 0xFFFFFFu));
   uint8_t* p = bth + common::kBthLen;
   const uint32_t f = common::opcode_info(b.opcode).flags;
   if (f & common::kOpDeth) [[unlikely]] {  // UD: Q_Key and source QP

@@ -361,7 +361,13 @@ void Fabric::forward(uint32_t node, uint32_t frame, uint64_t now) {
   enqueue(static_cast<uint32_t>(out), frame, now);
 }
 
-void Fabric::set_link_state(uint32_t link, bool up, uint64_t now, uint64_t failover_ns) {
+void Fabric::set_link_state(uint32_t link, bool up, uint64_t now, uint64_t failover_ns, int direction) {
+  if (direction >= 0) {  // one direction only (e.g. an ACK path)
+    const uint32_t pid = links_[link].ports[direction & 1];
+    ports_[pid].up = up;
+    (up ? ports_[pid].up_at : ports_[pid].down_at) = now;
+    return;
+  }
   for (uint32_t pid : links_[link].ports) {
     ports_[pid].up = up;
     (up ? ports_[pid].up_at : ports_[pid].down_at) = now;

@@ -165,7 +165,9 @@ class Fabric {
 
   // Link failure and recovery; `failover_ns` later (if set) the switches
   // route around the failed link, and on recovery they route over it again.
-  void set_link_state(uint32_t link, bool up, uint64_t now, uint64_t failover_ns);
+  // `direction` 0 or 1: only that port of the link (a one-way black hole,
+  // which routing never notices); -1 both.
+  void set_link_state(uint32_t link, bool up, uint64_t now, uint64_t failover_ns, int direction = -1);
 
   // Runs an event of a kind the fabric schedules (tx done, arrival, route
   // update); false for any other kind.

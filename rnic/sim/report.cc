@@ -50,6 +50,7 @@ nlohmann::ordered_json results_json(const Scenario& s, uint64_t seed, const std:
       o["path_first_removal_us"] = r.path_first_removal_us;
       o["path_lost_fwd"] = r.path_lost_fwd;
       o["path_lost_rev"] = r.path_lost_rev;
+      o["ack_path_removals_per_path"] = r.ack_path_removals_per_path;
     }
     o["path_loss_removals"] = r.path_loss_removals;
     o["path_silent_removals"] = r.path_silent_removals;

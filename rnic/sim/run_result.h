@@ -97,6 +97,8 @@ struct RunResult {
   uint64_t ttfb_conns = 0;
   double ttfb_us_p50 = 0, ttfb_us_p99 = 0, ttfb_us_max = 0;
   std::string gate_json;  // the connection gate's figures (the DPU model), a JSON object
+  // The receivers' ACK-path removals, by the route (reverse) each ACK path takes.
+  std::vector<uint64_t> ack_path_removals_per_path;
   // Per sender QP (the first 64): packets per path of its path set.
   std::vector<std::vector<uint64_t>> qp_path_pkts;
 };

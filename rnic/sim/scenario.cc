@@ -160,7 +160,7 @@ WorkloadSpec parse_workload(const Ctx& c, const YAML::Node& n) {
   check_keys(c, n, "workload",
              {"kind", "op", "size", "messages", "outstanding", "src", "dst", "senders", "receiver",
               "start_jitter_us", "load", "duration_us", "measure_from_us", "measure_until_us", "first_host",
-              "host_count", "start_us", "group"});
+              "host_count", "start_us", "group", "bidirectional"});
   WorkloadSpec w;
   auto kind = get<std::string>(c, n, "kind", "");
   if (kind == "bulk") {
@@ -209,6 +209,7 @@ WorkloadSpec parse_workload(const Ctx& c, const YAML::Node& n) {
   w.measure_until_ns = us_to_ns(get_nonneg(c, n, "measure_until_us", 0));
   if (w.measure_until_ns != 0 && w.measure_until_ns <= w.measure_from_ns)
     c.fail("workload: measure_until_us must be after measure_from_us");
+  w.bidirectional = get<bool>(c, n, "bidirectional", false);
   return w;
 }
 
@@ -307,13 +308,17 @@ Scenario parse_scenario(const std::string& text, const std::string& origin) {
     if (const YAML::Node f = root["failures"]) {
       if (!f.IsSequence()) c.fail("failures must be a list");
       for (const auto& e : f) {
-        check_keys(c, e, "failures[]", {"at_us", "link", "state"});
+        check_keys(c, e, "failures[]", {"at_us", "link", "state", "direction"});
         FailureSpec fs;
         fs.at_ns = us_to_ns(get_nonneg(c, e, "at_us", 0));
         fs.link = get<std::string>(c, e, "link", "");
         auto st = get<std::string>(c, e, "state", "");
         if (st != "down" && st != "up") c.fail("failures[].state must be down or up");
         fs.up = st == "up";
+        const auto dir = get<std::string>(c, e, "direction", "both");
+        if (dir != "both" && dir != "forward" && dir != "reverse")
+          c.fail("failures[].direction must be both, forward or reverse");
+        fs.direction = dir == "both" ? -1 : dir == "forward" ? 0 : 1;
         if (fs.link.empty()) c.fail("failures[].link is required");
         s.failures.push_back(fs);
       }

@@ -87,12 +87,17 @@ struct WorkloadSpec {
   uint32_t host_count = 0;
   uint64_t start_ns = 0;  // added to every flow's start
   uint32_t group = 0;     // all_to_all: pairs only within consecutive groups of this many hosts (0: all)
+  // Each connection's destination sends the same messages back over the
+  // same QP pair (a QP both requester and responder: its data and its ACKs
+  // share one path set, as in a ping-pong).
+  bool bidirectional = false;
 };
 
 struct FailureSpec {
   uint64_t at_ns = 0;
   std::string link;
   bool up = false;
+  int direction = -1;  // -1 both; 0 forward (the link's first port, s0 -> s1); 1 reverse
 };
 
 struct PolicySpec {

@@ -65,6 +65,7 @@ struct Conn {
   uint32_t src_qpn = 0;
   uint32_t dst_qpn = 0;
   uint32_t qp_in_flow = 0;  // which of the flow's qps_per_flow connections
+  int32_t twin = -1;        // bidirectional: the connection whose QP pair this one uses backwards
   uint64_t start_ns = 0;
   bool measured = true;     // starts inside the workload's measurement window
   std::vector<uint64_t> sizes;

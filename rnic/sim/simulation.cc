@@ -128,6 +128,20 @@ Simulation::Simulation(const Scenario& scenario, const PolicySpec& policy, uint6
       }
     }
   }
+  if (scenario.workload.bidirectional) {
+    // The same messages back, over the same QP pair (its QPs made below).
+    const std::size_t n = conns_.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      Conn r = conns_[i];
+      r.index = static_cast<uint32_t>(conns_.size());
+      std::swap(r.src, r.dst);
+      r.twin = static_cast<int32_t>(i);
+      totals_.messages += r.sizes.size();
+      if (r.measured) totals_.measured += r.sizes.size();
+      conns_.push_back(std::move(r));
+      conn_group_.push_back(conn_group_[i]);
+    }
+  }
 
   // Memory: every connection has `outstanding` slots at both ends.
   std::vector<uint64_t> arena(n_hosts, 0);
@@ -172,11 +186,17 @@ Simulation::Simulation(const Scenario& scenario, const PolicySpec& policy, uint6
     hosts_.back()->finish_memory(qps[h]);
   }
   for (Conn& c : conns_) {
+    if (c.twin >= 0) {
+      c.src_qpn = conns_[c.twin].dst_qpn;
+      c.dst_qpn = conns_[c.twin].src_qpn;
+      continue;
+    }
     hosts_[c.src]->create_qp_for(c, true);
     hosts_[c.dst]->create_qp_for(c, false);
   }
   Rng psn_rng(derive_seed(seed, kStreamPsn));
   for (Conn& c : conns_) {
+    if (c.twin >= 0) continue;
     // Random initial PSNs, so runs cross the 24-bit wrap now and then.
     const auto a_psn = static_cast<uint32_t>(psn_rng.below(1u << 24));
     const auto b_psn = static_cast<uint32_t>(psn_rng.below(1u << 24));
@@ -190,10 +210,8 @@ Simulation::Simulation(const Scenario& scenario, const PolicySpec& policy, uint6
     hosts_[c.dst]->post_initial_recvs(c);
     events_.push(c.start_ns, EventKind::kHostPost, c.index);
   }
-  for (const FailureSpec& f : scenario.failures) {
-    events_.push(f.at_ns, EventKind::kLinkState, static_cast<uint32_t>(fabric_.find_link(f.link)),
-                 (f.up ? 1 : 0) | (scenario.failover_ns << 1));
-  }
+  for (std::size_t i = 0; i < scenario.failures.size(); ++i)
+    events_.push(scenario.failures[i].at_ns, EventKind::kLinkState, static_cast<uint32_t>(i));
   if (!scenario.dpu_yaml.empty()) {
     if (!gate) {
       throw ScenarioError("scenario " + scenario.name +
@@ -239,9 +257,12 @@ void Simulation::dispatch(const Event& e) {
     case EventKind::kHostApp:
       hosts_[e.a]->on_app(e.time);
       break;
-    case EventKind::kLinkState:
-      fabric_.set_link_state(e.a, (e.b & 1) != 0, e.time, e.b >> 1);
+    case EventKind::kLinkState: {
+      const FailureSpec& f = scenario_.failures[e.a];
+      fabric_.set_link_state(static_cast<uint32_t>(fabric_.find_link(f.link)), f.up, e.time, scenario_.failover_ns,
+                             f.direction);
       break;
+    }
     default:
       fabric_.handle(e);
       break;
@@ -408,7 +429,10 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
     r.rx_backlog_max = std::max(r.rx_backlog_max, n.rx_backlog_max);
   }
   for (const Conn& c : conns_) {
+    // A bidirectional workload's reverse connections: the same QPs, counted
+    // once (as receivers) with the forward ones; their senders' paths below.
     for (auto [host, qpn] : {std::pair{c.src, c.src_qpn}, std::pair{c.dst, c.dst_qpn}}) {
+      if (c.twin >= 0) break;
       const QpCounters* q = hosts_[host]->transport().qp_counters(qpn);
       if (q == nullptr) continue;
       r.timeouts += q->timeouts;
@@ -417,7 +441,8 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
       r.cnps += q->cnp_rx;
       r.core_reorder_depth_max = std::max(r.core_reorder_depth_max, q->reorder_depth_max);
     }
-    if (const PathPolicy* rp = hosts_[c.dst]->transport().path_policy(c.dst_qpn)) {
+    const PathPolicy* rp = c.twin >= 0 ? nullptr : hosts_[c.dst]->transport().path_policy(c.dst_qpn);
+    if (rp != nullptr) {
       for (uint32_t i = 0; i < rp->path_count(); ++i) {
         r.ack_losses += rp->path_stats(i).ack_losses;
         r.ack_path_removals += rp->path_stats(i).removals;
@@ -484,7 +509,17 @@ RunResult Simulation::collect(const std::string& stop_reason) const {
     r.path_loss_removals_per_path.assign(n, 0);
     r.path_stall_excused_per_path.assign(n, 0);
     r.path_first_removal_us.assign(n, 0);
+    r.ack_path_removals_per_path.assign(n, 0);
     for (const Conn& c : conns_) {
+      const PathPolicy* rp = c.twin >= 0 ? nullptr : hosts_[c.dst]->transport().path_policy(c.dst_qpn);
+      for (uint32_t i = 0; rp != nullptr && i < rp->path_count(); ++i) {
+        const uint64_t removals = rp->path_stats(i).removals;
+        if (removals == 0) continue;
+        for (uint32_t port : trace_route(fabric_, c.dst, c.src, rp->path_port(i))) {
+          const auto k = std::find(links.begin(), links.end(), static_cast<int>(fabric_.ports()[port].link));
+          if (k != links.end()) r.ack_path_removals_per_path[k - links.begin()] += removals;
+        }
+      }
       const PathPolicy* pp = hosts_[c.src]->transport().path_policy(c.src_qpn);
       if (pp == nullptr) continue;
       for (uint32_t i = 0; i < pp->path_count(); ++i) {

@@ -38,7 +38,7 @@ inline std::string diff(const RocePacket& a, const RocePacket& b) {
   const Bth &x = a.bth, &y = b.bth;
   chk(x.opcode == y.opcode && x.se == y.se && x.mig == y.mig && x.pad == y.pad && x.tver == y.tver &&
           x.pkey == y.pkey && x.fecn == y.fecn && x.becn == y.becn && x.dqpn == y.dqpn &&
-          x.ack_req == y.ack_req && x.psn == y.psn,
+          x.ack_req == y.ack_req && x.resv7 == y.resv7 && x.psn == y.psn,
       "bth");
   chk(a.reth.va == b.reth.va && a.reth.rkey == b.reth.rkey && a.reth.len == b.reth.len, "reth");
   chk(a.aeth.syndrome == b.aeth.syndrome && a.aeth.msn == b.aeth.msn, "aeth");

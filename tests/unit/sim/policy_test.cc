@@ -73,11 +73,13 @@ TEST_CASE("small messages over a failing path: only the failed path is taken out
   REQUIRE(r.path_removals_per_path.size() == 4);
   CHECK(r.path_removals_per_path[1] >= 1);
   CHECK(r.path_removals_per_path[0] + r.path_removals_per_path[2] + r.path_removals_per_path[3] == 0);
-  // The requester resent messages whose only ACK died on path 1: the
-  // responder's ACK path choice learnt it (ACKs lost there: 37 without).
-  CHECK(r.ack_losses >= 3);
-  CHECK(r.ack_path_removals >= 1);
-  CHECK(r.path_lost_rev[1] < 30);
+  // The responder took its ACK path on path 1 out too, and only it (the
+  // requester's echoes of each ACK's path, irn_wire.h): ACKs lost there 29
+  // with only the requester's duplicates to tell, 37 with neither.
+  REQUIRE(r.ack_path_removals_per_path.size() == 4);
+  CHECK(r.ack_path_removals_per_path[1] >= 1);
+  CHECK(r.ack_path_removals_per_path[0] + r.ack_path_removals_per_path[2] + r.ack_path_removals_per_path[3] == 0);
+  CHECK(r.path_lost_rev[1] < 20);
 }
 
 TEST_CASE("credit jitter: every variant delivers every byte") {
