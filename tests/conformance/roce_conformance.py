@@ -85,6 +85,9 @@ class Case:
         self.psn = rnd.randrange(1 << 24)
         self.ack_req = bool(rnd.getrandbits(1))
         self.se = bool(rnd.getrandbits(1))
+        # The BTH's 7 reserved bits: 0 in standard RoCE, Tandem's IRN path
+        # feedback otherwise (rnic/core/irn_wire.h); covered by the ICRC.
+        self.resv7 = rnd.getrandbits(7) if rnd.getrandbits(1) else 0
         self.pkey = rnd.choice([0xFFFF, 0x8001, 0x7FFF])
         self.reth = ({"va": rnd.getrandbits(64), "rkey": rnd.getrandbits(32),
                       "len": rnd.getrandbits(32)} if reth else None)
@@ -110,7 +113,7 @@ class Case:
     def scapy_frame(self):
         """The packet built by scapy (it computes the ICRC)."""
         bth = BTH(opcode=self.op, solicited=int(self.se), padcount=self.pad, pkey=self.pkey,
-                  dqpn=self.dqpn, ackreq=int(self.ack_req), psn=self.psn)
+                  dqpn=self.dqpn, ackreq=int(self.ack_req), resv7=self.resv7, psn=self.psn)
         layers = bth
         if self.ext_bytes():
             layers = layers / Raw(self.ext_bytes())
@@ -133,7 +136,7 @@ class Case:
     def spec(self):
         s = {"opcode": self.name if self.op % 2 else self.op, "src": self.src, "dst": self.dst,
              "sport": self.sport, "dqpn": self.dqpn, "psn": self.psn, "ack_req": self.ack_req,
-             "se": self.se, "pkey": self.pkey, "payload_hex": self.payload.hex()}
+             "resv7": self.resv7, "se": self.se, "pkey": self.pkey, "payload_hex": self.payload.hex()}
         for k in ("reth", "aeth", "imm", "atomic", "atomic_ack", "vlan"):
             if getattr(self, k) is not None:
                 s[k] = getattr(self, k)
@@ -146,6 +149,8 @@ class Case:
              "opcode": self.op, "opcode_name": self.name, "dqpn": self.dqpn, "psn": self.psn,
              "ack_req": self.ack_req, "se": self.se, "pkey": self.pkey,
              "payload_len": self.plen}
+        if self.resv7:
+            e["resv7"] = self.resv7
         for k in ("reth", "aeth", "imm", "atomic", "atomic_ack"):
             if getattr(self, k) is not None:
                 e[k] = getattr(self, k)
@@ -299,6 +304,7 @@ def part2_encode_to_scapy_and_tshark(tool, tmp, rnd):
         expect_eq(b.psn, c.psn, what + " scapy psn")
         expect_eq(b.padcount, c.pad, what + " scapy padcount")
         expect_eq(b.ackreq, int(c.ack_req), what + " scapy ackreq")
+        expect_eq(b.resv7, c.resv7, what + " scapy resv7")
         expect_eq(p[BTH].underlayer.underlayer.src, c.src, what + " scapy inner src")
         if c.vxlan is not None:
             check(VXLAN in p and p[VXLAN].vni == c.vxlan, what + ": scapy VXLAN VNI")
@@ -316,7 +322,7 @@ def part2_encode_to_scapy_and_tshark(tool, tmp, rnd):
     fields = ["frame.number", "infiniband.bth.opcode", "infiniband.bth.destqp",
               "infiniband.bth.psn", "infiniband.bth.padcnt", "infiniband.reth.va",
               "infiniband.reth.r_key", "infiniband.reth.dmalen", "infiniband.aeth.msn",
-              "infiniband.immdt", "ip.src"]
+              "infiniband.immdt", "ip.src", "infiniband.bth.reserved7"]
     rows = tshark_fields(out, fields)
     if not expect_eq(len(rows), len(specs), "packets tshark listed"):
         return len(specs)
@@ -327,6 +333,7 @@ def part2_encode_to_scapy_and_tshark(tool, tmp, rnd):
         expect_eq(tshark_int(v["infiniband.bth.destqp"]), c.dqpn, what + " destqp")
         expect_eq(tshark_int(v["infiniband.bth.psn"]), c.psn, what + " psn")
         expect_eq(tshark_int(v["infiniband.bth.padcnt"]), c.pad, what + " padcnt")
+        expect_eq(tshark_int(v["infiniband.bth.reserved7"]), c.resv7, what + " reserved7")
         if c.reth:
             expect_eq(tshark_int(v["infiniband.reth.va"]), c.reth["va"], what + " reth.va")
             expect_eq(tshark_int(v["infiniband.reth.r_key"]), c.reth["rkey"], what + " reth.r_key")

@@ -142,8 +142,9 @@ def main():
         note = ""
         if not ok and prog.endswith("_lat"):
             # KNOWN FLAKE (open): with one message in flight, a side sometimes gets RETRY_EXC_ERR
-            # with a path failed (about 1 run in 5); its path health took out no dead path before
-            # the error (docs/operations.md "Troubleshooting"). Printed, run once more.
+            # with a path failed (3 of 21 runs on the loaded 2-core machine since resends avoid
+            # the path that lost them; 12 of 21 before; docs/operations.md "Troubleshooting").
+            # Printed, run once more.
             print(f"--- {prog} with a failed path, first attempt failed (known flake, retried) ---\n"
                   f"--- client ---\n{outs[0][1][-1500:]}\n--- server ---\n{outs[1][1][-1500:]}")
             first = f"exit {outs[0][0]}/{outs[1][0]}"

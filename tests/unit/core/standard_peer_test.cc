@@ -18,12 +18,14 @@ namespace {
 struct WireLook {
   uint64_t data_pkts = 0, xeth_like = 0, atomic_acks = 0, credit_acks = 0, naks = 0;
   uint64_t payload_bytes = 0;
+  uint64_t path_bits = 0;  // packets whose BTH reserved bits carry IRN path feedback (irn_wire.h)
 };
 
 void watch(Loop& l, WireLook& w) {
   l.filter = [&l, &w](bool, const cw::RocePacket& p) {
     const uint8_t op = p.bth.opcode;
     if (op == IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE) ++w.atomic_acks;
+    if (p.bth.resv7 != 0) ++w.path_bits;
     if (cw::opcode_has(op, cw::kOpAeth)) {
       const uint8_t syn = p.aeth.syndrome;
       if ((syn >> 5) == 0 && (syn & 0x1F) != kCreditInvalid) ++w.credit_acks;
@@ -64,12 +66,29 @@ TEST_CASE("a QP to a standard peer sends no Tandem-only header whatever its mode
   CHECK(std::equal(l.a.mem.begin() + 1000, l.a.mem.begin() + 4001, l.b.mem.begin() + 256 * 1024));
   CHECK(std::equal(l.b.mem.begin() + 512 * 1024, l.b.mem.begin() + 512 * 1024 + 30001, l.a.mem.begin() + 768 * 1024));
   CHECK(w.atomic_acks == 0);   // no SACK
+  CHECK(w.path_bits == 0);     // BTH reserved bits 0: no path feedback
   CHECK(w.credit_acks == 0);   // AETH credit field: "invalid", as a plain RC responder without EEC sends
   CHECK(w.naks > 0);           // 2 % loss: go-back-N's sequence NAKs did the recovery
   // No placement header: every request data packet carries exactly its data (retransmissions resend
   // whole packets, so the bytes are a multiple of what the messages hold, and none is 24 bytes longer).
   CHECK(w.payload_bytes >= 64 * 1024 + 3001);
   CHECK(l.a.counters().sacks_rx == 0);
+}
+
+TEST_CASE("the same QPs to a Tandem peer carry path feedback in the BTH's reserved bits") {
+  QpSetup s;
+  s.mode = Reliability::kIrn;
+  s.cc = "credit";
+  s.path = "round_robin";
+  s.num_paths = 4;
+  Loop l(1 << 20, s, NetConfig{.loss = 0.02}, 7);
+  REQUIRE(l.ok);
+  WireLook w;
+  watch(l, w);
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, 1, l.a, 0, 64 * 1024, &l.b, 128 * 1024)) == 0);
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, 2, l.a, 0, 64 * 1024, &l.b, 128 * 1024)) == 0);
+  REQUIRE(l.run([&] { return l.a.done.size() == 2; }));
+  CHECK(w.path_bits > 0);  // the check above can see them
 }
 
 TEST_CASE("without loss a standard peer's data packets are the data and nothing more") {

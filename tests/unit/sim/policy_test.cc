@@ -93,3 +93,61 @@ TEST_CASE("credit jitter: every variant delivers every byte") {
     CHECK(r.drops == 0);
   }
 }
+
+// Latency-bound traffic across a dead path (issue 33): one 64 B WRITE in
+// flight at a time over 16 paths, path3 black-holed (both directions, never
+// routed around) from 1 ms on. A resend never takes the path that lost its
+// packet and a timeout counts against that path, so no QP runs out of
+// retries and nearly every operation takes no timeout at all. On main before
+// this, resends could take the dead path again and it was never taken out.
+TEST_CASE("one WRITE in flight over 16 paths, one black-holed: no QP in error, p99 within 2 RTOs") {
+  Scenario s = resolve_scenario("latency-path-failure");
+  for (const char* name : {"rr", "rr-credit", "adaptive"}) {
+    INFO(name);
+    RunResult r = run_policy(s, name);
+    CHECK(r.data_ok);
+    CHECK(r.error_completions == 0);
+    CHECK(r.completed == 10'000);
+    CHECK(r.path_lost_fwd[3] + r.path_lost_rev[3] > 0);  // the failure hit the traffic
+    CHECK(r.fct_us_p99 <= 2 * 100.0);  // IRN's RTO_low here is its 100 us floor
+    if (std::string(name) != "adaptive") {
+      REQUIRE(r.path_removals_per_path.size() == 16);
+      CHECK(r.path_removals_per_path[3] >= 1);
+    }
+  }
+}
+
+// The same with only the ACK direction of path3 dead: the requests arrive,
+// ACKs sent there are lost; each costs the requester a timeout, and the
+// responder's answer to the duplicate goes on an ACK path that answers.
+TEST_CASE("one WRITE in flight, the ACK direction of one path of 16 dead: no QP in error") {
+  Scenario s = resolve_scenario("latency-ack-path-failure");
+  for (const char* name : {"rr", "rr-credit", "adaptive"}) {
+    INFO(name);
+    RunResult r = run_policy(s, name);
+    CHECK(r.data_ok);
+    CHECK(r.error_completions == 0);
+    CHECK(r.completed == 10'000);
+    CHECK(r.path_lost_rev[3] > 0);
+    CHECK(r.fct_us_p99 <= 2 * 100.0);
+  }
+}
+
+// A dead ACK path under bulk credit traffic (only the reverse direction of
+// path1): nothing is resent, so no duplicate tells the responder; the
+// requester's echoes of each ACK's path (irn_wire.h) do, and the responder
+// takes that ACK path out, and only it. Without the echo a quarter of the
+// ACKs kept dying there for the whole failure (985 in path-failure).
+TEST_CASE("a dead ACK path under bulk credit traffic is taken out by the responder, and only it") {
+  Scenario s = resolve_scenario("ack-path-failure-bulk");
+  for (const char* name : {"rr-health-credit", "adaptive-credit"}) {
+    INFO(name);
+    RunResult r = run_policy(s, name);
+    CHECK(r.data_ok);
+    CHECK(r.error_completions == 0);
+    REQUIRE(r.ack_path_removals_per_path.size() == 4);
+    CHECK(r.ack_path_removals_per_path[1] >= 1);
+    CHECK(r.ack_path_removals_per_path[0] + r.ack_path_removals_per_path[2] + r.ack_path_removals_per_path[3] == 0);
+    CHECK(r.path_lost_rev[1] < 200);
+  }
+}

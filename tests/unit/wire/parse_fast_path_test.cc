@@ -25,7 +25,7 @@ RocePacket poisoned() {
   p.eth = p.outer.eth;
   p.ip = p.outer.ip;
   p.udp = p.outer.udp;
-  p.bth = {0x55, true, true, 3, 9, 1, true, true, 5, true, 6};
+  p.bth = {0x55, true, true, 3, 9, 1, true, true, 5, true, 7, 6};
   p.reth = {1, 2, 3};
   p.aeth = {1, 2};
   p.imm = 3;
@@ -82,7 +82,7 @@ RocePacket random_spec(uint8_t opcode, std::mt19937& rng) {
   p.ip.dst = r(32);
   p.udp.sport = static_cast<uint16_t>(r(16));
   p.bth = {opcode, r(1) != 0, r(1) != 0, 0, 0, static_cast<uint16_t>(r(16)), r(1) != 0, r(1) != 0,
-           r(24), r(1) != 0, r(24)};
+           r(24), r(1) != 0, static_cast<uint8_t>(r(7)), r(24)};
   p.reth = {(uint64_t{r(32)} << 32) | r(32), r(32), r(32)};
   p.aeth = {static_cast<uint8_t>(r(8)), r(24)};
   p.imm = r(32);
