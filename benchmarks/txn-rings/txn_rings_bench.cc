@@ -219,9 +219,12 @@ struct Control {
   std::atomic<int> phase{kIdle};
   std::atomic<int> ack{kIdle};  // worker: phase it is in
   uint32_t flows = 0, window = 0, first = 0;  // new flows first .. first+flows-1
+  uint64_t budget_rate = 0;                   // the worker's punt budget (0: off)
+  uint32_t budget_burst = 128;
   std::atomic<int> newflow_done{0};
   double newflow_s = 0;
   uint64_t repunts = 0, installed = 0;
+  uint64_t over_budget = 0;  // punts the worker's per-vNIC punt budget refused (must stay 0)
   double lat_p50 = 0, lat_p99 = 0, lat_p999 = 0;
   uint64_t newflow_preempted = 0;      // worker, during its new-flow run
   std::atomic<uint64_t> worker_preempted{0};  // worker, whole run (updated each phase change)
@@ -235,7 +238,8 @@ void worker_newflow(Control& c, tandem::rnic::dpdk::DpuLink& link, tandem::rnic:
   lat.reserve(flows);
   uint8_t hdr[64] = {};  // stand-in for the missed packet's headers
   uint32_t head = 0, next = 0;
-  uint64_t repunts = 0;
+  uint64_t repunts = 0, over_budget = 0;
+  using Punted = tandem::rnic::dpdk::DpuLink::Punted;
   const uint64_t t0 = now_ns(), pre0 = preempted();
   while (head < flows) {
     uint64_t now = now_ns();
@@ -248,7 +252,7 @@ void worker_newflow(Control& c, tandem::rnic::dpdk::DpuLink& link, tandem::rnic:
     if (head < next && now - punted_at[head] > 20'000'000) {  // the next packet of a slow flow misses again
       EntryKey k = flow_key(first + head);
       std::memcpy(hdr, &k, sizeof k);
-      link.punt(k, hdr, sizeof hdr, 0, now);
+      if (link.punt(k, hdr, sizeof hdr, 0, now) == Punted::kOverBudget) ++over_budget;
       punted_at[head] = now;
       ++repunts;
     }
@@ -256,10 +260,14 @@ void worker_newflow(Control& c, tandem::rnic::dpdk::DpuLink& link, tandem::rnic:
       EntryKey key = flow_key(first + next);
       if (table.lookup(snap, key)) die("flow installed before it missed");
       std::memcpy(hdr, &key, sizeof key);
-      link.punt(key, hdr, sizeof hdr, 0, now);
+      if (link.punt(key, hdr, sizeof hdr, 0, now) == Punted::kOverBudget) ++over_budget;
       punted_at[next] = now;
     }
-    if (now - t0 > 120'000'000'000ull) die("new flows not installed within 120 s");
+    // A refused punt leaves its flow waiting for a re-punt: the run would
+    // measure the budget (1,000/s per vNIC by default), not the set-up path.
+    if (over_budget) die("punts refused by the worker's punt budget: new flows would be set up at its rate");
+    if (now - t0 > 120'000'000'000ull) die("new flows not installed within 120 s (" + std::to_string(head) + " of " +
+                                           std::to_string(flows) + ")");
   }
   c.newflow_s = (now_ns() - t0) / 1e9;
   Pct p = percentiles(std::move(lat));
@@ -268,6 +276,7 @@ void worker_newflow(Control& c, tandem::rnic::dpdk::DpuLink& link, tandem::rnic:
   c.lat_p999 = p.p999;
   c.repunts = repunts;
   c.installed = head;
+  c.over_budget = over_budget;
   c.newflow_preempted = preempted() - pre0;
   c.newflow_done.store(1, std::memory_order_release);
 }
@@ -286,7 +295,11 @@ int worker_main(Control& c, const std::string& chan_path, const std::string& pp_
   auto* pp_evt = static_cast<rte_ring*>(channel_evt_ring(pp));
 
   tandem::rnic::Level2Table table({capacity});
-  tandem::rnic::dpdk::DpuLink link(chan_path, table, static_cast<uint64_t>(getpid()), 3'000'000'000ull);
+  // The punt budget off: one vNIC's new flows are the whole workload here, and
+  // tandem-rnic's default budget (1,000 punts/s per vNIC, --punt-budget) would
+  // set the rate. Its cost is measured with it on (--punt-budget).
+  tandem::rnic::dpdk::DpuLink link(chan_path, table, static_cast<uint64_t>(getpid()), 3'000'000'000ull, 0,
+                                   tandem::rnic::port::PuntBudgetConfig{c.budget_rate, c.budget_burst});
   for (;;) {
     int ph = c.phase.load(std::memory_order_acquire);
     if (c.ack.load(std::memory_order_relaxed) != ph) {
@@ -468,6 +481,7 @@ int main(int argc, char** argv) {
   std::string part = "all", dir = "/dev/shm", cpus = "none";
   uint32_t samples = 20000, bulk_entries = 1 << 18, bulk_txn = 4096, flows = 1 << 18, window = 256;
   int reps = 3;
+  std::string budget = "0";
   CLI::App app{"Transactions over the real DPU<->RNIC shared-memory rings between two processes"};
   app.add_flag("--json", json, "print one JSON object instead of tables");
   bool no_pipeline = false;
@@ -486,6 +500,8 @@ int main(int argc, char** argv) {
   app.add_option("--window", window, "newflow: flows punted and not yet installed, at most")->check(CLI::Range(1, 1 << 16));
   app.add_option("--reps", reps, "repetitions; the best is reported (lowest 1-entry p99 for latency)")->check(CLI::Range(1, 20));
   app.add_option("--cpus", cpus, "agent,worker CPUs to pin to, or 'none'");
+  app.add_option("--punt-budget", budget,
+                 "newflow: the worker's punt budget RATE[:BURST] per vNIC (tandem-rnic --punt-budget; default 0: off)");
   app.add_option("--dir", dir, "directory for the channel files (tandem-dpu's default: /dev/shm)");
   try {
     app.parse(argc, argv);
@@ -515,6 +531,17 @@ int main(int argc, char** argv) {
       mmap(nullptr, sizeof(Control), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   if (ctl == MAP_FAILED) die("cannot map the control block");
   new (ctl) Control();
+  {
+    unsigned long long rate = 0;
+    unsigned burst = 128;
+    int n = std::sscanf(budget.c_str(), "%llu:%u", &rate, &burst);
+    if (n < 1 || burst == 0) {
+      std::fprintf(stderr, "txn-rings: --punt-budget wants RATE[:BURST], got %s\n", budget.c_str());
+      return 2;
+    }
+    ctl->budget_rate = rate;
+    ctl->budget_burst = burst;
+  }
 
   pid_t child = fork();
   if (child < 0) die("fork failed");
@@ -524,15 +551,26 @@ int main(int argc, char** argv) {
   auto finish = [&] {
     ctl->phase.store(kStop, std::memory_order_release);
     int st = 0;
-    waitpid(child, &st, 0);
+    if (child > 0) waitpid(child, &st, 0);
     ::unlink(chan_path.c_str());
     ::unlink(pp_path.c_str());
     return st;
+  };
+  // The worker dies (exit 1) with its reason on stderr: stop waiting for it then.
+  auto worker_gone = [&] {
+    int st = 0;
+    if (waitpid(child, &st, WNOHANG) != child) return false;
+    child = -1;
+    return true;
   };
   auto set_phase = [&](Phase p) {
     ctl->phase.store(p, std::memory_order_release);
     uint64_t t0 = now_ns();
     while (ctl->ack.load(std::memory_order_acquire) != p) {
+      if (worker_gone()) {
+        finish();
+        die("the worker process died");
+      }
       if (now_ns() - t0 > 10'000'000'000ull) {
         finish();
         die("worker did not follow");
@@ -672,9 +710,13 @@ int main(int argc, char** argv) {
         uint64_t punts0 = ra.side.punts, dup0 = ra.side.duplicate, lost0 = ra.side.slot_lost,
                  txn0 = ra.side.ch.stats().txns_committed;
         set_phase(kNewFlow);
-        uint64_t t0 = now_ns();
+        uint64_t t0 = now_ns(), polls = 0;
         while (!ctl->newflow_done.load(std::memory_order_acquire)) {
           svc(now_ns());
+          if ((++polls & 0xFFF) == 0 && worker_gone()) {
+            finish();
+            die("the worker process died during the new flows");
+          }
           if (now_ns() - t0 > 130'000'000'000ull) die("worker did not finish the new flows");
         }
         set_phase(kService);
@@ -687,6 +729,8 @@ int main(int argc, char** argv) {
                   {"duplicate_punts", ra.side.duplicate - dup0},
                   {"slot_reused_before_read", ra.side.slot_lost - lost0},
                   {"repunts", ctl->repunts},
+                  {"installed", ctl->installed},
+                  {"punts_over_budget", ctl->over_budget},
                   {"txns", ra.side.ch.stats().txns_committed - txn0},
                   {"worker_preempted", ctl->newflow_preempted}};
         }
@@ -705,6 +749,7 @@ int main(int argc, char** argv) {
       best["flows"] = flows;
       best["revalidated"] = !no_revalidate;
       best["window"] = window;
+      best["punt_budget"] = budget;
       best["ours_M_flows_per_s"] = ring / 1e6;
       best["ours_M_entries_per_s"] = 2 * ring / 1e6;
       best["in_memory_M_flows_per_s"] = memr / 1e6;

@@ -24,8 +24,10 @@ class DpuLink {
  public:
   // The file may not exist yet (agent not started): service() keeps trying.
   // max_protocol: newest channel protocol version offered (0: current).
+  // budget: no default, so no caller is held to 1,000 punts/s per vNIC unawares
+  // (the new-flow benchmark was, and stopped finishing).
   DpuLink(std::string path, Level2Table& table, uint64_t rnic_instance, uint64_t agent_timeout_ns,
-          uint16_t max_protocol = 0, port::PuntBudgetConfig budget = {});
+          uint16_t max_protocol, port::PuntBudgetConfig budget);
   ~DpuLink();
   DpuLink(const DpuLink&) = delete;
   DpuLink& operator=(const DpuLink&) = delete;
