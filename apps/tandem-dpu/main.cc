@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
       "transactions; table misses punted by an RNIC are resolved against level 1 and installed.\n"
       "Operators use tandemctl over --control-socket (newline-delimited JSON).\n\n"
       "Example:\n"
-      "  tandem-dpu --db /var/lib/tandem/dpu.sqlite --control-socket /tmp/tandem-dpu.sock \\\n"
+      "  tandem-dpu --db /var/lib/tandem/dpu.sqlite --control-socket /run/tandem/dpu.sock \\\n"
       "      --channel-dir /dev/shm --rnic h0 --rnic h1 --idle adaptive -- \\\n"
       "      --no-pci --no-huge -m 64 --file-prefix=tandem-dpu -l 0\n"
       "  tandem-rnic ... --dpu-channel /dev/shm/tandem-h0.chan\n\n"
@@ -35,7 +35,11 @@ int main(int argc, char** argv) {
   dd::AgentConfig c;
   std::string idle = "busy";
   app.add_option("--db", c.db, "SQLite database holding the agent's state (created if missing)")->required();
-  app.add_option("--control-socket", c.control_socket, "Unix socket tandemctl talks to (default /tmp/tandem-dpu.sock)");
+  app.add_option("--control-socket", c.control_socket,
+                 "Unix socket tandemctl talks to (default /run/tandem/dpu.sock; mode 0600, its directory made if\n"
+                 "missing). Only root, this agent's user and --control-group may connect (peer credentials)");
+  app.add_option("--control-group", c.control_group,
+                 "Members of this group may use the control socket too (it becomes 0660, group-owned)");
   app.add_option("--channel-dir", c.channel_dir,
                  "Directory for the per-RNIC channel files: /dev/shm (default) or a hugetlbfs mount")
       ->check(CLI::ExistingDirectory);

@@ -74,9 +74,9 @@ int main(int argc, char** argv) {
   app.set_help_flag("-h,--help", "Show this help and exit");
   app.require_subcommand(1);
   app.fallthrough();
-  std::string socket = std::getenv("TANDEM_DPU_SOCKET") ? std::getenv("TANDEM_DPU_SOCKET") : "/tmp/tandem-dpu.sock";
+  std::string socket = std::getenv("TANDEM_DPU_SOCKET") ? std::getenv("TANDEM_DPU_SOCKET") : "/run/tandem/dpu.sock";
   bool as_json = false;
-  app.add_option("--socket", socket, "tandem-dpu control socket (default $TANDEM_DPU_SOCKET or /tmp/tandem-dpu.sock)");
+  app.add_option("--socket", socket, "tandem-dpu control socket (default $TANDEM_DPU_SOCKET or /run/tandem/dpu.sock)");
   app.add_flag("--json", as_json, "Print the agent's JSON reply as it is");
 
   json req;

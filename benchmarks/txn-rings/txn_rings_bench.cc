@@ -155,7 +155,7 @@ void build_level1(Level1State& s, uint32_t flows) {
 struct AgentSide {
   AgentChannel ch;
   const Level1State* l1 = nullptr;
-  void* base = nullptr;  // channel file (punt slots); nullptr in memory
+  const ChannelView* view = nullptr;  // channel file (punt slots); nullptr in memory
   bool revalidate = true;  // --no-revalidate: as the bench was before agent.cc revalidated
   tandem::dpu::PendingPunts pending;
   uint64_t next_tag = 1ull << 40;
@@ -192,7 +192,8 @@ struct AgentSide {
     ++punts;
     uint8_t hdr[2048];
     std::size_t len = 0;
-    if (base && p.length && !slot_read(base, p.slot, p.generation, hdr, sizeof hdr, len)) ++slot_lost;
+    if (view && p.length && view->read_slot(p.slot, p.generation, hdr, sizeof hdr, len) != ChannelView::SlotRead::kOk)
+      ++slot_lost;
     if (pending.contains(p.missed)) {
       ++duplicate;
       return;
@@ -331,7 +332,7 @@ struct RingAgent {
   AgentSide side;
   std::deque<RawMessage> unsent;
 
-  RingAgent(tandem::dpu::dpdk::ChannelFile& f, const AgentChannelConfig& c) : file(f), side(c) { side.base = f.base(); }
+  RingAgent(tandem::dpu::dpdk::ChannelFile& f, const AgentChannelConfig& c) : file(f), side(c) { side.view = &f.view(); }
 
   // Burst buffers as members, as in agent.cc: RawMessage zero-initialises.
   std::array<RawMessage, 64> ev_buf, out_buf;
@@ -340,9 +341,10 @@ struct RingAgent {
   bool service(uint64_t now) {
     AgentChannel& ch = side.ch;
     RawMessage* ev = ev_buf.data();
-    unsigned n = rte_ring_dequeue_burst_elem(file.evt_ring(), ev, sizeof(RawMessage), 64, nullptr);
+    ChannelView& view = file.view();  // the agent's own geometry and ring ends, as agent.cc
+    unsigned n = view.events().dequeue(ev, 64);
     for (unsigned i = 0; i < n; ++i) ch.on_event(ev[i], now);
-    ch.on_bar(tandem::dpu::sample_bar(channel_bar(file.base())), now);
+    ch.on_bar(tandem::dpu::sample_bar(view.bar()), now);
     ch.tick(now);
     RawMessage m;
     while (ch.pop_command(m)) unsent.push_back(m);
@@ -350,7 +352,7 @@ struct RingAgent {
       RawMessage* out = out_buf.data();
       unsigned k = 0;
       for (; k < 64 && k < unsent.size(); ++k) out[k] = unsent[k];
-      unsigned sent = rte_ring_enqueue_burst_elem(file.cmd_ring(), out, sizeof(RawMessage), k, nullptr);
+      unsigned sent = view.commands().enqueue(out, k);
       for (unsigned i = 0; i < sent; ++i) unsent.pop_front();
       if (sent < k) break;
     }

@@ -112,6 +112,19 @@ static_assert(offsetof(ChannelHeader, rnic_name) == 112);
 static_assert(offsetof(ChannelHeader, rnic_versions) == 192);
 static_assert(sizeof(ChannelHeader) <= kPageSize);
 
+// Page 0 at kNoticeOffset, written by the agent only: `retired` != 0 says
+// the agent has replaced this file with a new one at the same path (it found
+// the old one scribbled on), so the RNIC maps the new one and says HELLO
+// again. Past the header, so a file laid out before it existed reads 0.
+struct ChannelNotice {
+  std::atomic<uint64_t> retired{0};
+};
+inline constexpr std::size_t kNoticeOffset = 2048;
+static_assert(sizeof(ChannelHeader) <= kNoticeOffset);
+// Header bytes the agent writes once and the RNIC never writes (all before
+// its own line): the agent compares them with its copy to see scribbles.
+inline constexpr std::size_t kHeaderFixedBytes = offsetof(ChannelHeader, rnic_versions);
+
 // The RNIC's view of the channel, mirrored in the BAR for the agent.
 enum class RnicChannelState : uint32_t {
   kDown = 0,      // not attached / worker not running

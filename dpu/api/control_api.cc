@@ -1,6 +1,10 @@
 #include "dpu/api/control_api.h"
 
 #include <cstdio>
+#include <ext/stdio_filebuf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <fstream>
 
 #include "dpu/api/flow_view.h"
@@ -159,13 +163,14 @@ json ControlApi::handle(const json& request) {
     if (job_ && is_change_command(cmd))
       return error("a mapping import is in progress; try again when it is done", "busy");
     if (cmd != "mapping.import") return dispatch(cmd, request);
-    job_ = start_import(request);
+    Caller trusted;
+    job_ = start_import(request, trusted);
     for (;;)
       if (std::optional<json> r = step_job(SIZE_MAX)) return *r;
   });
 }
 
-ControlReply ControlApi::begin_line(const std::string& line) {
+ControlReply ControlApi::begin_line(const std::string& line, Caller& caller) {
   json req = json::parse(line, nullptr, false);
   if (req.is_discarded() || !req.is_object() || !req.contains("cmd") || !req["cmd"].is_string())
     return {ControlReply::Kind::kDone, handle_line(line)};  // the usual error reply
@@ -173,7 +178,7 @@ ControlReply ControlApi::begin_line(const std::string& line) {
   if (job_ && is_change_command(cmd)) return {ControlReply::Kind::kBusy, {}};
   if (cmd != "mapping.import") return {ControlReply::Kind::kDone, handle(req).dump()};
   json err = guarded([&]() -> json {
-    job_ = start_import(req);
+    job_ = start_import(req, caller);
     return nullptr;
   });
   if (!err.is_null()) return {ControlReply::Kind::kDone, err.dump()};
@@ -341,16 +346,39 @@ json ControlApi::list_mappings(const json& r) const {
   return ok({{"mappings", a}, {"total", total}, {"truncated", total > a.size()}});
 }
 
-std::unique_ptr<ControlApi::Job> ControlApi::start_import(const json& r) {
+std::unique_ptr<ControlApi::Job> ControlApi::start_import(const json& r, Caller& caller) {
   std::string path = str(r, "path");
   std::string fmt = r.contains("format") ? str(r, "format") : std::string("");
   if (fmt.empty()) fmt = path.size() > 6 && path.ends_with(".jsonl") ? "jsonl" : "csv";
   if (fmt != "csv" && fmt != "jsonl") throw RequestError("format must be csv or jsonl");
   bool replace = flag(r, "replace");
   auto job = std::make_unique<Job>();
-  job->in.open(path);
-  if (!job->in) throw RequestError("cannot open \"" + path + "\"");
-  job->import = std::make_unique<MappingImport>(store_, state_, job->in,
+  int fd = -1;
+  if (flag(r, "fd")) {
+    // The caller opened the file with its own rights and passed it along.
+    if (caller.fd < 0) throw RequestError("\"fd\": true but no file descriptor came with the request");
+    std::swap(fd, caller.fd);
+  } else {
+    if (!caller.may_open_paths)
+      throw RequestError("forbidden: the agent opens a path only for root or its own user; send the file itself "
+                         "(tandemctl mapping import does)");
+    fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO must not block the loop
+    if (fd < 0) throw RequestError("cannot open \"" + path + "\"");
+  }
+  // A regular file only: a pipe or a device would block the agent's loop on a read.
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw RequestError("\"" + path + "\" is not a regular file");
+  }
+  auto fb = std::make_unique<__gnu_cxx::stdio_filebuf<char>>(fd, std::ios::in, 1 << 16);
+  if (!fb->is_open()) {
+    ::close(fd);
+    throw RequestError("\"" + path + "\" cannot be read (the descriptor is not open for reading)");
+  }
+  job->buf = std::move(fb);  // closes fd
+  job->in = std::make_unique<std::istream>(job->buf.get());
+  job->import = std::make_unique<MappingImport>(store_, state_, *job->in,
                                                 fmt == "csv" ? ImportFormat::kCsv : ImportFormat::kJsonl, replace);
   return job;
 }

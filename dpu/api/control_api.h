@@ -14,7 +14,8 @@
 // validated against.
 #pragma once
 #include <cstdint>
-#include <fstream>
+#include <istream>
+#include <streambuf>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -53,6 +54,16 @@ class AgentHooks {
   }
 };
 
+// Who sent a request line (the control socket knows from the peer's
+// credentials). A mapping import reads only what its caller could read:
+// the file the caller opened and passed along (`fd`, taken by the API when
+// the request says "fd": true), or a path, which the agent opens itself only
+// for a caller who could open anything it can (root, or its own user).
+struct Caller {
+  bool may_open_paths = true;
+  int fd = -1;  // a descriptor that came with the request; set to -1 when the API takes it
+};
+
 // What begin_line() did with a request line.
 struct ControlReply {
   enum class Kind : uint8_t {
@@ -79,7 +90,11 @@ class ControlApi {
 
   // For the agent loop: a mapping import becomes a job (kStarted); changes
   // while it runs are kBusy; everything else is answered at once.
-  ControlReply begin_line(const std::string& line);
+  ControlReply begin_line(const std::string& line, Caller& caller);
+  ControlReply begin_line(const std::string& line) {
+    Caller trusted;
+    return begin_line(line, trusted);
+  }
   // Advances the job by kStepRows rows; its reply line once it has finished.
   std::optional<std::string> step();
   bool busy() const noexcept { return job_ != nullptr; }
@@ -89,12 +104,13 @@ class ControlApi {
 
  private:
   struct Job {
-    std::ifstream in;
+    std::unique_ptr<std::streambuf> buf;  // the caller's file, or one opened by path
+    std::unique_ptr<std::istream> in;
     std::unique_ptr<MappingImport> import;
   };
   nlohmann::json accept(const Change& c);
   nlohmann::json dispatch(const std::string& cmd, const nlohmann::json& r);
-  std::unique_ptr<Job> start_import(const nlohmann::json& r);
+  std::unique_ptr<Job> start_import(const nlohmann::json& r, Caller& caller);
   nlohmann::json finish_import(Job& job);
   std::optional<nlohmann::json> step_job(std::size_t rows);
   nlohmann::json list_mappings(const nlohmann::json& r) const;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "dpu/api/control_api.h"
@@ -304,4 +305,51 @@ TEST_CASE("trace: the rule goes to the agent's ring; a bad rule or an agent with
   r = api2.handle({{"cmd", "trace"}, {"rule", "off"}});
   CHECK(r["ok"] == false);
   CHECK(r["error"] == "this agent has no trace ring");
+}
+
+TEST_CASE("an import reads only what its caller could: a passed descriptor, or a path for root and the agent's user") {
+  TempDb db;
+  Level1State st;
+  Store store(db.path);
+  ControlApi api(st, store);
+  REQUIRE(api.handle({{"cmd", "tenant.add"}, {"vni", 7}, {"name", "t"}})["ok"] == true);
+  std::string csv = db.path + ".csv";
+  {
+    std::ofstream f(csv);
+    f << "7,10.1.0.1,10.0.1.1,02:00:00:00:00:01,far\n7,10.1.0.2,10.0.1.2,02:00:00:00:00:01,far\n";
+  }
+  using Kind = tandem::dpu::ControlReply::Kind;
+  auto run = [&](const std::string& line, tandem::dpu::Caller& c) {
+    tandem::dpu::ControlReply r = api.begin_line(line, c);
+    if (r.kind != Kind::kStarted) return json::parse(r.text);
+    std::optional<std::string> done;
+    while (!(done = api.step())) {
+    }
+    return json::parse(*done);
+  };
+  // Another user's request naming a path: refused, whatever the file's mode.
+  tandem::dpu::Caller other{false, -1};
+  json r = run(json({{"cmd", "mapping.import"}, {"path", csv}}).dump(), other);
+  CHECK(r["ok"] == false);
+  CHECK(r["error"].get<std::string>().find("forbidden") != std::string::npos);
+  // "fd" without a descriptor.
+  r = run(json({{"cmd", "mapping.import"}, {"path", csv}, {"fd", true}}).dump(), other);
+  CHECK(r["ok"] == false);
+  // A descriptor that is not a regular file (would block the loop): refused and closed.
+  int pfd[2];
+  REQUIRE(::pipe(pfd) == 0);
+  tandem::dpu::Caller piped{false, pfd[0]};
+  r = run(json({{"cmd", "mapping.import"}, {"path", "x.csv"}, {"fd", true}}).dump(), piped);
+  CHECK(r["ok"] == false);
+  CHECK(piped.fd == -1);
+  ::close(pfd[1]);
+  CHECK(st.mappings().size() == 0);
+  // The file this user opened, passed along: imported; the API owns and closes it.
+  tandem::dpu::Caller passed{false, ::open(csv.c_str(), O_RDONLY)};
+  REQUIRE(passed.fd >= 0);
+  r = run(json({{"cmd", "mapping.import"}, {"path", csv}, {"fd", true}}).dump(), passed);
+  CHECK(r["ok"] == true);
+  CHECK(r["imported"] == 2);
+  CHECK(passed.fd == -1);
+  std::remove(csv.c_str());
 }

@@ -118,6 +118,20 @@ void AgentChannel::reset(uint64_t now) {
   enter(ChannelState::kReset, now);
 }
 
+void AgentChannel::transport_reset(uint64_t now, std::string why) {
+  last_error_ = std::move(why);
+  requeue_inflight();
+  out_.clear();  // meant for the old rings
+  ++stats_.transport_resets;
+  version_ = 0;
+  bar_seen_ = false;
+  bar_beating_ = false;
+  rnic_instance_ = 0;
+  bar_state_ = RnicChannelState::kDown;
+  degraded_by_stall_ = false;
+  enter(ChannelState::kDown, now);
+}
+
 void AgentChannel::start_replay(uint64_t rnic_version, uint64_t now) {
   // A pipelined txn already sent may still commit on the RNIC (one version
   // more) before the replay arrives: the replay must land above it.

@@ -106,6 +106,7 @@ struct AgentChannelStats {
   uint64_t errors = 0;
   uint64_t stale_events = 0;
   uint64_t vnic_ops_withheld = 0;  // vNIC PUT/DELs not sent: the RNIC negotiated < v3
+  uint64_t transport_resets = 0;   // the rings were replaced under the channel (transport_reset)
 };
 
 class AgentChannel {
@@ -117,6 +118,11 @@ class AgentChannel {
   void on_event(const RawMessage& m, uint64_t now);
   void on_bar(const BarSample& s, uint64_t now);
   void tick(uint64_t now);
+  // The rings under this channel were replaced (the agent found the old file
+  // scribbled on and made a new one): what was in flight is requeued, the
+  // BAR forgotten, and the channel waits in DOWN until a worker beats in the
+  // new file's BAR; then HELLO and the digest reconcile, as after any reset.
+  void transport_reset(uint64_t now, std::string why);
 
   bool pop_command(RawMessage& out);
   std::size_t pending_commands() const noexcept { return out_.size(); }

@@ -3,6 +3,7 @@
 #include <rte_pause.h>
 #include <rte_ring.h>
 #include <rte_ring_elem.h>
+#include <grp.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -89,6 +90,16 @@ struct Link {
   uint64_t vnic_session = 0;              // channel session whose vNIC entries were reconciled
   FairPunts fair;                         // punts waiting, per tenant
   std::unordered_map<uint32_t, uint32_t> inflight;  // tenant -> resolutions submitted, not answered
+  uint32_t port_id = 0;
+  // A worker that scribbled on its channel (common/channel/channel_view.h):
+  // the file is retired, and a fresh one made after a back-off that doubles
+  // while it keeps doing so; file is null meanwhile.
+  uint64_t violations = 0;
+  std::string last_violation;
+  uint64_t last_violation_ns = 0;
+  uint64_t backoff_ns = 0;
+  uint64_t reopen_at = 0;
+  uint64_t files_replaced = 0;
 };
 
 class Agent final : public AgentHooks {
@@ -102,7 +113,13 @@ class Agent final : public AgentHooks {
     if (c.max_protocol != 0) ch_cfg_.versions.current = c.max_protocol;  // checked by run()
     for (const auto& [name, r] : state_.rnics()) open_link(name);
     for (const std::string& n : c.rnics) open_link(n);
-    socket_ = std::make_unique<ControlSocket>(c.control_socket, api_);
+    gid_t gid = static_cast<gid_t>(-1);
+    if (!c.control_group.empty()) {
+      const struct group* g = ::getgrnam(c.control_group.c_str());
+      if (!g) throw std::runtime_error("--control-group: no group named " + c.control_group);
+      gid = g->gr_gid;
+    }
+    socket_ = std::make_unique<ControlSocket>(c.control_socket, api_, gid);
     start_fleet();
     // Trace units (common/trace): the set-up stages this process handles
     // (agent_resolve, txn_commit), rules from tandemctl over the control
@@ -259,8 +276,8 @@ class Agent final : public AgentHooks {
     if (links_.count(name)) return;
     auto l = std::make_unique<Link>();
     l->name = name;
-    l->file = std::make_unique<ChannelFile>(channel_path(c_.channel_dir, name), name,
-                                            static_cast<uint32_t>(links_.size()));
+    l->port_id = static_cast<uint32_t>(links_.size());
+    l->file = std::make_unique<ChannelFile>(channel_path(c_.channel_dir, name), name, l->port_id);
     Level2Snapshot snap = store_.load_level2(name);
     Level2Shadow shadow;
     shadow.reset(snap.version, snap.entries);
@@ -282,10 +299,46 @@ class Agent final : public AgentHooks {
     }
   }
 
+  // The worker broke its channel: count it, retire the file (a worker still
+  // mapping it learns a new one is coming), forget the rings, and make a new
+  // file after the back-off.
+  void violation(Link& l, const char* why, uint64_t now) {
+    ++l.violations;
+    l.last_violation = why;
+    constexpr uint64_t kFirst = 100'000'000, kMax = 10'000'000'000ull, kForgive = 60'000'000'000ull;
+    l.backoff_ns = l.backoff_ns == 0 || now - l.last_violation_ns > kForgive ? kFirst : std::min(kMax, 2 * l.backoff_ns);
+    l.last_violation_ns = now;
+    l.reopen_at = now + l.backoff_ns;
+    if (l.violations <= 5 || (l.violations & (l.violations - 1)) == 0)
+      std::fprintf(stderr, "tandem-dpu: RNIC %s: channel violation %llu (%s): link reset, new channel file in %.1f s\n",
+                   l.name.c_str(), static_cast<unsigned long long>(l.violations), why, l.backoff_ns / 1e9);
+    l.file->view().retire();
+    l.file.reset();
+    l.unsent.clear();
+    l.ch->transport_reset(now, std::string("channel violation: ") + why);
+  }
+
+  void reopen(Link& l, uint64_t now) {
+    try {
+      l.file = std::make_unique<ChannelFile>(channel_path(c_.channel_dir, l.name), l.name, l.port_id,
+                                             ChannelFile::Open::kFresh);
+      ++l.files_replaced;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tandem-dpu: RNIC %s: %s\n", l.name.c_str(), e.what());
+      l.reopen_at = now + 1'000'000'000;
+    }
+  }
+
   bool service(Link& l, uint64_t now) {
+    if (!l.file) {
+      if (now < l.reopen_at) return false;
+      reopen(l, now);
+      if (!l.file) return false;
+    }
+    common::ChannelView& view = l.file->view();
     bool did = false;
     common::RawMessage* ev = ev_buf_.data();
-    unsigned n = rte_ring_dequeue_burst_elem(l.file->evt_ring(), ev, sizeof(common::RawMessage), kBurst, nullptr);
+    unsigned n = view.events().dequeue(ev, kBurst);
     for (unsigned i = 0; i < n; ++i) l.ch->on_event(ev[i], now);
     did |= n > 0;
     if (l.ch->session() != l.vnic_session) {
@@ -296,7 +349,7 @@ class Agent final : public AgentHooks {
       rnic_version_[l.name] = l.ch->version();
       sync_vnic_entries();
     }
-    l.ch->on_bar(sample_bar(common::channel_bar(l.file->base())), now);
+    l.ch->on_bar(sample_bar(view.bar()), now);
     l.ch->tick(now);
     common::RawMessage m;
     while (l.ch->pop_command(m)) l.unsent.push_back(m);
@@ -304,7 +357,7 @@ class Agent final : public AgentHooks {
       common::RawMessage* out = out_buf_.data();
       unsigned k = 0;
       for (; k < kBurst && k < l.unsent.size(); ++k) out[k] = l.unsent[k];
-      unsigned sent = rte_ring_enqueue_burst_elem(l.file->cmd_ring(), out, sizeof(common::RawMessage), k, nullptr);
+      unsigned sent = view.commands().enqueue(out, k);
       for (unsigned i = 0; i < sent; ++i) l.unsent.pop_front();
       did |= sent > 0;
       if (sent < k) break;
@@ -339,6 +392,8 @@ class Agent final : public AgentHooks {
     for (const common::PuntMsg& p : punts) l.fair.push(tenant_of(p.missed), p);
     did |= !punts.empty();
     did |= l.fair.serve(c_.punts_per_round, [&](uint32_t vni, const common::PuntMsg& p) { resolve_punt(l, vni, p); }) > 0;
+    if (l.file)
+      if (const char* why = l.file->view().check()) [[unlikely]] violation(l, why, now);
     return did;
   }
 
@@ -398,8 +453,14 @@ class Agent final : public AgentHooks {
     // diagnostics, so a reused slot does not lose the punt.
     uint8_t hdr[2048];
     std::size_t len = 0;
-    if (p.length && !common::slot_read(l.file->base(), p.slot, p.generation, hdr, sizeof(hdr), len))
-      ++l.punts.slot_lost;
+    if (p.length && l.file) {
+      const auto r = l.file->view().read_slot(p.slot, p.generation, hdr, sizeof(hdr), len);
+      if (r == common::ChannelView::SlotRead::kReused) ++l.punts.slot_lost;
+      if (r == common::ChannelView::SlotRead::kOutOfRange) {  // no honest worker sends that
+        violation(l, "punt names a slot beyond the slot area", clock_.now_ns());
+        return;
+      }
+    }
     if (l.pending.contains(p.missed)) {
       ++l.punts.duplicate;
       verdict = SetupVerdict::kDuplicate;
@@ -525,25 +586,11 @@ class Agent final : public AgentHooks {
 
   json link_json(const Link& l) const {
     const AgentChannel& ch = *l.ch;
-    auto* base = l.file->base();
-    const common::Bar& bar = common::channel_bar(base);
-    const auto* h = static_cast<const common::ChannelHeader*>(base);
-    json counters = json::object();
-    for (std::size_t i = 0; i < common::kBarCounterCount; ++i)
-      counters[kBarCounterNames[i]] = bar.counters[i].value.load(std::memory_order_relaxed);
-    json jbar = {{"state", rnic_state_name(bar.state.value.load(std::memory_order_relaxed))},
-                 {"heartbeat", bar.heartbeat.value.load(std::memory_order_relaxed)},
-                 {"rnic_instance", bar.rnic_instance.value.load(std::memory_order_relaxed)},
-                 {"negotiated_version", bar.negotiated_version.value.load(std::memory_order_relaxed)},
-                 {"rnic_pid", h->rnic_pid.load(std::memory_order_relaxed)},
-                 {"counters", counters}};
-    std::optional<common::CommittedTable> t;
-    for (int i = 0; i < 10000 && !(t = common::bar_read_table(bar)); ++i) rte_pause();  // writer mid-update
-    if (t)
-      jbar["table"] = {{"version", t->version}, {"digest", t->digest}, {"entries", t->entry_count}};
+    json jbar = {{"state", "none"}};  // no file: replaced after a violation, the new one not made yet
+    if (l.file) jbar = bar_json(l.file->view());
     const AgentChannelStats& s = ch.stats();
     return {{"name", l.name},
-            {"file", l.file->path()},
+            {"file", channel_path(c_.channel_dir, l.name)},
             {"state", channel_state_name(ch.state())},
             {"protocol_version", ch.version()},
             {"table_version", ch.shadow().version()},
@@ -557,12 +604,33 @@ class Agent final : public AgentHooks {
                        {"txns_committed", s.txns_committed}, {"txns_aborted", s.txns_aborted},
                        {"table_full", s.table_full}, {"degraded", s.degraded}, {"resets", s.resets},
                        {"errors", s.errors}, {"stale_events", s.stale_events},
-                       {"vnic_ops_withheld", s.vnic_ops_withheld}}},
+                       {"vnic_ops_withheld", s.vnic_ops_withheld}, {"transport_resets", s.transport_resets}}},
+            {"channel", {{"violations", l.violations}, {"last_violation", l.last_violation},
+                         {"files_replaced", l.files_replaced}, {"mapped", l.file != nullptr}}},
             {"punts", {{"received", l.punts.received}, {"resolved", l.punts.resolved},
                        {"refused", l.punts.refused}, {"denied", l.punts.denied},
                        {"duplicate", l.punts.duplicate}, {"slot_lost", l.punts.slot_lost}, {"revoked", l.punts.revoked},
                        {"over_quota", l.punts.over_quota}, {"waiting", l.fair.size()}, {"tenants", tenant_punts_json(l)}}},
             {"bar", jbar}};
+  }
+
+  // What the worker's BAR says (values only: nothing in it is used as an address or size).
+  static json bar_json(const common::ChannelView& v) {
+    const common::Bar& bar = v.bar();
+    json counters = json::object();
+    for (std::size_t i = 0; i < common::kBarCounterCount; ++i)
+      counters[kBarCounterNames[i]] = bar.counters[i].value.load(std::memory_order_relaxed);
+    json jbar = {{"state", rnic_state_name(bar.state.value.load(std::memory_order_relaxed))},
+                 {"heartbeat", bar.heartbeat.value.load(std::memory_order_relaxed)},
+                 {"rnic_instance", bar.rnic_instance.value.load(std::memory_order_relaxed)},
+                 {"negotiated_version", bar.negotiated_version.value.load(std::memory_order_relaxed)},
+                 {"rnic_pid", v.header().rnic_pid.load(std::memory_order_relaxed)},
+                 {"counters", counters}};
+    std::optional<common::CommittedTable> t;
+    for (int i = 0; i < 10000 && !(t = common::bar_read_table(bar)); ++i) rte_pause();  // writer mid-update
+    if (t)
+      jbar["table"] = {{"version", t->version}, {"digest", t->digest}, {"entries", t->entry_count}};
+    return jbar;
   }
 
   // Fleet mode: the stored revision says where to resume the watch.
@@ -666,7 +734,7 @@ class Agent final : public AgentHooks {
       if (l->ch->state() != ChannelState::kActive && health == "ok")
         health = "degraded: RNIC " + name + " is " + channel_state_name(l->ch->state());
       rn[name] = {{"state", channel_state_name(l->ch->state())},
-                  {"rnic_state", rnic_state_name(common::channel_bar(l->file->base()).state.value.load())},
+                  {"rnic_state", l->file ? rnic_state_name(l->file->view().bar().state.value.load()) : "none"},
                   {"protocol_version", l->ch->version()},
                   {"table_version", l->ch->shadow().version()},
                   {"table_entries", l->ch->shadow().digest().count},
@@ -693,8 +761,8 @@ class Agent final : public AgentHooks {
     publish_fleet_status();
     std::map<std::string, Snap> s;
     for (const auto& [name, l] : links_) {
-      const common::Bar& bar = common::channel_bar(l->file->base());
-      s[name] = Snap{channel_state_name(l->ch->state()), rnic_state_name(bar.state.value.load()),
+      s[name] = Snap{channel_state_name(l->ch->state()),
+                     l->file ? rnic_state_name(l->file->view().bar().state.value.load()) : "none",
                      l->ch->version(), l->ch->shadow().version(), l->ch->shadow().digest().count,
                      l->ch->stats().txns_committed, l->punts.received, l->fair.stats()};
     }

@@ -22,7 +22,8 @@ struct FleetOptions {
 
 struct AgentConfig {
   std::string db = "tandem-dpu.sqlite";
-  std::string control_socket = "/tmp/tandem-dpu.sock";
+  std::string control_socket = "/run/tandem/dpu.sock";  // 0600, its directory made if missing
+  std::string control_group;  // members may use the control socket too (0660); empty: root and our user
   std::string channel_dir = "/dev/shm";
   std::vector<std::string> rnics;   // channels to open besides the RNICs registered in the db
   common::dpdk::IdleConfig idle;

@@ -1,7 +1,9 @@
 #include "dpu/dpdk/control_socket.h"
 
+#include <grp.h>
 #include <sqlite3.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -26,15 +28,30 @@ uint64_t now_ns() {
 }
 }  // namespace
 
-ControlSocket::ControlSocket(const std::string& path, ControlApi& api) : path_(path), api_(api) {
+ControlSocket::ControlSocket(const std::string& path, ControlApi& api, gid_t group)
+    : path_(path), api_(api), group_(group) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (path.size() >= sizeof(a.sun_path)) throw std::runtime_error("control socket path too long: " + path);
   std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  const bool grouped = group != static_cast<gid_t>(-1);
+  // Its run directory: made if missing, never left world-writable by us.
+  const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  if (!dir.empty() && ::mkdir(dir.c_str(), grouped ? 0750 : 0755) == 0 && grouped && ::chown(dir.c_str(), -1, group) != 0)
+    throw std::runtime_error("cannot give " + dir + " to the control group: " + std::strerror(errno));
+  struct stat ds {};
+  if (!dir.empty() && ::stat(dir.c_str(), &ds) == 0 && (ds.st_mode & S_IWOTH) && !(ds.st_mode & S_ISVTX))
+    std::fprintf(stderr, "tandem-dpu: warning: %s is world-writable: anyone may replace the control socket\n",
+                 dir.c_str());
   listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
   ::unlink(path.c_str());
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(listen_fd_, 16) != 0) {
+  // Born 0600 (no window in which others may connect), then opened to the group.
+  const mode_t old = ::umask(0177);
+  const int rc = ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  ::umask(old);
+  if (rc != 0 || (grouped && (::chown(path.c_str(), -1, group) != 0 || ::chmod(path.c_str(), 0660) != 0)) ||
+      ::listen(listen_fd_, 16) != 0) {
     std::string e = std::strerror(errno);
     ::close(listen_fd_);
     throw std::runtime_error("cannot listen on control socket " + path + ": " + e);
@@ -82,7 +99,10 @@ ControlSocket::~ControlSocket() {
   api_.store().set_background_checkpointer(nullptr);
   if (ckpt_thread_.joinable()) ckpt_thread_.join();
   if (ckpt_running_) api_.store().background_checkpoint_done();
-  for (Conn& c : conns_) ::close(c.fd);
+  for (Conn& c : conns_) {
+    for (int f : c.fds) ::close(f);
+    ::close(c.fd);
+  }
   if (listen_fd_ >= 0) {
     ::close(listen_fd_);
     ::unlink(path_.c_str());
@@ -98,6 +118,8 @@ std::string ControlSocket::stats_reply(bool reset) {
                       {"job_steps", stats_.job_steps},
                       {"job_running", api_.busy()},
                       {"poll_max_us", stats_.poll_max_ns / 1000.0},
+                      {"refused_peers", stats_.refused_peers},
+                      {"fds_dropped", stats_.fds_dropped},
                       {"loop_gap_max_us", stats_.gap_max_ns / 1000.0}};
   if (reset) {
     stats_.poll_max_ns = 0;
@@ -123,7 +145,11 @@ void ControlSocket::handle_lines(Conn& c) {
         continue;
       }
     }
-    ControlReply r = api_.begin_line(line);
+    // A request that says "fd" takes the oldest descriptor this connection sent.
+    Caller caller{c.trusted, c.fds.empty() ? -1 : c.fds.front()};
+    const int offered = caller.fd;
+    ControlReply r = api_.begin_line(line, caller);
+    if (offered >= 0 && caller.fd < 0) c.fds.erase(c.fds.begin());
     if (r.kind == ControlReply::Kind::kBusy) {  // stays in the buffer until the job is done
       ++stats_.held_back;
       return;
@@ -143,6 +169,59 @@ void ControlSocket::handle_lines(Conn& c) {
   }
 }
 
+// Root, the agent's own user, or (with a control group) a member of it.
+bool ControlSocket::peer_allowed(int fd, bool& trusted) const {
+  ucred cr{};
+  socklen_t len = sizeof cr;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) return false;
+  trusted = cr.uid == 0 || cr.uid == ::geteuid();
+  if (trusted) return true;
+  if (group_ == static_cast<gid_t>(-1)) return false;
+  if (cr.gid == group_) return true;
+  gid_t groups[256];
+  len = sizeof groups;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) return false;
+  for (std::size_t i = 0; i < len / sizeof(gid_t); ++i)
+    if (groups[i] == group_) return true;
+  return false;
+}
+
+// Reads what is ready, with any descriptors passed alongside (SCM_RIGHTS).
+void ControlSocket::receive(Conn& c, bool& did) {
+  char buf[65536];
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * kMaxFds)];
+  for (;;) {
+    iovec iov{buf, sizeof buf};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl;
+    mh.msg_controllen = sizeof ctl;
+    ssize_t n = ::recvmsg(c.fd, &mh, MSG_CMSG_CLOEXEC);
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); n >= 0 && cm; cm = CMSG_NXTHDR(&mh, cm)) {
+      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+      const std::size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < k; ++i) {
+        int f;
+        std::memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof f);
+        if (c.fds.size() < kMaxFds) {
+          c.fds.push_back(f);
+        } else {
+          ::close(f);
+          ++stats_.fds_dropped;
+        }
+      }
+    }
+    if (n > 0) {
+      c.in.append(buf, static_cast<std::size_t>(n));
+      did = true;
+      continue;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) c.eof = true;
+    break;
+  }
+}
+
 bool ControlSocket::poll() {
   uint64_t t0 = now_ns();
   if (last_poll_ns_) {
@@ -157,22 +236,21 @@ bool ControlSocket::poll() {
   for (;;) {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) break;
-    conns_.push_back(Conn{fd, {}, {}, false, false});
     did = true;
-  }
-  char buf[65536];
-  for (Conn& c : conns_) {
-    for (;;) {
-      ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
-      if (n > 0) {
-        c.in.append(buf, static_cast<std::size_t>(n));
-        did = true;
-        continue;
-      }
-      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) c.eof = true;
-      break;
+    bool trusted = false;
+    if (!peer_allowed(fd, trusted)) {
+      ++stats_.refused_peers;
+      static const char kNo[] = "{\"ok\":false,\"code\":\"forbidden\",\"error\":\"this user may not use tandem-dpu\"}\n";
+      (void)!::send(fd, kNo, sizeof kNo - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::close(fd);
+      continue;
     }
+    Conn c;
+    c.fd = fd;
+    c.trusted = trusted;
+    conns_.push_back(std::move(c));
   }
+  for (Conn& c : conns_) receive(c, did);
   // The running job first: one bounded step per poll, its reply when it ends.
   if (api_.busy()) {
     did = true;
@@ -241,6 +319,7 @@ bool ControlSocket::poll() {
     bool pending = c.waiting || c.in.find('\n') != std::string::npos;
     if (c.eof && c.out.empty() && !pending) {
       if (c.fd == job_fd_) job_fd_ = -1;
+      for (int f : c.fds) ::close(f);
       ::close(c.fd);
       conns_[i] = std::move(conns_.back());
       conns_.pop_back();

@@ -11,7 +11,17 @@
 // logged when a job ends. An import's WAL checkpoint (copying its pages into
 // the database file, ~0.1 s per million rows) runs on a thread of its own
 // with its own SQLite connection, so it is not a loop step.
+//
+// Who may talk to it: the socket file is 0600 (0660 with a control group),
+// made in a directory the agent creates if missing (0755, or 0750 with the
+// group), and each connection's peer credentials (SO_PEERCRED) are checked
+// at accept: root, the agent's own user, or a member of the control group;
+// anyone else gets one refusal line and is counted. A mapping import's file
+// comes with the request as a descriptor the caller opened (SCM_RIGHTS), so
+// the agent reads only what its caller could read.
 #pragma once
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
 #include <thread>
@@ -27,8 +37,9 @@ namespace tandem::dpu::dpdk {
 
 class ControlSocket {
  public:
-  // Replaces a stale socket file at `path`. Throws std::runtime_error.
-  ControlSocket(const std::string& path, ControlApi& api);
+  // Replaces a stale socket file at `path`. `group`: members of this group
+  // may connect too (-1: none). Throws std::runtime_error.
+  ControlSocket(const std::string& path, ControlApi& api, gid_t group = static_cast<gid_t>(-1));
   ~ControlSocket();
   ControlSocket(const ControlSocket&) = delete;
   ControlSocket& operator=(const ControlSocket&) = delete;
@@ -44,16 +55,23 @@ class ControlSocket {
     uint64_t job_steps = 0;
     uint64_t poll_max_ns = 0;   // longest single poll
     uint64_t gap_max_ns = 0;    // longest time from one poll's start to the next one's
+    uint64_t refused_peers = 0; // connections from users who may not use the agent
+    uint64_t fds_dropped = 0;   // descriptors beyond kMaxFds per connection, closed unread
   };
   const Stats& stats() const noexcept { return stats_; }
 
  private:
+  static constexpr std::size_t kMaxFds = 4;  // descriptors a connection may have waiting
   struct Conn {
     int fd = -1;
     std::string in, out;
     bool eof = false;
     bool waiting = false;  // its request is the running job
+    bool trusted = false;  // root or the agent's user: the agent may open paths for it
+    std::vector<int> fds;  // passed descriptors, oldest first, for the requests that say "fd"
   };
+  bool peer_allowed(int fd, bool& trusted) const;
+  void receive(Conn& c, bool& did);
   void handle_lines(Conn& c);
   bool start_checkpoint(const std::string& db_path);
   void reap_checkpoint();
@@ -61,6 +79,7 @@ class ControlSocket {
 
   std::string path_;
   ControlApi& api_;
+  gid_t group_;
   int listen_fd_ = -1;
   std::vector<Conn> conns_;
   int job_fd_ = -1;  // connection waiting for the job's reply (-1: gone)

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <new>
 
 #include "common/channel/channel_region.h"
 
@@ -53,17 +54,54 @@ bool DpuLink::try_attach(uint64_t now) noexcept {
     return false;
   }
   base_ = p;
+  ino_ = st.st_ino;
+  dev_ = st.st_dev;
   cmd_ = static_cast<rte_ring*>(common::channel_cmd_ring(p));
   evt_ = static_cast<rte_ring*>(common::channel_evt_ring(p));
   common::announce_rnic(*static_cast<common::ChannelHeader*>(p), cfg_.versions, static_cast<uint32_t>(getpid()));
-  ch_ = std::make_unique<RnicChannel>(table_, cfg_);
+  // A re-attach keeps the channel object: its committed table and vNIC list.
+  if (!ch_) ch_ = std::make_unique<RnicChannel>(table_, cfg_);
   attach_error_.clear();
   std::printf("dpu-link: attached %s\n", path_.c_str());
   std::fflush(stdout);
   return true;
 }
 
+bool DpuLink::replaced_on_disk() const noexcept {
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) != 0) return false;  // gone: the agent is making the new one
+  return static_cast<uint64_t>(st.st_ino) != ino_ || static_cast<uint64_t>(st.st_dev) != dev_;
+}
+
+void DpuLink::detach() noexcept {
+  munmap(base_, size_);
+  base_ = nullptr;
+  cmd_ = evt_ = nullptr;
+  unsent_n_ = 0;
+  ch_->rings_replaced();
+  ++reattached_;
+  std::printf("dpu-link: %s was replaced by the agent: mapping the new file\n", path_.c_str());
+  std::fflush(stdout);
+}
+
 uint32_t DpuLink::service(uint64_t now) noexcept {
+  // The agent replaces a file a worker scribbled on (the notice says so) and
+  // may have made a new one while this worker was away from it: a stat now
+  // and then, while not synchronised or when told, finds out (the notice
+  // alone is in memory anyone mapping the file can write).
+  if (base_ && now >= next_inode_check_) {
+    const auto* n = std::launder(reinterpret_cast<const common::ChannelNotice*>(static_cast<uint8_t*>(base_) +
+                                                                               common::kNoticeOffset));
+    const RnicChannelState s = ch_->state();
+    if (n->retired.load(std::memory_order_relaxed) != 0 ||
+        (s != RnicChannelState::kActive && s != RnicChannelState::kSync)) {
+      next_inode_check_ = now + kRetryNs;
+      if (replaced_on_disk()) {
+        detach();
+        next_try_ = now;
+      }
+    }
+  }
   if (!base_) {
     if (now >= next_try_) try_attach(now);
     if (!base_) return 0;

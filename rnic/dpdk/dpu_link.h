@@ -47,12 +47,17 @@ class DpuLink {
   const std::string& path() const noexcept { return path_; }
   const std::string& attach_error() const noexcept { return attach_error_; }
   const port::PuntBudget& budget() const noexcept { return budget_; }
+  // Times the worker mapped a new file the agent put in place of its old one.
+  uint64_t reattached() const noexcept { return reattached_; }
 
  private:
   static constexpr uint64_t kRetryNs = 200'000'000;
   static constexpr uint64_t kRepuntNs = 2'000'000;
   static constexpr uint64_t kRepuntMaxNs = 1'000'000'000;
   bool try_attach(uint64_t now) noexcept;
+  // The file at path_ is not the one mapped (the agent replaced it): map the new one.
+  bool replaced_on_disk() const noexcept;
+  void detach() noexcept;
 
   std::string path_;
   Level2Table& table_;
@@ -63,6 +68,9 @@ class DpuLink {
   rte_ring* cmd_ = nullptr;
   rte_ring* evt_ = nullptr;
   uint64_t next_try_ = 0;
+  uint64_t next_inode_check_ = 0;  // while not synchronised, or told the file was retired
+  uint64_t ino_ = 0, dev_ = 0;     // the mapped file
+  uint64_t reattached_ = 0;
   uint32_t next_slot_ = 0;
   std::string attach_error_;
   // A key the agent keeps not resolving (denied by isolation, unknown) is

@@ -175,6 +175,18 @@ void RnicChannel::on_command(const RawMessage& raw, uint64_t now) noexcept {
   }
 }
 
+void RnicChannel::rings_replaced() noexcept {
+  if (txn_open_) {
+    table_.abort();
+    vnics_.abort();
+  }
+  txn_open_ = false;
+  doomed_ = false;
+  out_.clear();
+  state_ = RnicChannelState::kAwaitHello;
+  version_ = 0;
+}
+
 void RnicChannel::on_hello(const HelloMsg& m) noexcept {
   auto v = negotiate_version(config_.versions, VersionRange{m.oldest_version, m.current_version});
   HelloAckMsg ack;

@@ -65,6 +65,12 @@ class RnicChannel {
   bool pop_event(RawMessage& out) noexcept;
   std::size_t pending_events() const noexcept { return out_.size(); }
 
+  // The worker mapped a new channel file (the agent replaced the old one):
+  // an open transaction is dropped, events meant for the old rings are
+  // forgotten, and the channel waits for the agent's HELLO. The committed
+  // table and vNIC list stay in use, as in HEADLESS.
+  void rings_replaced() noexcept;
+
   // A missed packet for the agent; its headers are already in slot `slot`.
   void punt(uint32_t slot, uint32_t generation, uint16_t length, uint16_t port,
             const common::EntryKey& missed) noexcept;

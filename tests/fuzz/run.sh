@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (parse_roce + frame decoder, pcap reader, the RNIC's channel end,
 # the CRC kernels against zlib/ISA-L, the worker's host interface fed by a hostile application, the
-# connection manager fed hostile MADs) with
+# connection manager fed hostile MADs, the agent's channel end under a worker that scribbles on
+# the file) with
 # clang++-14 and ASan/UBSan, then runs each for FUZZ_SECONDS (default 20) from
 # a seed corpus made on the fly, after replaying tests/fuzz/regressions/. Exits non-zero if a
 # target crashes.
@@ -33,6 +34,7 @@ FLAGS=(-std=c++20 -O1 -g -I"$ROOT" "${CRC_FLAGS[@]}" -fno-omit-frame-pointer)
 SAN=(-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
 WIRE=(common/wire/headers.cc common/wire/icrc.cc common/wire/opcode.cc common/wire/roce_packet.cc)
 PCAP=(common/pcap/pcap_reader.cc common/pcap/pcap_writer.cc)
+AGENT=(dpu/channel/agent_channel.cc dpu/txn/level2_shadow.cc dpu/txn/txn_builder.cc)
 HOST=(rnic/host/host_server.cc rnic/host/host_server_srq.cc rnic/host/resource_quota.cc rnic/host/shm_region.cc
       rnic/host/memory_guard.cc rnic/host/unix_channel.cc)
 
@@ -41,7 +43,7 @@ HOST=(rnic/host/host_server.cc rnic/host/host_server_srq.cc rnic/host/resource_q
 build() {
   local bin=$1; shift
   local kind=$1; shift
-  if [[ -x $bin ]] && [[ -z $(find common rnic/table rnic/host rnic/cm tests/fuzz tests/lib -newer "$bin" \( -name '*.cc' -o -name '*.h' \) -print -quit) ]]; then
+  if [[ -x $bin ]] && [[ -z $(find common rnic/table rnic/host rnic/cm dpu/channel dpu/txn dpu/agent tests/fuzz tests/lib -newer "$bin" \( -name '*.cc' -o -name '*.h' \) -print -quit) ]]; then
     return 0
   fi
   echo "fuzz: building $(basename "$bin")"
@@ -59,10 +61,12 @@ build "$OUT/fuzz_icrc" fuzz tests/fuzz/fuzz_icrc.cc "${WIRE[@]}"
 build "$OUT/fuzz_rnic_channel" fuzz tests/fuzz/fuzz_rnic_channel.cc rnic/table/level2_table.cc rnic/table/rnic_channel.cc
 build "$OUT/fuzz_host_server" fuzz tests/fuzz/fuzz_host_server.cc "${HOST[@]}"
 build "$OUT/fuzz_cm" fuzz tests/fuzz/fuzz_cm.cc rnic/cm/mad.cc rnic/cm/cm_engine.cc
+build "$OUT/fuzz_agent_channel" fuzz tests/fuzz/fuzz_agent_channel.cc "${AGENT[@]}"
 
 WORK=$(mktemp -d /tmp/tandem-fuzz-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-mkdir -p "$WORK/frames" "$WORK/pcaps" "$WORK/new-frames" "$WORK/new-pcaps" "$WORK/cmds" "$WORK/new-cmds" "$WORK/new-crc" "$WORK/host" "$WORK/new-host" "$WORK/cm" "$WORK/new-cm"
+mkdir -p "$WORK/frames" "$WORK/pcaps" "$WORK/new-frames" "$WORK/new-pcaps" "$WORK/cmds" "$WORK/new-cmds" "$WORK/new-crc" "$WORK/host" "$WORK/new-host" \
+  "$WORK/cm" "$WORK/new-cm" "$WORK/agent" "$WORK/new-agent"
 "$OUT/seed_writer" "$WORK/frames" "$WORK/pcaps"
 # Channel seeds (fuzz_rnic_channel's record format): HEARTBEAT, BEGIN, PUT x2, COMMIT, DEL, COMMIT.
 python3 tests/fuzz/channel_seeds.py "$WORK/cmds"
@@ -71,6 +75,8 @@ python3 tests/fuzz/channel_seeds.py "$WORK/cmds"
 python3 tests/fuzz/host_seeds.py "$WORK/host"
 # CM seeds (fuzz_cm's records): a REQ to its listener, a REP, an RTU and a DREQ.
 python3 tests/fuzz/cm_seeds.py "$WORK/cm"
+# Agent seeds (fuzz_agent_channel's op records): a worker that answers HELLO, then scribbles.
+python3 tests/fuzz/agent_seeds.py "$WORK/agent"
 
 fail=0
 # Inputs that once crashed a target (tests/fuzz/regressions/<target>/) are replayed first, each
@@ -129,7 +135,7 @@ run_long() {
   echo "$name: $execs executions, ${found:-0} crashes"
   ((${found:-0} == 0)) || fail=1
 }
-for t in fuzz_parse_roce fuzz_pcap_reader fuzz_rnic_channel fuzz_icrc fuzz_host_server fuzz_cm; do replay "$t"; done
+for t in fuzz_parse_roce fuzz_pcap_reader fuzz_rnic_channel fuzz_icrc fuzz_host_server fuzz_cm fuzz_agent_channel; do replay "$t"; done
 run=run_one
 ((LONG)) && run=run_long
 # FUZZ_TARGETS="a b": only those (e.g. one target's long run again).
@@ -140,4 +146,5 @@ pick fuzz_rnic_channel && $run fuzz_rnic_channel "$WORK/new-cmds" "$WORK/cmds"
 pick fuzz_icrc && $run fuzz_icrc "$WORK/new-crc" "$WORK/frames"
 pick fuzz_host_server && $run fuzz_host_server "$WORK/new-host" "$WORK/host"
 pick fuzz_cm && $run fuzz_cm "$WORK/new-cm" "$WORK/cm"
+pick fuzz_agent_channel && $run fuzz_agent_channel "$WORK/new-agent" "$WORK/agent"
 exit $fail

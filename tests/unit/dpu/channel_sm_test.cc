@@ -843,3 +843,28 @@ TEST_CASE("a v3 RNIC whose agent goes away keeps the agent's vNICs while headles
   CHECK(r.ch->vnics().committed().size() == 2);
   l2.require_in_sync();
 }
+
+TEST_CASE("rings replaced under a live channel: the txn in flight is requeued and commits after the new HELLO") {
+  RnicSide r;
+  Link l(r);
+  l.start();
+  l.agent.submit(puts(1, 1, 3));
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  l.agent.submit(puts(2, 100, 2));
+  l.step();  // BEGIN .. COMMIT of tag 2 are on the old ring
+  REQUIRE(l.agent.txn_in_flight());
+  // The agent found the old file scribbled on: both ends drop the old rings.
+  l.cmd_ring.clear();
+  l.evt_ring.clear();
+  l.agent.transport_reset(l.now, "test");
+  r.ch->rings_replaced();
+  r.bar = std::make_unique<Bar>();  // the new file's BAR starts empty
+  CHECK(l.agent.state() == ChannelState::kDown);
+  CHECK(l.agent.stats().transport_resets == 1);
+  CHECK(r.ch->state() == RnicChannelState::kAwaitHello);
+  CHECK(r.lookup(egress_key(1, 1)) != nullptr);  // the committed table stays in use
+  REQUIRE(l.run_until([&] { return l.active_and_idle(); }));
+  CHECK(r.lookup(egress_key(1, 100)) != nullptr);
+  CHECK(l.agent.stats().replays == 0);  // digests agreed: no replay
+  l.require_in_sync();
+}
