@@ -18,7 +18,7 @@
 //            same resolution and channel objects back to back in one process.
 // Left out against tandem-dpu/tandem-rnic: packet I/O (the misses are
 // generated, not received), the agent's SQLite save per commit and its
-// control socket; the agent loop below is a copy of dpu/dpdk/agent.cc's.
+// control socket; the agent loop below is a copy of dpu/agent (agent_core.cc, punt_resolution.cc)'s.
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <rte_ring.h>
@@ -149,19 +149,19 @@ void build_level1(Level1State& s, uint32_t flows) {
 
 // --- the agent side (both transports) ----------------------------------------
 
-// What tandem-dpu's Link does with outcomes and punts (dpu/dpdk/agent.cc:
+// What tandem-dpu's Link does with outcomes and punts (dpu/agent (agent_core.cc, punt_resolution.cc):
 // pending resolutions, revalidation of each committed one against level 1),
 // minus the SQLite save.
 struct AgentSide {
   AgentChannel ch;
   const Level1State* l1 = nullptr;
   const ChannelView* view = nullptr;  // channel file (punt slots); nullptr in memory
-  bool revalidate = true;  // --no-revalidate: as the bench was before agent.cc revalidated
+  bool revalidate = true;  // --no-revalidate: as the bench was before the agent revalidated
   tandem::dpu::PendingPunts pending;
   uint64_t next_tag = 1ull << 40;
   uint64_t punts = 0, resolved = 0, refused = 0, duplicate = 0, slot_lost = 0, revoked = 0;
   std::vector<tandem::dpu::TxnOutcome> outcomes;  // last take_outcomes()
-  std::string target;                              // reused, as in agent.cc
+  std::string target;                              // reused, as in dpu/agent
   std::vector<Level2Entry> revalidate_puts;
 
   explicit AgentSide(const AgentChannelConfig& c) : ch("rnic0", c) {}
@@ -184,7 +184,7 @@ struct AgentSide {
         pending.erase(tag);
       }
     std::vector<PuntMsg> punts = ch.take_punts();
-    if (l1) tandem::dpu::warm_for_punts(*l1, &ch.shadow(), punts);  // as agent.cc
+    if (l1) tandem::dpu::warm_for_punts(*l1, &ch.shadow(), punts);  // as dpu/agent
     for (const PuntMsg& p : punts) resolve(p);
   }
 
@@ -334,14 +334,14 @@ struct RingAgent {
 
   RingAgent(tandem::dpu::dpdk::ChannelFile& f, const AgentChannelConfig& c) : file(f), side(c) { side.view = &f.view(); }
 
-  // Burst buffers as members, as in agent.cc: RawMessage zero-initialises.
+  // Burst buffers as members, as in dpu/agent: RawMessage zero-initialises.
   std::array<RawMessage, 64> ev_buf, out_buf;
 
-  // dpu/dpdk/agent.cc's Agent::service for one link.
+  // dpu/agent (agent_core.cc, punt_resolution.cc)'s Agent::service for one link.
   bool service(uint64_t now) {
     AgentChannel& ch = side.ch;
     RawMessage* ev = ev_buf.data();
-    ChannelView& view = file.view();  // the agent's own geometry and ring ends, as agent.cc
+    ChannelView& view = file.view();  // the agent's own geometry and ring ends, as dpu/agent
     unsigned n = view.events().dequeue(ev, 64);
     for (unsigned i = 0; i < n; ++i) ch.on_event(ev[i], now);
     ch.on_bar(tandem::dpu::sample_bar(view.bar()), now);
@@ -493,7 +493,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-baseline", no_baseline,
                "newflow: skip the in-memory baseline (to profile the ring processes alone; ratio not computed)");
   app.add_flag("--no-revalidate", no_revalidate,
-               "newflow: skip agent.cc's revalidation of each committed resolution (the bench before it had it)");
+               "newflow: skip the agent's revalidation of each committed resolution (the bench before it had it)");
   app.add_option("--part", part, "all, latency, bulk or newflow")->check(CLI::IsMember({"all", "latency", "bulk", "newflow"}));
   app.add_option("--samples", samples, "latency: txns per size and rep")->check(CLI::Range(100, 1000000));
   app.add_option("--bulk-entries", bulk_entries, "bulk: entries installed per rep")->check(CLI::Range(4096, 1 << 22));
@@ -594,7 +594,7 @@ int main(int argc, char** argv) {
     ctl->ready.store(1, std::memory_order_release);
     AgentChannelConfig cfg;
     cfg.agent_instance = static_cast<uint32_t>(getpid());
-    cfg.pipeline = !no_pipeline;  // as dpu/dpdk/agent.cc
+    cfg.pipeline = !no_pipeline;  // as dpu/agent (agent_core.cc, punt_resolution.cc)
 
     set_phase(kService);
     RingAgent ra(file, cfg);

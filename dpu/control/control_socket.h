@@ -1,5 +1,6 @@
 // The agent's control socket: a non-blocking Unix stream socket polled from
-// the agent loop (no thread). Requests are newline-delimited JSON texts; each
+// the agent loop (no thread). I/O but no DPDK, and no clock of its own (the
+// caller's is passed in), so the sans-I/O rules of dpu/ hold here too. Requests are newline-delimited JSON texts; each
 // gets one reply line from the ControlApi. A long request (mapping import)
 // runs as the API's job, advanced a bounded step per poll, and is answered
 // when it ends; its connection reads on but handles nothing else meanwhile.
@@ -24,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <thread>
 #include <string>
 #include <utility>
@@ -31,15 +33,16 @@
 
 namespace tandem::dpu {
 class ControlApi;
-}
-
-namespace tandem::dpu::dpdk {
 
 class ControlSocket {
  public:
+  // The time in ns (monotonic) for the loop-gap, job and checkpoint
+  // statistics: the caller's clock (tandem-dpu's TSC clock), callable from
+  // any thread (the checkpoint thread times itself with it).
+  using Clock = std::function<uint64_t()>;
   // Replaces a stale socket file at `path`. `group`: members of this group
   // may connect too (-1: none). Throws std::runtime_error.
-  ControlSocket(const std::string& path, ControlApi& api, gid_t group = static_cast<gid_t>(-1));
+  ControlSocket(const std::string& path, ControlApi& api, Clock clock, gid_t group = static_cast<gid_t>(-1));
   ~ControlSocket();
   ControlSocket(const ControlSocket&) = delete;
   ControlSocket& operator=(const ControlSocket&) = delete;
@@ -79,6 +82,7 @@ class ControlSocket {
 
   std::string path_;
   ControlApi& api_;
+  Clock now_ns_;
   gid_t group_;
   int listen_fd_ = -1;
   std::vector<Conn> conns_;
@@ -102,4 +106,4 @@ class ControlSocket {
   } job_trace_;
 };
 
-}  // namespace tandem::dpu::dpdk
+}  // namespace tandem::dpu

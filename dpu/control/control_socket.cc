@@ -1,4 +1,4 @@
-#include "dpu/dpdk/control_socket.h"
+#include "dpu/control/control_socket.h"
 
 #include <grp.h>
 #include <sqlite3.h>
@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -17,19 +16,14 @@
 
 #include "dpu/api/control_api.h"
 
-namespace tandem::dpu::dpdk {
+namespace tandem::dpu {
 
 namespace {
 constexpr std::size_t kMaxRequest = 1 << 20;  // a request line larger than this is refused
-
-uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
 }  // namespace
 
-ControlSocket::ControlSocket(const std::string& path, ControlApi& api, gid_t group)
-    : path_(path), api_(api), group_(group) {
+ControlSocket::ControlSocket(const std::string& path, ControlApi& api, Clock clock, gid_t group)
+    : path_(path), api_(api), now_ns_(std::move(clock)), group_(group) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (path.size() >= sizeof(a.sun_path)) throw std::runtime_error("control socket path too long: " + path);
@@ -67,7 +61,7 @@ bool ControlSocket::start_checkpoint(const std::string& db_path) {
   ckpt_done_.store(false, std::memory_order_relaxed);
   ckpt_running_ = true;
   ckpt_thread_ = std::thread([this, db_path] {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = now_ns_();
     sqlite3* db = nullptr;
     int rc = sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
     int log = 0, copied = 0;
@@ -77,7 +71,7 @@ bool ControlSocket::start_checkpoint(const std::string& db_path) {
     ckpt_frames_.store(uint64_t(uint32_t(log)) << 32 | uint32_t(copied), std::memory_order_relaxed);
     sqlite3_close(db);
     ckpt_rc_.store(rc, std::memory_order_relaxed);
-    ckpt_ns_.store(now_ns() - t0, std::memory_order_relaxed);
+    ckpt_ns_.store(now_ns_() - t0, std::memory_order_relaxed);
     ckpt_done_.store(true, std::memory_order_release);
   });
   return true;
@@ -164,7 +158,7 @@ void ControlSocket::handle_lines(Conn& c) {
     job_fd_ = c.fd;
     ++stats_.jobs;
     job_trace_ = JobTrace{};
-    job_trace_.started_ns = now_ns();
+    job_trace_.started_ns = now_ns_();
     return;
   }
 }
@@ -223,7 +217,7 @@ void ControlSocket::receive(Conn& c, bool& did) {
 }
 
 bool ControlSocket::poll() {
-  uint64_t t0 = now_ns();
+  uint64_t t0 = now_ns_();
   if (last_poll_ns_) {
     uint64_t gap = t0 - last_poll_ns_;
     stats_.gap_max_ns = std::max(stats_.gap_max_ns, gap);
@@ -255,9 +249,9 @@ bool ControlSocket::poll() {
   if (api_.busy()) {
     did = true;
     const char* phase = api_.job_phase();
-    uint64_t s0 = now_ns();
+    uint64_t s0 = now_ns_();
     std::optional<std::string> reply = api_.step();
-    uint64_t s1 = now_ns();
+    uint64_t s1 = now_ns_();
     ++stats_.job_steps;
     ++job_trace_.steps;
     auto& ph = job_trace_.phases;
@@ -327,8 +321,8 @@ bool ControlSocket::poll() {
       ++i;
     }
   }
-  stats_.poll_max_ns = std::max(stats_.poll_max_ns, now_ns() - t0);
+  stats_.poll_max_ns = std::max(stats_.poll_max_ns, now_ns_() - t0);
   return did;
 }
 
-}  // namespace tandem::dpu::dpdk
+}  // namespace tandem::dpu

@@ -1,0 +1,258 @@
+// The agent core (dpu/agent) driven over fake channel files with fake
+// workers on their other ends (fake_channel.h), changes through ControlApi
+// as tandemctl sends them: punts resolved and installed, isolation and
+// quotas refused and counted, fair service per tenant, committed
+// resolutions undone when level 1 moved, a scribbling worker reset.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "dpu/agent/agent_core.h"
+#include "dpu/model/address.h"
+#include "tests/unit/dpu/fake_channel.h"
+
+using namespace tandem::dpu;
+using tandem::common::EntryKey;
+using tandem::common::egress_key;
+using tandem::test::FakeOpener;
+using tandem::test::FakeWorker;
+using nlohmann::json;
+
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+
+uint32_t ip(const char* s) { return *parse_ipv4(s); }
+
+struct TempDb {
+  std::string path = "/tmp/tandem-agent-core-test-" + std::to_string(getpid()) + ".sqlite";
+  TempDb() { clean(); }
+  ~TempDb() { clean(); }
+  void clean() {
+    for (const char* s : {"", "-wal", "-shm"}) std::remove((path + s).c_str());
+  }
+};
+
+// tandem-dpu without its I/O: level 1, the store, the core, the API, two
+// RNICs A and B with a fake worker each, and the time.
+struct Harness {
+  TempDb db;
+  Level1State state;
+  Store store{db.path};
+  FakeOpener dir;
+  std::vector<std::string> log;
+  AgentCore core;
+  ControlApi api{state, store, &core};
+  FakeWorker a{dir, "A"}, b{dir, "B", 4096, 8};
+  uint64_t now = kMs;
+
+  static AgentCoreConfig config(std::vector<std::string>* log, uint32_t punts_per_round) {
+    AgentCoreConfig c;
+    c.channel.agent_instance = 99;
+    c.channel.pipeline = true;
+    c.punts_per_round = punts_per_round;
+    c.log = [log](const std::string& s) { log->push_back(s); };
+    return c;
+  }
+  explicit Harness(uint32_t punts_per_round = 64) : core(state, store, config(&log, punts_per_round), dir) {
+    ok({{"cmd", "rnic.add"}, {"name", "A"}, {"underlay_ip", "10.0.0.1"}, {"mac", "02:00:00:00:00:01"}});
+    ok({{"cmd", "rnic.add"}, {"name", "B"}, {"underlay_ip", "10.0.0.2"}, {"mac", "02:00:00:00:00:02"}});
+    ok({{"cmd", "tenant.add"}, {"vni", 100}, {"name", "red"}});
+    ok({{"cmd", "tenant.add"}, {"vni", 200}, {"name", "blue"}});
+    vnic(1, 100, "A", "192.168.7.1");
+    vnic(2, 100, "B", "192.168.7.2");
+    vnic(3, 200, "A", "192.168.8.1");
+    vnic(4, 200, "B", "192.168.8.2");
+    REQUIRE(run_until([&] { return active("A") && active("B"); }));
+  }
+  json ok(const json& req) {
+    json r = api.handle(req);
+    INFO(req.dump() << " -> " << r.dump());
+    REQUIRE(r["ok"] == true);
+    return r;
+  }
+  void vnic(uint32_t id, uint32_t vni, const char* rnic, const char* addr) {
+    ok({{"cmd", "vnic.add"}, {"id", id}, {"vni", vni}, {"rnic", rnic}, {"overlay_ip", addr},
+        {"overlay_mac", "02:aa:00:00:00:0" + std::to_string(id)}});
+  }
+  void mapping(uint32_t vni, const char* overlay, const char* underlay, const char* rnic) {
+    ok({{"cmd", "mapping.add"}, {"vni", vni}, {"overlay_ip", overlay}, {"underlay_ip", underlay},
+        {"next_hop_mac", "02:00:00:00:00:09"}, {"rnic", rnic}});
+  }
+  void step() {
+    now += kMs;
+    a.step(now);
+    b.step(now);
+    core.service(now);
+  }
+  template <class F>
+  bool run_until(F done, int max_steps = 5000) {
+    for (int i = 0; i < max_steps; ++i) {
+      if (done()) return true;
+      step();
+    }
+    return done();
+  }
+  void run(int steps) {
+    for (int i = 0; i < steps; ++i) step();
+  }
+  bool active(const char* n) const {
+    const AgentLink* l = core.link(n);
+    return l && l->ch->state() == ChannelState::kActive;
+  }
+  const AgentLink& link(const char* n) const { return *core.link(n); }
+  bool idle(const char* n) const {
+    const AgentLink& l = link(n);
+    return l.ch->state() == ChannelState::kActive && !l.ch->txn_in_flight() && l.ch->queued_change_sets() == 0 &&
+           l.fair.empty();
+  }
+  // The worker's committed table is the agent's shadow.
+  bool in_sync(const char* n, const FakeWorker& w) const {
+    const AgentLink& l = link(n);
+    return w.table.version() == l.ch->shadow().version() && w.table.digest() == l.ch->shadow().digest();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("agent core: a punted miss is resolved from level 1, installed on the worker and stored") {
+  Harness h;
+  h.mapping(100, "192.168.7.9", "10.0.0.9", "B");
+  const EntryKey k = egress_key(1, ip("192.168.7.9"));
+  CHECK_FALSE(h.a.has(k));
+  h.a.punt(k);
+  REQUIRE(h.run_until([&] { return h.a.has(k) && h.idle("A"); }));
+  CHECK(h.link("A").punts.resolved == 1);
+  CHECK(h.in_sync("A", h.a));
+  // Durable: a restarted agent loads the same shadow.
+  Level2Snapshot saved = h.store.load_level2("A");
+  CHECK(saved.version == h.a.table.version());
+}
+
+TEST_CASE("agent core: a punt toward another tenant is denied by isolation and counted") {
+  Harness h;
+  const EntryKey k = egress_key(1, ip("192.168.8.2"));  // red's vNIC toward blue's address
+  h.a.punt(k);
+  h.run(20);
+  CHECK_FALSE(h.a.has(k));
+  CHECK(h.link("A").punts.denied == 1);
+  CHECK(h.link("A").punts.refused == 1);
+}
+
+TEST_CASE("agent core: a tenant over its flow quota is refused and counted, another tenant is served") {
+  Harness h;
+  h.ok({{"cmd", "tenant.quota"}, {"vni", 100}, {"flows", 3}});
+  for (int i = 0; i < 6; ++i) {
+    const std::string addr = "192.168.7." + std::to_string(20 + i);
+    h.mapping(100, addr.c_str(), ("10.0.1." + std::to_string(20 + i)).c_str(), "B");
+  }
+  h.mapping(200, "192.168.8.20", "10.0.2.20", "B");
+  for (int i = 0; i < 6; ++i) h.a.punt(egress_key(1, ip(("192.168.7." + std::to_string(20 + i)).c_str())));
+  const EntryKey blue = egress_key(3, ip("192.168.8.20"));
+  h.a.punt(blue);
+  REQUIRE(h.run_until([&] { return h.a.has(blue) && h.idle("A"); }));
+  int red = 0;
+  for (int i = 0; i < 6; ++i) red += h.a.has(egress_key(1, ip(("192.168.7." + std::to_string(20 + i)).c_str())));
+  CHECK(red == 3);
+  CHECK(h.link("A").punts.over_quota == 3);
+  CHECK(h.link("A").fair.stats().at(100).over_quota == 3);
+}
+
+TEST_CASE("agent core: punts are served one per tenant per round, so a storm waits behind itself") {
+  Harness h(/*punts_per_round=*/2);
+  for (int i = 0; i < 40; ++i)
+    h.mapping(100, ("192.168.7." + std::to_string(100 + i)).c_str(), ("10.0.1." + std::to_string(100 + i)).c_str(), "B");
+  h.mapping(200, "192.168.8.30", "10.0.2.30", "B");
+  for (int i = 0; i < 40; ++i) h.a.punt(egress_key(1, ip(("192.168.7." + std::to_string(100 + i)).c_str())));
+  const EntryKey blue = egress_key(3, ip("192.168.8.30"));
+  h.a.punt(blue);  // last in the ring
+  // The worker's step delivers all 41 punts; two service steps serve red, blue, red, ...
+  h.now += kMs;
+  h.a.step(h.now);
+  h.core.service(h.now);
+  const AgentLink& l = h.link("A");
+  CHECK(l.punts.received == 2);
+  CHECK(l.pending.contains(blue));
+  CHECK(l.fair.size() == 39);
+  REQUIRE(h.run_until([&] { return h.idle("A"); }));
+  CHECK(l.punts.resolved == 41);
+}
+
+TEST_CASE("agent core: a resolution committed after its mapping was withdrawn is undone") {
+  Harness h;
+  h.mapping(100, "192.168.7.50", "10.0.0.50", "B");
+  const EntryKey k = egress_key(1, ip("192.168.7.50"));
+  h.a.punt(k);
+  // One step: the punt reaches the agent and is resolved, the txn not yet answered.
+  h.now += kMs;
+  h.a.step(h.now);
+  h.core.service(h.now);
+  REQUIRE(h.link("A").pending.contains(k));
+  h.ok({{"cmd", "mapping.del"}, {"vni", 100}, {"overlay_ip", "192.168.7.50"}});
+  REQUIRE(h.run_until([&] { return h.idle("A") && !h.link("A").pending.contains(k); }));
+  h.run(10);
+  CHECK_FALSE(h.a.has(k));
+  CHECK(h.in_sync("A", h.a));
+}
+
+TEST_CASE("agent core: a worker that scribbles on its channel gets its link reset; it re-attaches, the other is untouched") {
+  Harness h;
+  h.mapping(100, "192.168.7.60", "10.0.0.60", "B");
+  const EntryKey k = egress_key(1, ip("192.168.7.60"));
+  h.a.punt(k);
+  REQUIRE(h.run_until([&] { return h.a.has(k) && h.idle("A"); }));
+  const uint64_t b_resets = h.link("B").ch->stats().resets;
+  // The worker writes an impossible producer index into its event ring.
+  auto& f = *h.dir.files["A"];
+  const uint32_t bad = 0x40000000;
+  std::memcpy(f.mem + f.l.evt_ring_offset + f.rl.prod_tail, &bad, 4);
+  h.step();
+  CHECK(h.link("A").violations == 1);
+  CHECK(h.link("A").last_violation == "event ring: producer index impossible");
+  CHECK(f.retired());
+  CHECK(h.link("A").file == nullptr);
+  // After the back-off a new file; the worker maps it and the channel comes back by digest.
+  REQUIRE(h.run_until([&] { return h.active("A") && h.idle("A"); }));
+  CHECK(h.link("A").files_replaced == 1);
+  CHECK(h.a.reattached == 1);
+  CHECK(h.a.has(k));
+  CHECK(h.in_sync("A", h.a));
+  CHECK(h.link("A").ch->stats().transport_resets == 1);
+  CHECK(h.link("A").ch->stats().replays == 0);
+  CHECK(h.link("B").ch->stats().resets == b_resets);
+  CHECK(h.link("B").violations == 0);
+  // It goes on: the back-off doubles.
+  auto& f2 = *h.dir.files["A"];
+  f2.mem[100] ^= 0xFF;  // the header
+  h.step();
+  CHECK(h.link("A").violations == 2);
+  CHECK(h.link("A").backoff_ns == 2 * AgentCore::kFirstBackoffNs);
+  // Nothing it wrote moved the agent: new flows still install after it behaves.
+  REQUIRE(h.run_until([&] { return h.active("A") && h.idle("A"); }));
+  h.mapping(100, "192.168.7.61", "10.0.0.61", "B");
+  const EntryKey k2 = egress_key(1, ip("192.168.7.61"));
+  h.a.punt(k2);
+  REQUIRE(h.run_until([&] { return h.a.has(k2) && h.idle("A"); }));
+}
+
+TEST_CASE("agent core: rnic show reports the channel, its violations and the punts per tenant") {
+  Harness h;
+  h.mapping(200, "192.168.8.70", "10.0.0.70", "B");
+  h.a.punt(egress_key(3, ip("192.168.8.70")));
+  REQUIRE(h.run_until([&] { return h.idle("A") && h.link("A").punts.resolved == 1; }));
+  json r = h.api.handle({{"cmd", "rnic.show"}, {"name", "A"}});
+  REQUIRE(r["ok"] == true);
+  const json& c = r["rnic"]["channel"];
+  CHECK(c["state"] == "ACTIVE");
+  CHECK(c["file"] == "/fake/tandem-A.chan");
+  CHECK(c["channel"]["violations"] == 0);
+  CHECK(c["punts"]["tenants"]["200"]["served"] == 1);
+  CHECK(c["bar"]["state"] == "active");
+  auto snap = h.core.snapshot();
+  CHECK(snap["A"].state == "ACTIVE");
+  CHECK(snap["A"].punts == 1);
+}
