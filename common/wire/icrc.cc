@@ -171,29 +171,47 @@ TANDEM_ZMM_TARGET inline __m512i fold4(__m512i b, std::size_t d0) noexcept {
 }
 
 // crc_stream512 for streams of more than kDirect whole blocks.
-TANDEM_ZMM_TARGET uint32_t crc_long512(const __m128i* h, std::size_t nh, const uint8_t* p,
-                                       std::size_t n) noexcept {
+template <bool kCopy>
+TANDEM_ZMM_TARGET uint32_t crc_long512(const __m128i* h, std::size_t nh, const uint8_t* p, std::size_t n,
+                                       uint8_t* dst) noexcept {
   const std::size_t q = nh + n / 16;
   const uint8_t* mem = p - 16 * nh;
-  __m512i a0 = _mm512_maskz_loadu_epi64(static_cast<__mmask8>(0xFF & ~((1u << (2 * nh)) - 1)), mem);
+  uint8_t* const dmem = kCopy ? dst - 16 * nh : nullptr;  // where mem's bytes go (kCopy)
+  const auto m0 = static_cast<__mmask8>(0xFF & ~((1u << (2 * nh)) - 1));
+  __m512i a0 = _mm512_maskz_loadu_epi64(m0, mem);
+  if constexpr (kCopy) _mm512_mask_storeu_epi64(dmem, m0, a0);
   if (nh > 0) a0 = _mm512_inserti32x4(a0, h[0], 0);
   if (nh > 1) a0 = _mm512_inserti32x4(a0, h[1], 1);
   if (nh > 2) a0 = _mm512_inserti32x4(a0, h[2], 2);
   __m512i a1 = _mm512_loadu_si512(mem + 64), a2 = _mm512_loadu_si512(mem + 128), a3 = _mm512_loadu_si512(mem + 192);
+  if constexpr (kCopy) {
+    _mm512_storeu_si512(dmem + 64, a1);
+    _mm512_storeu_si512(dmem + 128, a2);
+    _mm512_storeu_si512(dmem + 192, a3);
+  }
   // Four lanes of four blocks, each moved on 16 blocks and the next 256
   // bytes added.
   const __m512i k16 = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kFold[16])));
   std::size_t i = 16;
   for (; q - i >= 16; i += 16) {
     const uint8_t* b = mem + 16 * i;
+    const __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 64), b2 = _mm512_loadu_si512(b + 128),
+                  b3 = _mm512_loadu_si512(b + 192);
+    if constexpr (kCopy) {
+      uint8_t* d = dmem + 16 * i;
+      _mm512_storeu_si512(d, b0);
+      _mm512_storeu_si512(d + 64, b1);
+      _mm512_storeu_si512(d + 128, b2);
+      _mm512_storeu_si512(d + 192, b3);
+    }
     a0 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a0, k16, 0x00), _mm512_clmulepi64_epi128(a0, k16, 0x11),
-                                   _mm512_loadu_si512(b), 0x96);
+                                   b0, 0x96);
     a1 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a1, k16, 0x00), _mm512_clmulepi64_epi128(a1, k16, 0x11),
-                                   _mm512_loadu_si512(b + 64), 0x96);
+                                   b1, 0x96);
     a2 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a2, k16, 0x00), _mm512_clmulepi64_epi128(a2, k16, 0x11),
-                                   _mm512_loadu_si512(b + 128), 0x96);
+                                   b2, 0x96);
     a3 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a3, k16, 0x00), _mm512_clmulepi64_epi128(a3, k16, 0x11),
-                                   _mm512_loadu_si512(b + 192), 0x96);
+                                   b3, 0x96);
   }
   // The lanes stand for blocks i - 16 .. i - 1, the k < 16 blocks left are
   // i .. q - 1: every one straight to the last one's place.
@@ -204,7 +222,9 @@ TANDEM_ZMM_TARGET uint32_t crc_long512(const __m128i* h, std::size_t nh, const u
   std::size_t last_lane = 3;
   for (std::size_t g = 0; 4 * g < k; ++g) {
     const std::size_t lanes = k - 4 * g < 4 ? k - 4 * g : 4;
-    last = _mm512_maskz_loadu_epi64(static_cast<__mmask8>((1u << (2 * lanes)) - 1), mem + 16 * (i + 4 * g));
+    const auto m = static_cast<__mmask8>((1u << (2 * lanes)) - 1);
+    last = _mm512_maskz_loadu_epi64(m, mem + 16 * (i + 4 * g));
+    if constexpr (kCopy) _mm512_mask_storeu_epi64(dmem + 16 * (i + 4 * g), m, last);
     last_lane = lanes - 1;
     acc = _mm512_xor_si512(acc, fold4(last, k - 1 - 4 * g));
   }
@@ -221,12 +241,22 @@ TANDEM_ZMM_TARGET uint32_t crc_long512(const __m128i* h, std::size_t nh, const u
 // partial one); when it does not end on a block, its last 16 bytes are
 // loaded from p + n - 16, which may lie before p (bytes the caller
 // guarantees readable; only those from p on are used). Four blocks, each
-// with its own distance, per 512-bit multiplication.
-TANDEM_ZMM_TARGET uint32_t crc_stream512(const __m128i* h, std::size_t nh, const uint8_t* p,
-                                         std::size_t n) noexcept {
+// with its own distance, per 512-bit multiplication. kCopy: p[0..n) is
+// copied to dst[0..n) as it is read (crc32_copy; dst - 16 * nh on must be
+// writable, the caller's blocks' place).
+template <bool kCopy>
+TANDEM_ZMM_TARGET uint32_t crc_stream512(const __m128i* h, std::size_t nh, const uint8_t* p, std::size_t n,
+                                         uint8_t* dst = nullptr) noexcept {
   const std::size_t q = nh + n / 16;  // whole blocks
   const uint8_t* mem = p - 16 * nh;
-  if (q > kDirect) return crc_long512(h, nh, p, n);
+  uint8_t* const dmem = kCopy ? dst - 16 * nh : nullptr;
+  if constexpr (kCopy) {
+    // The partial last block, the bytes crc_finish reads from p + n - 16:
+    // copied as the 16 bytes ending there (p - 16 on is the caller's and
+    // goes to dst - 16 on, so an overlap writes what is there already).
+    if (n % 16 != 0) _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + n - 16), load16(p + n - 16));
+  }
+  if (q > kDirect) return crc_long512<kCopy>(h, nh, p, n, dst);
   __m512i acc = _mm512_setzero_si512();
   __m512i b = acc;
   const std::size_t groups = (q + 3) / 4;
@@ -236,12 +266,15 @@ TANDEM_ZMM_TARGET uint32_t crc_stream512(const __m128i* h, std::size_t nh, const
     const __mmask8 m = static_cast<__mmask8>((1u << (2 * lanes)) - 1);
     if (g == 0 && nh > 0) {
       // The caller's blocks in the first lanes, memory (from p) after them.
-      b = _mm512_maskz_loadu_epi64(static_cast<__mmask8>(m & ~((1u << (2 * nh)) - 1)), mem);
+      const auto mm = static_cast<__mmask8>(m & ~((1u << (2 * nh)) - 1));
+      b = _mm512_maskz_loadu_epi64(mm, mem);
+      if constexpr (kCopy) _mm512_mask_storeu_epi64(dmem, mm, b);
       b = _mm512_inserti32x4(b, h[0], 0);
       if (nh > 1) b = _mm512_inserti32x4(b, h[1], 1);
       if (nh > 2) b = _mm512_inserti32x4(b, h[2], 2);
     } else {
       b = _mm512_maskz_loadu_epi64(m, mem + 64 * g);
+      if constexpr (kCopy) _mm512_mask_storeu_epi64(dmem + 64 * g, m, b);
     }
     const __m512i k = _mm512_loadu_si512(kFoldRev.k[kRows - 1 - (q - 1 - 4 * g)]);
     acc = _mm512_ternarylogic_epi64(acc, _mm512_clmulepi64_epi128(b, k, 0x00),
@@ -371,36 +404,74 @@ TANDEM_YMM_TARGET inline __m128i fold_to_128(__m256i a) noexcept {
 TANDEM_YMM_TARGET inline __m256i load32(const uint8_t* p) noexcept {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
-// A lane moved on 16 blocks, the next 256 bits added.
-TANDEM_YMM_TARGET inline __m256i step16(__m256i a, __m256i k16, const uint8_t* next) noexcept {
+// A lane moved on 16 blocks, `next` (the next 256 bits) added.
+TANDEM_YMM_TARGET inline __m256i step16(__m256i a, __m256i k16, __m256i next) noexcept {
   return _mm256_xor_si256(
-      _mm256_xor_si256(_mm256_clmulepi64_epi128(a, k16, 0x00), _mm256_clmulepi64_epi128(a, k16, 0x11)), load32(next));
+      _mm256_xor_si256(_mm256_clmulepi64_epi128(a, k16, 0x00), _mm256_clmulepi64_epi128(a, k16, 0x11)), next);
+}
+TANDEM_YMM_TARGET inline void store32(uint8_t* p, __m256i v) noexcept {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
+}
+TANDEM_YMM_TARGET inline void store16(uint8_t* p, __m128i v) noexcept {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v);
 }
 
 // crc_stream256 for streams of more than kDirect whole blocks.
-TANDEM_YMM_TARGET uint32_t crc_long256(const __m128i* h, std::size_t nh, const uint8_t* p,
-                                       std::size_t n) noexcept {
+template <bool kCopy>
+TANDEM_YMM_TARGET uint32_t crc_long256(const __m128i* h, std::size_t nh, const uint8_t* p, std::size_t n,
+                                       uint8_t* dst) noexcept {
   const std::size_t q = nh + n / 16;
   const uint8_t* mem = p - 16 * nh;
+  uint8_t* const dmem = kCopy ? dst - 16 * nh : nullptr;  // where mem's bytes go (kCopy)
   // Lanes of two blocks: the caller's blocks in the first (nh <= 3; the
   // memory before p is not read).
-  const __m256i b0 = nh == 0 ? load32(mem) : _mm256_set_m128i(nh > 1 ? h[1] : load16(mem + 16), h[0]);
-  const __m256i b1 = nh > 2 ? _mm256_set_m128i(load16(mem + 48), h[2]) : load32(mem + 32);
+  __m256i b0, b1;
+  if (nh == 0) {
+    b0 = load32(mem);
+    if constexpr (kCopy) store32(dmem, b0);
+  } else {
+    const __m128i m1 = nh > 1 ? h[1] : load16(mem + 16);
+    if constexpr (kCopy)
+      if (nh == 1) store16(dmem + 16, m1);
+    b0 = _mm256_set_m128i(m1, h[0]);
+  }
+  if (nh > 2) {
+    const __m128i m3 = load16(mem + 48);
+    if constexpr (kCopy) store16(dmem + 48, m3);
+    b1 = _mm256_set_m128i(m3, h[2]);
+  } else {
+    b1 = load32(mem + 32);
+    if constexpr (kCopy) store32(dmem + 32, b1);
+  }
   __m256i a0 = b0, a1 = b1;
   __m256i a2 = load32(mem + 64), a3 = load32(mem + 96), a4 = load32(mem + 128), a5 = load32(mem + 160),
           a6 = load32(mem + 192), a7 = load32(mem + 224);
+  if constexpr (kCopy) {
+    store32(dmem + 64, a2);
+    store32(dmem + 96, a3);
+    store32(dmem + 128, a4);
+    store32(dmem + 160, a5);
+    store32(dmem + 192, a6);
+    store32(dmem + 224, a7);
+  }
   const __m256i k16 = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kFold[16])));
   std::size_t i = 16;
   for (; q - i >= 16; i += 16) {
     const uint8_t* b = mem + 16 * i;
-    a0 = step16(a0, k16, b);
-    a1 = step16(a1, k16, b + 32);
-    a2 = step16(a2, k16, b + 64);
-    a3 = step16(a3, k16, b + 96);
-    a4 = step16(a4, k16, b + 128);
-    a5 = step16(a5, k16, b + 160);
-    a6 = step16(a6, k16, b + 192);
-    a7 = step16(a7, k16, b + 224);
+    __m256i x[8];
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) {
+      x[l] = load32(b + 32 * l);
+      if constexpr (kCopy) store32(dmem + 16 * i + 32 * l, x[l]);
+    }
+    a0 = step16(a0, k16, x[0]);
+    a1 = step16(a1, k16, x[1]);
+    a2 = step16(a2, k16, x[2]);
+    a3 = step16(a3, k16, x[3]);
+    a4 = step16(a4, k16, x[4]);
+    a5 = step16(a5, k16, x[5]);
+    a6 = step16(a6, k16, x[6]);
+    a7 = step16(a7, k16, x[7]);
   }
   // The lanes stand for blocks i - 16 .. i - 1, the k < 16 blocks left are
   // i .. q - 1: every one straight to the last one's place.
@@ -410,33 +481,65 @@ TANDEM_YMM_TARGET uint32_t crc_long256(const __m128i* h, std::size_t nh, const u
   acc = _mm256_xor_si256(acc, _mm256_xor_si256(_mm256_xor_si256(fold2(a4, k + 7), fold2(a5, k + 5)),
                                                _mm256_xor_si256(fold2(a6, k + 3), fold2(a7, k + 1))));
   std::size_t j = i;
-  for (; j + 2 < q; j += 2) acc = _mm256_xor_si256(acc, fold2(load32(mem + 16 * j), q - 1 - j));
-  if (j + 1 < q) acc = _mm256_xor_si256(acc, fold2(_mm256_zextsi128_si256(load16(mem + 16 * j)), q - 1 - j));
+  for (; j + 2 < q; j += 2) {
+    const __m256i x = load32(mem + 16 * j);
+    if constexpr (kCopy) store32(dmem + 16 * j, x);
+    acc = _mm256_xor_si256(acc, fold2(x, q - 1 - j));
+  }
+  if (j + 1 < q) {
+    const __m128i x = load16(mem + 16 * j);
+    if constexpr (kCopy) store16(dmem + 16 * j, x);
+    acc = _mm256_xor_si256(acc, fold2(_mm256_zextsi128_si256(x), q - 1 - j));
+  }
   // The last block stays where it is.
-  const __m128i last = k == 0 ? _mm256_extracti128_si256(a7, 1) : load16(mem + 16 * (q - 1));
+  __m128i last;
+  if (k == 0) {
+    last = _mm256_extracti128_si256(a7, 1);
+  } else {
+    last = load16(mem + 16 * (q - 1));
+    if constexpr (kCopy) store16(dmem + 16 * (q - 1), last);
+  }
   return crc_finish(_mm_xor_si128(fold_to_128(acc), last), p, n);
 }
 
+// Block j of a stream: the caller's (h) or memory's (copied to dmem, kCopy).
+template <bool kCopy>
+TANDEM_YMM_TARGET inline __m128i block256(const __m128i* h, std::size_t nh, const uint8_t* mem, uint8_t* dmem,
+                                          std::size_t j) noexcept {
+  if (j < nh) return h[j];
+  const __m128i x = load16(mem + 16 * j);
+  if constexpr (kCopy) store16(dmem + 16 * j, x);
+  return x;
+}
+
 // crc_stream512's contract, two blocks per 256-bit multiplication.
-TANDEM_YMM_TARGET uint32_t crc_stream256(const __m128i* h, std::size_t nh, const uint8_t* p,
-                                         std::size_t n) noexcept {
+template <bool kCopy>
+TANDEM_YMM_TARGET uint32_t crc_stream256(const __m128i* h, std::size_t nh, const uint8_t* p, std::size_t n,
+                                         uint8_t* dst = nullptr) noexcept {
   const std::size_t q = nh + n / 16;  // whole blocks, at least one
   const uint8_t* mem = p - 16 * nh;
-  if (q > kDirect) return crc_long256(h, nh, p, n);
+  uint8_t* const dmem = kCopy ? dst - 16 * nh : nullptr;
+  if constexpr (kCopy) {
+    // The partial last block (see crc_stream512).
+    if (n % 16 != 0) store16(dst + n - 16, load16(p + n - 16));
+  }
+  if (q > kDirect) return crc_long256<kCopy>(h, nh, p, n, dst);
   // Blocks 0 .. q - 2 moved to the last one's place, two at a time; the
   // caller's blocks (j < nh) come from h.
   __m256i acc = _mm256_setzero_si256();
   std::size_t j = 0;
   for (; j + 2 < q && j < nh; j += 2) {
-    const __m128i hi = j + 1 < nh ? h[j + 1] : load16(mem + 16 * (j + 1));
-    acc = _mm256_xor_si256(acc, fold2(_mm256_set_m128i(hi, h[j]), q - 1 - j));
+    const __m128i lo = h[j];
+    acc = _mm256_xor_si256(acc, fold2(_mm256_set_m128i(block256<kCopy>(h, nh, mem, dmem, j + 1), lo), q - 1 - j));
   }
-  for (; j + 2 < q; j += 2) acc = _mm256_xor_si256(acc, fold2(load32(mem + 16 * j), q - 1 - j));
-  if (j + 1 < q) {
-    const __m128i b = j < nh ? h[j] : load16(mem + 16 * j);
-    acc = _mm256_xor_si256(acc, fold2(_mm256_zextsi128_si256(b), q - 1 - j));
+  for (; j + 2 < q; j += 2) {
+    const __m256i x = load32(mem + 16 * j);
+    if constexpr (kCopy) store32(dmem + 16 * j, x);
+    acc = _mm256_xor_si256(acc, fold2(x, q - 1 - j));
   }
-  const __m128i last = q - 1 < nh ? h[q - 1] : load16(mem + 16 * (q - 1));
+  if (j + 1 < q)
+    acc = _mm256_xor_si256(acc, fold2(_mm256_zextsi128_si256(block256<kCopy>(h, nh, mem, dmem, j)), q - 1 - j));
+  const __m128i last = block256<kCopy>(h, nh, mem, dmem, q - 1);
   return crc_finish(_mm_xor_si128(fold_to_128(acc), last), p, n);
 }
 
@@ -454,12 +557,25 @@ bool cpu_has_ymm_clmul() noexcept {
 TANDEM_ZMM_TARGET uint32_t crc32_zmm(uint32_t crc, const uint8_t* data, std::size_t len) noexcept {
   const __m128i b0 = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data)),
                                    _mm_cvtsi32_si128(static_cast<int>(~crc)));
-  return ~crc_stream512(&b0, 1, data + 16, len - 16);
+  return ~crc_stream512<false>(&b0, 1, data + 16, len - 16);
+}
+// crc32_zmm while copying data to dst.
+TANDEM_ZMM_TARGET uint32_t crc32_copy_zmm(uint32_t crc, uint8_t* dst, const uint8_t* data, std::size_t len) noexcept {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(data));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), raw);
+  const __m128i b0 = _mm_xor_si128(raw, _mm_cvtsi32_si128(static_cast<int>(~crc)));
+  return ~crc_stream512<true>(&b0, 1, data + 16, len - 16, dst + 16);
 }
 TANDEM_YMM_TARGET uint32_t crc32_ymm(uint32_t crc, const uint8_t* data, std::size_t len) noexcept {
   const __m128i b0 = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data)),
                                    _mm_cvtsi32_si128(static_cast<int>(~crc)));
-  return ~crc_stream256(&b0, 1, data + 16, len - 16);
+  return ~crc_stream256<false>(&b0, 1, data + 16, len - 16);
+}
+TANDEM_YMM_TARGET uint32_t crc32_copy_ymm(uint32_t crc, uint8_t* dst, const uint8_t* data, std::size_t len) noexcept {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(data));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), raw);
+  const __m128i b0 = _mm_xor_si128(raw, _mm_cvtsi32_si128(static_cast<int>(~crc)));
+  return ~crc_stream256<true>(&b0, 1, data + 16, len - 16, dst + 16);
 }
 #endif
 
@@ -505,6 +621,19 @@ uint32_t crc32_update(uint32_t crc, const uint8_t* data, std::size_t len) noexce
   }
 #endif
   return crc32_library(crc, data, len);
+}
+
+uint32_t crc32_copy(uint32_t crc, uint8_t* dst, const uint8_t* src, std::size_t len) noexcept {
+#if defined(TANDEM_CRC_CLMUL)
+  if (len >= 16) {
+    if (g_kernel == CrcKernel::kAvx512) return crc32_copy_zmm(crc, dst, src, len);
+    if (g_kernel == CrcKernel::kAvx2) return crc32_copy_ymm(crc, dst, src, len);
+  }
+#endif
+  // The library's CRC and a copy: two passes (short parts, CPUs without
+  // VPCLMULQDQ).
+  if (len != 0) std::memcpy(dst, src, len);
+  return crc32_library(crc, src, len);
 }
 
 const char* crc32_backend() noexcept {
@@ -556,8 +685,8 @@ uint32_t icrc_headers(const uint8_t* ip, std::size_t hdr_len) noexcept {
     // and fed to the folding as its first three blocks.
     __m128i h[3];
     masked_head(ip, h);
-    if (g_kernel == CrcKernel::kAvx512) return ~crc_stream512(h, 3, ip + 40, hdr_len - 40);
-    return ~crc_stream256(h, 3, ip + 40, hdr_len - 40);
+    if (g_kernel == CrcKernel::kAvx512) return ~crc_stream512<false>(h, 3, ip + 40, hdr_len - 40);
+    return ~crc_stream256<false>(h, 3, ip + 40, hdr_len - 40);
   }
 #endif
 #if defined(__SSE2__)

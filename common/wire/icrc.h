@@ -17,6 +17,12 @@ namespace tandem::common {
 // Plain CRC-32 (zlib semantics): crc32_update(0, p, n) is the CRC of p[0..n).
 uint32_t crc32_update(uint32_t crc, const uint8_t* data, std::size_t len) noexcept;
 
+// crc32_update(crc, src, len) while copying src[0..len) to dst[0..len)
+// (not overlapping): the receive path checks a payload's ICRC in the pass
+// that places it, reading each byte once. The VPCLMULQDQ kernels store each
+// block they load (from 16 bytes; the library: a memcpy and its CRC).
+uint32_t crc32_copy(uint32_t crc, uint8_t* dst, const uint8_t* src, std::size_t len) noexcept;
+
 // CRC of the masked pseudo-header: `ip` points at the IPv4 header, and
 // `hdr_len` covers IPv4 + UDP + BTH and any transport headers after it
 // (at least IPv4 + UDP + BTH). Continue with crc32_update over the payload

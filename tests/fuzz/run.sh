@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (parse_roce + frame decoder, pcap reader, the RNIC's channel end,
-# the CRC kernels against zlib/ISA-L, the worker's host interface fed by a hostile application, the
-# connection manager fed hostile MADs, the agent's channel end under a worker that scribbles on
-# the file) with
+# the CRC kernels against zlib/ISA-L, the fused CRC-and-copy kernel against the plain CRC and
+# memcpy, the worker's host interface fed by a hostile application, the connection manager fed
+# hostile MADs, the agent's channel end under a worker that scribbles on the file) with
 # clang++-14 and ASan/UBSan, then runs each for FUZZ_SECONDS (default 20) from
 # a seed corpus made on the fly, after replaying tests/fuzz/regressions/. Exits non-zero if a
 # target crashes.
@@ -58,6 +58,7 @@ build "$OUT/seed_writer" plain tests/fuzz/seed_writer.cc "${WIRE[@]}" "${PCAP[@]
 build "$OUT/fuzz_parse_roce" fuzz tests/fuzz/fuzz_parse_roce.cc common/wiretool/frame_decoder.cc "${WIRE[@]}"
 build "$OUT/fuzz_pcap_reader" fuzz tests/fuzz/fuzz_pcap_reader.cc "${WIRE[@]}" "${PCAP[@]}"
 build "$OUT/fuzz_icrc" fuzz tests/fuzz/fuzz_icrc.cc "${WIRE[@]}"
+build "$OUT/fuzz_crc_copy" fuzz tests/fuzz/fuzz_crc_copy.cc "${WIRE[@]}"
 build "$OUT/fuzz_rnic_channel" fuzz tests/fuzz/fuzz_rnic_channel.cc rnic/table/level2_table.cc rnic/table/rnic_channel.cc
 build "$OUT/fuzz_host_server" fuzz tests/fuzz/fuzz_host_server.cc "${HOST[@]}"
 build "$OUT/fuzz_cm" fuzz tests/fuzz/fuzz_cm.cc rnic/cm/mad.cc rnic/cm/cm_engine.cc
@@ -65,7 +66,7 @@ build "$OUT/fuzz_agent_channel" fuzz tests/fuzz/fuzz_agent_channel.cc "${AGENT[@
 
 WORK=$(mktemp -d /tmp/tandem-fuzz-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-mkdir -p "$WORK/frames" "$WORK/pcaps" "$WORK/new-frames" "$WORK/new-pcaps" "$WORK/cmds" "$WORK/new-cmds" "$WORK/new-crc" "$WORK/host" "$WORK/new-host" \
+mkdir -p "$WORK/frames" "$WORK/pcaps" "$WORK/new-frames" "$WORK/new-pcaps" "$WORK/cmds" "$WORK/new-cmds" "$WORK/new-crc" "$WORK/new-crc-copy" "$WORK/host" "$WORK/new-host" \
   "$WORK/cm" "$WORK/new-cm" "$WORK/agent" "$WORK/new-agent"
 "$OUT/seed_writer" "$WORK/frames" "$WORK/pcaps"
 # Channel seeds (fuzz_rnic_channel's record format): HEARTBEAT, BEGIN, PUT x2, COMMIT, DEL, COMMIT.
@@ -135,7 +136,7 @@ run_long() {
   echo "$name: $execs executions, ${found:-0} crashes"
   ((${found:-0} == 0)) || fail=1
 }
-for t in fuzz_parse_roce fuzz_pcap_reader fuzz_rnic_channel fuzz_icrc fuzz_host_server fuzz_cm fuzz_agent_channel; do replay "$t"; done
+for t in fuzz_parse_roce fuzz_pcap_reader fuzz_rnic_channel fuzz_icrc fuzz_crc_copy fuzz_host_server fuzz_cm fuzz_agent_channel; do replay "$t"; done
 run=run_one
 ((LONG)) && run=run_long
 # FUZZ_TARGETS="a b": only those (e.g. one target's long run again).
@@ -144,6 +145,7 @@ pick fuzz_parse_roce && $run fuzz_parse_roce "$WORK/new-frames" "$WORK/frames"
 pick fuzz_pcap_reader && $run fuzz_pcap_reader "$WORK/new-pcaps" "$WORK/pcaps"
 pick fuzz_rnic_channel && $run fuzz_rnic_channel "$WORK/new-cmds" "$WORK/cmds"
 pick fuzz_icrc && $run fuzz_icrc "$WORK/new-crc" "$WORK/frames"
+pick fuzz_crc_copy && $run fuzz_crc_copy "$WORK/new-crc-copy" "$WORK/frames"
 pick fuzz_host_server && $run fuzz_host_server "$WORK/new-host" "$WORK/host"
 pick fuzz_cm && $run fuzz_cm "$WORK/new-cm" "$WORK/cm"
 pick fuzz_agent_channel && $run fuzz_agent_channel "$WORK/new-agent" "$WORK/agent"

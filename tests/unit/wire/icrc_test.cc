@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -262,4 +263,84 @@ TEST_CASE("a burst's ICRCs equal each packet's, whatever the mix of lengths and 
       }
     }
   });
+}
+
+TEST_CASE("crc32_copy equals crc32_update and memcpy for every length 0-9000 at 64 alignments, on every crc kernel") {
+  // The fused kernel of the receive path (the ICRC checked while the payload
+  // is placed) against the plain CRC of this kernel (checked against zlib
+  // above) and memcpy: the CRC, every destination byte, and not one byte
+  // written outside dst[0..n) (guard bytes either side).
+  constexpr std::size_t kMax = 9000, kGuard = 64;
+  std::mt19937 rng(31);
+  std::vector<uint8_t> src_store(kMax + 2 * 64), dst_store(kMax + 2 * 64 + 2 * kGuard);
+  for (auto& b : src_store) b = static_cast<uint8_t>(rng());
+  const std::size_t src_skew = (64 - reinterpret_cast<uintptr_t>(src_store.data()) % 64) % 64;
+  const std::size_t dst_skew = (64 - reinterpret_cast<uintptr_t>(dst_store.data()) % 64) % 64;
+  std::vector<std::string> bad;
+  std::size_t checked = 0;
+  for_each_kernel([&](CrcKernel k) {
+    for (std::size_t a = 0; a < 64; ++a) {
+      // Source and destination at different alignments (a, and 37a + 11 mod 64).
+      const uint8_t* src = src_store.data() + src_skew + a;
+      uint8_t* const dst0 = dst_store.data() + dst_skew + kGuard;
+      uint8_t* const dst = dst0 + (37 * a + 11) % 64;
+      const uint32_t start = a % 2 == 0 ? 0u : static_cast<uint32_t>(rng());
+      const uint8_t fill = static_cast<uint8_t>(0xA5 ^ a);
+      std::memset(dst_store.data(), fill, dst_store.size());
+      for (std::size_t n = 0; n <= kMax; ++n) {
+        ++checked;
+        const uint32_t want = crc32_update(start, src, n);
+        const uint32_t got = crc32_copy(start, dst, src, n);
+        const bool bytes_ok = std::memcmp(dst, src, n) == 0;
+        // The bytes around dst[0..n): before it, and the 64 after it.
+        bool guards_ok = std::all_of(dst_store.data(), dst, [&](uint8_t b) { return b == fill; }) &&
+                         std::all_of(dst + n, dst + n + kGuard, [&](uint8_t b) { return b == fill; });
+        if ((got != want || !bytes_ok || !guards_ok) && bad.size() < 20)
+          bad.push_back(std::string(crc_kernel_name(k)) + " at " + std::to_string(a) + "+" + std::to_string(n) +
+                        (got != want ? " crc" : "") + (bytes_ok ? "" : " bytes") + (guards_ok ? "" : " guard"));
+        std::memset(dst, fill, n);  // the next length writes into fill bytes again
+      }
+    }
+    // Exact-size heap copies: a kernel that read or wrote past either end
+    // would be caught by ASan (tests/fuzz/fuzz_crc_copy.cc runs the same).
+    for (std::size_t n : {16u, 17u, 31u, 63u, 64u, 65u, 255u, 256u, 257u, 4095u, 4096u, 4097u}) {
+      const std::vector<uint8_t> s(src_store.begin(), src_store.begin() + static_cast<std::ptrdiff_t>(n));
+      std::vector<uint8_t> d(n);
+      if ((crc32_copy(7, d.data(), s.data(), n) != crc32_update(7, s.data(), n) || d != s) && bad.size() < 20)
+        bad.push_back(std::string(crc_kernel_name(k)) + " exact " + std::to_string(n));
+    }
+  });
+  std::string first;
+  for (const auto& b : bad) first += b + "; ";
+  INFO(checked << " kernel runs; first mismatches: " << first);
+  CHECK(bad.empty());
+  CHECK(checked >= 64 * (kMax + 1));
+}
+
+TEST_CASE("an ICRC continued over a payload with crc32_copy is the packet's ICRC, on every crc kernel") {
+  // The receive path's split: icrc_headers over IPv4..transport headers
+  // (the RX stage), then crc32_update / crc32_copy over the payload in pieces
+  // (the core: XETH, each scatter entry) and the pad.
+  std::mt19937 rng(37);
+  std::vector<uint8_t> pkt(4200), dst(4200);
+  std::vector<std::string> bad;
+  for_each_kernel([&](CrcKernel k) {
+    for (int round = 0; round < 2000; ++round) {
+      const std::size_t hdr = 40 + 4 * (rng() % 8), len = hdr + rng() % 4100;
+      for (std::size_t i = 0; i < len; ++i) pkt[i] = static_cast<uint8_t>(rng());
+      pkt[0] = 0x45;
+      const std::size_t cut1 = hdr + rng() % (len - hdr + 1), cut2 = cut1 + rng() % (len - cut1 + 1);
+      uint32_t c = icrc_headers(pkt.data(), hdr);
+      c = crc32_update(c, pkt.data() + hdr, cut1 - hdr);
+      c = crc32_copy(c, dst.data(), pkt.data() + cut1, cut2 - cut1);
+      c = crc32_copy(c, dst.data() + (cut2 - cut1), pkt.data() + cut2, len - cut2);
+      if ((c != roce_icrc(pkt.data(), len) || std::memcmp(dst.data(), pkt.data() + cut1, len - cut1) != 0) &&
+          bad.size() < 20)
+        bad.push_back(std::string(crc_kernel_name(k)) + " len " + std::to_string(len));
+    }
+  });
+  std::string first;
+  for (const auto& b : bad) first += b + "; ";
+  INFO("first mismatches: " << first);
+  CHECK(bad.empty());
 }
