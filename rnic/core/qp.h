@@ -321,6 +321,7 @@ struct Qp {
   uint8_t nak_syndrome = 0;
   uint32_t nak_psn = 0;
   bool seq_nak_sent = false;  // GoBackN: one NAK per expected PSN
+  bool icrc_taint = false;    // GoBackN: a packet placed ahead of its ICRC was bad; until ePSN moves, no READ re-executed
   bool rnr_armed = true;      // one RNR NAK until a RECV is posted or ePSN moves,
   uint32_t rnr_nak_psn = 0;   // or until the NAKed PSN comes again
   // GoBackN in-order message state
@@ -522,8 +523,9 @@ struct Qp {
   // why[i] is each one's verdict (kNone: taken), counted in c.drops; returns
   // how many were taken. The per-request body, on_request, is inline in it.
   uint32_t on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, common::DropReason* why) noexcept;
-  common::DropReason on_request(const common::RocePacket& pkt, const uint8_t* payload,
-                                uint32_t len, uint64_t now, const MemoryRegion*& mr_cache) noexcept;
+  // One request; with in.icrc_pending its ICRC is checked while its payload
+  // is placed, and before anything else acts on it.
+  common::DropReason on_request(const RxPacketRef& in, uint64_t now, const MemoryRegion*& mr_cache) noexcept;
   bool tx_responses(uint64_t now) noexcept;  // false: TX queue full
   uint64_t responder_deadline() const noexcept;
   uint64_t sack_due() const noexcept;

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/wire/icrc.h"
 #include "common/wire/opcode.h"
 #include "common/wire/psn.h"
 #include "common/wire/small_copy.h"
@@ -145,7 +146,7 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
   uint32_t taken = 0;
   const MemoryRegion* mr = nullptr;  // the last WRITE's region (R_Keys repeat within a burst)
   for (uint32_t i = 0; i < n; ++i) {
-    const DropReason r = on_request(*in[i].pkt, in[i].payload, in[i].payload_len, now, mr);
+    const DropReason r = on_request(in[i], now, mr);
     why[i] = r;
     taken += r == DropReason::kNone;
   }
@@ -155,9 +156,20 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
 
 // Inline in on_requests, its only caller: the loop over a burst's requests
 // then costs no call, prologue and epilogue per request.
-[[gnu::always_inline]] inline DropReason Qp::on_request(const common::RocePacket& pkt, const uint8_t* payload,
-                                                        uint32_t len, uint64_t now,
+//
+// A request whose ICRC is pending (in.icrc_pending) acts on nothing before
+// the verdict: a path that refuses it or answers it without placing its
+// payload checks the whole ICRC first (`corrupt`), and placement checks it in
+// the pass that copies the payload (crc32_copy), before the PSN's slot, the
+// message state, the ACK state or a completion learn of the packet. A bad
+// packet is dropped (kBadIcrc) with its slot unarrived, so the retransmission
+// places the payload again; its bytes may sit at ePSN's place until then, and
+// only where nothing of this QP reads them (rnic/core/README.md "ICRC").
+[[gnu::always_inline]] inline DropReason Qp::on_request(const RxPacketRef& in, uint64_t now,
                                                         const MemoryRegion*& mr_cache) noexcept {
+  const common::RocePacket& pkt = *in.pkt;
+  const uint8_t* const payload = in.payload;
+  const uint32_t len = in.payload_len;
   const uint8_t op = pkt.bth.opcode;
   const uint32_t psn = pkt.bth.psn;
   const uint32_t window = wmask + 1;
@@ -165,21 +177,43 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
     drop(r);
     return r;
   };
-  if (error_after_nak) return fail(DropReason::kBadQpState);
-  if (init.bench_any_psn && psn != epsn) [[unlikely]] bench_restart(psn);
-  last_rx_ns = now;
-  if (pkt.bth.resv7 & kReqEcho) note_echo(pkt.bth.resv7, now);  // irn_wire.h
-  if ((pkt.ip.tos & 3) == 3) {
-    ++c.ecn_ce_rx;
-    ecn_echo = true;
-    if (attr.cnp_interval_ns && (!cnp_sent_once || now >= last_cnp + attr.cnp_interval_ns))
-      cnp_pending = true;
+  bool pending = in.icrc_pending;
+  if (error_after_nak) return fail(pending && !icrc_rest_ok(in) ? DropReason::kBadIcrc : DropReason::kBadQpState);
+  if (init.bench_any_psn && psn != epsn) [[unlikely]] {
+    if (pending && !icrc_rest_ok(in)) return fail(DropReason::kBadIcrc);
+    pending = false;
+    bench_restart(psn);
   }
   const int32_t d = psn_diff(psn, epsn);
-  if (d > 0) c.reorder_depth_max = std::max<uint32_t>(c.reorder_depth_max, static_cast<uint32_t>(d));
+  // The request's arrival as the credit grantor, ECN and the counters see it
+  // (a pending packet's once its ICRC is known good).
+  auto arrive = [&]() noexcept {
+    last_rx_ns = now;
+    if (pkt.bth.resv7 & kReqEcho) note_echo(pkt.bth.resv7, now);  // irn_wire.h
+    if ((pkt.ip.tos & 3) == 3) {
+      ++c.ecn_ce_rx;
+      ecn_echo = true;
+      if (attr.cnp_interval_ns && (!cnp_sent_once || now >= last_cnp + attr.cnp_interval_ns))
+        cnp_pending = true;
+    }
+    if (d > 0) c.reorder_depth_max = std::max<uint32_t>(c.reorder_depth_max, static_cast<uint32_t>(d));
+  };
+  if (!pending) arrive();
+  // Before a pending packet is refused or answered: true if it is corrupt.
+  auto corrupt = [&]() noexcept {
+    if (!pending) return false;
+    pending = false;
+    if (!icrc_rest_ok(in)) return true;
+    arrive();
+    return false;
+  };
   if (d < 0) {
+    if (corrupt()) return fail(DropReason::kBadIcrc);
     // Duplicate: answer it (a retried READ is executed again), place nothing.
     if (op == IBV_OPCODE_RC_RDMA_READ_REQUEST) {
+      // Not while a bad packet's bytes may sit at ePSN's place: the requester
+      // asks again (its retry comes before ePSN's packet again, which clears it).
+      if (icrc_taint) return fail(DropReason::kNoBuffer);
       // Executed again only as far as the READ this responder received asked
       // (IBA 9.7.5.1.3): its R_Key, from its address for the PSN, never more
       // than its length. A request it has no record of is dropped: one small
@@ -203,15 +237,18 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
     return fail(DropReason::kDuplicate);
   }
   if (!irn() && d > 0) {
+    if (corrupt()) return fail(DropReason::kBadIcrc);
     if (!seq_nak_sent) {
       nak(common::kAethNak | common::kNakPsnSeqError, epsn);
       seq_nak_sent = true;
     }
     return fail(DropReason::kPsnOutOfWindow);
   }
-  if (d >= static_cast<int32_t>(window)) return fail(DropReason::kPsnOutOfWindow);
+  if (d >= static_cast<int32_t>(window))
+    return fail(corrupt() ? DropReason::kBadIcrc : DropReason::kPsnOutOfWindow);
   RxSlot& s = slot(psn);
   if (s.flags & kSlotArrived) {
+    if (corrupt()) return fail(DropReason::kBadIcrc);
     ack_pending = true;
     resp_dup = true;
     return fail(DropReason::kDuplicate);
@@ -221,6 +258,7 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
   const bool has_imm = common::opcode_has(op, common::kOpImm);
 
   if (op == IBV_OPCODE_RC_RDMA_READ_REQUEST) {
+    if (corrupt()) return fail(DropReason::kBadIcrc);
     if (pkt.reth.len > kMaxMsgLen) {  // IBA: a DMA length of at most 2^31
       nak(common::kAethNak | common::kNakInvalidRequest, psn);
       return fail(DropReason::kInvalidRequest);
@@ -249,18 +287,23 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
     return DropReason::kNone;
   }
 
-  // SEND / WRITE: where does this packet go?
+  // SEND / WRITE: where does this packet go? (Nothing is written to the QP
+  // before the payload is placed and its ICRC known.)
   const bool is_write = common::opcode_has(op, common::kOpWrite);
   const uint8_t* data = payload;
   uint32_t dlen = len;
   uint32_t recv_idx = 0, offset = 0, msg_len = 0, rkey = 0;
   uint64_t va = 0;
+  // A refusal with a NAK (the QP to ERROR for most): a corrupt packet must not.
+  auto refuse = [&](uint8_t syndrome, DropReason r) {
+    if (corrupt()) return fail(DropReason::kBadIcrc);
+    nak(syndrome, psn);
+    return fail(r);
+  };
+  constexpr uint8_t kInvalid = common::kAethNak | common::kNakInvalidRequest;
   if (irn()) {
     Xeth x;
-    if (!read_xeth(payload, len, x)) {
-      nak(common::kAethNak | common::kNakInvalidRequest, psn);
-      return fail(DropReason::kInvalidRequest);
-    }
+    if (!read_xeth(payload, len, x)) return refuse(kInvalid, DropReason::kInvalidRequest);
     data += kXethLen;
     dlen -= kXethLen;
     recv_idx = init.bench_any_psn ? rq_head & 0xFFFFFF : x.recv_idx;  // a replay repeats recv_idx
@@ -269,71 +312,72 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
     rkey = x.rkey;
     va = x.va;
     if (uint64_t{offset} + dlen > msg_len || (last && offset + dlen != msg_len) ||
-        (first && offset != 0)) {
-      nak(common::kAethNak | common::kNakInvalidRequest, psn);
-      return fail(DropReason::kInvalidRequest);
-    }
+        (first && offset != 0))
+      return refuse(kInvalid, DropReason::kInvalidRequest);
   } else {
     const uint8_t kind = is_write ? 2 : 1;
-    if (first != (gbn_kind == 0) || (!first && gbn_kind != kind)) {
-      nak(common::kAethNak | common::kNakInvalidRequest, psn);
-      return fail(DropReason::kInvalidRequest);
-    }
-    if (first) {
-      gbn_offset = 0;
-      if (is_write) {
-        gbn_va = pkt.reth.va;
-        gbn_rkey = pkt.reth.rkey;
-        gbn_len = pkt.reth.len;
-      }
-    }
+    if (first != (gbn_kind == 0) || (!first && gbn_kind != kind)) return refuse(kInvalid, DropReason::kInvalidRequest);
+    // A first packet starts the message (its RETH, for a WRITE); the rest
+    // continue the one in progress.
+    const bool reth = first && is_write;
     recv_idx = rq_head & 0xFFFFFF;
-    offset = gbn_offset;
-    msg_len = is_write ? gbn_len : offset + dlen;
-    rkey = gbn_rkey;
-    va = gbn_va;
+    offset = first ? 0 : gbn_offset;
+    msg_len = is_write ? (reth ? pkt.reth.len : gbn_len) : offset + dlen;
+    rkey = reth ? pkt.reth.rkey : gbn_rkey;
+    va = reth ? pkt.reth.va : gbn_va;
     if ((is_write && uint64_t{offset} + dlen > msg_len) ||
-        (is_write && last && offset + dlen != msg_len)) {
-      nak(common::kAethNak | common::kNakInvalidRequest, psn);
-      return fail(DropReason::kInvalidRequest);
-    }
+        (is_write && last && offset + dlen != msg_len))
+      return refuse(kInvalid, DropReason::kInvalidRequest);
   }
-  if (dlen > mtu() || (!last && dlen != mtu())) {
-    nak(common::kAethNak | common::kNakInvalidRequest, psn);
-    return fail(DropReason::kInvalidRequest);
-  }
+  if (dlen > mtu() || (!last && dlen != mtu())) return refuse(kInvalid, DropReason::kInvalidRequest);
 
   const bool consumes_recv = !is_write || (last && has_imm);
   RecvWqe* rw = nullptr;
   if (consumes_recv) {
     const uint32_t delta = (recv_idx - rq_head) & 0xFFFFFF;
-    if (delta >= rq_tail - rq_head && (srq == nullptr || !srq_fill(delta))) {
-      if (rnr_armed || !psn_lt(rnr_nak_psn, psn)) {
-        nak(common::kAethRnrNak | (attr.min_rnr_timer & 0x1F), psn);
-        rnr_armed = false;
-        rnr_nak_psn = psn;
+    if (delta >= rq_tail - rq_head) {
+      // An SRQ's WQEs are taken, or the sender told to wait, for a good packet only.
+      if (corrupt()) return fail(DropReason::kBadIcrc);
+      if (srq == nullptr || !srq_fill(delta)) {
+        if (rnr_armed || !psn_lt(rnr_nak_psn, psn)) {
+          nak(common::kAethRnrNak | (attr.min_rnr_timer & 0x1F), psn);
+          rnr_armed = false;
+          rnr_nak_psn = psn;
+        }
+        if (!irn()) seq_nak_sent = true;  // later packets are dropped quietly
+        return fail(DropReason::kNoBuffer);
       }
-      if (!irn()) seq_nak_sent = true;  // later packets are dropped quietly
-      return fail(DropReason::kNoBuffer);
     }
     rw = &rwqe(rq_head + delta);
   }
+  // Placed before its ICRC is known only where a bad packet's bytes are sure
+  // to be overwritten before anything of this QP reads them (README "ICRC"):
+  // go-back-N at ePSN, into a place the QP's own state names (a WRITE going on
+  // with a message whose first packet was good, or a SEND into the head
+  // receive at the message's offset), with no READ queued to read memory.
+  // IRN's XETH and a RETH name the place themselves: checked first.
+  if (pending && (irn() || (first && is_write) || reads_head != reads_tail) && corrupt())
+    return fail(DropReason::kBadIcrc);
+  // The pending ICRC's stream so far: headers (icrc_head) and the XETH.
+  uint32_t crc = 0;
+  if (pending) crc = common::crc32_update(in.icrc_head, payload, static_cast<std::size_t>(data - payload));
   if (is_write) {
     // The whole message's range is checked with each packet (IRN places them
     // in any order; each carries the message's rkey, va and length).
     uint8_t* const p = remote_ptr(*t, rkey, va, msg_len, IBV_ACCESS_REMOTE_WRITE, init.pd,
                                   attr.qp_access_flags, mr_cache);
     if (p == nullptr) {
+      if (corrupt()) return fail(DropReason::kBadIcrc);
       nak(common::kAethNak | common::kNakRemoteAccess, psn);
       if (!irn()) gbn_kind = 0;
       return fail(DropReason::kAccessViolation);
     }
-    place(p + offset, data, dlen);
+    if (pending)
+      crc = common::crc32_copy(crc, p + offset, data, dlen);
+    else
+      place(p + offset, data, dlen);
   } else {
-    if (uint64_t{offset} + dlen > rw->len) {
-      nak(common::kAethNak | common::kNakInvalidRequest, psn);
-      return fail(DropReason::kInvalidRequest);
-    }
+    if (uint64_t{offset} + dlen > rw->len) return refuse(kInvalid, DropReason::kInvalidRequest);
     uint64_t o = offset;
     uint32_t left = dlen;
     const uint8_t* src = data;
@@ -341,6 +385,16 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
       const uint32_t sl = rw->wr.sg_list[j].length;
       if (o >= sl) { o -= sl; continue; }
       if (!t->mr_live(rw->wr.sg_list[j].lkey)) [[unlikely]] {
+        if (pending) {
+          // The rest of the stream, unplaced: the verdict before the refusal.
+          crc = common::crc32_update(crc, src, left);
+          pending = false;
+          if (common::crc32_update(crc, payload + len, pkt.bth.pad) != pkt.icrc) {
+            icrc_taint = true;
+            return fail(DropReason::kBadIcrc);
+          }
+          arrive();
+        }
         // The receive's buffer was deregistered: it fails (LOC_PROT_ERR) and the
         // sender is told (remote operational error); the QP goes to ERROR.
         ++c.region_gone;
@@ -349,15 +403,32 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
         return fail(DropReason::kRegionGone);
       }
       const uint32_t take = static_cast<uint32_t>(std::min<uint64_t>(left, sl - o));
-      std::memcpy(rw->sge_ptr[j] + o, src, take);
+      if (pending)
+        crc = common::crc32_copy(crc, rw->sge_ptr[j] + o, src, take);
+      else
+        std::memcpy(rw->sge_ptr[j] + o, src, take);
       src += take;
       left -= take;
       o = 0;
     }
   }
+  if (pending) {
+    // The verdict, before the packet counts: a bad one leaves ePSN's slot
+    // unarrived (its bytes are overwritten by ePSN's packet when it comes).
+    if (common::crc32_update(crc, payload + len, pkt.bth.pad) != pkt.icrc) [[unlikely]] {
+      icrc_taint = true;
+      return fail(DropReason::kBadIcrc);
+    }
+    arrive();
+  }
   if (!irn()) {
+    if (first && is_write) {
+      gbn_va = va;
+      gbn_rkey = rkey;
+      gbn_len = msg_len;
+    }
     gbn_kind = last ? 0 : (is_write ? 2 : 1);
-    gbn_offset += dlen;
+    gbn_offset = offset + dlen;
   }
   s.flags = kSlotArrived;
   s.arrived_at = now;
@@ -393,6 +464,7 @@ void Qp::bench_restart(uint32_t psn) noexcept {
   epsn = high = psn;
   hole_since = kNever;
   seq_nak_sent = false;
+  icrc_taint = false;
   gbn_kind = 0;
   gbn_offset = 0;
 }
@@ -422,6 +494,7 @@ void Qp::bench_restart(uint32_t psn) noexcept {
   }
   if (epsn != before) {
     seq_nak_sent = false;
+    icrc_taint = false;  // ePSN's packet came: a bad one's bytes are overwritten
     rnr_armed = true;
   }
   if (psn_lt(epsn, high)) {

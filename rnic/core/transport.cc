@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "common/wire/icrc.h"
 #include "common/wire/opcode.h"
 #include "common/wire/psn.h"
 #include "rnic/core/policy_factory.h"
@@ -293,6 +294,7 @@ void Qp::reset_state() noexcept {
   echo_next = 0;
   ack_dup = resp_dup = false;
   seq_nak_sent = false;
+  icrc_taint = false;
   gbn_kind = 0;
   gbn_offset = 0;
   reads_head = reads_tail = 0;
@@ -468,6 +470,11 @@ DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* pa
   return r;
 }
 
+bool icrc_rest_ok(const RxPacketRef& r) noexcept {
+  const uint32_t c = common::crc32_update(r.icrc_head, r.payload, r.payload_len);
+  return common::crc32_update(c, r.payload + r.payload_len, r.pkt->bth.pad) == r.pkt->icrc;
+}
+
 uint32_t Transport::on_packets(const RxPacketRef* in, uint32_t n, uint64_t now, DropReason* why) noexcept {
   constexpr uint32_t kRequest = common::kOpSend | common::kOpWrite | common::kOpReadReq;
   note_clock(now);
@@ -481,6 +488,14 @@ uint32_t Transport::on_packets(const RxPacketRef* in, uint32_t n, uint64_t now, 
     if (qp == nullptr || !common::opcode_has(in[i].pkt->bth.opcode, kRequest) || qp->ud ||
         common::opcode_has(in[i].pkt->bth.opcode, common::kOpDeth) ||
         (qp->state != QpState::kRtr && qp->state != QpState::kRts)) {
+      if (in[i].icrc_pending && !icrc_rest_ok(in[i])) [[unlikely]] {
+        // Refused whatever its headers say: a corrupted packet is counted as
+        // one, not as the unknown QP or bad state its bits may name.
+        ++counters_.rx_pkts;
+        ++counters_.drops[static_cast<std::size_t>(DropReason::kBadIcrc)];
+        why[i++] = DropReason::kBadIcrc;
+        continue;
+      }
       why[i] = on_packet(*in[i].pkt, in[i].payload, in[i].payload_len, now);
       taken += why[i] == DropReason::kNone;
       ++i;

@@ -30,7 +30,8 @@
 //     t.on_packets(in, n, now, why)   a burst of parsed frames, in order:
 //         the same as on_packet on each (why[i] its verdict, returns how many
 //         were accepted), with one QP lookup and state check per run of
-//         requests to one QP.
+//         requests to one QP; a request may come with its ICRC still to be
+//         checked (RxPacketRef::icrc_pending), which placement does.
 //     t.poll(now)   runs expired timers (retransmission, RNR wait, IRN reorder
 //         delay) and fills the TX queue with whatever may be sent now: ACKs,
 //         NAKs, SACKs, READ responses, retransmissions, new data (segmented
@@ -111,12 +112,26 @@ struct TransportCounters {
   }
 };
 
-// One received frame for Transport::on_packets: what on_packet takes.
+// One received frame for Transport::on_packets: what on_packet takes, and
+// whether its ICRC is still to be checked.
 struct RxPacketRef {
   const common::RocePacket* pkt;
   const uint8_t* payload;
   uint32_t payload_len;
+  // False: the I/O layer checked the ICRC (and dropped the packet if it was
+  // wrong). True (SEND/WRITE requests): the core checks it in the pass that
+  // places the payload (common::crc32_copy) and before the packet has any
+  // effect; icrc_head is the CRC (crc32_update's) of the ICRC's stream up to
+  // `payload` (common::icrc_headers), which goes on over payload_len bytes and
+  // then pkt->bth.pad bytes of pad and must come to pkt->icrc. A packet that
+  // fails is dropped as kBadIcrc (rnic/core/README.md "ICRC").
+  bool icrc_pending = false;
+  uint32_t icrc_head = 0;
 };
+
+// A pending ICRC's verdict without placing anything: the CRC from icrc_head
+// over the payload and pad (a packet refused or answered before placement).
+bool icrc_rest_ok(const RxPacketRef& r) noexcept;
 
 // Where a CQ's completions go when it has one (create_cq): straight to their
 // consumer (the worker writes each into the application's CQ ring), instead

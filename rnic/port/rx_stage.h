@@ -3,7 +3,11 @@
 // frames ahead), then check the burst's ICRCs together (roce_icrc_burst
 // interleaves four frames' CRC chains), then the ingress check frame by frame,
 // then the hand-off of what passed to the transport core as one burst
-// (Transport::on_packets), in arrival order. The worker, its unit tests (fake
+// (Transport::on_packets), in arrival order. A SEND or WRITE with a payload of
+// kDeferIcrcFrom bytes or more has only its headers' part of the ICRC
+// computed here: the core goes on over the payload in the pass that places it
+// (RxPacketRef::icrc_pending), so its bytes are read once, not twice
+// (rnic/core/README.md "ICRC"). The worker, its unit tests (fake
 // I/O) and the rx-pipeline benchmark all run this code; they differ in the
 // ingress callback and in `Frames`, the I/O layer's buffer type and its
 // accessors (rnic/dpdk/rx_stage.h: mbufs), all inline: no call per frame.
@@ -73,8 +77,14 @@ class RxStage {
   static constexpr uint16_t kMaxBurst = 32;
   static constexpr uint16_t kPrefetchAhead = 3;
   static constexpr uint32_t kScratchBytes = 16384;  // largest multi-segment frame (copied to parse)
+  // Payload bytes from which a SEND's or WRITE's ICRC is finished by the
+  // placement (below it the frame's CRC is one of four interleaved here, and
+  // the copy is a few moves: nothing to gain).
+  static constexpr uint32_t kDeferIcrcFrom = 256;
 
   RxStage() = default;
+  // Off: every ICRC checked here, before placement (benchmarks' A/B).
+  void set_fused_icrc(bool on) noexcept { fused_icrc_ = on; }
   RxStage(const RxStage&) = delete;
   RxStage& operator=(const RxStage&) = delete;
 
@@ -123,10 +133,14 @@ class RxStage {
   // Parse failures and bad ICRCs are counted (Stage::kParse) exactly as
   // parse_roce with its ICRC check would classify them, and each parsed
   // packet's icrc_checked/icrc_computed are set as parse_roce sets them.
+  // (What any receiver that checks the ICRC must do: the rx-pipeline floor.)
   uint16_t validate(Buf* const* m, uint16_t n, WorkerCounters& k) noexcept {
-    return validate<false>(m, n, k, nullptr, 0);
+    return validate<false, false>(m, n, k, nullptr, 0);
   }
-  template <bool kTrace>
+  // kDefer (the pipeline): the ICRCs of large SEND/WRITE requests are left
+  // pending (pending_[j], their headers' CRC in icrc_[j], icrc_checked false)
+  // for the placement to finish.
+  template <bool kTrace, bool kDefer>
   uint16_t validate(Buf* const* m, uint16_t n, WorkerCounters& k, common::trace::Tracer* trace,
                     uint64_t now) noexcept {
     static constexpr common::ParseOptions kHeadersOnly{.check_icrc = false, .check_ip_checksum = true};
@@ -164,12 +178,25 @@ class RxStage {
       // IPv4 total length having been checked against the frame.
       icrc_at_[g] = data + pkt.ip_offset;
       icrc_len_[g] = std::size_t{pkt.ip.total_len} - common::kIcrcLen;
+      if constexpr (kDefer) {
+        // Only the headers here: the core continues over payload and pad.
+        pending_[g] = fused_icrc_ && pkt.payload_len >= kDeferIcrcFrom &&
+                      common::opcode_has(pkt.bth.opcode, common::kOpSend | common::kOpWrite) &&
+                      !common::opcode_has(pkt.bth.opcode, common::kOpDeth);
+        if (pending_[g]) icrc_len_[g] = pkt.payload_offset - pkt.ip_offset;
+      }
       ++g;
     }
     common::roce_icrc_burst(icrc_at_, icrc_len_, icrc_, g);
     uint16_t ok = 0;
     for (uint16_t j = 0; j < g; ++j) {
       common::RocePacket& pkt = pkt_[j];
+      if constexpr (kDefer) {
+        if (pending_[j]) {
+          good_[ok++] = static_cast<uint8_t>(j);
+          continue;
+        }
+      }
       pkt.icrc_checked = true;
       pkt.icrc_computed = icrc_[j];
       if (icrc_[j] != pkt.icrc) [[unlikely]] {
@@ -194,7 +221,7 @@ class RxStage {
   template <bool kTrace, class Ingress>
   uint32_t chunk(Buf* const* m, uint16_t b, Transport& core, WorkerCounters& k, uint64_t now, Ingress& ingress,
                  common::trace::Tracer* trace) noexcept {
-    const uint16_t ok = validate<kTrace>(m, b, k, trace, now);
+    const uint16_t ok = validate<kTrace, true>(m, b, k, trace, now);
     uint16_t in = 0;
     [[maybe_unused]] bool any_traced = false;
     for (uint16_t i = 0; i < ok; ++i) {
@@ -203,9 +230,18 @@ class RxStage {
       uint8_t* data = data_[j];
       [[maybe_unused]] const uint32_t wire_dqpn = pkt.bth.dqpn;  // ingress rewrites it to the core's
       bool traced = true;
+      const RxPacketRef ref{&pkt, data + pkt.payload_offset, pkt.payload_len, pending_[j], icrc_[j]};
       const common::DropReason r = call_ingress(ingress, pkt, data, traced);
       if (r != common::DropReason::kNone) [[unlikely]] {
         if (r == common::DropReason::kConsumed) continue;  // a CM MAD, taken by the port
+        // A pending ICRC is checked before the refusal is counted: a
+        // corrupted frame is a bad ICRC, not the tenant or QP its bits name.
+        if (ref.icrc_pending && !icrc_rest_ok(ref)) {
+          k.drop(Stage::kParse, common::DropReason::kBadIcrc);
+          if constexpr (kTrace) trace_rx(*trace, pkt, wire_dqpn, common::trace::Stage::kRxParse,
+                                         common::DropReason::kBadIcrc, now);
+          continue;
+        }
         k.drop(Stage::kIngress, r);
         if constexpr (kTrace) trace_rx(*trace, pkt, wire_dqpn, common::trace::Stage::kRxIngress, r, now);
         continue;
@@ -215,18 +251,24 @@ class RxStage {
         traced_[in] = traced;
         any_traced |= traced;
       }
-      refs_[in++] = RxPacketRef{&pkt, data + pkt.payload_offset, pkt.payload_len};
+      refs_[in++] = ref;
     }
     const uint32_t took = core.on_packets(refs_, in, now, why_);
+    // A bad ICRC the placement found is counted where the others are.
     if (took != in) [[unlikely]]
       for (uint16_t i = 0; i < in; ++i)
-        if (why_[i] != common::DropReason::kNone) k.drop(Stage::kCore, why_[i]);
+        if (why_[i] != common::DropReason::kNone)
+          k.drop(why_[i] == common::DropReason::kBadIcrc ? Stage::kParse : Stage::kCore, why_[i]);
     if constexpr (kTrace)
       if (any_traced)
         for (uint16_t i = 0; i < in; ++i)
-          if (traced_[i])
-            trace_rx(*trace, *refs_[i].pkt, wire_dqpn_[i], common::trace::Stage::kRxCore,
-                     took == in ? common::DropReason::kNone : why_[i], now);
+          if (traced_[i]) {
+            const common::DropReason v = took == in ? common::DropReason::kNone : why_[i];
+            trace_rx(*trace, *refs_[i].pkt, wire_dqpn_[i],
+                     v == common::DropReason::kBadIcrc ? common::trace::Stage::kRxParse
+                                                       : common::trace::Stage::kRxCore,
+                     v, now);
+          }
     return took;
   }
 
@@ -274,7 +316,9 @@ class RxStage {
   uint8_t* data_[kMaxBurst];
   const uint8_t* icrc_at_[kMaxBurst];
   std::size_t icrc_len_[kMaxBurst];
-  uint32_t icrc_[kMaxBurst];
+  uint32_t icrc_[kMaxBurst];    // the ICRC, or a pending one's headers' CRC
+  bool pending_[kMaxBurst] = {};  // ICRC left to the placement (validate<kDefer>)
+  bool fused_icrc_ = true;
   uint8_t good_[kMaxBurst];
   RxPacketRef refs_[kMaxBurst];
   common::DropReason why_[kMaxBurst];
