@@ -20,7 +20,9 @@
 // its ACKs), sharing only the mbuf pool (per-lcore caches) and the read-only
 // level-2 table. Prints one JSON line; with several lcores, mpps and
 // floor_mpps are sums over the lcores (over the longest lcore's wall time),
-// lcore_mpps the lcores' own rates.
+// lcore_mpps the lcores' own rates. --gbn: go-back-N QPs (a plain RoCE
+// peer's), frames in order; --no-fused: the RX stage checks every ICRC before
+// placement (the A/B of the core's crc32_copy placement, rnic/core/README.md "ICRC").
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 #include <unistd.h>
@@ -93,6 +95,8 @@ int main(int argc, char** argv) {
   double seconds = 3;
   uint32_t payload = 64, n_frames = 0;  // 0: as many as fit in kReplayBytes
   bool control = true;
+  bool gbn = false;    // --gbn: go-back-N QPs, frames in order (a plain RoCE peer's stream)
+  bool fused = true;   // --no-fused: the RX stage checks every ICRC itself (no crc32_copy placement)
   std::string trace_mode = "none";  // trace units: none (no trace code path), off, nomatch, match
   std::string path_policy = "round_robin", cc_policy = "credit";  // the lab's
   uint32_t n_paths = 4, lcores = 1, mtu = 1024;
@@ -106,6 +110,8 @@ int main(int argc, char** argv) {
     else if (a == "--payload" && i + 1 < argc) payload = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--frames" && i + 1 < argc) n_frames = static_cast<uint32_t>(std::atoi(argv[++i]));
     else if (a == "--no-control") control = false;  // the pipeline alone, no floor (for perf record)
+    else if (a == "--gbn") gbn = true;
+    else if (a == "--no-fused") fused = false;
     else if (a == "--path" && i + 1 < argc) path_policy = argv[++i];
     else if (a == "--cc" && i + 1 < argc) cc_policy = argv[++i];
     else if (a == "--paths" && i + 1 < argc) n_paths = static_cast<uint32_t>(std::atoi(argv[++i]));
@@ -117,7 +123,8 @@ int main(int argc, char** argv) {
                            "       [--path single|round_robin|adaptive (round_robin)] [--cc fixed_window|credit|dcqcn (credit)]\n"
                            "       [--paths N (path set size, 4)]   (both ends' QPs; the lab's policies by default)\n"
                            "       [--lcores N (the same receive path, own state and queue, on N lcores at once; 1)]\n"
-                           "       [--mtu 256|512|1024|2048|4096 (both QPs' path MTU: payload per packet; 1024)]\n");
+                           "       [--mtu 256|512|1024|2048|4096 (both QPs' path MTU: payload per packet; 1024)]\n"
+                           "       [--gbn (go-back-N QPs, frames in order)] [--no-fused (every ICRC checked before placement)]\n");
       return 2;
     }
   }
@@ -201,6 +208,7 @@ int main(int argc, char** argv) {
     init.policy.path = path_policy.c_str();
     init.policy.cc = cc_policy.c_str();
     init.policy.num_paths = n_paths;
+    if (gbn) init.mode = Reliability::kGoBackN;
     const uint32_t rqpn = rx.create_qp(init);
 
     // Sender: produces the frames once.
@@ -255,7 +263,8 @@ int main(int argc, char** argv) {
       }
     }
     index.resize(n_frames);
-    for (std::size_t i = 0; i + 1 < index.size(); i += 2) std::swap(index[i], index[i + 1]);  // sprayed arrival
+    if (!gbn)
+      for (std::size_t i = 0; i + 1 < index.size(); i += 2) std::swap(index[i], index[i + 1]);  // sprayed arrival
     res.frame_bytes = index.empty() ? 0 : index[0].second;
 
     rnic::dpdk::TxEncap encap(pool, nullptr, true);
@@ -299,6 +308,7 @@ int main(int argc, char** argv) {
       return &q.route;
     };
     rnic::dpdk::RxStage stage;
+    stage.set_fused_icrc(fused);
     rnic::dpdk::WorkerCounters k;
     auto arm = [&] {  // per pass: a match-all rule would fill the ring and stop
       if (trace_mode == "nomatch" || trace_mode == "match") {
@@ -435,13 +445,13 @@ int main(int argc, char** argv) {
               "\"floor_ns_per_packet_cpu\": %.1f, \"qp_reset_ns\": %.0f, \"qp_reset_ns_per_packet\": %.2f, "
               "\"dropped\": %lu, \"icrc\": \"%s\", \"trace\": \"%s\", \"trace_records\": %lu, "
               "\"path\": \"%s\", \"cc\": \"%s\", \"paths\": %u, \"lcores\": %u, \"lcore_mpps\": [%s], "
-              "\"lcore_floor_mpps\": [%s], \"mtu\": %u}\n",
+              "\"lcore_floor_mpps\": [%s], \"mtu\": %u, \"gbn\": %s, \"fused\": %s}\n",
               sum.mpps(), floor_sum.mpps(), static_cast<unsigned long>(sum.accepted),
               static_cast<unsigned long>(sum.acks), payload, results[0].frame_bytes, n_frames, sum.cpu_per_pkt(),
               floor_sum.cpu_per_pkt(), reset_ns, reset_ns / n_frames, static_cast<unsigned long>(dropped),
               common::crc32_backend(), trace_mode.c_str(), static_cast<unsigned long>(trace_records),
               path_policy.c_str(), cc_policy.c_str(), n_paths, lcores, lcore_mpps.c_str(), lcore_floor_mpps.c_str(),
-              mtu);
+              mtu, gbn ? "true" : "false", fused ? "true" : "false");
   common::dpdk::port_close(0);
   common::dpdk::eal_cleanup();
   std::error_code ec;
