@@ -140,6 +140,7 @@ Json decode_frame(std::span<const uint8_t> frame, std::size_t index, const Decod
   j["pkey"] = bth.pkey;
   j["fecn"] = bth.fecn;
   j["becn"] = bth.becn;
+  if (bth.resv7 != 0) j["resv7"] = bth.resv7;  // reserved: only shown when set (Tandem's SACK mark)
 
   // The ICRC sits in the last 4 bytes of the datagram whatever the opcode.
   const bool have_icrc = w.complete && w.end - off >= kIcrcLen;

@@ -24,6 +24,8 @@ std::size_t build_frame(const TxDesc& d, const FrameAddrs& a, uint8_t* out,
   pkt.aeth = d.aeth;
   pkt.imm = d.imm;
   pkt.atomic_ack = d.atomic_ack;
+  if (common::opcode_has(d.bth.opcode, common::kOpAtomicEth))
+    pkt.atomic = common::AtomicEth{d.reth.va, d.reth.rkey, d.atomic.swap_add, d.atomic.compare};
   const uint32_t wire_len = d.wire_payload_len();
   const std::size_t hdr = common::roce_header_len(pkt);
   const uint8_t pad = common::roce_pad(wire_len);

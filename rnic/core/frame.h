@@ -54,6 +54,13 @@ inline std::size_t write_transport_headers(const TxDesc& d, uint8_t* out) noexce
     common::store_be32(p + 12, d.reth.len);
     p += common::kRethLen;
   }
+  if (f & common::kOpAtomicEth) {  // common::write_atomic_eth's bytes
+    common::store_be64(p, d.reth.va);
+    common::store_be32(p + 8, d.reth.rkey);
+    common::store_be64(p + 12, d.atomic.swap_add);
+    common::store_be64(p + 20, d.atomic.compare);
+    p += common::kAtomicEthLen;
+  }
   if (f & common::kOpAeth) {  // common::write_aeth's bytes
     common::store_be32(p, uint32_t{d.aeth.syndrome} << 24 | (d.aeth.msn & 0xFFFFFFu));
     p += common::kAethLen;

@@ -24,13 +24,22 @@
 // data of a packet is still at most one path MTU; the header is extra.
 //
 // Selective ACK (SACK). Sent by the responder, in IRN mode only, as an
-// RC_ATOMIC_ACKNOWLEDGE packet (Tandem never uses atomics, and this opcode is
-// the only standard ACK with a 64-bit field):
+// RC_ATOMIC_ACKNOWLEDGE packet (the only standard ACK with a 64-bit field)
+// marked in a reserved BTH bit, so it is never taken for the answer to an
+// atomic, which is the same opcode unmarked:
 //
+//   BTH.resv7    kSackMark (bit 6 of the BTH's byte 8, covered by the ICRC;
+//                IBA has it sent as 0 and ignored on receive)
 //   BTH.psn      cumulative ACK: every PSN up to and including it arrived
 //   AETH         ACK syndrome (0x1F: no credit information), current MSN
 //   AtomicAckETH bits 63-40: base PSN (24 bits), a PSN after a gap;
 //                bits 39-0: bitmap, bit i set = PSN base+i arrived.
+//
+// A real atomic response (IBA 9.5: PSN of the atomic request, AtomicAckETH =
+// the original value) leaves the bit clear. A go-back-N QP never sends a SACK,
+// so a standard peer sees standard atomic ACKs only. A requester in IRN mode
+// that has sent no atomic yet takes an unmarked one as a SACK too: a peer of a
+// release before atomics sends its SACKs unmarked (and answers no atomics).
 //
 // One SACK event emits up to a few SACK packets, each chunk starting at a
 // gap, so the requester learns of several gaps per round trip. A PSN not set
@@ -95,6 +104,9 @@ constexpr uint8_t resp_path_bits(uint32_t path, bool color, bool dup) noexcept {
 constexpr uint8_t req_echo_bits(uint32_t path, bool color) noexcept {
   return static_cast<uint8_t>(kReqEcho | (path & kPathBitsMask) | (color ? kPathColor : 0));
 }
+// On RC_ATOMIC_ACKNOWLEDGE bit 6 is kSackMark instead of kRespDup: set on a
+// SACK, clear on an atomic's answer (the dup flag waits for another response).
+inline constexpr uint8_t kSackMark = 0x40;
 
 struct Xeth {
   uint32_t recv_idx = 0;  // 24 bits

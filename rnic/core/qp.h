@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -83,7 +84,26 @@ struct alignas(64) SendWqe {
 
   ibv_wr_opcode op() const noexcept { return static_cast<ibv_wr_opcode>(opcode); }
   ibv_wc_status wc_status() const noexcept { return static_cast<ibv_wc_status>(status); }
+  // An atomic's operands (ibv_send_wr.wr.atomic). It has one gather entry (its
+  // 8-byte result buffer), so they sit in the second entry's bytes and the WQE
+  // keeps its one-line layout.
+  void set_atomic(uint64_t compare_add, uint64_t swap) noexcept {
+    auto* p = reinterpret_cast<uint8_t*>(&sge[1]);
+    std::memcpy(p, &compare_add, 8);
+    std::memcpy(p + 8, &swap, 8);
+  }
+  uint64_t atomic_compare_add() const noexcept {
+    uint64_t v;
+    std::memcpy(&v, &sge[1], 8);
+    return v;
+  }
+  uint64_t atomic_swap() const noexcept {
+    uint64_t v;
+    std::memcpy(&v, reinterpret_cast<const uint8_t*>(&sge[1]) + 8, 8);
+    return v;
+  }
 };
+static_assert(sizeof(WqeSge) == 16, "an atomic's two operands fill one gather entry");
 static_assert(offsetof(SendWqe, sge) + sizeof(WqeSge) <= 64, "a one-SGE send WR fits one cache line");
 
 struct RecvWqe {
@@ -109,8 +129,14 @@ inline ibv_wc_opcode send_wc_opcode(ibv_wr_opcode op) noexcept {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
     case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
     default: return IBV_WC_SEND;
   }
+}
+
+constexpr bool is_atomic_wr(uint32_t op) noexcept {
+  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
 // What a posted WR's completion says (Completion::wc_flags), and whether it
@@ -148,6 +174,7 @@ inline constexpr uint8_t kRecLost = 2;    // must be retransmitted
 inline constexpr uint8_t kRecRetx = 4;    // retransmitted at least once (no RTT sample)
 inline constexpr uint8_t kRecRead = 8;    // PSN of a READ (done only by its response)
 inline constexpr uint8_t kRecRack = 16;   // declared lost by a SACK (RACK), not by a timeout
+inline constexpr uint8_t kRecAtomic = 32; // an atomic's PSN (with kRecRead: done only by its response)
 
 // Responder record per PSN of the reorder window.
 struct RxSlot {
@@ -166,6 +193,25 @@ inline constexpr uint8_t kSlotArrived = 1;
 inline constexpr uint8_t kSlotRecvDone = 2;  // completes a RECV when passed in order
 inline constexpr uint8_t kSlotMsgEnd = 4;    // ends a message (MSN + 1)
 inline constexpr uint8_t kSlotRead = 8;      // first PSN of a READ request
+inline constexpr uint8_t kSlotAtomic = 16;   // an atomic request (its AtomicRes holds it)
+
+// Responder: one atomic request (IBA 9.7.5.1.3). Run when ePSN reaches it,
+// then kept with the original value, so that a duplicate is answered with
+// that value and never run a second time.
+struct AtomicRes {
+  uint32_t psn = 0;
+  uint8_t state = 0;     // kAtomicFree, kAtomicWaiting (arrived, ePSN not there yet), kAtomicDone
+  bool reply = false;    // its response is owed
+  uint8_t opcode = 0;    // IBV_OPCODE_RC_COMPARE_SWAP or IBV_OPCODE_RC_FETCH_ADD
+  uint32_t rkey = 0;
+  uint64_t va = 0;
+  uint64_t swap_add = 0;
+  uint64_t compare = 0;
+  uint64_t orig = 0;     // kAtomicDone: the value the memory held before
+};
+inline constexpr uint8_t kAtomicFree = 0;
+inline constexpr uint8_t kAtomicWaiting = 1;
+inline constexpr uint8_t kAtomicDone = 2;
 
 // A READ request the responder received, kept after it was executed: a
 // duplicate is answered again only within one of these (IBA 9.7.5.1.3).
@@ -343,6 +389,11 @@ struct Qp {
   uint64_t credit_kick_rx_ns = 0;  // responder: last_rx_ns the kick round belongs to
   uint32_t credit_kick_round = 0;  // responder: kicks in this silence
   uint64_t credit_kicks = 0;     // responder: kicks given (grant_credits)
+  // Atomics (responder.cc): max_dest_rd_atomic records, the oldest reused
+  // (on_atomic); one still waiting or owing its response is never reused.
+  std::vector<AtomicRes> atomic_res;
+  uint32_t atomic_replies = 0;   // records with a response owed
+  bool sent_atomics = false;     // requester: an atomic went out (irn_wire.h: unmarked ATOMIC_ACKs are answers)
 
   uint32_t tx_quota = 0;         // new packets it may still queue this turn (Transport::kTxQuantum)
   bool ud = false;               // QpType::kUd (ud.cc)
@@ -414,7 +465,7 @@ struct Qp {
   bool has_work() const noexcept {
     if (state != QpState::kRtr && state != QpState::kRts) return false;
     if (ack_pending || nak_pending || cnp_pending || hole_since != kNever ||
-        reads_head != reads_tail)
+        reads_head != reads_tail || atomic_replies != 0)
       return true;
     return state == QpState::kRts &&
            (sq_send != sq_tail || lost > 0 || una != nxt || rnr_wait ||
@@ -537,6 +588,12 @@ struct Qp {
   uint32_t read_pkts(uint32_t len) const noexcept {       // response packets of a READ of len bytes
     return len == 0 ? 1 : static_cast<uint32_t>((uint64_t{len} + mtu() - 1) / mtu());
   }
+  // An atomic request at `psn`, `d` PSNs past ePSN (< 0: a duplicate), its
+  // checks and record; run_atomic executes it when ePSN reaches it (both out
+  // of the per-packet path); tx_atomic_replies sends the responses owed.
+  common::DropReason on_atomic(const common::RocePacket& pkt, int32_t d, uint64_t now) noexcept;
+  void run_atomic(uint32_t psn) noexcept;
+  bool tx_atomic_replies(uint64_t now) noexcept;  // false: TX queue full
   uint8_t ack_syndrome() const noexcept;  // ACK with the credit field (credit_wire.h)
   void ack_point(uint32_t& psn, uint32_t& msn_out) const noexcept;  // what an ACK may acknowledge (responder.cc)
   uint32_t rx_front() const noexcept { return common::psn_lt(high, epsn) ? epsn : high; }
@@ -597,14 +654,18 @@ inline TxDesc* Qp::tx_slot() noexcept {
   // The opcodes posted here, and those that consume a RECV at the responder,
   // as bit sets: one test each instead of a switch and a chain of compares.
   constexpr uint32_t kRc = 1u << IBV_WR_RDMA_WRITE | 1u << IBV_WR_RDMA_WRITE_WITH_IMM | 1u << IBV_WR_SEND |
-                           1u << IBV_WR_SEND_WITH_IMM | 1u << IBV_WR_RDMA_READ;
+                           1u << IBV_WR_SEND_WITH_IMM | 1u << IBV_WR_RDMA_READ | 1u << IBV_WR_ATOMIC_CMP_AND_SWP |
+                           1u << IBV_WR_ATOMIC_FETCH_AND_ADD;
+  // READ and atomics land in their gather list (local write needed) and send nothing.
+  constexpr uint32_t kLands = 1u << IBV_WR_RDMA_READ | 1u << IBV_WR_ATOMIC_CMP_AND_SWP |
+                              1u << IBV_WR_ATOMIC_FETCH_AND_ADD;
   constexpr uint32_t kUd = 1u << IBV_WR_SEND | 1u << IBV_WR_SEND_WITH_IMM;
   constexpr uint32_t kConsumesRecv = 1u << IBV_WR_SEND | 1u << IBV_WR_SEND_WITH_IMM | 1u << IBV_WR_RDMA_WRITE_WITH_IMM;
   if (op >= 32 || !(((ud ? kUd : kRc) >> op) & 1) || w.num_sge > kMaxSge) return EINVAL;
-  const bool is_read = op == IBV_WR_RDMA_READ;
+  const bool is_read = ((kLands >> op) & 1) != 0;
   uint64_t len = 0;
   if (send_flags & IBV_SEND_INLINE) [[unlikely]] {
-    if (is_read) return EINVAL;  // a READ has nothing to send
+    if (is_read) return EINVAL;  // a READ or an atomic has nothing to send
     for (uint32_t j = 0; j < w.num_sge; ++j) len += w.sge[j].len;
   } else if (lkeys != nullptr) {
     // A READ lands in its gather list: it needs local write access.
@@ -618,6 +679,8 @@ inline TxDesc* Qp::tx_slot() noexcept {
     for (uint32_t j = 0; j < w.num_sge; ++j) len += w.sge[j].len;  // resolved by the caller
   }
   if (len > kMaxMsgLen) return EINVAL;
+  // An atomic's result: one 8-byte entry (verbs' rule; one the core can write at once).
+  if (is_atomic_wr(op) && (w.num_sge != 1 || len != 8)) [[unlikely]] return EINVAL;
   w.len = static_cast<uint32_t>(len);
   // UD: one datagram; one over the MTU completes with LOC_LEN_ERR in its
   // turn (ud_tx), as a hardware RNIC reports it.
@@ -652,7 +715,10 @@ inline void Qp::tx_commit_port(TxDesc* d, uint16_t sport) noexcept {
   d->udp_sport = path_choose_response(d->bth.psn, resp_dup, now);
   if (irn() && d->bth.opcode != common::kOpcodeCnp) {
     const uint32_t pick = path_pick();
-    d->bth.resv7 = resp_path_bits(pick, path_color(pick), resp_dup);
+    // RC_ATOMIC_ACKNOWLEDGE keeps bit 6 for kSackMark (irn_wire.h).
+    const bool aack = d->bth.opcode == IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE;
+    d->bth.resv7 = static_cast<uint8_t>(resp_path_bits(pick, path_color(pick), resp_dup && !aack) |
+                                        (aack ? d->bth.resv7 & kSackMark : 0));
   }
   ++c.tx_pkts;
   c.tx_bytes += d->payload_len;

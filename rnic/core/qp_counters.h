@@ -31,6 +31,9 @@ struct QpCounters {
   uint64_t cnp_rx = 0;
   uint64_t cnp_tx = 0;
   uint64_t region_gone = 0;     // WRs failed (LOC_PROT_ERR) because a region they use was deregistered
+  uint64_t atomics_executed = 0;   // responder: atomic requests run on registered memory
+  uint64_t atomic_replays = 0;     // responder: duplicates answered with the saved value (not run again)
+  uint64_t atomic_replay_misses = 0;  // responder: duplicates older than the saved ones (dropped, IBA class D)
   uint32_t reorder_depth_max = 0;  // largest PSN distance ahead of the expected one
   std::array<uint64_t, common::kDropReasonCount> drops{};
 

@@ -79,10 +79,10 @@ inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noex
   }
   w.num_sge = static_cast<uint8_t>(std::min<uint32_t>(wr.num_sge, 255));
   if (wr.num_sge <= kMaxSge && !(wr.send_flags & IBV_SEND_INLINE)) [[likely]] {
-    // Resolved here, from the WR (a READ lands in its gather list: local
-    // write); one refused marks the WR, which post_filled then refuses
-    // after its state check.
-    const bool is_read = op == IBV_WR_RDMA_READ;
+    // Resolved here, from the WR (a READ or an atomic lands in its gather
+    // list: local write); one refused marks the WR, which post_filled then
+    // refuses after its state check.
+    const bool is_read = op == IBV_WR_RDMA_READ || is_atomic_wr(op);
     for (uint32_t j = 0; j < wr.num_sge; ++j) {
       const Sge& g = wr.sg_list[j];
       if (!resolve_sge(*t, init.pd, is_read, g.addr, g.length, g.lkey, w.sge[j])) {
@@ -94,6 +94,7 @@ inline void gather(const SendWqe& w, uint64_t off, uint32_t len, TxDesc* d) noex
     for (uint32_t j = 0, n = std::min<uint32_t>(wr.num_sge, kMaxSge); j < n; ++j)
       w.sge[j] = WqeSge{reinterpret_cast<uint8_t*>(wr.sg_list[j].addr), wr.sg_list[j].length};
   }
+  if (is_atomic_wr(op)) [[unlikely]] w.set_atomic(wr.compare_add, wr.swap);  // post_filled: one entry at most
   return post_filled(w, wr.send_flags, nullptr);
 }
 
@@ -162,7 +163,20 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
   d->bth.psn = psn;
   d->retransmit = retx;
   const uint64_t off = uint64_t{r.pkt_idx} * mtu();
-  if (is_read) {
+  if (r.flags & kRecAtomic) [[unlikely]] {
+    // The same request each time: the responder answers a duplicate from
+    // what it saved, never running it twice.
+    const bool cas = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+    d->bth.opcode = cas ? IBV_OPCODE_RC_COMPARE_SWAP : IBV_OPCODE_RC_FETCH_ADD;
+    d->bth.ack_req = true;
+    d->reth.va = w.remote_addr;
+    d->reth.rkey = w.rkey;
+    d->atomic = AtomicArgs{cas ? w.atomic_swap() : w.atomic_compare_add(), cas ? w.atomic_compare_add() : 0};
+    if (r.flags & kRecLost) { r.flags &= ~kRecLost; --lost; }
+    r.sent_at = now;
+    r.sent_seq = tx_seq;
+    if (retx) r.flags |= kRecRetx;
+  } else if (is_read) {
     // A retry asks only for the run of missing responses starting here.
     uint32_t last_idx = r.chunk_last;
     if (retx) {
@@ -233,7 +247,7 @@ bool Qp::tx_requests(uint64_t now) noexcept {
     // they are no longer in L1 when segmentation reaches them.
     __builtin_prefetch(&wqe(sq_send + 2));
     __builtin_prefetch(&rec(psn_add(nxt, 2)), 1);
-    const bool is_read = w.opcode == IBV_WR_RDMA_READ;
+    const bool is_read = w.opcode == IBV_WR_RDMA_READ || is_atomic_wr(w.opcode);
     if (!is_read) {
       // New data, one PSN: the same steps as below and send_psn's, with the
       // record and descriptor filled in one go (send_psn is for READs and
@@ -280,6 +294,8 @@ bool Qp::tx_requests(uint64_t now) noexcept {
       continue;
     }
     // A READ: a request for up to a chunk of response PSNs, all recorded.
+    // An atomic is a one-PSN READ of its kind: the same resources
+    // (max_rd_atomic), done only by its response.
     if (w.pkts_sent == 0) {
       if (reads_inflight >= init.max_rd_atomic) return true;
       w.first_psn = nxt;
@@ -292,8 +308,9 @@ bool Qp::tx_requests(uint64_t now) noexcept {
       r.wqe = sq_send;
       r.pkt_idx = w.pkts_sent + i;
       r.chunk_last = w.pkts_sent + n - 1;
-      r.flags = kRecRead;
+      r.flags = is_atomic_wr(w.opcode) ? kRecRead | kRecAtomic : kRecRead;
     }
+    if (is_atomic_wr(w.opcode)) sent_atomics = true;
     if (una == nxt) last_progress = now;  // the retransmission timer starts
     const uint32_t psn = nxt;
     if (t->txq().full()) return false;
@@ -519,11 +536,12 @@ void Qp::complete_sends() noexcept {
     const SendWqe& w = wqe(head);
     __builtin_prefetch(&wqe(head + 2));
     if (!psn_lt(psn_add(w.first_psn, w.npkts - 1), done_below)) break;
+    const bool lands = w.opcode == IBV_WR_RDMA_READ || is_atomic_wr(w.opcode);
     if (w.signaled || w.status != IBV_WC_SUCCESS) {
-      cq->push(Completion{w.wr_id, w.wc_status(), send_wc_opcode(w.op()), w.opcode == IBV_WR_RDMA_READ ? w.len : 0, 0,
-                          qpn, attr.dest_qp_num, wqe_wc_flags(w)});
+      cq->push(Completion{w.wr_id, w.wc_status(), send_wc_opcode(w.op()), lands ? w.len : 0, 0, qpn,
+                          attr.dest_qp_num, wqe_wc_flags(w)});
     }
-    if (w.opcode == IBV_WR_RDMA_READ) --reads_inflight;
+    if (lands) --reads_inflight;
     ++head;
   }
   sq_head = head;
@@ -579,6 +597,8 @@ void Qp::to_error(ibv_wc_status first_status) noexcept {
   ack_pending = nak_pending = false;
   hole_since = kNever;
   reads_head = reads_tail;
+  for (AtomicRes& a : atomic_res) a.reply = false;  // saved values stay; no response goes out
+  atomic_replies = 0;
 }
 
 DropReason Qp::on_read_response(const common::RocePacket& pkt, const uint8_t* payload,
@@ -587,11 +607,13 @@ DropReason Qp::on_read_response(const common::RocePacket& pkt, const uint8_t* pa
   if (!psn_lt(psn, nxt)) return DropReason::kUnsentPsn;  // nothing was ever asked for there
   if (psn_lt(psn, una)) return DropReason::kDuplicate;
   PsnRec& r = rec(psn);
-  if (!(r.flags & kRecRead)) return DropReason::kInvalidRequest;
+  // A READ response answers a READ PSN, an atomic ACK an atomic's.
+  const bool atomic = pkt.bth.opcode == IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE;
+  if (!(r.flags & kRecRead) || atomic != ((r.flags & kRecAtomic) != 0)) return DropReason::kInvalidRequest;
   if (r.flags & kRecAcked) return DropReason::kDuplicate;
   SendWqe& w = wqe(r.wqe);
   const uint64_t off = uint64_t{r.pkt_idx} * mtu();
-  const uint32_t want = static_cast<uint32_t>(std::min<uint64_t>(mtu(), w.len - off));
+  const uint32_t want = atomic ? 0 : static_cast<uint32_t>(std::min<uint64_t>(mtu(), w.len - off));
   if (len != want) return DropReason::kInvalidRequest;
   if (!irn()) {
     // In order only: an earlier READ PSN still missing means a response was
@@ -622,7 +644,9 @@ DropReason Qp::on_read_response(const common::RocePacket& pkt, const uint8_t* pa
   for (uint32_t p = una; psn_lt(p, psn); p = psn_add(p, 1)) {
     if (!(rec(p).flags & kRecRead)) ack_rec(p, now, bytes, rtt);
   }
-  // Scatter into the WR's list.
+  // The original value into the atomic's 8-byte entry (post_filled), in host
+  // order as verbs gives it; a READ's data scattered into the WR's list.
+  if (atomic) std::memcpy(w.sge[0].ptr, &pkt.atomic_ack, sizeof pkt.atomic_ack);
   uint64_t o = off;
   uint32_t left = len;
   const uint8_t* src = payload;
@@ -652,9 +676,12 @@ DropReason Qp::on_response(const common::RocePacket& pkt, const uint8_t* payload
   const uint8_t op = pkt.bth.opcode;
   if (irn()) {
     note_response_path(pkt.bth.resv7);  // goes back in a request (irn_wire.h)
-    ack_dup = (pkt.bth.resv7 & kRespDup) != 0;
+    ack_dup = op != IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE && (pkt.bth.resv7 & kRespDup) != 0;
   }
-  if (common::opcode_has(op, common::kOpReadResp)) {
+  // An ATOMIC_ACKNOWLEDGE answers an atomic unless it is IRN's SACK (irn_wire.h).
+  const bool atomic_ack = op == IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE &&
+                          (!irn() || (sent_atomics && !(pkt.bth.resv7 & kSackMark)));
+  if (common::opcode_has(op, common::kOpReadResp) || atomic_ack) {
     why = on_read_response(pkt, payload, len, now);
     if (why != DropReason::kNone) drop(why);
     return why;

@@ -209,7 +209,9 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
   };
   if (d < 0) {
     if (corrupt()) return fail(DropReason::kBadIcrc);
-    // Duplicate: answer it (a retried READ is executed again), place nothing.
+    // Duplicate: answer it (a retried READ is executed again, an atomic
+    // answered from its saved value), place nothing.
+    if (common::opcode_has(op, common::kOpAtomicEth)) [[unlikely]] return on_atomic(pkt, d, now);
     if (op == IBV_OPCODE_RC_RDMA_READ_REQUEST) {
       // Not while a bad packet's bytes may sit at ePSN's place: the requester
       // asks again (its retry comes before ePSN's packet again, which clears it).
@@ -257,6 +259,7 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
   const bool last = common::opcode_has(op, common::kOpLast);
   const bool has_imm = common::opcode_has(op, common::kOpImm);
 
+  if (common::opcode_has(op, common::kOpAtomicEth)) [[unlikely]] return on_atomic(pkt, d, now);
   if (op == IBV_OPCODE_RC_RDMA_READ_REQUEST) {
     if (corrupt()) return fail(DropReason::kBadIcrc);
     if (pkt.reth.len > kMaxMsgLen) {  // IBA: a DMA length of at most 2^31
@@ -480,6 +483,7 @@ void Qp::bench_restart(uint32_t psn) noexcept {
       common::Reth reth{s.read_va, s.read_rkey, s.read_len};
       if (!read_job(epsn, reth, why)) drop(why);  // the requester's retry re-executes it
     }
+    if (s.flags & kSlotAtomic) [[unlikely]] run_atomic(epsn);
     if (s.flags & kSlotRecvDone) {
       RecvWqe& w = rwqe(rq_head);
       recv_cq->push(Completion{w.wr.wr_id, IBV_WC_SUCCESS,
@@ -511,6 +515,10 @@ void Qp::bench_restart(uint32_t psn) noexcept {
 }
 
 bool Qp::tx_responses(uint64_t now) noexcept {
+  // Atomic answers first: an ACK covering an atomic's PSN must not reach the
+  // requester before its answer (a standard RNIC would complete the atomic
+  // WR without its value, as it does a READ: ack_point).
+  if (atomic_replies != 0 && !tx_atomic_replies(now)) return false;
   if (nak_pending && error_after_nak && irn()) {
     // IRN: the NAK's PSN may lie past a gap, so say first what did arrive,
     // letting the requester complete the WRs before the refused one.
@@ -576,6 +584,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
       TxDesc* d = tx_slot();
       if (d == nullptr) return false;
       d->bth.opcode = IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE;
+      d->bth.resv7 = kSackMark;  // not an atomic's answer (irn_wire.h)
       d->bth.psn = psn_add(epsn, -1);
       d->bth.becn = ecn_echo;
       d->aeth = common::Aeth{ack_syndrome(), msn};
@@ -590,8 +599,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     sack_backoff = sack_news ? 0 : static_cast<uint8_t>(std::min(sack_backoff + 1, 8));
     sack_news = false;
     ecn_echo = false;
-    ack_pending = false;
-    resp_dup = false;
+    ack_pending = false;  // resp_dup stays: a SACK cannot carry it (irn_wire.h)
     unacked = 0;
   }
   if (ack_pending) {
@@ -659,6 +667,123 @@ void Qp::ack_point(uint32_t& psn, uint32_t& msn_out) const noexcept {
     psn = psn_add(j.psn, -1);
     msn_out = j.msn;
   }
+}
+
+// An atomic request (CMP_SWAP, FETCH_ADD) at `d` PSNs past ePSN. New: the
+// address must be 8-byte aligned (else NAK invalid request) and its 8 bytes in
+// an MR with remote atomic access on a QP that allows it (else NAK remote
+// access); it is recorded and runs when ePSN reaches it, after every earlier
+// request. A duplicate is answered from its record, never run again; one older
+// than the saved records is dropped (IBA class D: the requester's retry and
+// timeout decide).
+DropReason Qp::on_atomic(const common::RocePacket& pkt, int32_t d, uint64_t now) noexcept {
+  const uint32_t psn = pkt.bth.psn;
+  auto fail = [&](DropReason r) {
+    drop(r);
+    return r;
+  };
+  if (d < 0) {
+    path->on_duplicate(psn, now);
+    for (AtomicRes& a : atomic_res) {
+      if (a.state != kAtomicDone || a.psn != psn) continue;
+      if (!a.reply) {
+        a.reply = true;
+        ++atomic_replies;
+      }
+      ++c.atomic_replays;
+      return fail(DropReason::kDuplicate);
+    }
+    ++c.atomic_replay_misses;
+    return fail(DropReason::kDuplicate);
+  }
+  const common::AtomicEth& a = pkt.atomic;
+  if (a.va & 7) {
+    nak(common::kAethNak | common::kNakInvalidRequest, psn);
+    return fail(DropReason::kInvalidRequest);
+  }
+  const MemoryRegion* cache = nullptr;
+  if (remote_ptr(*t, a.rkey, a.va, 8, IBV_ACCESS_REMOTE_ATOMIC, init.pd, attr.qp_access_flags, cache) == nullptr) {
+    nak(common::kAethNak | common::kNakRemoteAccess, psn);
+    return fail(DropReason::kAccessViolation);
+  }
+  // A free record, else the one of the oldest PSN among those neither waiting
+  // for ePSN nor owed a response. The requester completes atomics in order and
+  // keeps at most max_rd_atomic out, so that is one it has completed: a record
+  // it may still ask for again is never taken while such a one exists. None:
+  // more atomics outstanding than max_dest_rd_atomic; refused, and resent.
+  AtomicRes* r = nullptr;
+  int32_t oldest = -1;
+  for (AtomicRes& x : atomic_res) {
+    if (x.state == kAtomicFree) {
+      r = &x;
+      break;
+    }
+    if (x.state == kAtomicWaiting || x.reply) continue;
+    const int32_t age = psn_diff(epsn, x.psn);
+    if (age > oldest) {
+      oldest = age;
+      r = &x;
+    }
+  }
+  if (r == nullptr) return fail(DropReason::kNoBuffer);
+  *r = AtomicRes{psn, kAtomicWaiting, false, pkt.bth.opcode, a.rkey, a.va, a.swap_add, a.compare, 0};
+  RxSlot& s = slot(psn);
+  s.flags = kSlotArrived | kSlotAtomic | kSlotMsgEnd;
+  s.arrived_at = now;
+  ++c.rx_pkts;
+  if (psn_lt(high, psn_add(psn, 1))) high = psn_add(psn, 1);
+  advance_epsn(now);
+  return DropReason::kNone;
+}
+
+// The atomic at `psn` runs on the registered memory with the CPU's own atomic
+// instructions, so it is atomic against every other atomic of the port on any
+// lcore (and against the application's own atomics on that memory).
+void Qp::run_atomic(uint32_t psn) noexcept {
+  for (AtomicRes& r : atomic_res) {
+    if (r.state != kAtomicWaiting || r.psn != psn) continue;
+    const MemoryRegion* cache = nullptr;
+    // Looked up again: the region may have gone while earlier PSNs were missing.
+    uint8_t* const p = remote_ptr(*t, r.rkey, r.va, 8, IBV_ACCESS_REMOTE_ATOMIC, init.pd, attr.qp_access_flags, cache);
+    if (p == nullptr || (reinterpret_cast<uintptr_t>(p) & 7) != 0) {
+      r.state = kAtomicFree;
+      nak(common::kAethNak | (p == nullptr ? common::kNakRemoteAccess : common::kNakInvalidRequest), psn);
+      return;
+    }
+    auto* const word = reinterpret_cast<uint64_t*>(p);
+    if (r.opcode == IBV_OPCODE_RC_COMPARE_SWAP) {
+      uint64_t seen = r.compare;  // the original value either way once the call returns
+      __atomic_compare_exchange_n(word, &seen, r.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+      r.orig = seen;
+    } else {
+      r.orig = __atomic_fetch_add(word, r.swap_add, __ATOMIC_SEQ_CST);
+    }
+    r.state = kAtomicDone;
+    r.reply = true;
+    ++atomic_replies;
+    ++c.atomics_executed;
+    return;
+  }
+}
+
+// The atomic responses owed: RC_ATOMIC_ACKNOWLEDGE with the request's PSN
+// and the original value (never kSackMark).
+bool Qp::tx_atomic_replies(uint64_t now) noexcept {
+  for (AtomicRes& r : atomic_res) {
+    if (atomic_replies == 0) break;
+    if (!r.reply) continue;
+    TxDesc* d = tx_slot();
+    if (d == nullptr) return false;
+    d->bth.opcode = IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE;
+    d->bth.psn = r.psn;
+    d->aeth = common::Aeth{ack_syndrome(), msn};
+    d->atomic_ack = r.orig;
+    ++c.acks_tx;
+    tx_commit(d, now);
+    r.reply = false;
+    --atomic_replies;
+  }
+  return true;
 }
 
 uint8_t Qp::ack_syndrome() const noexcept {

@@ -55,6 +55,8 @@ uint8_t* SendSlots::inline_data(uint32_t len) noexcept {
 
 void SendSlots::ud_dest(const UdDest& d) noexcept { qp_->fill_ud_dest(*w_, d); }
 
+void SendSlots::atomic(uint64_t compare_add, uint64_t swap) noexcept { w_->set_atomic(compare_add, swap); }
+
 int SendSlots::post() noexcept {
   const int r = qp_->post_filled(*w_, flags_, lkey_);
   posted_ |= r == 0;

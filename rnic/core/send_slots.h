@@ -34,6 +34,7 @@ class SendSlots {
   // if over QpInitAttr::max_inline (post then refuses the WR).
   uint8_t* inline_data(uint32_t len) noexcept;
   void ud_dest(const UdDest& d) noexcept;
+  void atomic(uint64_t compare_add, uint64_t swap) noexcept;  // IBV_WR_ATOMIC_*: the operands
   // As Transport::post_send: 0 (posted, or completed with FLUSH_ERR on a QP
   // in ERROR), ENOMEM (no room), EINVAL (state, opcode, SGEs: lkey, bounds,
   // access; inline data over max_inline). A refused WR leaves no trace.

@@ -185,6 +185,7 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
     // Enough to remember every READ request a requester may have out: its
     // READ WRs, each in up to four chunks (requester.cc read_chunk_pkts).
     qp->read_log.resize(std::clamp<uint32_t>(4 * init.max_dest_rd_atomic, 16, 1024));
+    qp->atomic_res.resize(init.max_dest_rd_atomic);
     qp->reset_state();
     qps_[i] = std::move(qp);
     live_.push_back(qps_[i].get());
@@ -301,6 +302,9 @@ void Qp::reset_state() noexcept {
   std::fill(read_log.begin(), read_log.end(), ReadRec{});
   read_log_next = 0;
   prot_err_recv = kNoRecv;
+  for (auto& a : atomic_res) a = AtomicRes{};
+  atomic_replies = 0;
+  sent_atomics = false;
   credit_limit = credit_new_sent = 0;
   credit_stall_since = kNever;
   grant_psn = grant_unacked = 0;
@@ -451,7 +455,7 @@ DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* pa
     r = qp->ud && common::opcode_has(op, common::kOpDeth) ? qp->ud_on_packet(pkt, payload, payload_len)
                                                           : DropReason::kInvalidRequest;
     if (r != DropReason::kNone) qp->drop(r);
-  } else if (common::opcode_has(op, common::kOpSend | common::kOpWrite | common::kOpReadReq)) {
+  } else if (common::opcode_has(op, common::kOpSend | common::kOpWrite | common::kOpReadReq | common::kOpAtomicEth)) {
     const RxPacketRef in{&pkt, payload, payload_len};
     qp->on_requests(&in, 1, now, &r);
     if (qp->credit_mode && !qp->granting && qp->last_rx_ns != 0) {
@@ -463,7 +467,7 @@ DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* pa
                                     : DropReason::kBadQpState;
     if (r == DropReason::kBadQpState) qp->drop(r);
   } else {
-    r = DropReason::kInvalidRequest;  // atomics are not supported
+    r = DropReason::kInvalidRequest;
     qp->drop(r);
   }
   if (r != DropReason::kNone) ++counters_.drops[static_cast<std::size_t>(r)];
@@ -476,7 +480,7 @@ bool icrc_rest_ok(const RxPacketRef& r) noexcept {
 }
 
 uint32_t Transport::on_packets(const RxPacketRef* in, uint32_t n, uint64_t now, DropReason* why) noexcept {
-  constexpr uint32_t kRequest = common::kOpSend | common::kOpWrite | common::kOpReadReq;
+  constexpr uint32_t kRequest = common::kOpSend | common::kOpWrite | common::kOpReadReq | common::kOpAtomicEth;
   note_clock(now);
   uint32_t taken = 0;
   for (uint32_t i = 0; i < n;) {

@@ -15,6 +15,12 @@
 
 namespace tandem::rnic {
 
+// An atomic request's AtomicETH operands (VA and R_Key travel in the RETH fields).
+struct AtomicArgs {
+  uint64_t swap_add;  // CMP_SWAP: the value swapped in; FETCH_ADD: the addend
+  uint64_t compare;   // CMP_SWAP: the value compared with (FETCH_ADD: 0)
+};
+
 // `lkey`: the registered region the bytes lie in (0: the core's own, e.g.
 // inline data): a zero-copy I/O layer holds that region's pages while the
 // NIC still reads them (rnic/dpdk/tx_encap.h).
@@ -50,9 +56,14 @@ struct alignas(64) TxDesc {
     common::Deth deth;
   };
 
-  Xeth xeth;
+  // An atomic request (no XETH: it is placed whole) carries its operands
+  // where the XETH would be; its VA and R_Key are reth.va and reth.rkey.
+  union {
+    Xeth xeth{};
+    AtomicArgs atomic;
+  };
   common::Aeth aeth;
-  uint64_t atomic_ack = 0;   // SACK payload (irn_wire.h) for RC_ATOMIC_ACKNOWLEDGE
+  uint64_t atomic_ack = 0;   // RC_ATOMIC_ACKNOWLEDGE: the original value, or a SACK (irn_wire.h)
   uint32_t imm = 0;          // host order
   std::array<TxSeg, kMaxSge> segs{};
 

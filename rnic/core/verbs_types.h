@@ -51,14 +51,19 @@ struct UdDest {
 
 // Like ibv_send_wr, flattened. Supported opcodes: IBV_WR_RDMA_WRITE,
 // IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM,
-// IBV_WR_RDMA_READ. `imm_data` is in host order (verbs keeps it big-endian).
+// IBV_WR_RDMA_READ, and on RC QPs IBV_WR_ATOMIC_CMP_AND_SWP and
+// IBV_WR_ATOMIC_FETCH_AND_ADD (one 8-byte gather entry with local write, where
+// the remote's original value lands; remote_addr 8-byte aligned, else the
+// responder NAKs). `imm_data` is in host order (verbs keeps it big-endian).
 struct SendWr {
   uint64_t wr_id = 0;
   ibv_wr_opcode opcode = IBV_WR_SEND;
   uint32_t send_flags = IBV_SEND_SIGNALED;  // IBV_SEND_SIGNALED, IBV_SEND_SOLICITED
   uint32_t imm_data = 0;
-  uint64_t remote_addr = 0;  // WRITE / READ
-  uint32_t rkey = 0;         // WRITE / READ
+  uint64_t remote_addr = 0;  // WRITE / READ / atomics
+  uint32_t rkey = 0;         // WRITE / READ / atomics
+  uint64_t compare_add = 0;  // atomics: CMP_AND_SWP's compare value, FETCH_AND_ADD's addend
+  uint64_t swap = 0;         // CMP_AND_SWP: the value swapped in
   UdDest ud;                 // UD QPs only
   uint32_t num_sge = 0;
   std::array<Sge, kMaxSge> sg_list{};

@@ -50,7 +50,14 @@ void no_free(void*, void*) noexcept {}
     common::store_be32(p + 12, d.reth.len);
     p += common::kRethLen;
   }
-  if (f & (common::kOpAeth | common::kOpAtomicAck | common::kOpImm | common::kOpCnp)) [[unlikely]] {
+  if (f & (common::kOpAeth | common::kOpAtomicAck | common::kOpImm | common::kOpCnp | common::kOpAtomicEth)) [[unlikely]] {
+    if (f & common::kOpAtomicEth) {  // VA and R_Key in the RETH fields (tx_desc.h)
+      common::store_be64(p, d.reth.va);
+      common::store_be32(p + 8, d.reth.rkey);
+      common::store_be64(p + 12, d.atomic.swap_add);
+      common::store_be64(p + 20, d.atomic.compare);
+      p += common::kAtomicEthLen;
+    }
     if (f & common::kOpAeth) {
       common::store_be32(p, uint32_t{d.aeth.syndrome} << 24 | (d.aeth.msn & 0xFFFFFFu));
       p += common::kAethLen;

@@ -54,8 +54,15 @@ TEST_CASE("the core refuses a WR posted in place with a bad lkey, bounds or acce
   }
   {
     SendSlots s(l.a.t, l.a.qpn);  // an opcode the core does not post
-    s.begin(4, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_SEND_SIGNALED, 0, l.b.va(0), l.b.mr.rkey);
+    s.begin(4, IBV_WR_LOCAL_INV, IBV_SEND_SIGNALED, 0, l.b.va(0), l.b.mr.rkey);
     s.sge(0, l.a.va(0), 8, l.a.mr.lkey);
+    CHECK(s.post() == EINVAL);
+  }
+  {
+    SendSlots s(l.a.t, l.a.qpn);  // an atomic's result is one 8-byte entry
+    s.begin(4, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_SEND_SIGNALED, 0, l.b.va(0), l.b.mr.rkey);
+    s.atomic(1, 2);
+    s.sge(0, l.a.va(0), 4, l.a.mr.lkey);
     CHECK(s.post() == EINVAL);
   }
   CHECK(probe.room() == room);

@@ -75,8 +75,8 @@ TEST_CASE("bad creation attributes and bad work requests are rejected") {
   CHECK(l.send(l.a, wr) == EINVAL);  // unknown lkey
   wr = make_wr(IBV_WR_RDMA_WRITE, 1, l.a, 4000, 200, &l.b, 0);
   CHECK(l.send(l.a, wr) == EINVAL);  // past the end of the region
-  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-  CHECK(l.send(l.a, make_wr(IBV_WR_ATOMIC_FETCH_AND_ADD, 1, l.a, 0, 8, &l.b, 0)) == EINVAL);
+  CHECK(l.send(l.a, make_wr(IBV_WR_LOCAL_INV, 1, l.a, 0, 8, &l.b, 0)) == EINVAL);              // not executed
+  CHECK(l.send(l.a, make_wr(IBV_WR_ATOMIC_FETCH_AND_ADD, 1, l.a, 0, 4, &l.b, 0)) == EINVAL);  // not 8 bytes
 }
 
 TEST_CASE("moving to ERROR flushes every outstanding work request") {
