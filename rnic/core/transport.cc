@@ -361,6 +361,8 @@ int Transport::modify_qp(uint32_t qpn, const QpAttr& a, int mask) noexcept {
   if (mask & IBV_QP_RETRY_CNT) qp->attr.retry_cnt = a.retry_cnt;
   if (mask & IBV_QP_RNR_RETRY) qp->attr.rnr_retry = a.rnr_retry;
   if (mask & IBV_QP_MIN_RNR_TIMER) qp->attr.min_rnr_timer = a.min_rnr_timer;
+  // The requester's READ/atomic budget is a count, not a sized table: the application's value.
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) qp->init.max_rd_atomic = std::max<uint32_t>(a.max_rd_atomic, 1);
   if (mask & IBV_QP_RQ_PSN) {
     qp->attr.rq_psn = a.rq_psn & common::kPsnMask;
     qp->epsn = qp->high = qp->attr.rq_psn;

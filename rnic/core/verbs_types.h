@@ -160,6 +160,7 @@ struct QpAttr {
   uint8_t rnr_retry = 7;                 // IBV_QP_RNR_RETRY: 7 = retry forever
   uint8_t min_rnr_timer = 1;             // IBV_QP_MIN_RNR_TIMER: IB code 0-31 sent in RNR NAKs
   uint32_t qkey = 0;                     // IBV_QP_QKEY (UD): what arriving datagrams must carry
+  uint8_t max_rd_atomic = 1;             // IBV_QP_MAX_QP_RD_ATOMIC: READs and atomics out at once (>= 1)
   // Also set with IBV_QP_AV (Tandem's additions; set them all together):
   uint64_t reorder_delay_ns = 50'000;    // IRN: how long a gap may last before it is SACKed
   uint32_t ack_every = 16;               // responder ACKs at least every N request packets

@@ -82,8 +82,10 @@ int PortLogic::apply_rts(QpCtx& q, const host::QpInfo& info) {
                               : c_.timeout_ns;
   a.retry_cnt = info.retry_cnt ? info.retry_cnt : 7;
   a.rnr_retry = info.rnr_retry;
+  // READs and atomics in flight: the application's max_rd_atomic (set by now, at RTS), at least 1.
+  a.max_rd_atomic = std::max<uint8_t>(info.max_rd_atomic, 1);
   return core_.modify_qp(q.core_qpn, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                            IBV_QP_RNR_RETRY);
+                                            IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 void PortLogic::update_vnics(const RnicChannel& ch) {
