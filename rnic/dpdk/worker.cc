@@ -22,6 +22,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -237,6 +238,8 @@ class Worker {
     // Trace units: lcore 0's QPs (the ring has one writer; docs/operations.md).
     trace_ = cd::open_process_trace("tandem-rnic " + c.name, lcores_[0]->io.clock());
     lcores_[0]->pw.set_tracer(&trace_->tracer);
+    // Completion timestamps count each lcore's clock: applications read the same (WorkerPage).
+    for (auto& l : lcores_) l->host.publish_clock(l->io.clock().base(), l->io.clock().mult());
     if (agent_) agent_->set_tracer(&trace_->tracer, &lcores_[0]->pw, st_.underlay_ip);
   }
 
@@ -347,11 +350,35 @@ void Worker::lcore_loop(Lcore& l) {
   cd::IdleLoop idle(c_.idle);
   const uint64_t end_ns = c_.duration_s > 0 ? l.io.now_ns() + static_cast<uint64_t>(c_.duration_s * 1e9) : 0;
   cd::unmap_guard_init();
+  uint64_t next_link_check = 0;
+  uint64_t link_down_since = 0;  // 0: up
+  // Only a memif client must restart its port to reconnect (MEMIF.md); a NIC's link comes
+  // back by itself, and only the one lcore owns every queue it would touch.
+  bool restart_on_link_loss = false;
+  if (rte_eth_dev_info info{}; c_.lcores == 1 && rte_eth_dev_info_get(c_.port_id, &info) == 0)
+    restart_on_link_loss = info.driver_name != nullptr && std::string_view(info.driver_name) == "net_memif";
   while (!cd::stop_requested() && !stopping_.load(std::memory_order_relaxed)) {
     const uint64_t now = l.io.now_ns();
     if (end_ns && now >= end_ns) {
       stopping_.store(true, std::memory_order_relaxed);
       break;
+    }
+    if (now >= next_link_check) [[unlikely]] {
+      // The port's link, every 100 ms: applications get PORT_ACTIVE / PORT_ERR on a change.
+      next_link_check = now + 100'000'000;
+      rte_eth_link link{};
+      if (rte_eth_link_get_nowait(c_.port_id, &link) == 0) {
+        const bool up = link.link_status == RTE_ETH_LINK_UP;
+        l.pw.set_link(up);
+        link_down_since = up ? 0 : link_down_since ? link_down_since : now;
+        // A memif link down for a second is restarted (its client reconnects only at
+        // dev_start): by the only lcore, which owns the queues, outside its bursts.
+        if (!up && restart_on_link_loss && now - link_down_since >= 1'000'000'000) {
+          link_down_since = now;
+          rte_eth_dev_stop(c_.port_id);
+          if (rte_eth_dev_start(c_.port_id) == 0) l.pw.note_port_restart();
+        }
+      }
     }
     // The port's regions (memif) stay mapped until the idle sleep (unmap_guard.h).
     cd::PortSection in_ports;

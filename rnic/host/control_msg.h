@@ -11,7 +11,7 @@ namespace tandem::rnic::host {
 
 enum class MsgKind : uint8_t {
   kAttach, kDetach, kCqCreate, kCqDestroy, kMrRegister, kMrDeregister, kQpCreate, kQpModify, kQpDestroy,
-  kQpQuery, kSrqCreate, kSrqDestroy,
+  kQpQuery, kSrqCreate, kSrqDestroy, kSrqModify, kEvents,
 };
 
 // One change of the fast half's tables, everything already mapped (and, for
@@ -26,6 +26,7 @@ struct ControlMsg {
   DoorbellPage* doorbells = nullptr;  // kAttach
   RingWriter<Cqe> cq_ring;            // kCqCreate
   CqNotify* notify = nullptr;
+  uint64_t* timestamps = nullptr;     // kCqCreate with timestamps
   int event_fd = -1;
   uint32_t pd = 0;                    // kMrRegister
   uint32_t access = 0;
@@ -42,6 +43,9 @@ struct ControlMsg {
   RingReader<RecvWqe> rq;
   ModifyQpRequest modify{};           // kQpModify
   HostServer::SrqSlot srq;            // kSrqCreate: the finished slot (ring mapped, doorbell bit taken)
+  uint32_t limit = 0;                 // kSrqModify (index: the SRQ's slot)
+  RingWriter<AsyncEvent> event_ring;  // kEvents (index: the app; event_fd: its eventfd)
+  AsyncEventStats* event_stats = nullptr;
 };
 
 }  // namespace tandem::rnic::host

@@ -17,7 +17,9 @@ namespace tandem::rnic::host {
 
 inline constexpr uint32_t kProtocolMagic = 0x54484f53;  // "THOS"
 inline constexpr uint16_t kProtocolVersionMin = 1;      // oldest version this build speaks
-inline constexpr uint16_t kProtocolVersionMax = 1;      // newest version this build speaks
+inline constexpr uint16_t kProtocolVersionMax = 2;      // newest version this build speaks
+// v2: asynchronous events (kAsyncEvents, the event ring of queue_layout.h),
+// SRQ limits (kModifySrq, CreateSrqRequest::limit), WorkerPage::port_state.
 
 // Keys: lkey == rkey == index << 8 | generation (8 bits), index < kMaxMrs, so
 // a stale key of a freed MR does not match the MR that reuses its slot.
@@ -38,6 +40,8 @@ enum class MsgType : uint16_t {
   kCreateSrq,   // fds: [SRQ ring memfd, laid out by srq_layout(depth)]
   kDestroySrq,  // no fds
   kQueryQp,     // no fds; the reply's modify_qp.qp_state is the QP's state now (ERR after a failure)
+  kAsyncEvents, // v2. fds: [event ring memfd, laid out by async_event_layout()] [eventfd the worker kicks]
+  kModifySrq,   // v2. no fds: arms (or, with 0, disarms) the SRQ's limit event
 };
 
 struct MsgHeader {
@@ -94,7 +98,9 @@ struct DeregMrRequest {
 struct CreateCqRequest {
   uint32_t depth;        // ring entries, power of two
   uint32_t has_channel;  // 1: a second fd, the completion channel's eventfd, follows the ring
+  uint32_t flags;        // v2: kCqWithTimestamps (the ring is cq_layout(depth, true))
 };
+inline constexpr uint32_t kCqWithTimestamps = 1;
 struct CqReply {
   uint32_t cq;  // kCreateCq: the new CQ handle
 };
@@ -149,6 +155,11 @@ struct DestroyQpRequest {
 struct CreateSrqRequest {
   uint32_t pd;     // PD handle; the SRQ's WQEs use MRs of this PD
   uint32_t depth;  // ring entries, power of two
+  uint32_t limit;  // v2: srq_limit armed at creation (0: none); at most depth
+};
+struct ModifySrqRequest {
+  uint32_t srq;    // SRQ handle
+  uint32_t limit;  // IBV_EVENT_SRQ_LIMIT_REACHED once fewer WQEs than this are posted (0: disarm)
 };
 struct CreateSrqReply {
   uint32_t srq;           // SRQ handle (never 0)
@@ -176,6 +187,7 @@ struct Request {
     CreateSrqRequest create_srq;
     DestroySrqRequest destroy_srq;
     QueryQpRequest query_qp;
+    ModifySrqRequest modify_srq;
   } body;
 };
 

@@ -42,6 +42,8 @@ struct HostServer::App {
   uint32_t qps = 0;
   uint32_t account = TenantQuotas::kNoAccount;  // its vNIC's (set at hello)
   ResourceAmounts used{};                        // what it holds against ServerConfig::limits
+  ShmRegion event_memory;  // v2: its asynchronous event ring (kAsyncEvents)
+  int event_fd = -1;       // and the eventfd the worker kicks (closed after the lcore let go)
 };
 
 struct HostServer::QpCtl {
@@ -98,14 +100,22 @@ struct HostServer::FastApp {
   uint32_t id = 0;
   DoorbellPage* doorbells = nullptr;
   std::vector<uint32_t> qpn_by_bit;  // doorbell bit -> QPN (0: free)
+  RingWriter<AsyncEvent> events;     // v2: its asynchronous event ring (depth 0: none)
+  AsyncEventStats* event_stats = nullptr;
+  int event_fd = -1;
+  uint32_t deferred = 0;             // events pending on its objects (their pending_events bits)
+  uint8_t pending_port = 0;          // kPendPort: the port's state changed while its ring was full
 };
 
 struct HostServer::CqSlot {
   bool used = false;
   uint8_t gen = 0;
   uint32_t app_id = 0;
+  uint32_t app_index = 0;
+  uint8_t pending_events = 0;  // kPendCqErr: raised while its application's ring was full
   RingWriter<Cqe> ring;
   CqNotify* notify = nullptr;
+  uint64_t* timestamps = nullptr;  // v2 CQs with timestamps: beside the ring, one per slot
   int event_fd = -1;
   bool overrun = false;  // a completion found it full: in error, takes nothing more
 };
@@ -214,6 +224,7 @@ HostServer::HostServer(const ServerConfig& config)
   page_->version = kProtocolVersionMax;
   page_->sleeping.store(0, std::memory_order_relaxed);
   page_->heartbeat_ns.store(0, std::memory_order_relaxed);
+  page_->port_active.store(1, std::memory_order_relaxed);
 }
 
 void HostServer::listen_on() {
@@ -297,6 +308,7 @@ bool HostServer::send_to_fast(ControlMsg& msg, ControlResult* result) {
 }
 
 uint32_t HostServer::apply_control(uint64_t now) noexcept {
+  fast_now_ = now;  // completion timestamps are this iteration's time
   uint32_t n = 0;
   ControlMsg m;
   // Nothing left from earlier messages: the port acted on all of it.
@@ -312,6 +324,7 @@ uint32_t HostServer::apply_control(uint64_t now) noexcept {
     }
     ++n;
   }
+  if (deferred_apps_ != 0) [[unlikely]] flush_deferred();
   if (now - last_beat_ >= 20'000) {
     page_->heartbeat_ns.store(now, std::memory_order_relaxed);
     last_beat_ = now;
@@ -530,6 +543,12 @@ void HostServer::handle(uint32_t app_index, const Request& req, int* fds, std::s
     case MsgType::kQueryQp:
       st = on_query_qp(app, req, rep);
       break;
+    case MsgType::kAsyncEvents:
+      st = on_async_events(app, app_index, fds, nfds);
+      break;
+    case MsgType::kModifySrq:
+      st = on_modify_srq(app, req);
+      break;
     default:
       st = Status::kUnsupported;
       break;
@@ -599,6 +618,34 @@ Status HostServer::on_hello(App& app, uint32_t app_index, const Request& req, in
   rfds[0] = worker_page_.fd();
   rfds[1] = wake_fd_;
   *nrfds = 2;
+  return Status::kOk;
+}
+
+// v2: the application's asynchronous event ring and the eventfd to kick (once).
+Status HostServer::on_async_events(App& app, uint32_t app_index, int* fds, std::size_t nfds) {
+  if (app.version < 2) return Status::kUnsupported;
+  if (nfds != 2) return Status::kProtocolError;
+  if (app.event_memory.valid()) return Status::kBusy;
+  if (!is_eventfd(fds[1])) return Status::kInvalidArgument;  // a write must never block the lcore
+  const AsyncEventLayout layout = async_event_layout();
+  ShmRegion region;
+  const Status st = ShmRegion::map_fd(fds[0], layout.bytes, layout.bytes + huge_page_size(), true, &region);
+  fds[0] = -1;
+  if (st != Status::kOk) return st;
+  uint8_t* base = region.data();
+  ControlMsg m;
+  m.kind = MsgKind::kEvents;
+  m.index = app_index;
+  m.app_id = app.id;
+  m.event_ring = RingWriter<AsyncEvent>(reinterpret_cast<RingControl*>(base + layout.control),
+                                        reinterpret_cast<AsyncEvent*>(base + layout.entries), kAsyncEventDepth);
+  m.event_stats = reinterpret_cast<AsyncEventStats*>(base + layout.stats);
+  m.event_fd = fds[1];
+  fds[1] = -1;
+  app.event_fd = m.event_fd;
+  mapped_bytes_ += region.size();
+  app.event_memory = std::move(region);
+  if (!send_to_fast(m)) return Status::kWorkerGone;
   return Status::kOk;
 }
 
@@ -744,11 +791,12 @@ Status HostServer::on_create_cq(App& app, const Request& req, int* fds, std::siz
                                 Reply* rep) {
   uint32_t depth = req.body.create_cq.depth;
   bool channel = req.body.create_cq.has_channel != 0;
+  const bool with_ts = app.version >= 2 && (req.body.create_cq.flags & kCqWithTimestamps) != 0;
   if (nfds != (channel ? 2u : 1u)) return Status::kProtocolError;
   if (channel && !is_eventfd(fds[1])) return Status::kInvalidArgument;
   if (!is_power_of_two(depth) || depth > config_.max_queue_depth) return Status::kInvalidArgument;
   if (!quotas_->take(app.used, app.account, Resource::kCqs, 1)) return Status::kOverLimit;
-  CqLayout layout = cq_layout(depth);
+  CqLayout layout = cq_layout(depth, with_ts);
   ShmRegion region;
   Status st = ShmRegion::map_fd(fds[0], layout.bytes, layout.bytes + huge_page_size(), true, &region);
   fds[0] = -1;
@@ -779,9 +827,11 @@ Status HostServer::on_create_cq(App& app, const Request& req, int* fds, std::siz
   m.index = index;
   m.gen = cq.gen;
   m.app_id = app.id;
+  m.app_index = app.index;
   m.cq_ring = RingWriter<Cqe>(reinterpret_cast<RingControl*>(base + layout.control),
                               reinterpret_cast<Cqe*>(base + layout.entries), depth);
   m.notify = reinterpret_cast<CqNotify*>(base + layout.notify);
+  m.timestamps = with_ts ? reinterpret_cast<uint64_t*>(base + layout.timestamps) : nullptr;
   m.event_fd = cq.event_fd;
   mapped_bytes_ += region.size();
   cq.memory = std::move(region);
@@ -933,6 +983,7 @@ uint32_t HostServer::app_id_of(const App& app) noexcept { return app.id; }
 ResourceAmounts& HostServer::app_usage(App& app) noexcept { return app.used; }
 uint32_t HostServer::app_account(const App& app) noexcept { return app.account; }
 ResourceAmounts* HostServer::usage_of_app(uint32_t index, uint32_t id) noexcept { return usage_of(apps_, index, id); }
+uint16_t HostServer::version_of(const App& app) noexcept { return app.version; }
 
 uint32_t HostServer::take_doorbell_bit(App& app) noexcept {
   if (!app.free_bits.empty()) {
@@ -1063,6 +1114,8 @@ void HostServer::drop_app(uint32_t app_index, bool died) {
     if (pds_[i].used && pds_[i].app_id == id) free_pd(i);
   }
   if (app.doorbell_memory.valid()) retire(std::move(app.doorbell_memory));
+  if (app.event_memory.valid()) retire(std::move(app.event_memory));
+  if (app.event_fd >= 0) close(app.event_fd);  // the lcore let go of it at kDetach
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, app.sock, nullptr);
   close(app.sock);
   apps_[app_index].reset();
@@ -1108,7 +1161,10 @@ void HostServer::apply(const ControlMsg& m, ControlResult* r) noexcept {
       for (uint32_t i = 0; i < mrs_.size(); ++i) {
         if (mrs_[i].used && mrs_[i].app_id == m.app_id) fast_free_mr(i);
       }
-      if (m.index < fast_apps_.size()) fast_apps_[m.index] = FastApp{};
+      if (m.index < fast_apps_.size()) {
+        if (fast_apps_[m.index].deferred != 0) --deferred_apps_;
+        fast_apps_[m.index] = FastApp{};
+      }
       ++counters_.apps_detached;
       HostEvent ev{};
       ev.kind = HostEventKind::kAppDetached;
@@ -1124,13 +1180,19 @@ void HostServer::apply(const ControlMsg& m, ControlResult* r) noexcept {
       cq.app_id = m.app_id;
       cq.ring = m.cq_ring;
       cq.notify = m.notify;
+      cq.timestamps = m.timestamps;
       cq.event_fd = m.event_fd;
       cq.overrun = false;  // the slot may be an overrun CQ's
+      cq.app_index = m.app_index;
+      cq.pending_events = 0;
       cq.used = true;
       break;
     }
     case MsgKind::kCqDestroy:
-      if (m.index < cqs_.size()) cqs_[m.index] = CqSlot{.gen = cqs_[m.index].gen};
+      if (m.index < cqs_.size()) {
+        forget_pending(cqs_[m.index].app_index, cqs_[m.index].pending_events);
+        cqs_[m.index] = CqSlot{.gen = cqs_[m.index].gen};
+      }
       break;
     case MsgKind::kMrRegister: {
       if (m.index >= mrs_.size()) mrs_.resize(m.index + 1);
@@ -1170,6 +1232,7 @@ void HostServer::apply(const ControlMsg& m, ControlResult* r) noexcept {
       qp.info = m.info;
       qp.sq = m.sq;
       qp.rq = m.rq;
+      qp.pending_events = 0;
       qp.used = true;
       if (m.app_index < fast_apps_.size()) {
         std::vector<uint32_t>& by_bit = fast_apps_[m.app_index].qpn_by_bit;
@@ -1198,7 +1261,16 @@ void HostServer::apply(const ControlMsg& m, ControlResult* r) noexcept {
     }
     case MsgKind::kSrqCreate:
     case MsgKind::kSrqDestroy:
-      apply_srq(m);  // host_server_srq.cc
+    case MsgKind::kSrqModify:
+      apply_srq(m, r);  // host_server_srq.cc
+      break;
+    case MsgKind::kEvents:
+      if (m.index < fast_apps_.size() && fast_apps_[m.index].id == m.app_id) {
+        FastApp& a = fast_apps_[m.index];
+        a.events = m.event_ring;
+        a.event_stats = m.event_stats;
+        a.event_fd = m.event_fd;
+      }
       break;
   }
 }
@@ -1255,6 +1327,9 @@ Status HostServer::apply_modify(const ControlMsg& msg, ibv_qp_state* state) noex
     qp->sq.discard();
     qp->rq.discard();
   }
+  // A QP of an SRQ entering ERR takes no more of its WQEs (verbs' last-WQE-reached).
+  if (target == IBV_QPS_ERR && cur != IBV_QPS_ERR && q.srq != 0)
+    raise_event(qp->app_index, IBV_EVENT_QP_LAST_WQE_REACHED, q.qpn, qp->pending_events, kPendLastWqe);
   q.state = target;
   *state = target;
   HostEvent ev{};
@@ -1266,8 +1341,19 @@ Status HostServer::apply_modify(const ControlMsg& msg, ibv_qp_state* state) noex
   return Status::kOk;
 }
 
+void HostServer::forget_pending(uint32_t app_index, uint8_t& pending) noexcept {
+  if (pending == 0 || app_index >= fast_apps_.size()) return;
+  FastApp& a = fast_apps_[app_index];
+  const uint32_t n = static_cast<uint32_t>(__builtin_popcount(pending));
+  pending = 0;
+  if (a.deferred == 0) return;
+  a.deferred -= std::min(a.deferred, n);
+  if (a.deferred == 0) --deferred_apps_;
+}
+
 void HostServer::fast_free_qp(uint32_t index, bool died) noexcept {
   QpSlot& qp = qps_[index];
+  forget_pending(qp.app_index, qp.pending_events);  // its events go with it
   HostEvent ev{};
   ev.kind = HostEventKind::kQpDestroyed;
   ev.app_id = qp.info.app_id;
@@ -1393,9 +1479,11 @@ bool HostServer::write_cqe(uint32_t cq_handle, const Cqe& cqe) noexcept {
     // completes into it goes to ERR (complete_send/recv).
     cq->overrun = true;
     cq->notify->overrun.store(1, std::memory_order_release);
+    raise_event(cq->app_index, IBV_EVENT_CQ_ERR, cq_handle, cq->pending_events, kPendCqErr);
     return false;
   }
   *slot = cqe;
+  if (cq->timestamps != nullptr) cq->timestamps[cq->ring.slot_of(slot)] = fast_now_;
   cq->ring.publish();
   ++counters_.cqes;
   if (cq->event_fd >= 0) {
@@ -1428,6 +1516,10 @@ uint32_t HostServer::cq_space(uint32_t qpn, bool send) noexcept {
 void HostServer::set_error(QpSlot& qp) noexcept {
   if (qp.info.state == IBV_QPS_ERR) return;
   qp.info.state = IBV_QPS_ERR;
+  // The worker moved it (not the application): QP fatal; on an SRQ also last-WQE-reached.
+  raise_event(qp.app_index, IBV_EVENT_QP_FATAL, qp.info.qpn, qp.pending_events, kPendQpFatal);
+  if (qp.info.srq != 0)
+    raise_event(qp.app_index, IBV_EVENT_QP_LAST_WQE_REACHED, qp.info.qpn, qp.pending_events, kPendLastWqe);
   HostEvent ev{};
   ev.kind = HostEventKind::kQpStateChanged;
   ev.app_id = qp.info.app_id;
@@ -1438,6 +1530,91 @@ void HostServer::set_error(QpSlot& qp) noexcept {
 
 void HostServer::qp_error(uint32_t qpn) noexcept {
   if (QpSlot* qp = find_qp(qpn)) set_error(*qp);
+}
+
+// ---------------------------------------------------------------- asynchronous events (fast half)
+
+bool HostServer::push_event(uint32_t app_index, ibv_event_type type, uint32_t element) noexcept {
+  if (app_index >= fast_apps_.size()) return true;
+  FastApp& a = fast_apps_[app_index];
+  if (a.events.depth() == 0) return true;  // protocol v1: no ring, no events
+  AsyncEvent* e = a.events.claim();
+  if (e == nullptr) return false;
+  e->type = static_cast<uint32_t>(type);
+  e->element = element;
+  a.events.publish();
+  a.event_stats->written.fetch_add(1, std::memory_order_relaxed);
+  ++counters_.async_events;
+  uint64_t one = 1;
+  const ssize_t w = write(a.event_fd, &one, sizeof one);  // non-blocking: EAGAIN means already readable
+  (void)w;
+  return true;
+}
+
+void HostServer::raise_event(uint32_t app_index, ibv_event_type type, uint32_t element, uint8_t& pending,
+                             uint8_t bit) noexcept {
+  if (pending & bit) return;  // already waiting for room: one of a kind per object
+  if (push_event(app_index, type, element)) return;
+  pending |= bit;
+  FastApp& a = fast_apps_[app_index];
+  if (a.deferred++ == 0) ++deferred_apps_;
+  a.event_stats->deferred.fetch_add(1, std::memory_order_relaxed);
+  ++counters_.async_events_deferred;
+}
+
+void HostServer::publish_clock(uint64_t tsc_base, uint64_t tsc_mult) noexcept {
+  page_->clock_tsc_base.store(tsc_base, std::memory_order_relaxed);
+  page_->clock_tsc_mult.store(tsc_mult, std::memory_order_release);
+}
+
+void HostServer::set_port_active(bool active) noexcept {
+  if (active == port_active_) return;
+  port_active_ = active;
+  page_->port_active.store(active ? 1 : 0, std::memory_order_release);
+  const ibv_event_type type = active ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR;
+  for (uint32_t i = 0; i < fast_apps_.size(); ++i) {
+    FastApp& a = fast_apps_[i];
+    if (a.id == 0 || a.events.depth() == 0) continue;
+    if (a.pending_port) continue;  // the pending one reports the state when written
+    if (push_event(i, type, 1)) continue;
+    a.pending_port = kPendPort;
+    if (a.deferred++ == 0) ++deferred_apps_;
+    a.event_stats->deferred.fetch_add(1, std::memory_order_relaxed);
+    ++counters_.async_events_deferred;
+  }
+}
+
+// The events kept on objects while their applications' rings were full,
+// written now that there is room (oldest kind first is not promised: they
+// are state, not a history). Runs only while some are pending.
+void HostServer::flush_deferred() noexcept {
+  for (uint32_t i = 0; i < fast_apps_.size(); ++i) {
+    FastApp& a = fast_apps_[i];
+    if (a.deferred == 0 || a.events.free_entries() == 0) continue;
+    auto take = [&](uint8_t& pending, uint8_t bit, ibv_event_type type, uint32_t element) {
+      if (!(pending & bit) || !push_event(i, type, element)) return;
+      pending &= static_cast<uint8_t>(~bit);
+      --a.deferred;
+    };
+    if (a.pending_port) take(a.pending_port, kPendPort, port_active_ ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR, 1);
+    for (QpSlot& qp : qps_) {
+      if (a.deferred == 0) break;
+      if (!qp.used || qp.app_index != i || qp.pending_events == 0) continue;
+      take(qp.pending_events, kPendQpFatal, IBV_EVENT_QP_FATAL, qp.info.qpn);
+      take(qp.pending_events, kPendLastWqe, IBV_EVENT_QP_LAST_WQE_REACHED, qp.info.qpn);
+    }
+    for (uint32_t c = 0; c < cqs_.size() && a.deferred != 0; ++c) {
+      CqSlot& cq = cqs_[c];
+      if (cq.used && cq.app_index == i && cq.pending_events != 0)
+        take(cq.pending_events, kPendCqErr, IBV_EVENT_CQ_ERR, make_handle(cq.gen, c));
+    }
+    for (uint32_t k = 0; k < srqs_.size() && a.deferred != 0; ++k) {
+      SrqSlot& sq = srqs_[k];
+      if (sq.used && sq.app_index == i && sq.pending_events != 0)
+        take(sq.pending_events, kPendSrqLimit, IBV_EVENT_SRQ_LIMIT_REACHED, make_handle(sq.gen, k));
+    }
+    if (a.deferred == 0) --deferred_apps_;
+  }
 }
 
 bool HostServer::translate(const QpSlot& qp, const WqeSge& s, bool local_write, Segment* out,

@@ -128,6 +128,8 @@ struct SendWork {
   uint32_t num_sge;
   Segment sge[kMaxSge];
   uint32_t inline_len;  // IBV_SEND_INLINE: payload is inline_data, sge[] unused
+  uint64_t compare_add;  // atomics (ibv_send_wr.wr.atomic)
+  uint64_t swap;
   uint8_t inline_data[kMaxInline];
 };
 
@@ -227,7 +229,9 @@ struct HostEvent {
   X(refused_pds, "alloc_pd refused: the application or its vNIC at its PD limit")   \
   X(refused_bytes, "reg_mr refused: the application or its vNIC at its byte limit")   \
   X(refused_srqs, "create_srq refused: the application or its vNIC at its SRQ limit") \
-  X(refused_queue_bytes, "create_qp/cq/srq refused: the application or its vNIC at its queue memory limit")
+  X(refused_queue_bytes, "create_qp/cq/srq refused: the application or its vNIC at its queue memory limit") \
+  X(async_events, "asynchronous events written to applications' event rings")       \
+  X(async_events_deferred, "asynchronous events that found the ring full (kept, written later)")
 
 struct HostCounters {
 #define TANDEM_HOST_COUNTER_FIELD(name, doc) uint64_t name = 0;
@@ -364,6 +368,22 @@ class HostServer {
   // The transport hit a fatal error (retries exhausted...): QP to ERR.
   void qp_error(uint32_t qpn) noexcept;
 
+  // Asynchronous events (queue_layout.h AsyncEvent). QP fatal (the worker
+  // moved a QP to ERR), last WQE reached (an SRQ QP entered ERR) and CQ error
+  // (overrun) are raised here as they happen; these two are the port's:
+  // The port's link: PORT_ACTIVE / PORT_ERR to every application on a change
+  // (and WorkerPage::port_active, what ibv_query_port reads). Starts active.
+  void set_port_active(bool active) noexcept;
+  bool port_active() const noexcept { return port_active_; }
+  // The clock `now` comes from, when it is the TSC (WorkerPage::clock_tsc_*),
+  // so applications can read it (ibv_query_rt_values_ex). Start-up only.
+  void publish_clock(uint64_t tsc_base, uint64_t tsc_mult) noexcept;
+  // An SRQ's armed limit (0: none), and the check once `posted` WQEs are left
+  // on it (the transport's and the ring's): below the limit the event is
+  // raised and the limit disarmed, as verbs does (true then).
+  uint32_t srq_limit(uint32_t srq) noexcept;
+  bool check_srq_limit(uint32_t srq, uint32_t posted) noexcept;
+
   const QpInfo* qp_info(uint32_t qpn) const noexcept;
   bool next_event(HostEvent* out);
 
@@ -467,11 +487,13 @@ class HostServer {
   Status on_modify_qp(App& app, const Request& req, Reply* rep);
   Status on_destroy_qp(App& app, const Request& req);
   Status on_query_qp(App& app, const Request& req, Reply* rep);
+  Status on_async_events(App& app, uint32_t app_index, int* fds, std::size_t nfds);
   bool may_attach(const App& app, uint32_t vnic_ip);  // takes vnic_mu_
   // host_server_srq.cc (control half)
   Status on_create_srq(App& app, uint32_t app_index, const Request& req, int* fds, std::size_t nfds,
                        Reply* rep);
   Status on_destroy_srq(App& app, const Request& req);
+  Status on_modify_srq(App& app, const Request& req);
   SrqCtl* find_srq_ctl(uint32_t handle) noexcept;
   void free_srq(uint32_t index);
   // Helpers over records host_server.cc defines. An application's doorbell
@@ -481,6 +503,7 @@ class HostServer {
   static uint32_t app_account(const App& app) noexcept;
   // The usage of the application at `index` if it is still `id` (null: it is gone).
   ResourceAmounts* usage_of_app(uint32_t index, uint32_t id) noexcept;
+  static uint16_t version_of(const App& app) noexcept;  // the protocol version it negotiated
   static uint32_t take_doorbell_bit(App& app) noexcept;
   void give_doorbell_bit(uint32_t app_index, uint32_t app_id, uint32_t bit);
   // A reference on the application's PD `pd` (false: not its PD), and its release.
@@ -496,7 +519,7 @@ class HostServer {
   Status apply_modify(const ControlMsg& m, ibv_qp_state* state) noexcept;
   void fast_free_qp(uint32_t index, bool died) noexcept;
   void fast_free_mr(uint32_t index) noexcept;
-  void apply_srq(const ControlMsg& m) noexcept;  // host_server_srq.cc
+  void apply_srq(const ControlMsg& m, ControlResult* r) noexcept;  // host_server_srq.cc
   void fast_free_srq(uint32_t index) noexcept;
   // ready_qps reports `bit` of the application as `value` (0: nothing).
   void fast_bind_doorbell(uint32_t app_index, uint32_t app_id, uint32_t bit, uint32_t value) noexcept;
@@ -505,6 +528,14 @@ class HostServer {
                      uint32_t* vendor_err) noexcept;
   void set_error(QpSlot& qp) noexcept;
   bool write_cqe(uint32_t cq_handle, const Cqe& cqe) noexcept;
+  // An event for the application at app_index: written to its ring (true),
+  // or false when the ring is full (the caller keeps it pending on its
+  // object); true too for an application without a ring (protocol v1).
+  bool push_event(uint32_t app_index, ibv_event_type type, uint32_t element) noexcept;
+  // The same, or kept pending (`pending` |= bit) when the ring is full.
+  void raise_event(uint32_t app_index, ibv_event_type type, uint32_t element, uint8_t& pending, uint8_t bit) noexcept;
+  void flush_deferred() noexcept;  // pending events of applications whose rings have room again
+  void forget_pending(uint32_t app_index, uint8_t& pending) noexcept;  // an object with pending events goes
   bool cq_in_error(uint32_t cq_handle) noexcept;  // overrun (or gone): flushes to it are dropped
   void flush_send(QpSlot& qp) noexcept;
   void flush_recv(QpSlot& qp) noexcept;
@@ -579,6 +610,9 @@ class HostServer {
   std::deque<HostEvent> events_;
   uint64_t applied_seq_ = 0;                 // the latest message apply_control applied
   std::atomic<uint64_t> consumed_seq_{0};    // ... whose events the port has consumed too
+  bool port_active_ = true;
+  uint64_t fast_now_ = 0;       // apply_control's `now`: the completion timestamps' clock
+  uint32_t deferred_apps_ = 0;  // applications with events pending on their objects (flush_deferred)
   HostCounters counters_;  // the fast half's (apps_* and the control ones come from ctl_*)
 };
 

@@ -39,6 +39,9 @@ Status HostServer::on_create_srq(App& app, uint32_t app_index, const Request& re
   if (nfds != 1) return Status::kProtocolError;
   const uint32_t app_id = app_id_of(app);
   if (!is_power_of_two(c.depth) || c.depth > config_.max_queue_depth) return Status::kInvalidArgument;
+  // A limit needs the event that reports it (v2), and cannot exceed the depth (verbs: EINVAL).
+  const uint32_t limit = version_of(app) >= 2 ? c.limit : 0;
+  if (limit > c.depth) return Status::kInvalidArgument;
   // The transport's room (the port's core holds config_.max_srqs): refused here, not later
   // as its QPs failing.
   if (srq_count_ >= std::min(config_.max_srqs, kMaxSrqs)) return Status::kNoResources;
@@ -97,6 +100,7 @@ Status HostServer::on_create_srq(App& app, uint32_t app_index, const Request& re
   f.pd = c.pd;
   f.depth = c.depth;
   f.doorbell_bit = bit;
+  f.limit = limit;
   uint8_t* base = region.data();
   f.ring = RingReader<RecvWqe>(reinterpret_cast<RingControl*>(base + layout.control),
                                reinterpret_cast<RecvWqe*>(base + layout.entries), c.depth);
@@ -137,11 +141,33 @@ Status HostServer::on_destroy_srq(App& app, const Request& req) {
   return Status::kOk;
 }
 
+Status HostServer::on_modify_srq(App& app, const Request& req) {
+  if (version_of(app) < 2) return Status::kUnsupported;
+  const ModifySrqRequest& r = req.body.modify_srq;
+  SrqCtl* s = find_srq_ctl(r.srq);
+  if (s == nullptr || s->app_id != app_id_of(app)) return Status::kNotFound;
+  ControlMsg m;
+  m.kind = MsgKind::kSrqModify;
+  m.index = static_cast<uint32_t>(s - srqs_ctl_.data());
+  m.limit = r.limit;
+  ControlResult res;
+  if (!send_to_fast(m, &res)) return Status::kWorkerGone;
+  return static_cast<Status>(res.status);
+}
+
 // ---------------------------------------------------------------- fast half
 
-void HostServer::apply_srq(const ControlMsg& m) noexcept {
+void HostServer::apply_srq(const ControlMsg& m, ControlResult* r) noexcept {
   if (m.kind == MsgKind::kSrqDestroy) {
     if (m.index < srqs_.size() && srqs_[m.index].used) fast_free_srq(m.index);
+    return;
+  }
+  if (m.kind == MsgKind::kSrqModify) {
+    SrqSlot* s = m.index < srqs_.size() && srqs_[m.index].used ? &srqs_[m.index] : nullptr;
+    // The limit cannot exceed the depth (verbs: EINVAL); it is re-armed here.
+    const Status st = s == nullptr ? Status::kNotFound : m.limit > s->depth ? Status::kInvalidArgument : Status::kOk;
+    if (st == Status::kOk) s->limit = m.limit;
+    if (r != nullptr) r->status = static_cast<uint32_t>(st);
     return;
   }
   if (m.index >= srqs_.size()) srqs_.resize(m.index + 1);
@@ -160,6 +186,7 @@ void HostServer::apply_srq(const ControlMsg& m) noexcept {
 
 void HostServer::fast_free_srq(uint32_t index) noexcept {
   SrqSlot& s = srqs_[index];
+  forget_pending(s.app_index, s.pending_events);
   HostEvent ev{};
   ev.kind = HostEventKind::kSrqDestroyed;
   ev.app_id = s.app_id;
@@ -188,6 +215,19 @@ template <class Out>
 std::size_t HostServer::fetch_srq_recv_to(uint32_t srq, std::size_t max, Out&& out) noexcept {
   RecvWorkSink<Out&> sink{out};
   return fetch_srq_recv_into(srq, max, sink);
+}
+
+uint32_t HostServer::srq_limit(uint32_t srq) noexcept {
+  SrqSlot* s = find_srq(srq & ~kSrqDoorbell);
+  return s != nullptr ? s->limit : 0;
+}
+
+bool HostServer::check_srq_limit(uint32_t srq, uint32_t posted) noexcept {
+  SrqSlot* s = find_srq(srq & ~kSrqDoorbell);
+  if (s == nullptr || s->limit == 0 || posted >= s->limit) return false;
+  s->limit = 0;  // fires once; the application arms it again (ibv_modify_srq)
+  raise_event(s->app_index, IBV_EVENT_SRQ_LIMIT_REACHED, srq & ~kSrqDoorbell, s->pending_events, kPendSrqLimit);
+  return true;
 }
 
 uint32_t HostServer::srq_queued(uint32_t srq) noexcept {

@@ -28,13 +28,21 @@ struct WqeSge {
 };
 static_assert(sizeof(WqeSge) == 16);
 
+// An atomic's entry (IBV_WR_ATOMIC_*): its one SGE (the 8-byte buffer the
+// original value lands in) and its operands (ibv_send_wr.wr.atomic).
+struct AtomicWqe {
+  WqeSge sge;
+  uint64_t compare_add;  // CMP_AND_SWP: compared with; FETCH_AND_ADD: added
+  uint64_t swap;         // CMP_AND_SWP: swapped in
+};
+
 // Send queue entry: a flattened ibv_send_wr (the `next` chain is unrolled
 // into consecutive entries). On a UD QP remote_addr = remote QPN << 32 | the
 // destination's IPv4 (its AH's GID) and rkey = the remote Q_Key (wr.ud).
 struct SendWqe {
   uint64_t wr_id;        // returned in the completion
-  uint64_t remote_addr;  // RDMA WRITE/READ: remote virtual address
-  uint32_t rkey;         // RDMA WRITE/READ: remote key
+  uint64_t remote_addr;  // RDMA WRITE/READ, atomics: remote virtual address
+  uint32_t rkey;         // RDMA WRITE/READ, atomics: remote key
   uint32_t imm_data;     // *_WITH_IMM: immediate, network byte order as in ibv_send_wr
   uint32_t send_flags;   // IBV_SEND_SIGNALED | IBV_SEND_INLINE | IBV_SEND_FENCE | ...
   uint8_t opcode;        // ibv_wr_opcode
@@ -43,9 +51,11 @@ struct SendWqe {
   union {
     WqeSge sge[kMaxSge];
     uint8_t inline_data[kMaxInline];
+    AtomicWqe atomic;  // num_sge = 1; sge[0] is atomic.sge
   };
 };
 static_assert(sizeof(SendWqe) == 128);
+static_assert(offsetof(SendWqe, atomic.sge) == offsetof(SendWqe, sge));
 
 // Receive queue entry: a flattened ibv_recv_wr.
 struct RecvWqe {
@@ -130,16 +140,21 @@ struct CqNotify {
 };
 static_assert(sizeof(CqNotify) == kCacheLine);
 
-// CQ region: [control][notify][entries].
+// CQ region: [control][notify][entries], and for a CQ created with
+// timestamps (protocol v2, ibv_create_cq_ex's completion timestamp) then
+// [timestamps]: one uint64_t per entry, the worker's clock (ns) when it wrote
+// the CQE in the same slot, so CQs without them keep 32-byte entries.
 struct CqLayout {
   std::size_t control;
   std::size_t notify;
   std::size_t entries;
+  std::size_t timestamps;  // == bytes without them
   std::size_t bytes;
 };
-constexpr CqLayout cq_layout(uint32_t depth) noexcept {
-  return CqLayout{0, sizeof(RingControl), sizeof(RingControl) + sizeof(CqNotify),
-                  sizeof(RingControl) + sizeof(CqNotify) + std::size_t{depth} * sizeof(Cqe)};
+constexpr CqLayout cq_layout(uint32_t depth, bool timestamps = false) noexcept {
+  const std::size_t entries = sizeof(RingControl) + sizeof(CqNotify);
+  const std::size_t ts = entries + std::size_t{depth} * sizeof(Cqe);
+  return CqLayout{0, sizeof(RingControl), entries, ts, ts + (timestamps ? std::size_t{depth} * sizeof(uint64_t) : 0)};
 }
 
 // Per-application doorbell page: one bit per QP (the doorbell_bit returned at
@@ -162,7 +177,43 @@ struct WorkerPage {
   uint32_t version;
   alignas(kCacheLine) std::atomic<uint32_t> sleeping;      // 1 while the worker may block
   alignas(kCacheLine) std::atomic<uint64_t> heartbeat_ns;  // `now` of the worker's last poll
+  // version >= 2: the port's link (ibv_query_port's state): 1 active, 0 down.
+  alignas(kCacheLine) std::atomic<uint32_t> port_active;
+  // version >= 2: the worker's clock (completion timestamps), where it is the
+  // CPU's TSC: ns = (tsc - tsc_base) * tsc_mult >> 32 (0: not published).
+  std::atomic<uint64_t> clock_tsc_base;
+  std::atomic<uint64_t> clock_tsc_mult;
 };
+
+// Asynchronous events (ibv_get_async_event), worker -> application, protocol
+// v2: one ring per application, in a region it made and handed over with
+// MsgType::kAsyncEvents, [control][stats][entries]. The worker writes it from
+// the data lcore only and never waits on it: an event that finds the ring
+// full is kept on its object instead (a QP, CQ or SRQ holds at most one
+// pending event of each kind, the port its latest state) and written once the
+// application has read (counted in `deferred`); nothing is lost and the
+// worker's memory for it is bounded by the objects. After a write the worker
+// kicks the application's eventfd.
+struct AsyncEvent {
+  uint32_t type;     // ibv_event_type
+  uint32_t element;  // QPN, CQ or SRQ handle; the port number for port events
+};
+static_assert(sizeof(AsyncEvent) == 8);
+inline constexpr uint32_t kAsyncEventDepth = 256;
+struct AsyncEventStats {
+  alignas(kCacheLine) std::atomic<uint64_t> written;   // by the worker
+  std::atomic<uint64_t> deferred;                      // found the ring full (written later)
+};
+struct AsyncEventLayout {
+  std::size_t control;
+  std::size_t stats;
+  std::size_t entries;
+  std::size_t bytes;
+};
+constexpr AsyncEventLayout async_event_layout() noexcept {
+  return AsyncEventLayout{0, sizeof(RingControl), sizeof(RingControl) + sizeof(AsyncEventStats),
+                          sizeof(RingControl) + sizeof(AsyncEventStats) + kAsyncEventDepth * sizeof(AsyncEvent)};
+}
 
 constexpr bool is_power_of_two(uint32_t v) noexcept { return v != 0 && (v & (v - 1)) == 0; }
 

@@ -37,6 +37,15 @@ class RingWriter {
     return &entries_[head_++ & mask_];
   }
 
+  // claim(), and also at most `depth` entries the consumer has not finished
+  // (RingControl::completed): a work queue holds at most depth outstanding
+  // WRs, as verbs' max_send_wr/max_recv_wr promise, however fast the worker
+  // takes them off the ring.
+  T* claim_outstanding() noexcept {
+    if (head_ - control_->completed.load(std::memory_order_acquire) >= depth_) return nullptr;
+    return claim();
+  }
+
   // Makes every claimed entry visible: the doorbell write.
   void publish() noexcept {
     if (head_ != published_) {
@@ -46,6 +55,8 @@ class RingWriter {
   }
 
   uint32_t unpublished() const noexcept { return head_ - published_; }
+  // The slot of an entry claim() returned (for arrays kept beside the ring).
+  uint32_t slot_of(const T* e) const noexcept { return static_cast<uint32_t>(e - entries_); }
   // What the consumer reported finished (RingControl::completed) and the
   // entries up to what was published: read when the consumer is gone.
   uint32_t produced() const noexcept { return published_; }
@@ -97,6 +108,7 @@ class RingReader {
 
   // i-th unconsumed entry; copy it out before trusting it.
   const T* peek(uint32_t i) const noexcept { return &entries_[(tail_ + i) & mask_]; }
+  uint32_t slot(uint32_t i) const noexcept { return (tail_ + i) & mask_; }  // peek(i)'s slot
 
   void release(uint32_t n) noexcept {
     tail_ += n;

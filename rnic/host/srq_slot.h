@@ -34,6 +34,8 @@ struct HostServer::SrqSlot {
   uint32_t depth = 0;
   uint32_t doorbell_bit = 0;
   RingReader<RecvWqe> ring;
+  uint32_t limit = 0;          // armed SRQ limit (0: none)
+  uint8_t pending_events = 0;  // kPendSrqLimit: raised while the ring of events was full
 };
 
 }  // namespace tandem::rnic::host

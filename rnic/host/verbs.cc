@@ -56,6 +56,14 @@ struct Context {
 
   // MRs by key index, read lock-free by post_send/post_recv.
   std::unique_ptr<std::atomic<Mr*>[]> mrs{new std::atomic<Mr*>[kMaxMrs]()};
+
+  // v2: the asynchronous event ring the worker writes, its eventfd, and
+  // whether the worker's death was reported (IBV_EVENT_DEVICE_FATAL, once).
+  std::mutex event_mu;
+  ShmRegion event_memory;
+  RingReader<AsyncEvent> events;
+  int event_fd = -1;
+  bool fatal_reported = false;
 };
 
 namespace {
@@ -184,15 +192,45 @@ WqeSge to_wqe_sge(Context* ctx, const ibv_sge& s) {
   return WqeSge{s.addr - base, s.length, s.lkey};
 }
 
+bool is_atomic(ibv_wr_opcode op) { return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD; }
+
 bool supported_send_opcode(ibv_wr_opcode op) {
   return op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_SEND ||
-         op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_READ;
+         op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_READ || is_atomic(op);
 }
 
 }  // namespace
 
 Status last_status() { return t_status; }
 const char* last_error() { return t_message; }
+
+namespace {
+
+// v2: the ring the worker writes asynchronous events into and the eventfd it
+// kicks. Without them (no memory, an eventfd refused) the context has no
+// events, as on a v1 worker, and still works.
+void open_events(Context* ctx) {
+  const AsyncEventLayout layout = async_event_layout();
+  ShmRegion region;
+  if (ShmRegion::create("tandem-events", layout.bytes, false, &region) != Status::kOk) return;
+  const int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (efd < 0) return;
+  Request req{};
+  Reply rep{};
+  const int fds[2] = {region.fd(), efd};
+  if (call(ctx, req, MsgType::kAsyncEvents, fds, 2, &rep) != Status::kOk) {
+    close(efd);
+    return;
+  }
+  region.close_fd();
+  uint8_t* base = region.data();
+  ctx->events = RingReader<AsyncEvent>(reinterpret_cast<RingControl*>(base + layout.control),
+                                       reinterpret_cast<AsyncEvent*>(base + layout.entries), kAsyncEventDepth);
+  ctx->event_memory = std::move(region);
+  ctx->event_fd = efd;
+}
+
+}  // namespace
 
 Context* open_device(const char* socket_path, const DeviceAttr& attr) {
   auto ctx = std::make_unique<Context>();
@@ -282,6 +320,7 @@ Context* open_device(const char* socket_path, const DeviceAttr& attr) {
   ctx->max_sge = h.max_sge < kMaxSge ? h.max_sge : kMaxSge;
   ctx->max_inline = h.max_inline < kMaxInline ? h.max_inline : kMaxInline;
   ctx->max_depth = h.max_queue_depth < kMaxQueueDepth ? h.max_queue_depth : kMaxQueueDepth;
+  if (ctx->version >= 2) open_events(ctx.get());
   ok();
   return ctx.release();
 }
@@ -290,8 +329,56 @@ int close_device(Context* ctx) {
   if (ctx == nullptr) return rc(fail(Status::kInvalidArgument, "null context"));
   close(ctx->sock);
   if (ctx->wake_fd >= 0) close(ctx->wake_fd);
+  if (ctx->event_fd >= 0) close(ctx->event_fd);
   delete ctx;
   return rc(ok());
+}
+
+int async_event_fd(const Context* ctx) { return ctx->event_fd; }
+int control_fd(const Context* ctx) { return ctx->sock; }
+
+bool next_async_event(Context* ctx, AsyncEvent* out) {
+  std::lock_guard lock(ctx->event_mu);
+  if (ctx->event_fd >= 0) {
+    uint64_t n;
+    const ssize_t r = read(ctx->event_fd, &n, sizeof n);  // taken before the ring is read: no kick is missed
+    (void)r;
+    if (ctx->events.available() > 0) {
+      const AsyncEvent* e = ctx->events.peek(0);
+      out->type = e->type;
+      out->element = e->element;
+      ctx->events.release(1);
+      return true;
+    }
+  }
+  if (!ctx->fatal_reported && !worker_alive(ctx)) {
+    ctx->fatal_reported = true;
+    out->type = IBV_EVENT_DEVICE_FATAL;
+    out->element = 0;
+    return true;
+  }
+  return false;
+}
+
+bool device_clock_ns(Context* ctx, uint64_t* ns) {
+#if defined(__x86_64__)
+  if (ctx->worker->version < 2) return false;
+  const uint64_t mult = ctx->worker->clock_tsc_mult.load(std::memory_order_acquire);
+  const uint64_t base = ctx->worker->clock_tsc_base.load(std::memory_order_relaxed);
+  if (mult == 0) return false;
+  const uint64_t tsc = __builtin_ia32_rdtsc();
+  *ns = static_cast<uint64_t>((static_cast<unsigned __int128>(tsc - base) * mult) >> 32);
+  return true;
+#else
+  (void)ctx;
+  (void)ns;
+  return false;
+#endif
+}
+
+bool port_active(Context* ctx) {
+  if (!worker_alive(ctx)) return false;
+  return ctx->worker->version < 2 || ctx->worker->port_active.load(std::memory_order_acquire) != 0;
 }
 
 uint32_t app_id(const Context* ctx) { return ctx->app_id; }
@@ -538,14 +625,18 @@ void ack_cq_events(Cq* cq, unsigned int nevents) {
   (void)nevents;
 }
 
-Cq* create_cq(Context* ctx, int cqe, void* cq_context, CompChannel* channel) {
+Cq* create_cq(Context* ctx, int cqe, void* cq_context, CompChannel* channel, bool timestamps) {
   if (cqe <= 0 || static_cast<uint32_t>(cqe) > ctx->max_depth) {
     fail(Status::kInvalidArgument, "cqe %d not in 1..%u", cqe, ctx->max_depth);
     return nullptr;
   }
+  if (timestamps && ctx->version < 2) {
+    fail(Status::kUnsupported, "completion timestamps need protocol v2");
+    return nullptr;
+  }
   uint32_t depth = round_up_pow2(static_cast<uint32_t>(cqe));
   auto cq = std::make_unique<Cq>();
-  CqLayout layout = cq_layout(depth);
+  CqLayout layout = cq_layout(depth, timestamps);
   if (ShmRegion::create("tandem-cq", layout.bytes, ctx->attr.huge_queues, &cq->ring_memory) !=
       Status::kOk) {
     fail(Status::kNoMemory, "CQ ring of %zu bytes", layout.bytes);
@@ -554,6 +645,7 @@ Cq* create_cq(Context* ctx, int cqe, void* cq_context, CompChannel* channel) {
   Request req{};
   req.body.create_cq.depth = depth;
   req.body.create_cq.has_channel = channel != nullptr ? 1 : 0;
+  req.body.create_cq.flags = timestamps ? kCqWithTimestamps : 0;
   Reply rep{};
   int fds[2] = {cq->ring_memory.fd(), channel != nullptr ? channel->fd : -1};
   Status st = call(ctx, req, MsgType::kCreateCq, fds, channel != nullptr ? 2 : 1, &rep);
@@ -569,6 +661,7 @@ Cq* create_cq(Context* ctx, int cqe, void* cq_context, CompChannel* channel) {
   cq->hugetlb = cq->ring_memory.hugetlb();
   cq->ring = RingReader<Cqe>(reinterpret_cast<RingControl*>(base + layout.control),
                              reinterpret_cast<Cqe*>(base + layout.entries), depth);
+  cq->timestamps = timestamps ? reinterpret_cast<const uint64_t*>(base + layout.timestamps) : nullptr;
   cq->empty_polls = 0;
   if (channel != nullptr) {
     std::lock_guard lock(channel->mu);
@@ -593,9 +686,13 @@ int destroy_cq(Cq* cq) {
   return rc(st);
 }
 
-Srq* create_srq(Pd* pd, uint32_t max_wr, uint32_t max_sge, void* srq_context) {
+Srq* create_srq(Pd* pd, uint32_t max_wr, uint32_t max_sge, void* srq_context, uint32_t limit) {
   Context* ctx = pd->context;
-  if (max_wr == 0 || max_wr > ctx->max_depth || max_sge > ctx->max_sge) {
+  if (limit != 0 && ctx->version < 2) {
+    fail(Status::kUnsupported, "SRQ limits need a worker with asynchronous events (protocol v2)");
+    return nullptr;
+  }
+  if (max_wr == 0 || max_wr > ctx->max_depth || max_sge > ctx->max_sge || limit > max_wr) {
     fail(Status::kInvalidArgument, "SRQ of %u WRs, %u SGEs (max %u, %u)", max_wr, max_sge, ctx->max_depth,
          ctx->max_sge);
     return nullptr;
@@ -610,6 +707,7 @@ Srq* create_srq(Pd* pd, uint32_t max_wr, uint32_t max_sge, void* srq_context) {
   Request req{};
   req.body.create_srq.pd = pd->handle;
   req.body.create_srq.depth = depth;
+  req.body.create_srq.limit = limit;
   Reply rep{};
   int fd = srq->ring_memory.fd();
   const Status st = call(ctx, req, MsgType::kCreateSrq, &fd, 1, &rep);
@@ -632,6 +730,18 @@ Srq* create_srq(Pd* pd, uint32_t max_wr, uint32_t max_sge, void* srq_context) {
                                   reinterpret_cast<RecvWqe*>(base + layout.entries), depth);
   ok();
   return srq.release();
+}
+
+int modify_srq(Srq* srq, uint32_t limit) {
+  if (srq->context->version < 2) {
+    return rc(fail(Status::kUnsupported, "SRQ limits need a worker with asynchronous events (protocol v2)"));
+  }
+  if (limit > srq->max_wr) return rc(fail(Status::kInvalidArgument, "limit %u over the SRQ's %u", limit, srq->max_wr));
+  Request req{};
+  req.body.modify_srq.srq = srq->handle;
+  req.body.modify_srq.limit = limit;
+  Reply rep{};
+  return rc(call(srq->context, req, MsgType::kModifySrq, nullptr, 0, &rep));
 }
 
 int destroy_srq(Srq* srq) {
@@ -860,6 +970,11 @@ int post_send(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
                 qp->cap.max_send_sge);
       break;
     }
+    // An atomic lands in one 8-byte entry (the worker checks its MR as for any SGE).
+    if (is_atomic(wr->opcode) && (inl || wr->num_sge != 1 || wr->sg_list[0].length != 8)) {
+      st = fail(Status::kInvalidArgument, "an atomic needs one 8-byte SGE");
+      break;
+    }
     uint64_t inline_len = 0;
     if (inl) {
       for (int i = 0; i < wr->num_sge; ++i) inline_len += wr->sg_list[i].length;
@@ -869,7 +984,7 @@ int post_send(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
         break;
       }
     }
-    SendWqe* w = qp->sq.claim();
+    SendWqe* w = qp->sq.claim_outstanding();
     if (w == nullptr) {
       st = qp->sq.corrupt() ? fail(Status::kProtocolError, "SQ indices corrupt")
                             : fail(Status::kQueueFull, "SQ of QP %u full", qp->qp_num);
@@ -880,6 +995,9 @@ int post_send(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       const Ah* ah = reinterpret_cast<const Ah*>(wr->wr.ud.ah);
       w->remote_addr = uint64_t{wr->wr.ud.remote_qpn & 0xFFFFFF} << 32 | ah->ipv4;
       w->rkey = wr->wr.ud.remote_qkey;
+    } else if (is_atomic(wr->opcode)) {
+      w->remote_addr = wr->wr.atomic.remote_addr;
+      w->rkey = wr->wr.atomic.rkey;
     } else {
       w->remote_addr = wr->wr.rdma.remote_addr;
       w->rkey = wr->wr.rdma.rkey;
@@ -900,6 +1018,10 @@ int post_send(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       w->num_sge = static_cast<uint8_t>(wr->num_sge);
       w->inline_len = 0;
       for (int i = 0; i < wr->num_sge; ++i) w->sge[i] = to_wqe_sge(ctx, wr->sg_list[i]);
+      if (is_atomic(wr->opcode)) {
+        w->atomic.compare_add = wr->wr.atomic.compare_add;
+        w->atomic.swap = wr->wr.atomic.swap;
+      }
     }
   }
   if (qp->sq.unpublished() != 0) {
@@ -930,7 +1052,7 @@ int post_recv(Qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
                 qp->cap.max_recv_sge);
       break;
     }
-    RecvWqe* w = qp->rq.claim();
+    RecvWqe* w = qp->rq.claim_outstanding();
     if (w == nullptr) {
       st = qp->rq.corrupt() ? fail(Status::kProtocolError, "RQ indices corrupt")
                             : fail(Status::kQueueFull, "RQ of QP %u full", qp->qp_num);
@@ -958,6 +1080,8 @@ ibv_wc_opcode wc_opcode_of(uint8_t wr_opcode) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
     case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
     default: return IBV_WC_SEND;
   }
 }
@@ -1005,7 +1129,7 @@ int flush_dead(Cq* cq, int n, ibv_wc* wc) {
 
 }  // namespace
 
-int poll_cq(Cq* cq, int num_entries, ibv_wc* wc) {
+int poll_cq(Cq* cq, int num_entries, ibv_wc* wc, uint64_t* timestamps) {
   if (num_entries <= 0) return 0;
   uint32_t avail = cq->ring.available();
   if (cq->ring.corrupt()) return -rc(fail(Status::kProtocolError, "CQ indices corrupt"));
@@ -1016,7 +1140,10 @@ int poll_cq(Cq* cq, int num_entries, ibv_wc* wc) {
     // check the socket now and then, not on every poll.
     if (cq->context->dead.load(std::memory_order_relaxed) ||
         (++cq->empty_polls % 4096 == 0 && !worker_alive(cq->context))) {
-      if (const int flushed = flush_dead(cq, num_entries, wc); flushed > 0) return flushed;
+      if (const int flushed = flush_dead(cq, num_entries, wc); flushed > 0) {
+        if (timestamps != nullptr) std::fill(timestamps, timestamps + flushed, 0);  // never written by the worker
+        return flushed;
+      }
       return -rc(fail(Status::kWorkerGone, "worker gone"));
     }
     return 0;
@@ -1039,6 +1166,7 @@ int poll_cq(Cq* cq, int num_entries, ibv_wc* wc) {
     // for that; RoCE devices report it in sl as the packet's L3 type (mlx5: bit 3 UDP,
     // bits 2:0 0x2 IPv4), which UCX's ud_verbs reads to find the destination GID.
     if (c.wc_flags & IBV_WC_GRH) w.sl = 0xA;
+    if (timestamps != nullptr) timestamps[i] = cq->timestamps != nullptr ? cq->timestamps[cq->ring.slot(i)] : 0;
   }
   cq->ring.release(n);
   return static_cast<int>(n);

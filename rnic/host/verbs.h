@@ -76,6 +76,7 @@ struct Cq {
   bool hugetlb;
   ShmRegion ring_memory;
   RingReader<Cqe> ring;
+  const uint64_t* timestamps;  // created with timestamps: the worker's clock (ns) per slot, else nullptr
   CqNotify* notify;
   uint32_t empty_polls;
   std::mutex qps_mu;       // guards qps
@@ -177,7 +178,10 @@ CompChannel* create_comp_channel(Context* ctx);
 int destroy_comp_channel(CompChannel* channel);  // kBusy while CQs use it
 int comp_channel_fd(const CompChannel* channel);
 
-Cq* create_cq(Context* ctx, int cqe, void* cq_context = nullptr, CompChannel* channel = nullptr);
+// timestamps (protocol v2): each completion also carries the worker's clock
+// (ns) when it was written (poll_cq's `timestamps`).
+Cq* create_cq(Context* ctx, int cqe, void* cq_context = nullptr, CompChannel* channel = nullptr,
+              bool timestamps = false);
 int destroy_cq(Cq* cq);
 // Arms the CQ for one event. solicited_only is treated as 0 (every completion).
 int req_notify_cq(Cq* cq, int solicited_only);
@@ -185,8 +189,12 @@ int req_notify_cq(Cq* cq, int solicited_only);
 int get_cq_event(CompChannel* channel, Cq** cq, void** cq_context, int timeout_ms = -1);
 void ack_cq_events(Cq* cq, unsigned int nevents);  // nothing to release here; kept for ports
 
-// max_wr entries (rounded up to a power of two), max_sge SGEs per WQE.
-Srq* create_srq(Pd* pd, uint32_t max_wr, uint32_t max_sge, void* srq_context = nullptr);
+// max_wr entries (rounded up to a power of two), max_sge SGEs per WQE;
+// `limit`: IBV_EVENT_SRQ_LIMIT_REACHED armed (0: not; needs protocol v2).
+Srq* create_srq(Pd* pd, uint32_t max_wr, uint32_t max_sge, void* srq_context = nullptr, uint32_t limit = 0);
+// Arms the SRQ's limit (0 disarms): one IBV_EVENT_SRQ_LIMIT_REACHED once fewer
+// WQEs than `limit` are left on it, then it is disarmed (ibv_modify_srq).
+int modify_srq(Srq* srq, uint32_t limit);
 int destroy_srq(Srq* srq);  // kBusy while QPs use it
 // As post_recv, to the SRQ. An lkey this context does not know is refused
 // here (kBadLkey): no QP owns the WQE yet that an error completion could go to.
@@ -208,10 +216,25 @@ int post_recv(Qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 // If the worker died, a CQ gives back what it holds, then IBV_WC_WR_FLUSH_ERR
 // for every WQE its QPs posted that the worker had not finished (an SRQ's
 // WQEs stay on the SRQ, as verbs flushes them), then kWorkerGone.
-int poll_cq(Cq* cq, int num_entries, ibv_wc* wc);
+int poll_cq(Cq* cq, int num_entries, ibv_wc* wc, uint64_t* timestamps = nullptr);
 
 // True while the worker's socket is open (checks without blocking).
 bool worker_alive(Context* ctx);
+// The port's link as the worker reports it (ibv_query_port): false once the
+// worker is gone.
+bool port_active(Context* ctx);
+// The worker's clock now (ns, what completion timestamps count), where the
+// worker published it (a TSC clock); false otherwise.
+bool device_clock_ns(Context* ctx, uint64_t* ns);
+
+// Asynchronous events (protocol v2; queue_layout.h AsyncEvent). Wait for
+// async_event_fd() (the eventfd the worker kicks; -1 on a v1 worker) or for
+// control_fd() to hang up (the worker went away), then take them with
+// next_async_event: false when none is waiting. The worker's death is
+// reported once, as IBV_EVENT_DEVICE_FATAL. Any thread.
+int async_event_fd(const Context* ctx);
+int control_fd(const Context* ctx);
+bool next_async_event(Context* ctx, AsyncEvent* out);
 
 Status last_status();
 const char* last_error();

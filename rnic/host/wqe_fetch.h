@@ -24,7 +24,13 @@ struct HostServer::QpSlot {
   QpInfo info{};
   RingReader<SendWqe> sq;
   RingReader<RecvWqe> rq;
+  uint8_t pending_events = 0;  // kPendQpFatal | kPendLastWqe: raised while its application's ring was full
 };
+inline constexpr uint8_t kPendQpFatal = 1;
+inline constexpr uint8_t kPendLastWqe = 2;
+inline constexpr uint8_t kPendCqErr = 1;
+inline constexpr uint8_t kPendSrqLimit = 1;
+inline constexpr uint8_t kPendPort = 1;
 
 // vendor_err values of error completions written by the server.
 inline constexpr uint32_t kVendorBadLkey = 1;
@@ -39,14 +45,22 @@ inline ibv_wc_opcode wc_opcode_of(uint8_t op) noexcept {
       return IBV_WC_RDMA_WRITE;
     case IBV_WR_RDMA_READ:
       return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_WC_FETCH_ADD;
     default:
       return IBV_WC_SEND;
   }
 }
 
+inline bool is_atomic_opcode(uint8_t op) noexcept {
+  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
 inline bool valid_send_opcode(uint8_t op) noexcept {
   return op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_SEND ||
-         op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_READ;
+         op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_READ || is_atomic_opcode(op);
 }
 
 // One read of a field the application can rewrite at any time.
@@ -103,6 +117,7 @@ bool HostServer::fail_first_wqe(QpSlot& qp, Ring& ring, uint32_t cq, uint64_t wr
 // Sink (all inline in the caller's type; i = the WQE's index in this call):
 //   void header(std::size_t i, uint64_t wr_id, ibv_wr_opcode op, uint32_t send_flags,
 //               uint32_t imm_data /* network order */, uint64_t remote_addr, uint32_t rkey);
+//   void atomic(std::size_t i, uint64_t compare_add, uint64_t swap);  // atomics, after header
 //   void segment(std::size_t i, uint32_t j, const Segment& s);   // checked and translated
 //   void inline_bytes(std::size_t i, const uint8_t* ring, uint32_t len);  // copy them out
 //   bool taken(std::size_t i, uint32_t length);  // the WQE is whole; false: take no more
@@ -134,8 +149,10 @@ std::size_t HostServer::fetch_send_into(uint32_t qpn, std::size_t max, Sink& sin
     ibv_wc_status why = IBV_WC_SUCCESS;
     uint32_t vendor = 0;
     const bool inl = (send_flags & IBV_SEND_INLINE) != 0;
-    if (!valid_send_opcode(opcode) || num_sge > kMaxSge || inline_len > kMaxInline ||
-        (inl && opcode == IBV_WR_RDMA_READ)) {
+    // READ and atomics land in their gather list: nothing inline; an atomic has one 8-byte entry.
+    const bool lands = opcode == IBV_WR_RDMA_READ || is_atomic_opcode(opcode);
+    if (!valid_send_opcode(opcode) || num_sge > kMaxSge || inline_len > kMaxInline || (inl && lands) ||
+        (is_atomic_opcode(opcode) && num_sge != 1)) {
       ++counters_.bad_wqe;
       why = IBV_WC_LOC_QP_OP_ERR;
       vendor = kVendorBadWqe;
@@ -144,13 +161,13 @@ std::size_t HostServer::fetch_send_into(uint32_t qpn, std::size_t max, Sink& sin
     if (why == IBV_WC_SUCCESS) {
       sink.header(n, wr_id, static_cast<ibv_wr_opcode>(opcode), send_flags, read_once(e.imm_data),
                   read_once(e.remote_addr), read_once(e.rkey));
+      if (is_atomic_opcode(opcode)) sink.atomic(n, read_once(e.atomic.compare_add), read_once(e.atomic.swap));
       if (inl) {
         sink.inline_bytes(n, e.inline_data, inline_len);
         total = inline_len;
       } else {
-        // RDMA READ writes into the local SGEs: they need local write access.
-        why = take_sges(e.sge, num_sge, qp->info.app_id, qp->info.pd, opcode == IBV_WR_RDMA_READ, sink, n, &total,
-                        &vendor);
+        // RDMA READ and atomics write into the local SGEs: they need local write access.
+        why = take_sges(e.sge, num_sge, qp->info.app_id, qp->info.pd, lands, sink, n, &total, &vendor);
       }
     }
     if (why != IBV_WC_SUCCESS) {
@@ -259,6 +276,12 @@ struct SendWorkSink {
     o.send_flags = send_flags;
     o.num_sge = 0;
     o.inline_len = 0;
+    o.compare_add = o.swap = 0;
+  }
+  void atomic(std::size_t i, uint64_t compare_add, uint64_t swap) noexcept {
+    SendWork& o = out(i);
+    o.compare_add = compare_add;
+    o.swap = swap;
   }
   void segment(std::size_t i, uint32_t j, const Segment& s) noexcept {
     SendWork& o = out(i);

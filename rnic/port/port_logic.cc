@@ -262,6 +262,7 @@ uint32_t PortLogic::host_events(uint64_t now) {
 }
 
 void PortLogic::flush_all(uint64_t now) {
+  host_.set_port_active(false);  // applications hear PORT_ERR before their QPs flush
   for (QpCtx& q : ctx_) {
     if (!q.live) continue;
     q.route_pending = false;  // so pump_qp below flushes its WQEs too

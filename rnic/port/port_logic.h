@@ -145,6 +145,13 @@ class PortLogic {
   uint32_t follow_agent(uint64_t now);
   // QPs with WQEs left to fetch (the loop must not sleep).
   bool has_backlog() const noexcept { return ready_apps_n_ != 0; }
+  // The I/O layer's view of the port's link (polled): applications get
+  // PORT_ACTIVE / PORT_ERR on a change (host_server.h set_port_active).
+  void set_link(bool up) noexcept {
+    if (!up && host_.port_active()) ++k_.link_downs;
+    host_.set_port_active(up);
+  }
+  void note_port_restart() noexcept { ++k_.port_restarts; }
   // Trace units (common/trace): the process's tracer, with its ring (default: one that never runs).
   void set_tracer(common::trace::Tracer* t) noexcept { tracer_ = t ? t : &no_tracer_; }
   // The connection manager's rings (rnic/cm, port_gsi.cc); nullptr: QP1 MADs are dropped (unknown_qpn).

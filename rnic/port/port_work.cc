@@ -67,6 +67,7 @@ struct CoreSendSink {
     if (ud)  // queue_layout.h: remote QPN << 32 | destination IPv4; rkey = Q_Key
       slots.ud_dest(UdDest{static_cast<uint32_t>(remote_addr), 0, static_cast<uint32_t>(remote_addr >> 32), rkey});
   }
+  void atomic(std::size_t, uint64_t compare_add, uint64_t swap) noexcept { slots.atomic(compare_add, swap); }
   void segment(std::size_t, uint32_t j, const host::Segment& s) noexcept { slots.sge(j, s.va, s.length, s.lkey); }
   void inline_bytes(std::size_t, const uint8_t* ring, uint32_t len) noexcept {
     if (uint8_t* d = slots.inline_data(len)) std::memcpy(d, ring, len);
@@ -246,10 +247,15 @@ void PortLogic::complete(const Completion& wc) noexcept {
 uint32_t PortLogic::completions() noexcept {
   const uint32_t total = completed_;
   completed_ = 0;
-  // Receives done free SRQ slots in the core: SRQs left waiting may fetch more.
+  // Receives done free SRQ slots in the core: SRQs left waiting may fetch more;
+  // an armed limit sees how many WQEs are left (the core's and the ring's).
   if (total != 0 && live_srqs_ != 0)
-    for (SrqCtx& s : srqs_)
-      if (s.live && !s.backlog && host_.srq_queued(s.host_srq) > 0) s.backlog = true;
+    for (SrqCtx& s : srqs_) {
+      if (!s.live) continue;
+      if (!s.backlog && host_.srq_queued(s.host_srq) > 0) s.backlog = true;
+      if (host_.srq_limit(s.host_srq) != 0) [[unlikely]]
+        host_.check_srq_limit(s.host_srq, core_.srq_posted(s.core_srq) + host_.srq_queued(s.host_srq));
+    }
   return total;
 }
 

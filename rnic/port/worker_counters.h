@@ -38,6 +38,8 @@ namespace tandem::rnic::port {
   X(srq_wqe_recv, "SRQ receive WQEs posted to the core")                               \
   X(apps_attached, "applications attached")                                            \
   X(apps_detached, "applications detached")                                            \
+  X(link_downs, "times the port's link went down (applications get PORT_ERR)")         \
+  X(port_restarts, "port restarts to reconnect a link that stayed down (one lcore)")    \
   X(loop_iterations, "loop iterations")
 
 enum class Stage : uint8_t { kParse, kIngress, kCore, kEgress, kCount };

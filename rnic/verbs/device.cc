@@ -4,7 +4,8 @@
 #include "rnic/verbs/device.h"
 
 #include <arpa/inet.h>
-#include <sys/eventfd.h>
+#include <fcntl.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -161,12 +162,24 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c->v.sz = sizeof(verbs_context);
   ibv_context& ctx = c->v.context;
   ctx.device = device;
-  ctx.cmd_fd = -1;
-  // A pollable fd for async events, as UCX and others add it to their event loops. The worker
-  // sends none yet, so it never becomes readable.
-  ctx.async_fd = eventfd(0, EFD_CLOEXEC);
-  if (ctx.async_fd < 0) {
+  // The kernel's command fd (uverbs): Tandem's commands go over the worker's socket, so this is
+  // /dev/null (what /dev/infiniband/uverbs<i> is under tandem-sysfs): a real fd that dup() and
+  // close() accept, and that ibv_import_device refuses (EOPNOTSUPP).
+  ctx.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  // A pollable fd for async events, as UCX and others add it to their event loops: an epoll fd
+  // over the eventfd the worker kicks when it writes an event (protocol v2) and over the worker's
+  // socket hanging up (IBV_EVENT_DEVICE_FATAL). Its own file, so O_NONBLOCK set on it by the
+  // application decides only how ibv_get_async_event waits.
+  ctx.async_fd = epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  const int efd = th::async_event_fd(host);
+  bool ok = ctx.async_fd >= 0 && (efd < 0 || epoll_ctl(ctx.async_fd, EPOLL_CTL_ADD, efd, &ev) == 0);
+  ev.events = EPOLLRDHUP;  // a reply to a verb is read by the verb itself: only the hang-up is ours
+  ok = ok && epoll_ctl(ctx.async_fd, EPOLL_CTL_ADD, th::control_fd(host), &ev) == 0;
+  if (!ok) {
     const int e = errno;
+    if (ctx.async_fd >= 0) close(ctx.async_fd);
     th::close_device(host);
     --d->refs;
     delete c;
@@ -185,27 +198,13 @@ int ibv_close_device(ibv_context* context) {
   TandemContext* c = context_of(context);
   th::close_device(c->host);
   close(context->async_fd);
+  if (context->cmd_fd >= 0) close(context->cmd_fd);
   pthread_mutex_destroy(&context->mutex);
   TandemDevice* d = c->dev;
   delete c;
   release(d);
   return 0;
 }
-
-// Blocks (or fails with EAGAIN when the application made the fd nonblocking) as on a device
-// that raises none: no async event is generated yet.
-int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
-  if (context == nullptr || event == nullptr) {
-    errno = EINVAL;
-    return -1;
-  }
-  uint64_t n = 0;
-  if (read(context->async_fd, &n, sizeof n) != static_cast<ssize_t>(sizeof n)) return -1;  // errno from read
-  errno = EIO;  // nothing writes the eventfd
-  return -1;
-}
-
-void ibv_ack_async_event(ibv_async_event*) {}
 
 int ibv_query_device(ibv_context* context, ibv_device_attr* a) {
   if (context == nullptr || a == nullptr) return EINVAL;
@@ -216,7 +215,7 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* a) {
   a->sys_image_guid = guid_of(r);
   a->max_mr_size = uint64_t{1} << 40;
   a->page_size_cap = 4096 | (2u << 20);
-  a->vendor_id = 0;  // no PCI vendor: a software device
+  a->vendor_id = 0xFFFFFF;  // no PCI vendor: a software device (rxe's value too; 0 reads as "none")
   a->hw_ver = 1;
   a->max_qp = static_cast<int>(std::min<uint32_t>(r.max_qps, th::kMaxQpsPerApp));
   a->max_qp_wr = static_cast<int>(th::kMaxQueueDepth);
@@ -233,7 +232,9 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* a) {
   a->max_qp_rd_atom = 16;
   a->max_qp_init_rd_atom = 16;
   a->max_res_rd_atom = a->max_qp * 16;
-  a->atomic_cap = IBV_ATOMIC_NONE;
+  // Atomics run with the CPU's atomic instructions on the registered memory, so they are atomic
+  // against every other atomic of the port on any lcore (IBV_ATOMIC_HCA); GLOB is not promised.
+  a->atomic_cap = IBV_ATOMIC_HCA;
   a->max_pkeys = 1;
   a->local_ca_ack_delay = 16;
   a->phys_port_cnt = 1;
@@ -246,7 +247,7 @@ int ibv_query_port(ibv_context* context, uint8_t port_num, _compat_ibv_port_attr
   if (context == nullptr || compat == nullptr || port_num != 1) return EINVAL;
   auto* p = reinterpret_cast<ibv_port_attr*>(compat);
   const DeviceRecord& r = context_of(context)->dev->rec;
-  const bool up = th::worker_alive(context_of(context)->host);
+  const bool up = th::port_active(context_of(context)->host);
   p->state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   p->max_mtu = IBV_MTU_4096;
   p->active_mtu = mtu_enum(r.mtu);

@@ -6,6 +6,10 @@
 
 #include <infiniband/verbs.h>
 
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+
 #include "rnic/host/device_registry.h"
 #include "rnic/host/verbs.h"
 
@@ -22,6 +26,12 @@ struct TandemContext {
   verbs_context v;  // ends with the ibv_context applications hold (verbs_get_ctx)
   host::Context* host = nullptr;
   TandemDevice* dev = nullptr;
+  // What an asynchronous event's element names (QPN, CQ and SRQ handles):
+  // objects register at creation and leave before they are destroyed.
+  std::mutex objs_mu;
+  std::unordered_map<uint32_t, ibv_qp*> qps;
+  std::unordered_map<uint32_t, ibv_cq*> cqs;
+  std::unordered_map<uint32_t, ibv_srq*> srqs;
 };
 
 TandemDevice* device_of(ibv_device* d);

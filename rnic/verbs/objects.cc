@@ -10,6 +10,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include <new>
 
 #include "rnic/host/verbs.h"
+#include "rnic/verbs/cq.h"
 #include "rnic/verbs/device.h"
 #include "rnic/verbs/qp_ex.h"
 
@@ -41,20 +43,36 @@ struct TandemChannel {
   ibv_comp_channel ch;
   th::CompChannel* h;
 };
-struct TandemCq {
-  ibv_cq cq;
-  th::Cq* h;
-  std::atomic<uint32_t> empty_polls{0};  // consecutive polls that found nothing
-};
 struct TandemSrq {
   ibv_srq srq;
   th::Srq* h;
+  uint32_t limit = 0;             // armed srq_limit, for ibv_query_srq (0 once its event fired)
+  uint32_t events_delivered = 0;  // as TandemCq's, under srq.mutex
 };
 struct TandemQp : QpHead {  // QpHead first: the ibv_qp (or ibv_qp_ex) the application holds
   ibv_qp_init_attr init;  // as granted, for ibv_query_qp
   ibv_qp_attr attr;       // what modify_qp set, mask by mask
   std::mutex mu;
+  uint32_t events_delivered = 0;  // as TandemCq's, under qp.mutex
 };
+
+// Registers an object under the handle async events name it by, or takes it
+// off (before it is destroyed: no event is handed out for it after that).
+template <class Map, class Obj>
+void enlist(ibv_context* ctx, Map TandemContext::*map, uint32_t key, Obj* obj) {
+  TandemContext* c = context_of(ctx);
+  std::lock_guard g(c->objs_mu);
+  if (obj != nullptr) (c->*map)[key] = obj;
+  else (c->*map).erase(key);
+}
+
+// Waits until the application acknowledged every async event handed out for
+// the object (rdma-core's rule for ibv_destroy_*), on its own mutex and cond.
+void wait_acks(pthread_mutex_t* mu, pthread_cond_t* cond, const uint32_t* delivered, const uint32_t* completed) {
+  pthread_mutex_lock(mu);
+  while (*delivered != *completed) pthread_cond_wait(cond, mu);
+  pthread_mutex_unlock(mu);
+}
 
 template <class T, class S>
 T* of(S* s) {
@@ -110,18 +128,8 @@ const bool kPollYield = [] {
 }();
 
 int ops_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
-  TandemCq* c = of<TandemCq>(cq);
-  const int r = th::poll_cq(c->h, n, wc);
-  if (r != 0) {
-    if (c->empty_polls.load(std::memory_order_relaxed) != 0) c->empty_polls.store(0, std::memory_order_relaxed);
-    return r > 0 ? r : -1;  // libibverbs: negative on error
-  }
-  // Relaxed load and store, not an atomic add: threads polling one CQ at once
-  // may lose a count, which only moves a yield.
-  const uint32_t k = c->empty_polls.load(std::memory_order_relaxed) + 1;
-  c->empty_polls.store(k, std::memory_order_relaxed);
-  if (kPollYield && k >= kSpinPolls && k % kYieldEvery == 0) sched_yield();
-  return 0;
+  const int r = poll_counted(of<TandemCq>(cq), n, wc, nullptr);
+  return r >= 0 ? r : -1;  // libibverbs: negative on error
 }
 int ops_req_notify(ibv_cq* cq, int solicited_only) {
   return to_errno(th::req_notify_cq(of<TandemCq>(cq)->h, solicited_only));
@@ -141,8 +149,58 @@ constexpr unsigned kAccessKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRI
                                   IBV_ACCESS_REMOTE_ATOMIC;
 
 ibv_qp* ops_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* a);
+ibv_cq_ex* ops_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* a);
+int ops_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
+                        size_t attr_size);
+int ops_query_rt_values(ibv_context* context, ibv_values_ex* values);
+
+// ibv_create_cq and ibv_create_cq_ex: the host CQ (completion timestamps beside
+// the ring when asked) behind a TandemCq. cqe over the device's max_cqe and a
+// comp_vector outside [0, num_comp_vectors) are EINVAL, as verbs documents.
+TandemCq* make_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel, int comp_vector,
+                  bool timestamps) {
+  if (context == nullptr || cqe <= 0 || static_cast<uint32_t>(cqe) > th::kMaxQueueDepth || comp_vector < 0 ||
+      comp_vector >= context->num_comp_vectors) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* c = new TandemCq{};
+  th::Cq* h = th::create_cq(context_of(context)->host, cqe, c,  // host cq_context: back to us
+                            channel ? of<TandemChannel>(channel)->h : nullptr, timestamps);
+  if (h == nullptr) {
+    delete c;
+    errno = last_errno();
+    return nullptr;
+  }
+  c->cq.context = context;
+  c->cq.channel = channel;
+  c->cq.cq_context = cq_context;
+  c->cq.handle = h->handle;
+  c->cq.cqe = h->cqe;
+  pthread_mutex_init(&c->cq.mutex, nullptr);
+  pthread_cond_init(&c->cq.cond, nullptr);
+  c->h = h;
+  enlist(context, &TandemContext::cqs, c->cq.handle, &c->cq);
+  return c;
+}
 
 }  // namespace
+
+namespace tandem::rnic::verbs {
+int poll_counted(TandemCq* c, int n, ibv_wc* wc, uint64_t* timestamps) {
+  const int r = th::poll_cq(c->h, n, wc, timestamps);
+  if (r != 0) {
+    if (c->empty_polls.load(std::memory_order_relaxed) != 0) c->empty_polls.store(0, std::memory_order_relaxed);
+    return r;
+  }
+  // Relaxed load and store, not an atomic add: threads polling one CQ at once
+  // may lose a count, which only moves a yield.
+  const uint32_t k = c->empty_polls.load(std::memory_order_relaxed) + 1;
+  c->empty_polls.store(k, std::memory_order_relaxed);
+  if (kPollYield && k >= kSpinPolls && k % kYieldEvery == 0) sched_yield();
+  return 0;
+}
+}  // namespace tandem::rnic::verbs
 
 namespace tandem::rnic::verbs {
 int errno_of(int status) { return to_errno(status); }
@@ -150,7 +208,12 @@ th::Pd* host_pd_of(ibv_pd* pd) { return of<TandemPd>(pd)->h; }
 
 void install_ops(ibv_context& ctx) {
   // The extended QP verb the header's inline ibv_create_qp_ex reaches (verbs_get_ctx_op).
-  if (verbs_context* v = verbs_get_ctx(&ctx)) v->create_qp_ex = ops_create_qp_ex;
+  if (verbs_context* v = verbs_get_ctx(&ctx)) {
+    v->create_qp_ex = ops_create_qp_ex;
+    v->create_cq_ex = ops_create_cq_ex;
+    v->query_device_ex = ops_query_device_ex;
+    v->query_rt_values = ops_query_rt_values;
+  }
   ctx.ops.poll_cq = ops_poll_cq;
   ctx.ops.req_notify_cq = ops_req_notify;
   ctx.ops.post_send = ops_post_send;
@@ -192,8 +255,8 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
     errno = EOPNOTSUPP;  // an IOVA other than the address, ODP and the like
     return nullptr;
   }
-  // Remote atomic access is granted as the kernel grants it on any device (UCX asks for it on
-  // every MR); with atomic_cap NONE no atomic reaches the MR. It needs local write, as there.
+  // Remote atomic access lets the port's atomics (IBV_WR_ATOMIC_*) reach the MR; it needs
+  // local write, as the kernel requires.
   if ((access & IBV_ACCESS_REMOTE_ATOMIC) != 0 && (access & IBV_ACCESS_LOCAL_WRITE) == 0) {
     errno = EINVAL;
     return nullptr;
@@ -268,33 +331,18 @@ int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
   return rc;
 }
 
-ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel, int) {
-  if (context == nullptr) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  auto* c = new TandemCq{};
-  th::Cq* h = th::create_cq(context_of(context)->host, cqe, c,  // host cq_context: back to us
-                            channel ? of<TandemChannel>(channel)->h : nullptr);
-  if (h == nullptr) {
-    delete c;
-    return null_errno<ibv_cq>();
-  }
-  c->cq.context = context;
-  c->cq.channel = channel;
-  c->cq.cq_context = cq_context;
-  c->cq.handle = h->handle;
-  c->cq.cqe = h->cqe;
-  pthread_mutex_init(&c->cq.mutex, nullptr);
-  pthread_cond_init(&c->cq.cond, nullptr);
-  c->h = h;
-  return &c->cq;
+ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel, int comp_vector) {
+  TandemCq* c = make_cq(context, cqe, cq_context, channel, comp_vector, false);
+  return c != nullptr ? &c->cq : nullptr;
 }
 
 int ibv_destroy_cq(ibv_cq* cq) {
   if (cq == nullptr) return EINVAL;
-  const int rc = to_errno(th::destroy_cq(of<TandemCq>(cq)->h));
+  TandemCq* c = of<TandemCq>(cq);
+  const int rc = to_errno(th::destroy_cq(c->h));
   if (rc != 0 && rc != EIO) return rc;
+  enlist(cq->context, &TandemContext::cqs, cq->handle, static_cast<ibv_cq*>(nullptr));
+  wait_acks(&cq->mutex, &cq->cond, &c->events_delivered, &cq->async_events_completed);
   pthread_mutex_destroy(&cq->mutex);
   pthread_cond_destroy(&cq->cond);
   delete of<TandemCq>(cq);
@@ -333,12 +381,8 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* a) {
     errno = EINVAL;
     return nullptr;
   }
-  // An SRQ limit needs the async event that reports it, which Tandem has not.
-  if (a->attr.srq_limit != 0) {
-    errno = EOPNOTSUPP;
-    return nullptr;
-  }
-  th::Srq* h = th::create_srq(of<TandemPd>(pd)->h, a->attr.max_wr, a->attr.max_sge, a->srq_context);
+  th::Srq* h = th::create_srq(of<TandemPd>(pd)->h, a->attr.max_wr, a->attr.max_sge, a->srq_context,
+                              a->attr.srq_limit);
   if (h == nullptr) return null_errno<ibv_srq>();
   a->attr.max_wr = h->max_wr;  // what was granted, as providers report it
   a->attr.max_sge = h->max_sge;
@@ -350,6 +394,8 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* a) {
   pthread_mutex_init(&s->srq.mutex, nullptr);
   pthread_cond_init(&s->srq.cond, nullptr);
   s->h = h;
+  s->limit = a->attr.srq_limit;
+  enlist(pd->context, &TandemContext::srqs, s->srq.handle, &s->srq);
   return &s->srq;
 }
 
@@ -357,25 +403,35 @@ int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
   if (srq == nullptr || attr == nullptr) return EINVAL;
   if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
   if (mask & IBV_SRQ_MAX_WR) return EOPNOTSUPP;  // no resizing (the device does not claim it)
-  // Disarming is what it already is; arming needs the async event that
-  // reports the limit, which Tandem has not.
-  if ((mask & IBV_SRQ_LIMIT) && attr->srq_limit != 0) return EOPNOTSUPP;
+  if (mask & IBV_SRQ_LIMIT) {
+    TandemSrq* s = of<TandemSrq>(srq);
+    const int rc = to_errno(th::modify_srq(s->h, attr->srq_limit));
+    if (rc != 0) return rc;
+    pthread_mutex_lock(&srq->mutex);
+    s->limit = attr->srq_limit;
+    pthread_mutex_unlock(&srq->mutex);
+  }
   return 0;
 }
 
 int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
   if (srq == nullptr || attr == nullptr) return EINVAL;
-  const th::Srq* h = of<TandemSrq>(srq)->h;
-  attr->max_wr = h->max_wr;
-  attr->max_sge = h->max_sge;
-  attr->srq_limit = 0;
+  TandemSrq* s = of<TandemSrq>(srq);
+  attr->max_wr = s->h->max_wr;
+  attr->max_sge = s->h->max_sge;
+  pthread_mutex_lock(&srq->mutex);
+  attr->srq_limit = s->limit;
+  pthread_mutex_unlock(&srq->mutex);
   return 0;
 }
 
 int ibv_destroy_srq(ibv_srq* srq) {
   if (srq == nullptr) return EINVAL;
-  const int rc = to_errno(th::destroy_srq(of<TandemSrq>(srq)->h));
+  TandemSrq* s = of<TandemSrq>(srq);
+  const int rc = to_errno(th::destroy_srq(s->h));
   if (rc != 0 && rc != EIO) return rc;
+  enlist(srq->context, &TandemContext::srqs, srq->handle, static_cast<ibv_srq*>(nullptr));
+  wait_acks(&srq->mutex, &srq->cond, &s->events_delivered, &srq->events_completed);
   pthread_mutex_destroy(&srq->mutex);
   pthread_cond_destroy(&srq->cond);
   delete of<TandemSrq>(srq);
@@ -421,6 +477,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* a) {
   pthread_cond_init(&q->qp.cond, nullptr);
   q->h = h;
   q->init = *a;
+  enlist(pd->context, &TandemContext::qps, q->qp.qp_num, &q->qp);
   return &q->qp;
 }
 
@@ -470,13 +527,124 @@ int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init_attr
 
 int ibv_destroy_qp(ibv_qp* qp) {
   if (qp == nullptr) return EINVAL;
-  const int rc = to_errno(th::destroy_qp(of<TandemQp>(qp)->h));
+  TandemQp* q = of<TandemQp>(qp);
+  const int rc = to_errno(th::destroy_qp(q->h));
   if (rc != 0 && rc != EIO) return rc;
+  enlist(qp->context, &TandemContext::qps, qp->qp_num, static_cast<ibv_qp*>(nullptr));
+  wait_acks(&qp->mutex, &qp->cond, &q->events_delivered, &qp->events_completed);
   pthread_mutex_destroy(&qp->mutex);
   pthread_cond_destroy(&qp->cond);
   free_qp_ex(of<TandemQp>(qp));
   delete of<TandemQp>(qp);
   return 0;
+}
+
+// The worker's asynchronous events (rnic/host next_async_event), each naming the application's
+// object; one for an object destroyed meanwhile is skipped. Blocks on async_fd unless the
+// application made it nonblocking (then EAGAIN, as reading the kernel's async fd would).
+int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  if (context == nullptr || event == nullptr) {
+    errno = EINVAL;
+    return -1;
+  }
+  TandemContext* c = context_of(context);
+  for (;;) {
+    th::AsyncEvent e;
+    while (th::next_async_event(c->host, &e)) {
+      std::memset(event, 0, sizeof *event);
+      event->event_type = static_cast<ibv_event_type>(e.type);
+      switch (event->event_type) {
+        case IBV_EVENT_PORT_ACTIVE:
+        case IBV_EVENT_PORT_ERR:
+          event->element.port_num = static_cast<int>(e.element);
+          return 0;
+        case IBV_EVENT_DEVICE_FATAL: {
+          // Reported once; the hang-up that woke us must not wake every later wait.
+          epoll_ctl(context->async_fd, EPOLL_CTL_DEL, th::control_fd(c->host), nullptr);
+          return 0;
+        }
+        case IBV_EVENT_CQ_ERR: {
+          std::lock_guard g(c->objs_mu);
+          auto it = c->cqs.find(e.element);
+          if (it == c->cqs.end()) continue;
+          event->element.cq = it->second;
+          pthread_mutex_lock(&it->second->mutex);
+          ++of<TandemCq>(it->second)->events_delivered;
+          pthread_mutex_unlock(&it->second->mutex);
+          return 0;
+        }
+        case IBV_EVENT_SRQ_LIMIT_REACHED:
+        case IBV_EVENT_SRQ_ERR: {
+          std::lock_guard g(c->objs_mu);
+          auto it = c->srqs.find(e.element);
+          if (it == c->srqs.end()) continue;
+          event->element.srq = it->second;
+          pthread_mutex_lock(&it->second->mutex);
+          ++of<TandemSrq>(it->second)->events_delivered;
+          if (event->event_type == IBV_EVENT_SRQ_LIMIT_REACHED) of<TandemSrq>(it->second)->limit = 0;  // disarmed
+          pthread_mutex_unlock(&it->second->mutex);
+          return 0;
+        }
+        default: {  // the QP events
+          std::lock_guard g(c->objs_mu);
+          auto it = c->qps.find(e.element);
+          if (it == c->qps.end()) continue;
+          event->element.qp = it->second;
+          pthread_mutex_lock(&it->second->mutex);
+          ++of<TandemQp>(it->second)->events_delivered;
+          pthread_mutex_unlock(&it->second->mutex);
+          return 0;
+        }
+      }
+    }
+    if ((fcntl(context->async_fd, F_GETFL) & O_NONBLOCK) != 0) {
+      errno = EAGAIN;
+      return -1;
+    }
+    epoll_event ev;
+    if (epoll_wait(context->async_fd, &ev, 1, -1) < 0 && errno != EINTR) return -1;
+  }
+}
+
+// Acknowledges an event: a destroy waiting for it may go on (rdma-core's counters and cond).
+void ibv_ack_async_event(ibv_async_event* event) {
+  if (event == nullptr) return;
+  switch (event->event_type) {
+    case IBV_EVENT_CQ_ERR: {
+      ibv_cq* cq = event->element.cq;
+      pthread_mutex_lock(&cq->mutex);
+      ++cq->async_events_completed;
+      pthread_cond_signal(&cq->cond);
+      pthread_mutex_unlock(&cq->mutex);
+      return;
+    }
+    case IBV_EVENT_SRQ_LIMIT_REACHED:
+    case IBV_EVENT_SRQ_ERR: {
+      ibv_srq* srq = event->element.srq;
+      pthread_mutex_lock(&srq->mutex);
+      ++srq->events_completed;
+      pthread_cond_signal(&srq->cond);
+      pthread_mutex_unlock(&srq->mutex);
+      return;
+    }
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED: {
+      ibv_qp* qp = event->element.qp;
+      pthread_mutex_lock(&qp->mutex);
+      ++qp->events_completed;
+      pthread_cond_signal(&qp->cond);
+      pthread_mutex_unlock(&qp->mutex);
+      return;
+    }
+    default:
+      return;  // port and device events hold nothing
+  }
 }
 
 // As rdma-core: the ibv_qp_ex of a QP made by ibv_create_qp_ex, NULL (errno untouched) otherwise.
@@ -489,6 +657,62 @@ ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
 }  // extern "C"
 
 namespace {
+
+// The header's ibv_create_cq_ex: the CQ with the ibv_cq_ex poll/read ops; the
+// wc_flags must be ones every completion carries (cq.h kCqExFlags), else
+// EOPNOTSUPP, as are parent domains and IGNORE_OVERRUN.
+ibv_cq_ex* ops_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* a) {
+  if (context == nullptr || a == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if ((a->comp_mask & ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) != 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  const uint32_t flags = (a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? a->flags : 0;
+  if ((a->wc_flags & ~kCqExFlags) != 0 || (a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0 ||
+      (flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) != 0) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  TandemCq* c = make_cq(context, static_cast<int>(a->cqe), a->cq_context, a->channel, static_cast<int>(a->comp_vector),
+                        (a->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) != 0);
+  if (c == nullptr) return nullptr;
+  install_cq_ex_ops(c);
+  return &c->cqx;
+}
+
+// ibv_query_device_ex: the legacy attributes and what the extended ones say of
+// Tandem (no ODP, TSO, RSS, tag matching or device memory; one port;
+// completion timestamps in ns of the worker's clock).
+int ops_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
+                        size_t attr_size) {
+  if (context == nullptr || attr == nullptr || (input != nullptr && input->comp_mask != 0)) return EINVAL;
+  if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
+  ibv_device_attr_ex full{};
+  if (int rc = ibv_query_device(context, &full.orig_attr); rc != 0) return rc;
+  full.completion_timestamp_mask = ~uint64_t{0};
+  full.hca_core_clock = kCoreClockKhz;
+  full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
+  full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
+  std::memcpy(attr, &full, std::min(attr_size, sizeof full));
+  if (attr_size > sizeof full) std::memset(reinterpret_cast<uint8_t*>(attr) + sizeof full, 0, attr_size - sizeof full);
+  return 0;
+}
+
+// The worker's clock now (what completion timestamps count), read from the
+// TSC as the worker reads it (WorkerPage); EOPNOTSUPP where it cannot be.
+int ops_query_rt_values(ibv_context* context, ibv_values_ex* values) {
+  if (context == nullptr || values == nullptr) return EINVAL;
+  if ((values->comp_mask & ~static_cast<uint32_t>(IBV_VALUES_MASK_RAW_CLOCK)) != 0) return EINVAL;
+  uint64_t ns = 0;
+  if (!th::device_clock_ns(context_of(context)->host, &ns)) return EOPNOTSUPP;
+  values->raw_clock.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+  values->raw_clock.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  values->comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+  return 0;
+}
 
 // The header's ibv_create_qp_ex lands here for any comp_mask but PD alone (which it sends to
 // ibv_create_qp). RC QPs with a PD, optionally with the send ops Tandem executes.
@@ -508,8 +732,14 @@ ibv_qp* ops_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* a) {
     errno = EINVAL;
     return nullptr;
   }
-  if (a->qp_type != IBV_QPT_RC) {
-    errno = EOPNOTSUPP;  // the wr_* builders have no UD address setter (ibv_create_qp makes UD QPs)
+  if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UD) {
+    errno = EOPNOTSUPP;  // UC, XRC, raw packet: not built
+    return nullptr;
+  }
+  // A UD QP sends datagrams: only SEND and SEND_WITH_IMM (as ibv_post_send refuses the rest).
+  if (a->qp_type == IBV_QPT_UD && (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0 &&
+      (a->send_ops_flags & ~static_cast<uint64_t>(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM)) != 0) {
+    errno = EOPNOTSUPP;
     return nullptr;
   }
   ibv_qp_init_attr legacy{};

@@ -90,6 +90,12 @@ void wr_rdma_read(ibv_qp_ex* x, uint32_t rkey, uint64_t addr) {
     w->wr.rdma.remote_addr = addr;
   }
 }
+void wr_atomic_cmp_swp(ibv_qp_ex* x, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
+  if (ibv_send_wr* w = add(x, IBV_WR_ATOMIC_CMP_AND_SWP)) w->wr.atomic = {addr, compare, swap, rkey};
+}
+void wr_atomic_fetch_add(ibv_qp_ex* x, uint32_t rkey, uint64_t addr, uint64_t add_value) {
+  if (ibv_send_wr* w = add(x, IBV_WR_ATOMIC_FETCH_AND_ADD)) w->wr.atomic = {addr, add_value, 0, rkey};
+}
 void wr_send(ibv_qp_ex* x) { add(x, IBV_WR_SEND); }
 void wr_send_imm(ibv_qp_ex* x, __be32 imm) {
   if (ibv_send_wr* w = add(x, IBV_WR_SEND_WITH_IMM)) w->imm_data = imm;
@@ -113,7 +119,9 @@ void wr_set_sge_list(ibv_qp_ex* x, size_t num, const ibv_sge* list) {
 void wr_set_inline_data_list(ibv_qp_ex* x, size_t num, const ibv_data_buf* bufs) {
   WrEntry* en = last(x);
   if (en == nullptr) return;
-  if (en->wr.opcode == IBV_WR_RDMA_READ) return fail(x, EINVAL);  // a READ has nothing to carry
+  if (en->wr.opcode == IBV_WR_RDMA_READ || en->wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+      en->wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+    return fail(x, EINVAL);  // a READ or an atomic has nothing to carry
   size_t total = 0;
   for (size_t i = 0; i < num; ++i) {
     if (bufs[i].length > head(x)->h->cap.max_inline_data - total) return fail(x, ENOMEM);  // as mlx5
@@ -144,8 +152,15 @@ int wr_complete(ibv_qp_ex* x) {
   if (n == 0) return 0;
   th::Qp* h = head(x)->h;
   // All or nothing, as a provider rings its doorbell once: a batch the SQ has no room for is
-  // refused whole instead of being half posted.
-  if (h->sq.free_entries() < n) return ENOMEM;
+  // refused whole instead of being half posted, and so is one with an atomic whose result
+  // has no 8-byte entry (which post_send would refuse only when it reached it).
+  if (h->sq.free_entries() < n || h->sq.depth() - (h->sq.produced() - h->sq.completed()) < n) return ENOMEM;
+  for (uint32_t i = 0; i < n; ++i) {
+    const ibv_send_wr& w = b.e[i].wr;
+    if ((w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) &&
+        (w.num_sge != 1 || w.sg_list[0].length != 8))
+      return EINVAL;
+  }
   b.e[n - 1].wr.next = nullptr;
   ibv_send_wr* bad = nullptr;
   return errno_of(th::post_send(h, &b.e[0].wr, &bad));
@@ -156,16 +171,23 @@ void wr_abort(ibv_qp_ex* x) {
   b.err = 0;
 }
 
+// A UD QP's destination of the WR just built (its AH, remote QPN and Q_Key).
+void wr_set_ud_addr(ibv_qp_ex* x, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+  WrEntry* en = last(x);
+  if (en == nullptr) return;
+  if (head(x)->qp.qp_type != IBV_QPT_UD || ah == nullptr) return fail(x, EINVAL);
+  en->wr.wr.ud.ah = ah;
+  en->wr.wr.ud.remote_qpn = remote_qpn;
+  en->wr.wr.ud.remote_qkey = remote_qkey;
+}
+
 // What Tandem does not execute: the batch fails at wr_complete, never a NULL call.
-void no_cmp_swp(ibv_qp_ex* x, uint32_t, uint64_t, uint64_t, uint64_t) { fail(x, EOPNOTSUPP); }
-void no_fetch_add(ibv_qp_ex* x, uint32_t, uint64_t, uint64_t) { fail(x, EOPNOTSUPP); }
 void no_bind_mw(ibv_qp_ex* x, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { fail(x, EOPNOTSUPP); }
 void no_local_inv(ibv_qp_ex* x, uint32_t) { fail(x, EOPNOTSUPP); }
 void no_send_inv(ibv_qp_ex* x, uint32_t) { fail(x, EOPNOTSUPP); }
 void no_send_tso(ibv_qp_ex* x, void*, uint16_t, uint16_t) { fail(x, EOPNOTSUPP); }
 void no_atomic_write(ibv_qp_ex* x, uint32_t, uint64_t, const void*) { fail(x, EOPNOTSUPP); }
-// Addressing of UD and XRC QPs, which an RC QP has not.
-void no_ud_addr(ibv_qp_ex* x, ibv_ah*, uint32_t, uint32_t) { fail(x, EINVAL); }
+// Addressing of XRC QPs, which Tandem has not.
 void no_xrc_srqn(ibv_qp_ex* x, uint32_t) { fail(x, EINVAL); }
 
 }  // namespace
@@ -197,14 +219,14 @@ bool make_qp_ex(QpHead* q) {
   x.wr_start = wr_start;
   x.wr_complete = wr_complete;
   x.wr_abort = wr_abort;
-  x.wr_atomic_cmp_swp = no_cmp_swp;
-  x.wr_atomic_fetch_add = no_fetch_add;
+  x.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
+  x.wr_atomic_fetch_add = wr_atomic_fetch_add;
   x.wr_bind_mw = no_bind_mw;
   x.wr_local_inv = no_local_inv;
   x.wr_send_inv = no_send_inv;
   x.wr_send_tso = no_send_tso;
   x.wr_atomic_write = no_atomic_write;
-  x.wr_set_ud_addr = no_ud_addr;
+  x.wr_set_ud_addr = wr_set_ud_addr;
   x.wr_set_xrc_srqn = no_xrc_srqn;
   return true;
 }

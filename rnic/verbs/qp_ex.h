@@ -26,7 +26,8 @@ struct QpHead {
 // The send ops Tandem executes (IBV_QP_EX_WITH_*).
 inline constexpr uint64_t kSendOpsSupported = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                               IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
-                                              IBV_QP_EX_WITH_RDMA_READ;
+                                              IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+                                              IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
 
 // Allocates the batch for q's granted caps (once: no allocation per WR) and
 // fills every wr_* pointer; false when out of memory.

@@ -27,8 +27,9 @@ extern "C" {
 
 // --- public verbs not built yet (issue 14: dmabuf, rereg, resize) ---
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) { return fail_null<ibv_mr>(); }
-int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) { return EOPNOTSUPP; }
-int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
+// errno too: rdma-core's callers (pyverbs) read it.
+int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) { return errno = EOPNOTSUPP; }
+int ibv_resize_cq(ibv_cq*, int) { return errno = EOPNOTSUPP; }
 int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 0; }
 int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
 int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
@@ -37,6 +38,7 @@ int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*)
 // --- not Tandem's: multicast, shared (imported) objects ---
 int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+// A context shared through its command fd is the kernel's (uverbs): Tandem's contexts are sockets.
 ibv_context* ibv_import_device(int) { return fail_null<ibv_context>(); }
 ibv_pd* ibv_import_pd(ibv_context*, uint32_t) { return fail_null<ibv_pd>(); }
 void ibv_unimport_pd(ibv_pd*) {}

@@ -15,8 +15,9 @@
  *     Not a fault: the extended send API end to end first. A's QP comes from
  *     ibv_create_qp_ex; one ibv_wr_* batch posts WRITE 64 KiB, WRITE_IMM,
  *     SEND (inline), SEND_IMM and READ; B receives; every byte and completion is
- *     checked, then an atomic must fail at wr_complete with EOPNOTSUPP and an
- *     aborted batch must post nothing. Prints "wrapi ok" or what differed.
+ *     checked, then a FETCH_ADD and a CMP_SWP batch must return the original
+ *     values and leave the swapped one, and an aborted batch must post nothing.
+ *     Prints "wrapi ok" or what differed.
  * Both devices are opened in this one process and their QPs connected back
  * to back (GID index 0 of each). */
 #ifndef _GNU_SOURCE
@@ -69,7 +70,8 @@ static void make_side_ex(struct side* s, const char* dev, int cqe, int ex) {
   if (!s->pd) die("ibv_alloc_pd");
   s->buf = aligned_alloc(4096, BUF);
   memset(s->buf, 0x11, BUF);
-  s->mr = ibv_reg_mr(s->pd, s->buf, BUF, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  s->mr = ibv_reg_mr(s->pd, s->buf, BUF,
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
   if (!s->mr) die("ibv_reg_mr");
   s->cq = ibv_create_cq(s->ctx, cqe, NULL, NULL, 0);
   if (!s->cq) die("ibv_create_cq");
@@ -83,7 +85,8 @@ static void make_side_ex(struct side* s, const char* dev, int cqe, int ex) {
                                      .pd = s->pd,
                                      .send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                                        IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
-                                                       IBV_QP_EX_WITH_RDMA_READ};
+                                                       IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+                                                       IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP};
     s->qp = ibv_create_qp_ex(s->ctx, &ix);
     if (!s->qp) die("ibv_create_qp_ex");
   } else {
@@ -97,7 +100,8 @@ static void make_side(struct side* s, const char* dev, int cqe) { make_side_ex(s
 
 static void connect_to(struct side* s, const struct side* peer) {
   struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-                          .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
+                          .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                             IBV_ACCESS_REMOTE_ATOMIC};
   if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
     die("modify INIT");
   memset(&a, 0, sizeof a);
@@ -218,11 +222,27 @@ static int wrapi(const char* dev_a, const char* dev_b) {
   WANT(memcmp(b.buf + 512 * 1024 + 8192, a.buf + 131072, 1000) == 0, "SEND_IMM payload");
   for (int i = 0; i < 8192; ++i) WANT(a.buf[256 * 1024 + i] == 0x5a, "READ payload at %d", i);
 
-  ibv_wr_start(x); /* Tandem executes no atomics: refused at wr_complete, nothing posted */
-  ibv_wr_atomic_fetch_add(x, rkey, rb, 1);
-  ibv_wr_set_sge(x, lkey, la, 8);
+  const uint64_t forty = 40;
+  memcpy(b.buf + 768 * 1024, &forty, 8);
+  ibv_wr_start(x); /* atomics: the original values come back, the word ends swapped */
+  x->wr_id = 6;
+  x->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_atomic_fetch_add(x, rkey, rb + 768 * 1024, 2);
+  ibv_wr_set_sge(x, lkey, la + 768 * 1024, 8);
+  x->wr_id = 7;
+  ibv_wr_atomic_cmp_swp(x, rkey, rb + 768 * 1024, 42, 99);
+  ibv_wr_set_sge(x, lkey, la + 768 * 1024 + 8, 8);
   rc = ibv_wr_complete(x);
-  WANT(rc == EOPNOTSUPP, "atomic wr_complete: %d", rc);
+  WANT(rc == 0, "atomic wr_complete: %d", rc);
+  WANT(poll_n(a.cq, wc, 2) == 2, "atomic completions");
+  WANT(wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_FETCH_ADD && wc[0].byte_len == 8 &&
+           wc[1].status == IBV_WC_SUCCESS && wc[1].opcode == IBV_WC_COMP_SWAP,
+       "atomic completions: status %d/%d opcode %d/%d", wc[0].status, wc[1].status, wc[0].opcode, wc[1].opcode);
+  uint64_t got[3];
+  memcpy(got, a.buf + 768 * 1024, 16);
+  memcpy(got + 2, b.buf + 768 * 1024, 8);
+  WANT(got[0] == 40 && got[1] == 42 && got[2] == 99, "atomic values: fetched %llu, compared %llu, left %llu",
+       (unsigned long long)got[0], (unsigned long long)got[1], (unsigned long long)got[2]);
   ibv_wr_start(x); /* aborted: nothing reaches B */
   x->wr_id = 9;
   x->wr_flags = IBV_SEND_SIGNALED;

@@ -3,7 +3,7 @@ tandem-rnic workers on the lab fabric:
 
   * no fault, last: the extended send API (verbs_fault_app wrapi): one ibv_wr_* batch of WRITE,
     WRITE_IMM, inline SEND, SEND_IMM and READ from an ibv_create_qp_ex QP, bytes and completions
-    checked on both sides; an atomic fails at wr_complete and wr_abort posts nothing;
+    checked on both sides; a FETCH_ADD and a CMP_SWP batch return the original values; wr_abort posts nothing;
   * CQ overrun (tests/system/verbs_fault_app.c, overrun): a send CQ of 4 takes 16 signaled WRITEs;
     the application polls the 4, then ibv_poll_cq fails and the QP is in ERR;
   * the worker dying under a verbs program (verbs_fault_app death): 16 64 KiB WRITEs in flight,

@@ -8,7 +8,8 @@ perftest), run through scripts/tandem-run against two tandem-rnic workers on the
     apps_attached counter) and closing it detached;
   * ibv_rc_pingpong with its buffer check (-c) and with completion events (-e);
   * ib_write_bw, ib_read_bw, ib_send_bw (also -e, and --use-srq with 2 QPs on the SRQ),
-    ib_write_lat, ib_read_lat, ib_send_lat (also --use-srq), each with a small and a 64 KiB message, exit 0 on both sides with a result row (Debian's libmlx5,
+    ib_write_lat, ib_read_lat, ib_send_lat (also --use-srq), each with a small and a 64 KiB message,
+    ib_atomic_bw (FETCH_AND_ADD, CMP_AND_SWAP) and ib_atomic_lat, exit 0 on both sides with a result row (Debian's libmlx5,
     libefa and librdmacm load against this library);
   * ib_write_bw, ib_read_bw, ib_send_bw (2 QPs) and ib_write_lat, ib_read_lat, ib_send_lat, each
     -D 3 with a fabric path failed 1.5 s in, finish and report their result;
@@ -76,7 +77,7 @@ def main():
     attached0 = tel.cmd("/tandem/rnic/stats")["apps_attached"]
     code, out = run([IBV_DEVINFO, "-v", "-d", "tandem_A_v1"])
     want = ["hca_id: tandem_A_v1", "state: PORT_ACTIVE", "link_layer: Ethernet", "active_mtu: 1024 (3)",
-            "GID[ 0]: ::ffff:192.168.7.1, RoCE v2", "max_qp: 16384", "atomic_cap: ATOMIC_NONE"]
+            "GID[ 0]: ::ffff:192.168.7.1, RoCE v2", "max_qp: 16384", "atomic_cap: ATOMIC_HCA"]
     flat = " ".join(out.split())
     missing = [w for w in want if w not in flat]
     check(code == 0 and not missing, f"ibv_devinfo -v -d tandem_A_v1 (exit {code}): missing {missing}")
@@ -94,7 +95,9 @@ def main():
                                ("ib_send_bw", [], (64, 65536)), ("ib_send_bw", ["-e"], (65536,)),
                                ("ib_send_bw", ["--use-srq", "-q", "2"], (64, 65536)),
                                ("ib_write_lat", [], (2, 65536)), ("ib_read_lat", [], (2, 65536)),
-                               ("ib_send_lat", [], (2, 65536)), ("ib_send_lat", ["--use-srq"], (2,))):
+                               ("ib_send_lat", [], (2, 65536)), ("ib_send_lat", ["--use-srq"], (2,)),
+                               ("ib_atomic_bw", ["-A", "FETCH_AND_ADD"], (8,)), ("ib_atomic_bw", ["-A", "CMP_AND_SWAP"], (8,)),
+                               ("ib_atomic_lat", ["-A", "FETCH_AND_ADD"], (8,))):
         for size in sizes:
             srq0 = tel.cmd("/tandem/rnic/stats")["srq_wqe_recv"] if "--use-srq" in extra else None
             args = ["-s", str(size), "-n", "100"] + extra

@@ -9,7 +9,7 @@ has --device-owner 1=4242.
     both only in tandem-run's private mount namespace (with TANDEM_SYSFS=0 UCX lists no Tandem
     device, and the host's /sys and /dev never show them);
   * UCP (ucx_perftest tag_bw/tag_lat) with UCX_TLS=rc_verbs,ud_verbs and with ud_verbs alone;
-  * UCX's rc_verbs between the workers: ucx_perftest put_bw (64 KiB zero-copy RDMA writes) and
+  * UCX's rc_verbs between the workers: ucx_perftest add_lat and fadd (device atomics), put_bw (64 KiB zero-copy RDMA writes) and
     am_lat (8 B sends; UCX flushes with zero-length RDMA writes on rkey 0); rc_verbs receives on an
     SRQ. An interface that does not open fails the test;
   * device access is the worker's decision: as uid 65534 ibv_open_device on A's device fails with
@@ -128,7 +128,9 @@ def main():
     else:
         # put_bw: 64 KiB zero-copy RDMA writes; am_lat: 8 B sends ping-pong, and UCX's flushes,
         # zero-length RDMA writes with rkey 0 that the responder must not check.
-        for test, extra in (("put_bw", ["-D", "zcopy", "-s", "65536", "-n", "500"]), ("am_lat", ["-s", "8", "-n", "200"])):
+        # add_lat, fadd: UCT's 64-bit atomics (IBV_WR_ATOMIC_FETCH_AND_ADD) on the RC QPs.
+        for test, extra in (("put_bw", ["-D", "zcopy", "-s", "65536", "-n", "500"]), ("am_lat", ["-s", "8", "-n", "200"]),
+                            ("add_lat", ["-n", "200"]), ("fadd", ["-n", "200"])):
             args = [f"{BINDIR}/ucx_perftest", "-t", test, "-x", "rc_verbs", "-d", f"{DEV}:1", "-p", str(free_port())] + extra
             srv = subprocess.Popen([RUN] + args, env=ENV["A"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             time.sleep(1)
@@ -146,7 +148,10 @@ def main():
     # UCP (what MPI and applications use) over the workers: it wires up over ud_verbs (UD QPs
     # and AHs), then runs on rc_verbs, or on ud_verbs alone.
     for tls in ("rc_verbs,ud_verbs", "ud_verbs"):
-        for test, extra in (("tag_bw", ["-s", "65536", "-n", "200"]), ("tag_lat", ["-s", "8", "-n", "200"])):
+        tests = [("tag_bw", ["-s", "65536", "-n", "200"]), ("tag_lat", ["-s", "8", "-n", "200"])]
+        if tls.startswith("rc_verbs"):
+            tests.append(("ucp_fadd", ["-n", "200"]))  # UCP's atomics on the RC lanes' device atomics
+        for test, extra in tests:
             args = [f"{BINDIR}/ucx_perftest", "-t", test, "-p", str(free_port())] + extra
             ucp = {"UCX_TLS": tls, "UCX_NET_DEVICES": f"{DEV}:1"}
             srv = subprocess.Popen([RUN] + args, env=dict(ENV["A"], **ucp), stdout=subprocess.PIPE,

@@ -284,7 +284,13 @@ TEST_CASE("a full send queue is reported with bad_wr at the first WR not posted"
   SendWork w[8];
   REQUIRE(st.with([&](HostServer& sv) { return sv.fetch_send(app.qp->qp_num, w); }) == 4);
   CHECK(w[3].wr_id == 3);
-  // The worker took them: the ring has room again.
+  // Taken but not finished, they still count (verbs: max_send_wr outstanding)...
+  CHECK(post_send(app.qp, bad, &bad) == static_cast<int>(Status::kQueueFull));
+  CHECK(bad == &wrs[4]);
+  // ...finished (completed, signaled or not), the queue has room again.
+  st.with([&](HostServer& sv) {
+    for (int i = 0; i < 4; ++i) sv.complete_send(app.qp->qp_num, w[i], IBV_WC_SUCCESS);
+  });
   CHECK(post_send(app.qp, bad, &bad) == 0);
   REQUIRE(st.with([&](HostServer& sv) { return sv.fetch_send(app.qp->qp_num, w); }) == 2);
   CHECK(w[0].wr_id == 4);

@@ -1,8 +1,9 @@
 // The extended send API (ibv_create_qp_ex, ibv_qp_to_qp_ex, ibv_wr_*) of the
 // drop-in libibverbs, against a HostServer in this process standing in for the
 // worker: a batch built with ibv_wr_* leaves in the SQ ring exactly the bytes
-// ibv_post_send writes for the same WRs, reaches the worker and completes;
-// wr_abort and every error post nothing; unsupported ops fail at wr_complete.
+// ibv_post_send writes for the same WRs (atomics too), reaches the worker and
+// completes; wr_abort and every error post nothing; unsupported ops fail at
+// wr_complete; UD QPs address each WR with wr_set_ud_addr.
 #include <catch2/catch.hpp>
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
@@ -108,7 +109,8 @@ struct Lab {
 };
 
 constexpr uint64_t kOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
-                          IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ;
+                          IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
+                          IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
 
 }  // namespace
 
@@ -138,9 +140,8 @@ TEST_CASE("ibv_create_qp_ex makes an RC QP whose ibv_qp_ex has every wr_* pointe
   REQUIRE(q2 != nullptr);
   CHECK(ibv_qp_to_qp_ex(q2) == nullptr);
 
-  // Refused cleanly: atomics and other ops Tandem does not execute, UD QPs, XRC domains, no PD.
-  for (uint64_t ops : {uint64_t{IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP}, uint64_t{IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD},
-                       uint64_t{IBV_QP_EX_WITH_LOCAL_INV}, uint64_t{IBV_QP_EX_WITH_BIND_MW},
+  // Refused cleanly: ops Tandem does not execute, UD QPs with RC ops, XRC domains, no PD.
+  for (uint64_t ops : {uint64_t{IBV_QP_EX_WITH_LOCAL_INV}, uint64_t{IBV_QP_EX_WITH_BIND_MW},
                        uint64_t{IBV_QP_EX_WITH_SEND_WITH_INV}, uint64_t{IBV_QP_EX_WITH_TSO},
                        uint64_t{IBV_QP_EX_WITH_ATOMIC_WRITE}}) {
     ibv_qp_init_attr_ex bad = lab.attr_ex(kOps | ops);
@@ -148,11 +149,17 @@ TEST_CASE("ibv_create_qp_ex makes an RC QP whose ibv_qp_ex has every wr_* pointe
     CHECK(ibv_create_qp_ex(lab.ctx, &bad) == nullptr);
     CHECK(errno == EOPNOTSUPP);
   }
-  ibv_qp_init_attr_ex ud = lab.attr_ex(IBV_QP_EX_WITH_SEND);
+  ibv_qp_init_attr_ex ud = lab.attr_ex(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE);
   ud.qp_type = IBV_QPT_UD;
   errno = 0;
   CHECK(ibv_create_qp_ex(lab.ctx, &ud) == nullptr);
   CHECK(errno == EOPNOTSUPP);
+  ud.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+  ibv_qp* udq = ibv_create_qp_ex(lab.ctx, &ud);
+  REQUIRE(udq != nullptr);
+  CHECK(udq->qp_type == IBV_QPT_UD);
+  CHECK(ibv_qp_to_qp_ex(udq) != nullptr);
+  CHECK(ibv_destroy_qp(udq) == 0);
   ibv_qp_init_attr_ex xrc = lab.attr_ex(kOps);
   xrc.comp_mask |= IBV_QP_INIT_ATTR_XRCD;
   errno = 0;
@@ -197,7 +204,8 @@ TEST_CASE("ibv_wr_* batches leave the ring bytes ibv_post_send writes, and reach
   ibv_sge i_sge = {reinterpret_cast<uintptr_t>(inl), sizeof inl, 0};
   ibv_sge s_sge = {at(4096), 64, lkey};
   ibv_sge r_sge = {at(60000), 1000, lkey};
-  ibv_send_wr wrs[5]{};
+  ibv_sge a_sge = {at(62000), 8, lkey};
+  ibv_send_wr wrs[7]{};
   wrs[0] = {.wr_id = 1, .next = &wrs[1], .sg_list = w_sges, .num_sge = 2, .opcode = IBV_WR_RDMA_WRITE};
   wrs[0].wr.rdma = {0x7f0000001000, 0x4242};
   wrs[1] = {.wr_id = 2, .next = &wrs[2], .sg_list = &s_sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
@@ -207,9 +215,15 @@ TEST_CASE("ibv_wr_* batches leave the ring bytes ibv_post_send writes, and reach
             .send_flags = IBV_SEND_INLINE};
   wrs[3] = {.wr_id = 4, .next = &wrs[4], .sg_list = &s_sge, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_IMM,
             .send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED, .imm_data = htonl(5)};
-  wrs[4] = {.wr_id = 5, .next = nullptr, .sg_list = &r_sge, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+  wrs[4] = {.wr_id = 5, .next = &wrs[5], .sg_list = &r_sge, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
             .send_flags = IBV_SEND_SIGNALED};
   wrs[4].wr.rdma = {0x1000, 9};
+  wrs[5] = {.wr_id = 6, .next = &wrs[6], .sg_list = &a_sge, .num_sge = 1, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+            .send_flags = IBV_SEND_SIGNALED};
+  wrs[5].wr.atomic = {0x3000, 17, 0, 11};
+  wrs[6] = {.wr_id = 7, .next = nullptr, .sg_list = &a_sge, .num_sge = 1, .opcode = IBV_WR_ATOMIC_CMP_AND_SWP,
+            .send_flags = IBV_SEND_SIGNALED};
+  wrs[6].wr.atomic = {0x3008, 5, 6, 11};
   ibv_send_wr* bad = nullptr;
   REQUIRE(ibv_post_send(legacy, wrs, &bad) == 0);
 
@@ -242,12 +256,20 @@ TEST_CASE("ibv_wr_* batches leave the ring bytes ibv_post_send writes, and reach
   x->wr_flags = IBV_SEND_SIGNALED;
   ibv_wr_rdma_read(x, 9, 0x1000);
   ibv_wr_set_sge(x, lkey, at(60000), 1000);
+  x->wr_id = 6;
+  ibv_wr_atomic_fetch_add(x, 11, 0x3000, 17);
+  ibv_wr_set_sge(x, lkey, at(62000), 8);
+  x->wr_id = 7;
+  ibv_wr_atomic_cmp_swp(x, 11, 0x3008, 5, 6);
+  ibv_wr_set_sge(x, lkey, at(62000), 8);
   CHECK(produced(ex) == 0);  // nothing visible before wr_complete
   REQUIRE(ibv_wr_complete(x) == 0);
 
-  REQUIRE(produced(legacy) == 5);
-  REQUIRE(produced(ex) == 5);
-  for (uint32_t i = 0; i < 5; ++i) {
+  REQUIRE(produced(legacy) == 7);
+  REQUIRE(produced(ex) == 7);
+  CHECK(host_qp(ex)->sq.at(5).atomic.compare_add == 17);
+  CHECK(host_qp(ex)->sq.at(6).atomic.swap == 6);
+  for (uint32_t i = 0; i < 7; ++i) {
     INFO("WQE " << i);
     CHECK(std::memcmp(&host_qp(ex)->sq.at(i), &host_qp(legacy)->sq.at(i), sizeof(th::SendWqe)) == 0);
   }
@@ -256,16 +278,21 @@ TEST_CASE("ibv_wr_* batches leave the ring bytes ibv_post_send writes, and reach
   // The worker takes them and completes them: the signaled ones come back with their wr_id.
   std::vector<th::SendWork> work(8);
   lab.st->with([&](th::HostServer& s) {
-    REQUIRE(s.fetch_send(ex->qp_num, work) == 5);
+    REQUIRE(s.fetch_send(ex->qp_num, work) == 7);
     CHECK(work[0].length == 350);
     CHECK(work[2].length == sizeof inl);
     CHECK(work[4].opcode == IBV_WR_RDMA_READ);
-    for (int i = 0; i < 5; ++i) CHECK(s.complete_send(ex->qp_num, work[i], IBV_WC_SUCCESS));
+    CHECK(work[5].opcode == IBV_WR_ATOMIC_FETCH_AND_ADD);
+    CHECK(work[5].compare_add == 17);
+    CHECK(work[6].swap == 6);
+    for (int i = 0; i < 7; ++i) CHECK(s.complete_send(ex->qp_num, work[i], IBV_WC_SUCCESS));
   });
   ibv_wc wc[8];
   int got = 0;
-  for (int tries = 0; tries < 1000 && got < 3; ++tries) got += ibv_poll_cq(lab.cq, 8 - got, wc + got);
-  REQUIRE(got == 3);
+  for (int tries = 0; tries < 1000 && got < 5; ++tries) got += ibv_poll_cq(lab.cq, 8 - got, wc + got);
+  REQUIRE(got == 5);
+  CHECK(wc[3].opcode == IBV_WC_FETCH_ADD);
+  CHECK(wc[4].opcode == IBV_WC_COMP_SWAP);
   CHECK(wc[0].wr_id == 2);
   CHECK(wc[0].opcode == IBV_WC_RDMA_WRITE);
   CHECK(wc[1].wr_id == 4);
@@ -305,8 +332,13 @@ TEST_CASE("wr_abort and every error post nothing; unsupported ops fail at wr_com
     void (*bad)(ibv_qp_ex*, uint32_t, uintptr_t);
   };
   const Case cases[] = {
-      {"cmp_swp", EOPNOTSUPP, [](ibv_qp_ex* x, uint32_t, uintptr_t) { ibv_wr_atomic_cmp_swp(x, 1, 0x1000, 1, 2); }},
-      {"fetch_add", EOPNOTSUPP, [](ibv_qp_ex* x, uint32_t, uintptr_t) { ibv_wr_atomic_fetch_add(x, 1, 0x1000, 1); }},
+      {"cmp_swp without its 8-byte SGE", EINVAL,
+       [](ibv_qp_ex* x, uint32_t, uintptr_t) { ibv_wr_atomic_cmp_swp(x, 1, 0x1000, 1, 2); }},
+      {"fetch_add into 4 bytes", EINVAL,
+       [](ibv_qp_ex* x, uint32_t k, uintptr_t p) {
+         ibv_wr_atomic_fetch_add(x, 1, 0x1000, 1);
+         ibv_wr_set_sge(x, k, p, 4);
+       }},
       {"bind_mw", EOPNOTSUPP, [](ibv_qp_ex* x, uint32_t, uintptr_t) { ibv_wr_bind_mw(x, nullptr, 1, nullptr); }},
       {"local_inv", EOPNOTSUPP, [](ibv_qp_ex* x, uint32_t, uintptr_t) { ibv_wr_local_inv(x, 1); }},
       {"send_inv", EOPNOTSUPP, [](ibv_qp_ex* x, uint32_t, uintptr_t) { ibv_wr_send_inv(x, 1); }},
