@@ -38,6 +38,22 @@ bool has(const std::vector<AsyncEvent>& v, ibv_event_type t, uint32_t element) {
   return false;
 }
 
+// Objects a test makes beside its App's, destroyed before the App (declared after it) closes the
+// device: QPs first, then the SRQs and CQs they use.
+struct Owned {
+  std::vector<Qp*> qps;
+  std::vector<Srq*> srqs;
+  std::vector<Cq*> cqs;
+  Qp* qp(Qp* q) { if (q) qps.push_back(q); return q; }
+  Srq* srq(Srq* s) { if (s) srqs.push_back(s); return s; }
+  Cq* cq(Cq* c) { if (c) cqs.push_back(c); return c; }
+  ~Owned() {
+    for (Qp* q : qps) destroy_qp(q);
+    for (Srq* s : srqs) destroy_srq(s);
+    for (Cq* c : cqs) destroy_cq(c);
+  }
+};
+
 Qp* qp_on(App& app, Srq* srq) {
   QpInitAttr init;
   init.send_cq = app.cq;
@@ -64,7 +80,8 @@ TEST_CASE("a v2 application gets an event ring; nothing is waiting until the wor
 TEST_CASE("a QP the worker moves to ERR raises QP fatal; one the application moves does not") {
   ServerThread st;
   App app(st.path);
-  Qp* other = qp_on(app, nullptr);
+  Owned own;
+  Qp* other = own.qp(qp_on(app, nullptr));
   REQUIRE(other != nullptr);
   REQUIRE(to_rts(app.qp, 0x100) == 0);
   REQUIRE(to_rts(other, 0x101) == 0);
@@ -82,7 +99,8 @@ TEST_CASE("a QP the worker moves to ERR raises QP fatal; one the application mov
 TEST_CASE("a CQ overrun raises CQ error once, and QP fatal for the QP completing into it") {
   ServerThread st;
   App app(st.path);
-  Cq* small = create_cq(app.ctx, 2);
+  Owned own;
+  Cq* small = own.cq(create_cq(app.ctx, 2));
   REQUIRE(small != nullptr);
   QpInitAttr init;
   init.send_cq = small;
@@ -91,7 +109,7 @@ TEST_CASE("a CQ overrun raises CQ error once, and QP fatal for the QP completing
   init.cap.max_recv_wr = 8;
   init.cap.max_send_sge = 1;
   init.cap.max_recv_sge = 1;
-  Qp* qp = create_qp(app.pd, &init);
+  Qp* qp = own.qp(create_qp(app.pd, &init));
   REQUIRE(qp != nullptr);
   REQUIRE(to_rts(qp, 0x100) == 0);
   st.with([&](HostServer& s) {
@@ -106,10 +124,11 @@ TEST_CASE("a CQ overrun raises CQ error once, and QP fatal for the QP completing
 TEST_CASE("a QP of an SRQ entering ERR raises last WQE reached, whoever moved it") {
   ServerThread st;
   App app(st.path);
-  Srq* srq = create_srq(app.pd, 16, 1);
+  Owned own;
+  Srq* srq = own.srq(create_srq(app.pd, 16, 1));
   REQUIRE(srq != nullptr);
-  Qp* q1 = qp_on(app, srq);
-  Qp* q2 = qp_on(app, srq);
+  Qp* q1 = own.qp(qp_on(app, srq));
+  Qp* q2 = own.qp(qp_on(app, srq));
   REQUIRE(q1 != nullptr);
   REQUIRE(q2 != nullptr);
   REQUIRE(to_rts(q1, 0x100) == 0);
@@ -128,7 +147,8 @@ TEST_CASE("a QP of an SRQ entering ERR raises last WQE reached, whoever moved it
 TEST_CASE("an SRQ limit, armed at creation or by modify_srq, fires once when fewer WQEs are left") {
   ServerThread st;
   App app(st.path);
-  Srq* srq = create_srq(app.pd, 16, 1, nullptr, 4);
+  Owned own;
+  Srq* srq = own.srq(create_srq(app.pd, 16, 1, nullptr, 4));
   REQUIRE(srq != nullptr);
   CHECK(create_srq(app.pd, 16, 1, nullptr, 17) == nullptr);  // over max_wr
   st.with([&](HostServer& s) {
@@ -176,9 +196,10 @@ TEST_CASE("the port going down and up reaches every application and what query_p
 TEST_CASE("a flood of events never blocks the worker and loses none: the ring's overflow waits on its objects") {
   ServerThread st;
   App app(st.path);
+  Owned own;
   std::vector<Qp*> qps;
   for (int i = 0; i < 300; ++i) {  // more fatal QPs than the ring holds (kAsyncEventDepth)
-    Qp* q = qp_on(app, nullptr);
+    Qp* q = own.qp(qp_on(app, nullptr));
     REQUIRE(q != nullptr);
     qps.push_back(q);
   }
@@ -206,8 +227,10 @@ TEST_CASE("a flood of events never blocks the worker and loses none: the ring's 
 TEST_CASE("an object destroyed with its event still pending takes the event with it") {
   ServerThread st;
   App app(st.path);
+  Owned own;
   std::vector<Qp*> qps;
   for (uint32_t i = 0; i < kAsyncEventDepth + 2; ++i) qps.push_back(qp_on(app, nullptr));
+  own.qps.assign(qps.begin(), qps.end() - 1);  // the last one is destroyed by the test
   st.with([&](HostServer& s) {
     for (Qp* q : qps) s.qp_error(q->qp_num);
   });
@@ -236,7 +259,8 @@ TEST_CASE("the worker's death is reported once, as device fatal") {
 TEST_CASE("a CQ made with timestamps carries the worker's clock of each completion") {
   ServerThread st;
   App app(st.path);
-  Cq* cq = create_cq(app.ctx, 8, nullptr, nullptr, true);
+  Owned own;
+  Cq* cq = own.cq(create_cq(app.ctx, 8, nullptr, nullptr, true));
   REQUIRE(cq != nullptr);
   REQUIRE(cq->timestamps != nullptr);
   QpInitAttr init;
@@ -246,7 +270,7 @@ TEST_CASE("a CQ made with timestamps carries the worker's clock of each completi
   init.cap.max_recv_wr = 8;
   init.cap.max_send_sge = 1;
   init.cap.max_recv_sge = 1;
-  Qp* qp = create_qp(app.pd, &init);
+  Qp* qp = own.qp(create_qp(app.pd, &init));
   REQUIRE(qp != nullptr);
   REQUIRE(to_rts(qp, 0x100) == 0);
   st.with([&](HostServer& s) { s.complete_send(qp->qp_num, 1, IBV_WC_SEND, 0, true, IBV_WC_SUCCESS); });
