@@ -61,6 +61,8 @@ enum Op : uint8_t {
   kOpWriteRqWqe, kOpWriteSrqWqe, kOpPost, kOpSetIndex, kOpDoorbellWord, kOpWorkerStep, kOpComplete,
   kOpFetchDirect, kOpTranslateRemote, kOpCloseApp, kOpDrainCq, kOpQpError, kOpArmCq, kOpPoll,
   kOpSilentConnect, kOpAdvanceClock, kOpPokeWorkerPage,
+  // Protocol v2: the event ring, SRQ limits, the port's state.
+  kOpAsyncEvents, kOpModifySrq, kOpSrqLimit, kOpPortState, kOpEventIndex,
   kOps
 };
 
@@ -117,6 +119,8 @@ struct AppSide {
   std::vector<Cq> cqs;
   std::vector<Qp> qps;
   std::vector<Srq> srqs;
+  RegionPtr events;  // the async event ring (v2), once registered
+  int event_fd = -1;
 };
 
 struct MrRange {
@@ -258,6 +262,7 @@ class Harness {
     if (a.sock >= 0) close(a.sock);
     for (Cq& c : a.cqs)
       if (c.channel >= 0) close(c.channel);
+    if (a.event_fd >= 0) close(a.event_fd);
     a = AppSide{};
   }
 
@@ -454,7 +459,9 @@ class Harness {
         r.body.create_cq.depth = depth;
         uint8_t ch = in.u8();
         r.body.create_cq.has_channel = ch % 3 == 0 ? 1 : ch % 3 == 1 ? 0 : ch;
-        RegionPtr mem = make_region(region_bytes(cq_layout(depth % 4096).bytes, in.u8()));
+        uint8_t fl = in.u8();  // v2: mostly none or timestamps, sometimes any flags
+        r.body.create_cq.flags = fl < 128 ? 0 : fl < 240 ? kCqWithTimestamps : fl;
+        RegionPtr mem = make_region(region_bytes(cq_layout(depth % 4096, fl >= 128).bytes, in.u8()));
         int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         int right[2] = {mem ? mem->shm.fd() : -1, efd};
         Fds f;
@@ -547,6 +554,7 @@ class Harness {
         uint32_t* pd = pick(a.pds, in.u8());
         r.body.create_srq.pd = pd ? *pd : in.u32();
         r.body.create_srq.depth = depth_of(in.u8());
+        r.body.create_srq.limit = in.u8() % 2 ? in.u16() : 0;  // v2: armed at creation
         RegionPtr mem = make_region(region_bytes(srq_layout(r.body.create_srq.depth % 4096).bytes, in.u8()));
         Fds f;
         int right = mem ? mem->shm.fd() : -1;
@@ -802,6 +810,49 @@ class Harness {
       case kOpPokeWorkerPage:
         if (a.worker_page >= 0) poke_worker_page(a.worker_page, in.u8());
         break;
+      case kOpAsyncEvents: {
+        Request r = request(a, MsgType::kAsyncEvents);
+        RegionPtr mem = make_region(region_bytes(async_event_layout().bytes, in.u8()));
+        int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        int right[2] = {mem ? mem->shm.fd() : -1, efd};
+        Fds f;
+        choose_fds(f, in.u8(), right, 2);
+        Reply rep;
+        if (transact(a, &r, sizeof r, f.fd, f.n, &rep) && rep.hdr.status == 0 && a.events == nullptr) {
+          a.events = mem;
+          a.event_fd = efd;
+        } else if (efd >= 0) {
+          close(efd);
+        }
+        break;
+      }
+      case kOpModifySrq: {
+        Request r = request(a, MsgType::kModifySrq);
+        Srq* s = pick(a.srqs, in.u8());
+        r.body.modify_srq.srq = s ? s->handle : in.u32();
+        uint8_t how = in.u8();
+        r.body.modify_srq.limit = how % 4 == 3 ? in.u32() : in.u8();  // mostly within the depth
+        Reply rep;
+        transact(a, &r, sizeof r, nullptr, 0, &rep);
+        break;
+      }
+      case kOpSrqLimit: {  // the worker's check after it took WQEs from an SRQ
+        Srq* s = pick(a.srqs, in.u8());
+        server_.check_srq_limit(s ? s->handle : in.u32(), in.u16());
+        break;
+      }
+      case kOpPortState:
+        server_.set_port_active(in.u8() % 2);
+        break;
+      case kOpEventIndex: {
+        // The application owns the ring's consumer index: it may read what was written, or lie.
+        if (a.events == nullptr) break;
+        auto* rc = reinterpret_cast<RingControl*>(a.events->shm.data() + async_event_layout().control);
+        uint8_t how = in.u8();
+        uint32_t v = how % 2 ? in.u32() : rc->producer.load(std::memory_order_acquire);
+        rc->consumer.store(v, std::memory_order_release);
+        break;
+      }
       case kOpPoll:
       default:
         poll();

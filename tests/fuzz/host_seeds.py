@@ -4,7 +4,8 @@ byte, then the op's operands, as fuzz_host_server.cc reads them) of
 applications that attach, register MRs, create CQs, QPs and an SRQ, bring
 QPs to RTS and post good send, receive and SRQ WQEs, so fuzzing starts past
 the handshake with WQEs that reach the transport; one that takes shares to
-their limits next to silent connections, a clock and pokes at the worker page."""
+their limits next to silent connections, a clock and pokes at the worker page; a protocol v2
+one registers its event ring and raises each kind of asynchronous event."""
 import os
 import struct
 import sys
@@ -12,7 +13,7 @@ import sys
 (HELLO, ALLOC_PD, DEALLOC_PD, REG_MR, DEREG_MR, CREATE_CQ, DESTROY_CQ, CREATE_QP, MODIFY_QP,
  DESTROY_QP, CREATE_SRQ, DESTROY_SRQ, QUERY_QP, RAW, WRITE_SQ, WRITE_RQ, WRITE_SRQ, POST,
  SET_INDEX, DOORBELL, STEP, COMPLETE, FETCH, TRANSLATE, CLOSE, DRAIN_CQ, QP_ERROR, ARM_CQ,
- POLL, SILENT, CLOCK, POKE_PAGE) = range(32)
+ POLL, SILENT, CLOCK, POKE_PAGE, ASYNC_EVENTS, MODIFY_SRQ, SRQ_LIMIT, PORT_STATE, EVENT_INDEX) = range(37)
 
 MR_ADDR = 0x10000
 
@@ -40,13 +41,13 @@ def u64(v):
     return struct.pack("<Q", v)
 
 
-def setup(app, srq=False, channel=False):
-    s = rec(HELLO, app, b(1, 1, 0, 1, 0, 0))
+def setup(app, srq=False, channel=False, version=1):
+    s = rec(HELLO, app, b(1, version, 0, 1, 0, 0))
     s += rec(ALLOC_PD, app)
     s += rec(REG_MR, app, b(0, 0x07, 0, 0), u64(MR_ADDR), b(0))          # 4 KiB, rw
-    s += rec(CREATE_CQ, app, b(4, 0 if channel else 1, 0, 0))            # depth 16
+    s += rec(CREATE_CQ, app, b(4, 0 if channel else 1, 0, 0, 0))         # depth 16, no timestamps
     if srq:
-        s += rec(CREATE_SRQ, app, b(0, 4, 0, 0))                         # depth 16
+        s += rec(CREATE_SRQ, app, b(0, 4, 0, 0, 0))                      # depth 16, no limit
     s += rec(CREATE_QP, app, b(0, 0, 0, 4, 4, 0, 1 if srq else 0, 0, 0))  # 16 x 16
     s += rec(MODIFY_QP, app, b(0, 1, 0x07))                              # INIT
     s += rec(MODIFY_QP, app, b(0, 2, 0x07), u16(0x1234), u16(100))       # RTR
@@ -115,18 +116,7 @@ def main(out):
     s += rec(SET_INDEX, 0, b(3, 0, 0x82), u32(1000)) + rec(DOORBELL, 0, u16(0x8000), u64(~0 & (2**64 - 1)))
     s += rec(RAW, 0, bytes(sizeof_request_plus_16()), b(0x07)) + step()
     seeds["corrupt"] = s
-    # Shares to their limits: deep QPs (queue_bytes), SRQs past the server's room, silent
-    # connections past the per-uid cap and the hello timeout, every way to write the worker page.
-    s = setup(0, srq=True)
-    for _ in range(4):
-        s += rec(CREATE_SRQ, 0, b(0, 7, 0, 0))                                  # depth 128
-        s += rec(CREATE_QP, 0, b(0, 0, 0, 7, 7, 0, 0, 0, 0))                    # 128 x 128
-    for _ in range(3):
-        s += rec(SILENT, 0)
-    s += rec(CLOCK, 0, b(7)) + rec(SILENT, 1) + rec(CLOCK, 0, b(3))
-    s += rec(POKE_PAGE, 0, b(0)) + rec(POKE_PAGE, 0, b(1)) + rec(POKE_PAGE, 0, b(2)) + rec(POKE_PAGE, 0, b(3))
-    s += rec(CLOSE, 0) + setup(1) + rec(CREATE_QP, 1, b(0, 0, 0, 7, 7, 0, 0, 0, 0))
-    seeds["shares"] = s
+ POLL, SILENT, CLOCK, POKE_PAGE, ASYNC_EVENTS, MODIFY_SRQ, SRQ_LIMIT, PORT_STATE, EVENT_INDEX) = range(37)
     for name, data in seeds.items():
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)
