@@ -116,7 +116,28 @@ def main(out):
     s += rec(SET_INDEX, 0, b(3, 0, 0x82), u32(1000)) + rec(DOORBELL, 0, u16(0x8000), u64(~0 & (2**64 - 1)))
     s += rec(RAW, 0, bytes(sizeof_request_plus_16()), b(0x07)) + step()
     seeds["corrupt"] = s
- POLL, SILENT, CLOCK, POKE_PAGE, ASYNC_EVENTS, MODIFY_SRQ, SRQ_LIMIT, PORT_STATE, EVENT_INDEX) = range(37)
+    # Shares to their limits: deep QPs (queue_bytes), SRQs past the server's room, silent
+    # connections past the per-uid cap and the hello timeout, every way to write the worker page.
+    s = setup(0, srq=True)
+    for _ in range(4):
+        s += rec(CREATE_SRQ, 0, b(0, 7, 0, 0))                                  # depth 128
+        s += rec(CREATE_QP, 0, b(0, 0, 0, 7, 7, 0, 0, 0, 0))                    # 128 x 128
+    for _ in range(3):
+        s += rec(SILENT, 0)
+    s += rec(CLOCK, 0, b(7)) + rec(SILENT, 1) + rec(CLOCK, 0, b(3))
+    s += rec(POKE_PAGE, 0, b(0)) + rec(POKE_PAGE, 0, b(1)) + rec(POKE_PAGE, 0, b(2)) + rec(POKE_PAGE, 0, b(3))
+    s += rec(CLOSE, 0) + setup(1) + rec(CREATE_QP, 1, b(0, 0, 0, 7, 7, 0, 0, 0, 0))
+    seeds["shares"] = s
+    # Protocol v2: the event ring; an SRQ limit armed by modify and at creation, then reached; QP
+    # fatal and last WQE reached; the port down and up; the ring read, then lied about.
+    s = setup(0, srq=True, version=2) + rec(ASYNC_EVENTS, 0, b(0, 0))
+    s += rec(MODIFY_SRQ, 0, b(0, 0, 8)) + rec(POLL, 0) + rec(SRQ_LIMIT, 0, b(0), u16(2))
+    s += rec(CREATE_SRQ, 0, b(0, 4, 1), u16(4), b(0, 0)) + rec(POLL, 0) + rec(SRQ_LIMIT, 0, b(1), u16(3))
+    s += rec(CREATE_CQ, 0, b(1, 1, 200, 0, 0))                            # depth 2, timestamps
+    s += rec(QP_ERROR, 0, b(0)) + rec(PORT_STATE, 0, b(0)) + rec(PORT_STATE, 0, b(1)) + rec(POLL, 0)
+    s += rec(EVENT_INDEX, 0, b(0)) + rec(EVENT_INDEX, 0, b(1), u32(0x7FFFFFFF)) + rec(QP_ERROR, 0, b(0))
+    s += rec(DESTROY_QP, 0, b(0)) + rec(DESTROY_SRQ, 0, b(0)) + rec(CLOSE, 0)
+    seeds["async_events"] = s
     for name, data in seeds.items():
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)
