@@ -118,7 +118,12 @@ def main():
         handed = [(p.get("steer_handed_out", 0), p.get("steer_handed_in", 0)) for p in per]
         full = sum(p.get("steer_ring_full", 0) for p in per)
         acc = [p["rx_accepted"] for p in per]
-        check(unknown == [0, 0] and full == 0 and min(acc) > 0 and handed[0][0] > 0 and handed[1][1] > 0,
+        # A full steering ring is a counted drop the transport recovers from (bytes verified above):
+        # with READs as deep as max_rd_atomic, 4 lcores and the fabric on 2 cores, a descheduled
+        # lcore overflows its 2,048 slots (0.2-3 % of handed frames seen). A ring nobody drains
+        # would lose nearly all of them.
+        out = sum(h[0] for h in handed)
+        check(unknown == [0, 0] and full * 10 <= out and min(acc) > 0 and handed[0][0] > 0 and handed[1][1] > 0,
               f"worker {n}: each QP's frames processed on its lcore (accepted per lcore {acc}, handed out/in "
               f"{handed}, unknown_qpn mid-run {unknown}, ring_full {full})")
         if failed:
