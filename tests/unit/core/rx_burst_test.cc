@@ -12,6 +12,7 @@
 #include "common/wire/byte_order.h"
 #include "common/wire/opcode.h"
 #include "tests/unit/core/loop.h"
+#include "tests/unit/core/replay_rx.h"
 
 using namespace tandem;
 using namespace tandem::rnic;
@@ -23,23 +24,7 @@ constexpr std::size_t kMem = 256 * 1024;
 constexpr uint32_t kSlot = 2048;
 constexpr uint32_t kMsgs = 48;
 
-struct Rx {
-  Transport t;
-  std::vector<uint8_t> mem = std::vector<uint8_t>(kMem);
-  uint32_t cq = 0;
-  uint32_t qpn = 0;
-};
-
-// A receiver whose region has the generator's responder's address and key.
-void make_rx(Rx& r, const Host& like, const QpSetup& s, uint32_t remote_qpn) {
-  r.cq = r.t.create_cq(1 << 14);
-  const MemoryRegion mr = r.t.reg_mr(like.mr.addr, r.mem.data(), r.mem.size(),
-                                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-  REQUIRE(mr.rkey == like.mr.rkey);
-  r.qpn = r.t.create_qp(qp_init(s, r.cq));
-  REQUIRE(r.qpn == like.qpn);
-  REQUIRE(bring_up(r.t, r.qpn, remote_qpn, s.sq_psn_b, s.sq_psn_a, s, 1) == 0);
-}
+using Rx = ReplayRx<kMem>;
 
 struct Frame {
   common::RocePacket pkt;
