@@ -275,6 +275,23 @@ struct Qp {
   uint32_t lost = 0;     // records flagged kRecLost
   uint32_t rtx_cursor = 0;
   uint64_t inflight_bytes = 0;
+  uint32_t inflight_pkts = 0;     // data packets in inflight_bytes
+  OwnerShare* owner = nullptr;    // QpInitAttr::owner's share (Transport::owners_); none: nullptr
+  void inflight_add(uint32_t len) noexcept {
+    inflight_bytes += len;
+    ++inflight_pkts;
+    if (owner != nullptr) owner->add(1);
+  }
+  void inflight_sub(uint32_t len) noexcept {
+    inflight_bytes -= len;
+    --inflight_pkts;
+    if (owner != nullptr) owner->sub(1);
+  }
+  void inflight_clear() noexcept {
+    if (owner != nullptr) owner->sub(inflight_pkts);
+    inflight_bytes = 0;
+    inflight_pkts = 0;
+  }
   uint32_t reads_inflight = 0;
   uint64_t last_progress = 0;
   uint64_t srtt_ns = 0;  // smoothed RTT of first transmissions (EWMA 1/8)

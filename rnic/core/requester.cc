@@ -204,7 +204,7 @@ bool Qp::send_psn(uint32_t psn, bool retx, uint64_t now, bool& cc_stop) noexcept
     r.sent_seq = tx_seq;
     if (retx) r.flags |= kRecRetx;
     if (r.flags & kRecLost) { r.flags &= ~kRecLost; --lost; }
-    inflight_bytes += r.len;
+    inflight_add(r.len);
     cc_on_sent(r.len, now);
   }
   ++tx_seq;
@@ -262,6 +262,7 @@ bool Qp::tx_requests(uint64_t now) noexcept {
         cc_blocked = true;
         return true;
       }
+      if (owner != nullptr && !owner->may_send()) return true;  // its owner's share is out (owner_share.h)
       if (credit_mode) {
         if (!psn_lt(nxt, credit_limit) && !credit_probe(now)) {
           cc->on_credit_stall(now);
@@ -282,14 +283,17 @@ bool Qp::tx_requests(uint64_t now) noexcept {
       // The PSN's record in one go (it is not in flight until nxt passed it).
       PsnRec& r = rec(psn);
       r = PsnRec{now, tx_seq, sq_send, idx, idx, static_cast<uint16_t>(len)};
-      inflight_bytes += len;
+      inflight_add(len);
       cc_on_sent(len, now);
       ++tx_seq;
       ++c.tx_data_pkts;
       tx_commit(d, now);
       r.sport = d->udp_sport;
       r.path = path_pick();
-      --tx_quota;
+      // A message's first packet costs its turn one more: the WQE fetched and
+      // the completion written are work too, so many tiny messages (a
+      // zero-length WRITE storm) take no more of the lcore than big ones.
+      tx_quota -= idx == 0 && tx_quota > 1 ? 2 : 1;
       if (++w.pkts_sent == w.npkts) ++sq_send;
       continue;
     }
@@ -336,8 +340,8 @@ bool Qp::tx_requests(uint64_t now) noexcept {
     --lost;
     // Declared lost, not yet resent: the latest copy arrived.
     if (r.flags & kRecRack) late = std::max<uint64_t>(1, now - r.sent_at);
-  } else {
-    inflight_bytes -= r.len;
+  } else if (!(r.flags & kRecRead)) {  // (a READ's or atomic's PSNs are not in flight: send_psn)
+    inflight_sub(r.len);
   }
   bytes += r.len;
   if (!(r.flags & kRecRetx) && now >= r.sent_at) {
@@ -378,7 +382,7 @@ void Qp::mark_lost(uint32_t psn, bool timeout) noexcept {
   if (r.flags & (kRecAcked | kRecLost)) return;
   r.flags = static_cast<uint8_t>((r.flags & ~kRecRack) | kRecLost);  // RACK's callers set kRecRack
   ++lost;
-  inflight_bytes -= r.len;
+  if (!(r.flags & kRecRead)) inflight_sub(r.len);
   if (psn_lt(psn, rtx_cursor) || lost == 1) rtx_cursor = psn;
   if (timeout) path->on_timeout(r.sport, r.sent_at, 0);
   else path->on_loss(r.sport, r.sent_at, 0);
@@ -589,7 +593,7 @@ void Qp::to_error(ibv_wc_status first_status) noexcept {
   una = nxt;
   rtx_cursor = nxt;
   lost = 0;
-  inflight_bytes = 0;
+  inflight_clear();
   reads_inflight = 0;
   rnr_wait = false;
   read_hole_since = kNever;

@@ -67,6 +67,11 @@ Transport::Transport(const TransportConfig& cfg)
   live_.reserve(cfg_.max_qps);
   granting_.reserve(cfg_.max_qps);
   quota_hit_.reserve(cfg_.max_qps);
+  owners_.resize(kMaxOwner + 1);
+  for (OwnerShare& o : owners_) {
+    o.busy = &owners_inflight_;
+    o.budget = cfg_.owner_inflight_pkts;
+  }
   active_.resize(cfg_.max_qps);
   cqs_.reserve(cfg_.max_cqs);
 }
@@ -151,12 +156,14 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
   auto path = make_path_policy(ud ? "single" : init.policy.path);
   auto cc = make_cc_policy(ud ? "fixed_window" : init.policy.cc);
   if (!path || !cc) return 0;
+  if (init.owner > kMaxOwner) return 0;
   for (std::size_t i = 0; i < qps_.size(); ++i) {
     if (qps_[i]) continue;
     auto qp = std::make_unique<Qp>();
     qp->t = this;
     qp->qpn = (cfg_.qpn_base + static_cast<uint32_t>(i)) & 0xFFFFFF;
     qp->init = init;
+    if (init.owner != 0) qp->owner = &owners_[init.owner];
     qp->created_mode = init.mode;
     qp->ud = ud;
     qp->send_cq = cq(init.send_cq);
@@ -209,6 +216,7 @@ int Transport::destroy_qp(uint32_t qpn) noexcept {
     qps_[i]->reset_state();  // WQEs it took and did not use go back to the SRQ
     --shared->qps;
   }
+  qps_[i]->inflight_clear();  // its packets no longer count against its owner's share
   qps_[i].reset();
   return 0;
 }
@@ -256,7 +264,7 @@ void Qp::reset_state() noexcept {
   for (auto& r : recs) r = PsnRec{};
   una = nxt = rtx_cursor = 0;
   lost = 0;
-  inflight_bytes = 0;
+  inflight_clear();
   reads_inflight = 0;
   last_progress = 0;
   srtt_ns = 0;
@@ -525,6 +533,22 @@ uint32_t Transport::on_packets(const RxPacketRef* in, uint32_t n, uint64_t now, 
   return taken;
 }
 
+// A QP's quantum this round: its owner's what is left of the owner's (an
+// owner whose last round is over starts this one with a whole quantum).
+uint32_t Transport::tx_quota_for(const Qp& qp) noexcept {
+  OwnerShare* o = qp.owner;
+  if (o == nullptr) return kTxQuantum;
+  if (o->turn != turn_) {
+    o->turn = turn_;
+    o->left = kTxQuantum;
+  }
+  return o->left;
+}
+
+void Transport::tx_charge(const Qp& qp, uint32_t given) noexcept {
+  if (qp.owner != nullptr) qp.owner->left -= given - qp.tx_quota;
+}
+
 uint32_t Transport::poll(uint64_t now) noexcept {
   note_clock(now);
   const uint32_t before = tx_.size();
@@ -533,10 +557,11 @@ uint32_t Transport::poll(uint64_t now) noexcept {
   const std::size_t n = active_n_;
   if (rr_ >= n) rr_ = 0;
   quota_hit_.clear();
+  ++turn_;
   for (std::size_t k = 0; k < n; ++k) {
     // Rotate the starting QP so that one busy QP cannot starve the others.
     Qp* qp = active_[rr_ + k < n ? rr_ + k : rr_ + k - n];
-    qp->tx_quota = kTxQuantum;
+    const uint32_t given = qp->tx_quota = tx_quota_for(*qp);
     if (qp->ud) {
       if (qp->state == QpState::kRts && !qp->ud_tx(now)) { tx_blocked_ = true; break; }
     } else {
@@ -548,22 +573,27 @@ uint32_t Transport::poll(uint64_t now) noexcept {
         if (!qp->tx_requests(now)) { tx_blocked_ = true; break; }
       }
     }
+    tx_charge(*qp, given);
     // (UD QPs get one quantum per poll: ud_tx completes what the previous
     // call queued, which the I/O layer has taken only by the next poll.)
     if (qp->tx_quota == 0 && !qp->ud) quota_hit_.push_back(qp);
   }
-  // Room left in the TX queue: the QPs that used their whole quantum take it
-  // in turns, a quantum each per round, so a QP with a huge message shares the
-  // queue with the others instead of filling it when its turn comes first.
+  // Room left in the TX queue: the QPs that used their whole quantum (or
+  // found their owner's spent) take it in turns, a quantum per owner per
+  // round, so a QP with a huge message shares the queue with the others
+  // instead of filling it when its turn comes first. Each round every owner
+  // listed either queues a quantum or loses a QP from the list: it ends.
   while (!tx_blocked_ && !quota_hit_.empty()) {
     std::size_t again = 0;
+    ++turn_;
     for (Qp* qp : quota_hit_) {
-      qp->tx_quota = kTxQuantum;
+      const uint32_t given = qp->tx_quota = tx_quota_for(*qp);
       if (qp->state != QpState::kRtr && qp->state != QpState::kRts) continue;
       if (!qp->tx_responses(now) || (qp->state == QpState::kRts && !qp->tx_requests(now))) {
         tx_blocked_ = true;
         break;
       }
+      tx_charge(*qp, given);
       if (qp->tx_quota == 0) quota_hit_[again++] = qp;
     }
     quota_hit_.resize(again);

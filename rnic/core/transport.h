@@ -69,6 +69,7 @@
 #include "common/wire/roce_packet.h"
 #include "rnic/core/cc_credit.h"
 #include "rnic/core/cc_policy.h"
+#include "rnic/core/owner_share.h"
 #include "rnic/core/path_policy.h"
 #include "rnic/core/qp_counters.h"
 #include "rnic/core/tx_desc.h"
@@ -95,6 +96,13 @@ struct TransportConfig {
   // the loop not running (descheduled, stalled), and path health and the
   // credit grantor do not count that time as anyone's silence. 0: never.
   uint64_t loop_gap_ns = 50'000;
+  // Data packets (new and resent) the QPs that have an owner
+  // (QpInitAttr::owner) may have in flight, shared equally by the owners
+  // that have some: one owner alone may use it all, two half each. So a
+  // tenant with many QPs, or with zero-length packets that cost its byte
+  // windows nothing, cannot flood the receivers and rings the others share.
+  // About what one QP's window fills alone. 0: no limit.
+  uint32_t owner_inflight_pkts = 1024;
 };
 
 // Every received packet and every drop, per reason: those no QP took
@@ -234,8 +242,10 @@ class Transport {
 
   // New packets (data, READ requests, READ responses) one QP queues per turn
   // of poll() before the other active QPs get a turn (ACKs and
-  // retransmissions are not counted).
+  // retransmissions are not counted). QPs with the same QpInitAttr::owner
+  // share one quantum per turn.
   static constexpr uint32_t kTxQuantum = 64;
+  static constexpr uint32_t kMaxOwner = 4096;  // create_qp refuses a larger QpInitAttr::owner
 
   // --- fast path ---
   // 0, ENOMEM (queue full), EINVAL (bad state, opcode, SGE count, lkey or
@@ -324,6 +334,12 @@ class Transport {
   std::vector<std::unique_ptr<Qp>> qps_; // index = qpn - qpn_base
   std::vector<Qp*> live_;                // the QPs that exist
   std::vector<Qp*> active_;              // [0, active_n_): the QPs poll() visits (sized max_qps)
+  // By QpInitAttr::owner (kMaxOwner + 1, never moved: QPs point at theirs).
+  std::vector<OwnerShare> owners_;
+  uint32_t owners_inflight_ = 0;  // owners with packets in flight (their shares' divisor)
+  uint64_t turn_ = 0;
+  uint32_t tx_quota_for(const Qp& qp) noexcept;
+  void tx_charge(const Qp& qp, uint32_t given) noexcept;
   std::vector<Qp*> quota_hit_;           // poll(): QPs that used their whole kTxQuantum (reserved max_qps)
   std::size_t active_n_ = 0;
   std::vector<std::unique_ptr<Cq>> cqs_;

@@ -122,6 +122,10 @@ struct QpInitAttr {
   uint32_t rq_depth = 256;     // posted receive WRs (unused with an SRQ)
   uint32_t srq = 0;            // 0: its own receive queue; else Transport::create_srq's id
   uint32_t pd = 0;             // protection domain: the MRs its SGEs and remote accesses may use
+  // The application (tenant) it belongs to: Transport::poll shares TX turns
+  // per owner, so one with 32 busy QPs gets no more than one with one.
+  // 0: none (the QP takes its turns alone).
+  uint32_t owner = 0;
   Reliability mode = Reliability::kIrn;
   uint32_t window_pkts = 1024;      // PSNs in flight / reorder bitmap (power of two, <= 2^16)
   uint32_t max_rd_atomic = 16;      // READ requests in flight (requester)

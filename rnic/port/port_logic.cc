@@ -98,6 +98,7 @@ void PortLogic::on_qp_created(uint32_t host_qpn) {
   init.recv_cq = core_cq_;
   init.max_rd_atomic = std::max<uint8_t>(info->max_rd_atomic, 1);
   init.pd = info->pd;
+  init.owner = info->app_index + 1;  // TX turns per application, not per QP
   if (ud) init.wire_qpn = host_qpn;  // its datagrams' DETH names the QPN the application knows
   if (info->srq != 0) {
     const SrqCtx* s = srq_by_host(info->srq);

@@ -162,3 +162,121 @@ TEST_CASE("a QP with a huge message queues a quantum, then the others get their 
   CHECK(second_at <= Transport::kTxQuantum);
   CHECK(i == 2048 + 1);  // and the queue still took everything it had room for in one poll
 }
+
+TEST_CASE("TX turns go by owner: eight busy QPs of one application do not outweigh another's one") {
+  // A TX queue smaller than what the busy QPs have: each poll fills it, and
+  // who fills it is the fairness question (the doorbell storm of tests/system/hostile).
+  TransportConfig cfg;
+  cfg.tx_queue_capacity = 256;
+  cfg.owner_inflight_pkts = 0;  // turns only (the in-flight share: the next case)
+  QpSetup s;
+  s.window = 4096;
+  s.cc_window = 64ull << 20;
+  Loop l(1 << 22, s, {}, 1, cfg);
+  REQUIRE(l.ok);
+  // The loop's own pair is the hostile application's first QP; seven more, and the victim's one.
+  auto pair = [&](uint32_t owner, uint32_t i) {
+    QpInitAttr ia = qp_init(s, l.a.cq), ib = qp_init(s, l.b.cq);
+    ia.owner = owner;
+    const uint32_t a = l.a.t.create_qp(ia), b = l.b.t.create_qp(ib);
+    REQUIRE(a != 0);
+    REQUIRE(b != 0);
+    REQUIRE(bring_up(l.a.t, a, b, 100 * i, 5000 * i, s, 2) == 0);
+    REQUIRE(bring_up(l.b.t, b, a, 5000 * i, 100 * i, s, 1) == 0);
+    return a;
+  };
+  std::vector<uint32_t> hostile;
+  for (uint32_t i = 1; i <= 8; ++i) hostile.push_back(pair(1, i));
+  const uint32_t victim = pair(2, 9);
+  // Every QP has 1 MiB (1,024 packets) to send: far more than a poll's queue.
+  for (uint32_t i = 0; i < hostile.size(); ++i)
+    REQUIRE(l.a.t.post_send(hostile[i], make_wr(IBV_WR_RDMA_WRITE, i, l.a, 0, 1 << 20, &l.b, 0)) == 0);
+  REQUIRE(l.a.t.post_send(victim, make_wr(IBV_WR_RDMA_WRITE, 99, l.a, 0, 1 << 20, &l.b, 1 << 20)) == 0);
+  // Several polls, so the rotation's starting point moves; count who got the queue.
+  uint32_t mine = 0, theirs = 0;
+  for (int p = 0; p < 6; ++p) {
+    l.a.t.poll(l.now);
+    TxQueue& tx = l.a.t.tx();
+    REQUIRE(tx.full());
+    for (; !tx.empty(); tx.pop()) (tx.front().local_qpn == victim ? mine : theirs) += 1;
+  }
+  // Turns per QP gave the victim 64 of these 1,536 packets (one poll in six
+  // started its round near it); per owner it gets half.
+  CHECK(mine >= 2 * 1536 / 5);
+  CHECK(theirs >= 2 * 1536 / 5);
+}
+
+TEST_CASE("one owner's QPs share TransportConfig::owner_inflight_pkts, zero-length packets included") {
+  TransportConfig cfg;
+  cfg.tx_queue_capacity = 4096;
+  cfg.owner_inflight_pkts = 300;
+  QpSetup s;
+  s.window = 4096;
+  Loop l(1 << 20, s, {}, 1, cfg);
+  REQUIRE(l.ok);
+  std::vector<uint32_t> mine;
+  for (uint32_t i = 1; i <= 5; ++i) {
+    QpInitAttr ia = qp_init(s, l.a.cq), ib = qp_init(s, l.b.cq);
+    ia.owner = i == 5 ? 8 : 7;
+    const uint32_t a = l.a.t.create_qp(ia), b = l.b.t.create_qp(ib);
+    REQUIRE(a != 0);
+    REQUIRE(b != 0);
+    REQUIRE(bring_up(l.a.t, a, b, 100 * i, 5000 * i, s, 2) == 0);
+    REQUIRE(bring_up(l.b.t, b, a, 5000 * i, 100 * i, s, 1) == 0);
+    mine.push_back(a);
+  }
+  const uint32_t late = mine.back();  // owner 8's
+  mine.pop_back();
+  // 4 x 200 zero-length WRITEs: nothing in any byte window, 800 packets.
+  for (uint32_t q : mine)
+    for (uint32_t k = 0; k < 200; ++k)
+      REQUIRE(l.a.t.post_send(q, make_wr(IBV_WR_RDMA_WRITE, k, l.a, 0, 0, &l.b, 0)) == 0);
+  // The loop's own QP has no owner: its 400 packets are not held back.
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_RDMA_WRITE, 1000, l.a, 0, 400 << 10, &l.b, 0)) == 0);
+  for (int p = 0; p < 4; ++p) l.a.t.poll(l.now);  // nothing acknowledged yet
+  uint32_t owned = 0, other = 0;
+  for (TxQueue& tx = l.a.t.tx(); !tx.empty(); tx.pop()) (tx.front().local_qpn == l.a.qpn ? other : owned) += 1;
+  CHECK(owned == 300);  // alone, owner 7 has the whole budget
+  CHECK(other == 400);
+  // A second owner gets an equal part: half of the budget.
+  for (uint32_t k = 0; k < 400; ++k)
+    REQUIRE(l.a.t.post_send(late, make_wr(IBV_WR_RDMA_WRITE, 2000 + k, l.a, 0, 0, &l.b, 0)) == 0);
+  l.a.t.poll(l.now);
+  CHECK(l.a.t.tx().size() == 150);
+  while (!l.a.t.tx().empty()) l.a.t.tx().pop();
+  // Acknowledged packets give the share back: everything completes (what
+  // was popped above is lost: the retransmission timers resend it).
+  REQUIRE(l.run([&] { return l.a.done.size() == 1201; }));
+  for (const Completion& c : l.a.done) CHECK(c.status == IBV_WC_SUCCESS);
+  // READs and atomics hold no share (their responses come back, nothing of
+  // theirs is in flight): one done leaves owner 8 idle and owner 7 the whole budget.
+  // (Its first response lost, and a WRITE after it, whose ACK then covers
+  // the READ's PSNs: neither that nor the loss takes them out of flight.)
+  bool dropped = false;
+  l.filter = [&](bool from_a, const tandem::common::RocePacket& p) {
+    if (from_a || dropped || p.bth.opcode != IBV_OPCODE_RC_RDMA_READ_RESPONSE_FIRST) return true;
+    dropped = true;
+    return false;
+  };
+  REQUIRE(l.a.t.post_send(late, make_wr(IBV_WR_RDMA_READ, 3000, l.a, 0, 8192, &l.b, 0)) == 0);
+  REQUIRE(l.a.t.post_send(late, make_wr(IBV_WR_RDMA_WRITE, 3001, l.a, 0, 0, &l.b, 0)) == 0);
+  REQUIRE(l.run([&] { return l.a.done.size() == 1203; }));
+  CHECK(dropped);
+  CHECK(l.a.done.back().status == IBV_WC_SUCCESS);
+  for (uint32_t k = 0; k < 300; ++k)
+    REQUIRE(l.a.t.post_send(mine[2], make_wr(IBV_WR_RDMA_WRITE, k, l.a, 0, 0, &l.b, 0)) == 0);
+  l.a.t.poll(l.now);
+  CHECK(l.a.t.tx().size() == 300);
+  REQUIRE(l.run([&] { return l.a.done.size() == 1503; }));
+  // A destroyed QP's packets leave the share with it: the owner can send again.
+  for (uint32_t k = 0; k < 200; ++k)
+    REQUIRE(l.a.t.post_send(mine[0], make_wr(IBV_WR_RDMA_WRITE, k, l.a, 0, 0, &l.b, 0)) == 0);
+  l.a.t.poll(l.now);
+  REQUIRE(l.a.t.tx().size() == 200);
+  while (!l.a.t.tx().empty()) l.a.t.tx().pop();
+  REQUIRE(l.a.t.destroy_qp(mine[0]) == 0);
+  for (uint32_t k = 0; k < 250; ++k)
+    REQUIRE(l.a.t.post_send(mine[1], make_wr(IBV_WR_RDMA_WRITE, k, l.a, 0, 0, &l.b, 0)) == 0);
+  l.a.t.poll(l.now);
+  CHECK(l.a.t.tx().size() == 250);
+}
