@@ -104,6 +104,10 @@ int main(int argc, char** argv) {
                  "and all its QPs live on one (placed at attach: fewest applications, then QPs), frames for "
                  "another lcore's QP are handed to it by destination QP. Standalone mode only")
       ->check(CLI::Range(1, 8));
+  app.add_option("--app-inflight-pkts", c.app_inflight_pkts,
+                 "data packets in flight per lcore, shared equally by the applications that have some (one alone "
+                 "may use all; zero-length packets count), so that no tenant floods the receivers and rings the "
+                 "others share (default 1024, about one QP's window; 0: no limit)");
   app.add_option("--max-qps", c.max_qps, "QPs this worker can run (default 16384; a created QP costs ~90 KiB of worker memory, mostly its 1024-PSN window; an unused slot a few hundred bytes); also the base of --limit-per-vnic's defaults");
   const auto limit_option = [&app](const char* name, std::vector<tandem::rnic::host::LimitSetting>& into,
                                    const char* help) {

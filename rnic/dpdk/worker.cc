@@ -117,6 +117,7 @@ port::PortConfig port_config(const WorkerConfig& c, const StandaloneTable& st) {
   p.timeout_ns = c.timeout_ns;
   p.bench_any_psn = c.bench_any_psn;
   p.max_qps = c.max_qps;
+  p.app_inflight_pkts = c.app_inflight_pkts;
   return p;
 }
 

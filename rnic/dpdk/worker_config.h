@@ -50,6 +50,7 @@ struct WorkerConfig {
   std::string stats_json;
   uint16_t port_id = 0;      // the data port (first EAL port)
   uint32_t max_qps = 16384;
+  uint32_t app_inflight_pkts = 1024;  // --app-inflight-pkts (TransportConfig::owner_inflight_pkts)
   // Worker lcores of the port (--lcores): each application and its QPs live
   // on one (rnic/port/qp_steering.h). Standalone mode only when > 1.
   uint32_t lcores = 1;

@@ -27,7 +27,7 @@ PortLogic::PortLogic(const PortConfig& c, Level2Table& table, host::HostServer& 
       table_(table),
       host_(host),
       agent_(agent),
-      core_(TransportConfig{c.max_qps, kQpnBase, kCoreMrSlots, 4, 1024}),
+      core_(core_config(c)),
       vnics_(c.yaml_vnics) {
   core_cq_ = core_.create_cq(1, &relay_);
   if (core_cq_ == UINT32_MAX) throw std::runtime_error("transport core: cannot create its CQ");
@@ -60,6 +60,12 @@ std::vector<uint32_t> PortLogic::vnic_ips(const std::vector<Vnic>& vnics) {
   std::vector<uint32_t> ips;
   for (const Vnic& v : vnics) ips.push_back(v.overlay_ip);
   return ips;
+}
+
+TransportConfig PortLogic::core_config(const PortConfig& c) {
+  TransportConfig t{c.max_qps, kQpnBase, kCoreMrSlots, 4, 1024};
+  t.owner_inflight_pkts = c.app_inflight_pkts;
+  return t;
 }
 
 QpInitAttr PortLogic::core_qp_init(const PortConfig& c, uint32_t sq_depth, uint32_t rq_depth, bool ud) {

@@ -68,6 +68,9 @@ struct PortConfig {
   uint64_t timeout_ns = 1'000'000;
   bool bench_any_psn = false;  // BENCHMARK ONLY: every QP accepts any PSN
   uint32_t max_qps = 16384;
+  // Data packets in flight per lcore, shared equally by the applications with
+  // some (TransportConfig::owner_inflight_pkts; 0: no limit).
+  uint32_t app_inflight_pkts = 1024;
 };
 
 // Per-QP state of the worker: the binding to its tenant (vNIC, remote) and
@@ -203,6 +206,7 @@ class PortLogic {
   // The core's attributes for an application QP of these depths (what
   // on_qp_created asks the core for, before its PD, SRQ and RD atomics).
   static QpInitAttr core_qp_init(const PortConfig& c, uint32_t sq_depth, uint32_t rq_depth, bool ud);
+  static TransportConfig core_config(const PortConfig& c);
   // What such a QP and an SRQ of `depth` cost this worker (the core's records
   // and the QP's entry here): the host interface charges it as queue_bytes.
   static uint64_t qp_worker_bytes(const PortConfig& c, uint32_t sq_depth, uint32_t rq_depth, bool on_srq, bool ud);
