@@ -646,6 +646,7 @@ std::string DpuGate::report_json() const {
 rnic::sim::GateFactory dpu_gate_factory() {
   return [](rnic::sim::Simulation& sim) -> std::unique_ptr<rnic::sim::ConnGate> {
     const rnic::sim::Scenario& s = sim.scenario();
+    if (s.dpu_yaml.empty()) return nullptr;  // no dpu: section, no DPU in the loop
     return std::make_unique<DpuGate>(sim, parse_dpu_spec(s.dpu_yaml, s.name));
   };
 }

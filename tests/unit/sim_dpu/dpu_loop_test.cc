@@ -78,3 +78,17 @@ TEST_CASE("the DPU in the loop is deterministic: the same seed gives the same by
   CHECK(a["results"][0]["dpu"]["punts"].get<uint64_t>() > 0);
   CHECK(a.dump() == b.dump());
 }
+
+TEST_CASE("a scenario without a dpu: section runs with the DPU model as without it") {
+  // tandem-sim always passes the DPU model's factory; every built-in scenario
+  // but the DPU ones has no dpu: section, and once failed "dpu.dpu must be a mapping".
+  const std::string yaml = "name: nodpu\nstop_us: 100000\n" + topology(2, 2) +
+                           "workload: {kind: incast, senders: 3, receiver: 0, size: {dist: fixed, bytes: 65536}, "
+                           "messages: 2, outstanding: 1}\n"
+                           "policies: [{name: base}]\n";
+  const Scenario s = rnic::sim::parse_scenario(yaml, "test");
+  const auto with = rnic::sim::run_scenario(s, 1, sim::dpu_gate_factory());
+  const auto without = rnic::sim::run_scenario(s, 1);
+  CHECK(rnic::sim::results_json(s, 1, with).dump() == rnic::sim::results_json(s, 1, without).dump());
+  CHECK(nlohmann::json::parse(rnic::sim::results_json(s, 1, with).dump())["results"][0]["data_ok"] == true);
+}
