@@ -290,10 +290,11 @@ bool Qp::tx_requests(uint64_t now) noexcept {
       tx_commit(d, now);
       r.sport = d->udp_sport;
       r.path = path_pick();
-      // A message's first packet costs its turn one more: the WQE fetched and
-      // the completion written are work too, so many tiny messages (a
-      // zero-length WRITE storm) take no more of the lcore than big ones.
-      tx_quota -= idx == 0 && tx_quota > 1 ? 2 : 1;
+      // In an owner's shared turn a message's first packet costs one more:
+      // the WQE fetched and the completion written are work too, so many
+      // tiny messages (a zero-length WRITE storm) take no more of the lcore
+      // than big ones.
+      tx_quota -= idx == 0 && owner != nullptr && tx_quota > 1 ? 2 : 1;
       if (++w.pkts_sent == w.npkts) ++sq_send;
       continue;
     }
