@@ -67,11 +67,7 @@ Transport::Transport(const TransportConfig& cfg)
   live_.reserve(cfg_.max_qps);
   granting_.reserve(cfg_.max_qps);
   quota_hit_.reserve(cfg_.max_qps);
-  owners_.resize(kMaxOwner + 1);
-  for (OwnerShare& o : owners_) {
-    o.busy = &owners_inflight_;
-    o.budget = cfg_.owner_inflight_pkts;
-  }
+  owners_.reserve(kMaxOwner + 1);  // never moved (QPs point into it); grown by create_qp
   active_.resize(cfg_.max_qps);
   cqs_.reserve(cfg_.max_cqs);
 }
@@ -157,6 +153,11 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
   auto cc = make_cc_policy(ud ? "fixed_window" : init.policy.cc);
   if (!path || !cc) return 0;
   if (init.owner > kMaxOwner) return 0;
+  while (owners_.size() <= init.owner) {
+    OwnerShare& o = owners_.emplace_back();
+    o.busy = &owners_inflight_;
+    o.budget = cfg_.owner_inflight_pkts;
+  }
   for (std::size_t i = 0; i < qps_.size(); ++i) {
     if (qps_[i]) continue;
     auto qp = std::make_unique<Qp>();

@@ -334,7 +334,7 @@ class Transport {
   std::vector<std::unique_ptr<Qp>> qps_; // index = qpn - qpn_base
   std::vector<Qp*> live_;                // the QPs that exist
   std::vector<Qp*> active_;              // [0, active_n_): the QPs poll() visits (sized max_qps)
-  // By QpInitAttr::owner (kMaxOwner + 1, never moved: QPs point at theirs).
+  // By QpInitAttr::owner (capacity kMaxOwner + 1, never moved: QPs point at theirs).
   std::vector<OwnerShare> owners_;
   uint32_t owners_inflight_ = 0;  // owners with packets in flight (their shares' divisor)
   uint64_t turn_ = 0;
