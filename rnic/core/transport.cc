@@ -378,6 +378,7 @@ int Transport::modify_qp(uint32_t qpn, const QpAttr& a, int mask) noexcept {
   }
   if (mask & IBV_QP_SQ_PSN) {
     qp->attr.sq_psn = a.sq_psn & common::kPsnMask;
+    qp->inflight_clear();  // (RTS -> RTS: what was in flight is forgotten, not its owner's any more)
     qp->una = qp->nxt = qp->rtx_cursor = qp->read_high = qp->rack_high = qp->attr.sq_psn;
     qp->credit_limit = common::psn_add(qp->attr.sq_psn, qp->cc->unscheduled_pkts());
   }
