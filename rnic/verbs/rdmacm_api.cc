@@ -16,6 +16,7 @@
 #include <random>
 
 #include "rnic/verbs/rdmacm_core.h"
+#include "rnic/verbs/rdmacm_qp_attr.h"
 #include <rdma/rdma_verbs.h>
 
 using namespace tandem::rnic;
@@ -74,9 +75,11 @@ void gid_of(uint32_t ip, ibv_gid* g) {
   std::memcpy(g->raw + 12, &be, 4);
 }
 
-uint32_t random_psn() {
+uint32_t random_psn() {  // never 0: 0 means "not chosen yet"
   static thread_local std::mt19937 rng(std::random_device{}());
-  return rng() & 0xFFFFFF;
+  uint32_t p = 0;
+  while (p == 0) p = rng() & 0xFFFFFF;
+  return p;
 }
 
 Channel* new_channel() {
@@ -153,33 +156,29 @@ int qp_init(Id* id) {
   return qp_modify(id, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
-// The QP's RTR and RTS with the peer's QPN and PSN (what rdma-core's
-// ucma_modify_qp_rtr/_rts do with the kernel's rdma_init_qp_attr).
+ConnQp conn_qp(const Id* id) {
+  ConnQp c;
+  c.announced_psn = id->psn;
+  c.remote = id->remote;
+  c.remote_ip = ip_of(&id->pub.route.addr.dst_addr);
+  return c;
+}
+
+// The QP's RTR and RTS with the peer's QPN and the PSNs of rdma_cm's rule
+// (rdmacm_qp_attr.h), as rdma-core's ucma_modify_qp_rtr/_rts do with the
+// kernel's rdma_init_qp_attr.
 int qp_connect(Id* id, uint8_t resp_res, uint8_t init_depth, uint8_t retry, uint8_t rnr) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = static_cast<ibv_mtu>(id->remote.path_mtu ? id->remote.path_mtu : uint8_t{IBV_MTU_1024});
-  a.dest_qp_num = id->remote.qpn;
-  a.rq_psn = id->remote.psn;
-  a.max_dest_rd_atomic = resp_res ? resp_res : 1;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  gid_of(ip_of(&id->pub.route.addr.dst_addr), &a.ah_attr.grh.dgid);
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.grh.sgid_index = 0;
-  a.ah_attr.port_num = 1;
-  if (qp_modify(id, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                            IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-    return -1;
-  ibv_qp_attr s{};
-  s.qp_state = IBV_QPS_RTS;
-  s.sq_psn = id->psn;
-  s.timeout = 14;
-  s.retry_cnt = retry;
-  s.rnr_retry = rnr;
-  s.max_rd_atomic = init_depth ? init_depth : 1;
-  return qp_modify(id, &s, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                               IBV_QP_MAX_QP_RD_ATOMIC);
+  ConnQp c = conn_qp(id);
+  c.responder_resources = resp_res;
+  c.initiator_depth = init_depth;
+  c.retry_count = retry;
+  c.rnr_retry_count = rnr;
+  ibv_qp_attr a;
+  int mask = 0;
+  conn_rtr_attr(c, &a, &mask);
+  if (qp_modify(id, &a, mask)) return -1;
+  conn_rts_attr(c, &a, &mask);
+  return qp_modify(id, &a, mask);
 }
 
 void qp_error(Id* id) {
@@ -601,7 +600,7 @@ int rdma_accept(rdma_cm_id* pub, rdma_conn_param* param) {
   p.responder_resources = std::min<uint8_t>(p.responder_resources, 16);
   p.initiator_depth = std::min<uint8_t>(p.initiator_depth, 16);
   id->local = p;
-  id->psn = random_psn();
+  if (id->psn == 0) id->psn = random_psn();  // rdma_init_qp_attr may have given it to the QP already
   cm::CmRequest r;
   r.op = static_cast<uint16_t>(cm::CmOp::kAccept);
   r.id = id->wid;
@@ -815,32 +814,15 @@ int rdma_init_qp_attr(rdma_cm_id* pub, ibv_qp_attr* a, int* mask) {
       }
       return 0;
     case IBV_QPS_RTR:
-      *a = ibv_qp_attr{};
-      a->qp_state = IBV_QPS_RTR;
-      a->path_mtu = static_cast<ibv_mtu>(id->remote.path_mtu ? id->remote.path_mtu : uint8_t{IBV_MTU_1024});
-      a->dest_qp_num = id->remote.qpn;
-      a->rq_psn = id->remote.psn;
-      a->max_dest_rd_atomic = id->local.responder_resources ? id->local.responder_resources : 1;
-      a->min_rnr_timer = 12;
-      a->ah_attr.is_global = 1;
-      gid_of(ip_of(&id->pub.route.addr.dst_addr), &a->ah_attr.grh.dgid);
-      a->ah_attr.grh.hop_limit = 64;
-      a->ah_attr.port_num = 1;
-      *mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    case IBV_QPS_RTS: {
+      if (id->psn == 0) id->psn = random_psn();  // rdma_accept announces this one
+      ConnQp c = conn_qp(id);
+      c.responder_resources = id->local.responder_resources;
+      c.initiator_depth = id->local.initiator_depth;
+      if (a->qp_state == IBV_QPS_RTR) conn_rtr_attr(c, a, mask);
+      else conn_rts_attr(c, a, mask);
       return 0;
-    case IBV_QPS_RTS:
-      *a = ibv_qp_attr{};
-      a->qp_state = IBV_QPS_RTS;
-      if (id->psn == 0) id->psn = random_psn();
-      a->sq_psn = id->psn;
-      a->timeout = 14;
-      a->retry_cnt = 7;
-      a->rnr_retry = 7;
-      a->max_rd_atomic = id->local.initiator_depth ? id->local.initiator_depth : 1;
-      *mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-              IBV_QP_MAX_QP_RD_ATOMIC;
-      return 0;
+    }
     default:
       return fail(EINVAL);
   }

@@ -63,7 +63,7 @@ struct Id {
   uint32_t wid = 0;          // the worker's connection (comm) ID
   std::vector<std::pair<Worker*, uint32_t>> listens;
   std::size_t resolve_try = 0;  // unbound resolve: which worker is asked
-  uint32_t psn = 0;          // our starting PSN
+  uint32_t psn = 0;          // the starting PSN our REQ/REP announces: our QP's rq_psn (rdmacm_qp_attr.h)
   cm::CmParams remote{};     // the peer's, from REQ/REP
   rdma_conn_param local{};   // what connect/accept asked
   bool own_cqs = false;      // rdma_create_qp made the CQs

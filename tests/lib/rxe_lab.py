@@ -146,6 +146,49 @@ class RxeLab:
             out.append((p.returncode, o))
         return out[0], out[1], time.time() - t0
 
+    def rping(self, server, count=10, port=7174, timeout=90):
+        """Stock rping -v -C count over rdma_cm (CM MADs on the wire) with the server on `server`
+        ("rxe": bound to the guest's address; "tandem": to the worker's vNIC) and the client on the
+        other side. rping -v prints every ping's data, checked against its pattern. Returns (client
+        (exit, out), server (exit, out), s, pings the client and the server printed)."""
+        ip = GUEST_IP if server == "rxe" else WORKER_IP
+        srv_argv = ["rping", "-s", "-v", "-a", ip, "-p", str(port), "-C", str(count)]
+        cli_argv = ["rping", "-c", "-v", "-a", ip, "-p", str(port), "-C", str(count)]
+        if server == "rxe":
+            srv, mk_cli = self.guest_popen(srv_argv), self.tandem_popen
+            t_wait = time.time()  # its listener shows in the guest's rdma_cm IDs
+            while time.time() - t_wait < 60 and srv.poll() is None:
+                if self.guest(f"rdma resource show cm_id | grep -q 'LISTEN.*{ip}:{port}'",
+                              timeout=30)[0] == 0:
+                    break
+                time.sleep(0.2)
+        else:
+            srv, mk_cli = self.tandem_popen(srv_argv), self.guest_popen
+        t0 = time.time()
+        for attempt in range(4):  # a Tandem listener has no probe: a REJ before it listens is retried
+            if server == "tandem":
+                time.sleep(1.0 + attempt)
+            cli = mk_cli(cli_argv)
+            try:
+                o, _ = cli.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                cli.terminate()
+                o, _ = cli.communicate(timeout=10)
+                o += "\n(hung: killed)"
+            c = (cli.returncode, o)
+            if c[0] == 0 or server == "rxe" or "ping data" in o or srv.poll() is not None:
+                break
+        try:
+            so, _ = srv.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            srv.terminate()
+            so, _ = srv.communicate(timeout=10)
+            so += "\n(hung: killed)"
+        s = (srv.returncode, so)
+        nc = sum(1 for l in c[1].splitlines() if l.startswith("ping data: rdma-ping-"))
+        ns = sum(1 for l in s[1].splitlines() if l.startswith("server ping data: rdma-ping-"))
+        return c, s, time.time() - t0, nc, ns
+
 
 def perftest_row(out, size):
     """perftest's result row for `size` bytes: the numbers after it, or None."""
