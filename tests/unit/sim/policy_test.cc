@@ -179,6 +179,21 @@ TEST_CASE("one READ in flight over the lab's paths, one of 4 dead: no QP in erro
   }
 }
 
+// The lab's failed-path ib_write_lat: a ping-pong (both QPs requesters), 16
+// ports on 4 paths, one dead, busy hosts and quiet ones.
+TEST_CASE("a ping-pong over the lab's paths, one of 4 dead: no QP in error") {
+  Scenario s = resolve_scenario("latency-pingpong-path-failure");
+  for (const char* name : {"rr-credit", "rr-credit-nojit"}) {
+    INFO(name);
+    RunResult r = run_policy(s, name);
+    CHECK(r.data_ok);
+    CHECK(r.error_completions == 0);
+    CHECK(r.completed == 20'000);
+    CHECK(r.path_lost_fwd[0] + r.path_lost_rev[0] > 0);
+    if (std::string(name) == "rr-credit-nojit") CHECK(r.fct_us_p99 <= 2 * 100.0);
+  }
+}
+
 // A dead ACK path under bulk credit traffic (only the reverse direction of
 // path1): nothing is resent, so no duplicate tells the responder; the
 // requester's echoes of each ACK's path (irn_wire.h) do, and the responder
