@@ -58,7 +58,14 @@
 // A responder learns about its ACK paths from the requester's echo
 // (irn_wire.h: each request names the path the latest response reached it
 // on): on_echo is the ACK path's answer, so a dead ACK path goes silent and
-// out by the same rules as a dead data path. Without echoes (go-back-N) the
+// out by the same rules as a dead data path. With one request out at a time
+// that may not happen (every lost ACK is a quiet of the whole QP, excused as
+// a stall); there a duplicate of the newest PSN is the requester's word that
+// the ACK (or both ACKs: a credit kick) telling of it died, and each such
+// ACK path, echoed once, keeps its own run of these losses, out at the third
+// and probed back like a data path (so half of a set dying at once is found;
+// a run shared by all paths, broken by each blame of another, found none).
+// Without echoes (go-back-N) the
 // evidence is the requester resending a request the responder had already
 // acknowledged (on_duplicate): if every ACK that carried the news went on one
 // path, long enough ago, that path lost it; kLossesToRemove such losses in a
@@ -382,14 +389,40 @@ class PathHealth {
   // on each path carries the most; ACK PSNs only grow), and that long ago,
   // that path lost them.
   void on_duplicate(uint32_t psn, uint64_t now) noexcept {
-    uint32_t culprit = n_;
+    uint32_t culprit = n_, tellers = 0;
+    bool latest = true;  // IRN, and each teller's latest ACK was of `psn` itself
     for (uint32_t i = 0; i < n_; ++i) {
       const PerPath& p = p_[i];
       if (p.last_sent_at == 0 || common::psn_lt(p.last_psn, psn)) continue;  // never told it
-      if (culprit != n_) return;  // told on two paths: not the ACK paths' fault
       culprit = i;
+      ++tellers;
+      latest = latest && p.echo_answered && p.last_psn == psn;
     }
-    if (culprit == n_ || now < p_[culprit].last_sent_at + kAckLossAgeNs) return;
+    if (tellers == 0) return;
+    if (latest && tellers <= 2) {
+      // Latency-bound traffic (one request out: the duplicate is of the
+      // newest PSN, told by its ACK and perhaps a credit kick or an answer
+      // to an earlier retry). Echoes answer live ACK paths (IRN), so each
+      // path keeps its own run of lost ACKs, as a data path does of losses:
+      // an echo of a response sent after the lost one ends it (on_ack).
+      // Several ACK paths may die at once (a fabric path carries several
+      // ports of a set): one run shared by all paths, broken by each blame
+      // of another, never took any out. A teller whose responses have all
+      // been echoed since delivered its ACK.
+      for (uint32_t i = 0; i < n_; ++i) {
+        PerPath& p = p_[i];
+        if (p.last_sent_at == 0 || p.last_psn != psn || p.unanswered == 0 ||
+            now < p.last_sent_at + kAckLossAgeNs)
+          continue;
+        ++p.s.ack_losses;
+        p.last_loss_sent = std::max(p.last_loss_sent, p.last_sent_at);
+        if (p.down || ++p.consecutive_losses < kLossesToRemove || up_count() <= 1) continue;
+        take_out(i, now);  // probed back, as a data path (tick)
+      }
+      return;
+    }
+    if (tellers > 1) return;  // told on two paths: not the ACK paths' fault
+    if (now < p_[culprit].last_sent_at + kAckLossAgeNs) return;
     PerPath& p = p_[culprit];
     ++p.s.ack_losses;
     // A duplicate may also follow a spurious retransmission whose ACK was

@@ -202,6 +202,7 @@ struct AtomicRes {
   uint32_t psn = 0;
   uint8_t state = 0;     // kAtomicFree, kAtomicWaiting (arrived, ePSN not there yet), kAtomicDone
   bool reply = false;    // its response is owed
+  bool replay = false;   // ... to a duplicate request (the earlier answer may have died on its path)
   uint8_t opcode = 0;    // IBV_OPCODE_RC_COMPARE_SWAP or IBV_OPCODE_RC_FETCH_ADD
   uint32_t rkey = 0;
   uint64_t va = 0;
@@ -234,6 +235,7 @@ struct ReadJob {
   uint32_t npkts = 1;
   uint32_t next_pkt = 0;  // packets already emitted
   uint32_t msn = 0;       // the MSN before this READ: its responses carry msn + 1, an ACK short of it msn
+  bool retry = false;     // run again for a duplicate request: its responses go as answers to one
 };
 
 struct Qp {
@@ -600,7 +602,7 @@ struct Qp {
   void advance_epsn(uint64_t now) noexcept;
   void bench_restart(uint32_t psn) noexcept;  // QpInitAttr::bench_any_psn only
   void nak(uint8_t syndrome, uint32_t psn) noexcept;
-  bool read_job(uint32_t psn, const common::Reth& reth, common::DropReason& why) noexcept;
+  bool read_job(uint32_t psn, const common::Reth& reth, common::DropReason& why, bool retry = false) noexcept;
   const ReadRec* find_read(uint32_t psn) const noexcept;  // the received READ whose PSNs hold psn
   uint32_t read_pkts(uint32_t len) const noexcept {       // response packets of a READ of len bytes
     return len == 0 ? 1 : static_cast<uint32_t>((uint64_t{len} + mtu() - 1) / mtu());
@@ -633,7 +635,9 @@ struct Qp {
   void tx_commit_port(TxDesc* d, uint16_t sport) noexcept;
   // A response's (ACK, SACK, NAK, CNP, READ response): its path chosen as
   // one (path_choose_response), and in IRN mode its path bits set.
-  void tx_commit_response(TxDesc* d, uint64_t now) noexcept;
+  // `dup`: it answers a duplicate request (path_choose_response's retry; kRespDup).
+  void tx_commit_response(TxDesc* d, uint64_t now, bool dup) noexcept;
+  void tx_commit_response(TxDesc* d, uint64_t now) noexcept { tx_commit_response(d, now, resp_dup); }
 };
 
 inline void Transport::activate(Qp* qp) noexcept {
@@ -728,13 +732,13 @@ inline void Qp::tx_commit_port(TxDesc* d, uint16_t sport) noexcept {
   t->txq().commit();
 }
 
-[[gnu::always_inline]] inline void Qp::tx_commit_response(TxDesc* d, uint64_t now) noexcept {
-  d->udp_sport = path_choose_response(d->bth.psn, resp_dup, now);
+[[gnu::always_inline]] inline void Qp::tx_commit_response(TxDesc* d, uint64_t now, bool dup) noexcept {
+  d->udp_sport = path_choose_response(d->bth.psn, dup, now);
   if (irn() && d->bth.opcode != common::kOpcodeCnp) {
     const uint32_t pick = path_pick();
     // RC_ATOMIC_ACKNOWLEDGE keeps bit 6 for kSackMark (irn_wire.h).
     const bool aack = d->bth.opcode == IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE;
-    d->bth.resv7 = static_cast<uint8_t>(resp_path_bits(pick, path_color(pick), resp_dup && !aack) |
+    d->bth.resv7 = static_cast<uint8_t>(resp_path_bits(pick, path_color(pick), dup && !aack) |
                                         (aack ? d->bth.resv7 & kSackMark : 0));
   }
   ++c.tx_pkts;

@@ -364,7 +364,13 @@ bool Qp::tx_requests(uint64_t now) noexcept {
     // path may have delivered it (path_health.h, on_late).
     if (r.flags & kRecRetx) {
       path_on_ack(r, 0, now);
-      if (!path_single) path->on_late(psn, now);
+      // After the retransmission timer's loss only if the answer came too
+      // soon to be the resend's (an answer the owner's stall held back): a
+      // copy that had its whole RTO counted against its path (on_timeout),
+      // and where a path's RTT spread exceeds the RTO (a jittery host)
+      // on_late would credit the dead path that lost it and clear its run
+      // of losses, so that it never went out (issue 33).
+      if (!path_single && ((r.flags & kRecRack) || now - r.sent_at < min_rtt_ns / 2)) path->on_late(psn, now);
       // The responder says a request arrived twice: the earlier copy's path
       // delivered, the response to it was lost (irn_wire.h kRespDup).
       if (ack_dup && r.prev_sport != 0 && !path_single) path->on_ack(r.prev_sport, 0, now);

@@ -113,7 +113,7 @@ void Qp::nak(uint8_t syndrome, uint32_t psn) noexcept {
 }
 
 // Validates a READ request and queues its responses. False: `why` says why.
-bool Qp::read_job(uint32_t psn, const common::Reth& reth, DropReason& why) noexcept {
+bool Qp::read_job(uint32_t psn, const common::Reth& reth, DropReason& why, bool retry) noexcept {
   const MemoryRegion* cache = nullptr;
   uint8_t* const p = remote_ptr(*t, reth.rkey, reth.va, reth.len, IBV_ACCESS_REMOTE_READ, init.pd,
                                 attr.qp_access_flags, cache);
@@ -133,6 +133,7 @@ bool Qp::read_job(uint32_t psn, const common::Reth& reth, DropReason& why) noexc
   j.npkts = read_pkts(reth.len);
   j.next_pkt = 0;
   j.msn = msn;
+  j.retry = retry;
   return true;
 }
 
@@ -227,10 +228,15 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
       const common::Reth again{pkt.reth.va, r->rkey,
                                static_cast<uint32_t>(std::min<uint64_t>(pkt.reth.len, r->len - off))};
       DropReason why;
-      if (!read_job(psn, again, why)) {
+      // Its responses answer a retry: never a probe of a path that is out,
+      // a path that answers lately (else a requester whose timeout has
+      // backed off past the probe interval gets every answer on the dead
+      // path it probes, until its retries run out).
+      if (!read_job(psn, again, why, true)) {
         if (why == DropReason::kAccessViolation) nak(common::kAethNak | common::kNakRemoteAccess, psn);
         return fail(why);
       }
+      path->on_duplicate(psn, now);  // the responses that told of it may have died on their path
     } else {
       ack_pending = true;
       resp_dup = true;
@@ -645,7 +651,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     d->num_segs = dlen ? 1 : 0;
     d->segs[0] = TxSeg{j.ptr + off, dlen, j.rkey};
     ++c.tx_data_pkts;
-    tx_commit_response(d, now);
+    tx_commit_response(d, now, j.retry);
     --tx_quota;
     if (++j.next_pkt == j.npkts) ++reads_head;
   }
@@ -690,6 +696,7 @@ DropReason Qp::on_atomic(const common::RocePacket& pkt, int32_t d, uint64_t now)
         a.reply = true;
         ++atomic_replies;
       }
+      a.replay = true;
       ++c.atomic_replays;
       return fail(DropReason::kDuplicate);
     }
@@ -726,7 +733,7 @@ DropReason Qp::on_atomic(const common::RocePacket& pkt, int32_t d, uint64_t now)
     }
   }
   if (r == nullptr) return fail(DropReason::kNoBuffer);
-  *r = AtomicRes{psn, kAtomicWaiting, false, pkt.bth.opcode, a.rkey, a.va, a.swap_add, a.compare, 0};
+  *r = AtomicRes{psn, kAtomicWaiting, false, false, pkt.bth.opcode, a.rkey, a.va, a.swap_add, a.compare, 0};
   RxSlot& s = slot(psn);
   s.flags = kSlotArrived | kSlotAtomic | kSlotMsgEnd;
   s.arrived_at = now;
@@ -779,8 +786,10 @@ bool Qp::tx_atomic_replies(uint64_t now) noexcept {
     d->aeth = common::Aeth{ack_syndrome(), msn};
     d->atomic_ack = r.orig;
     ++c.acks_tx;
-    tx_commit(d, now);
+    // A response (its path echoed back, never a probe when it answers a retry).
+    tx_commit_response(d, now, r.replay);
     r.reply = false;
+    r.replay = false;
     --atomic_replies;
   }
   return true;

@@ -180,3 +180,53 @@ TEST_CASE("an echo of a path's old color answers nothing; one of its current col
   CHECK(p.path_stats(i).acks == 1);
   CHECK(p.path_color(i) != c);  // the next responses carry the other color
 }
+
+// A latency-bound responder (one request out at a time) whose ACK paths die
+// several at once, as when one fabric path of the lab's 4 carries a quarter
+// of a set's 16 ports, or here half of them: each ACK lost costs the
+// requester a timeout and a resend, which the responder sees as a duplicate
+// of the newest PSN; the answer to it goes on a path that answers. Each dead
+// ACK path keeps its own run of such losses (ended by an echo of a later
+// response) and goes out after its third; a live one never. (Here the
+// silence rule would also find them; in the simulator's
+// latency-half-paths-failure, where the requests die too and every lost ACK
+// is a quiet longer than kAllQuietNs, it did not, and the old run shared by
+// all paths, broken by every blame of another path, took none out.)
+TEST_CASE("a latency-bound responder takes out every dead ACK path when half of them die, and no live one") {
+  PathRoundRobin p;
+  p.reset(PathPolicyParams{0x77, 9, 16});
+  auto dead = [](uint32_t i) { return i % 2 == 0; };
+  constexpr uint64_t kOneWay = 5'000, kRto = 100'000;
+  uint64_t t = 10'000, lost_late = 0;
+  struct Echo {
+    uint32_t path;
+    bool color;
+  };
+  std::vector<Echo> echo;  // what the next request echoes
+  for (uint32_t psn = 1; psn <= 3000; ++psn) {
+    // The request arrives, echoing the path of the last ACK that reached the requester.
+    for (const Echo& e : echo) p.on_echo(e.path, e.color, t);
+    echo.clear();
+    bool retry = false;
+    for (;;) {
+      p.choose_response(psn, retry, t);
+      const uint32_t i = p.last_pick();
+      const bool color = p.path_color(i);
+      if (!dead(i) || t < 1'000'000) {
+        echo.push_back(Echo{i, color});
+        t += 2 * kOneWay;  // the ACK arrives; the next request comes
+        break;
+      }
+      if (psn > 500) ++lost_late;
+      t += kRto;  // the requester times out and resends: a duplicate
+      p.on_duplicate(psn, t);
+      retry = true;
+    }
+  }
+  for (uint32_t i = 0; i < 16; ++i) {
+    INFO("path " << i);
+    CHECK(p.health().up(i) == !dead(i));
+    if (!dead(i)) CHECK(p.path_stats(i).removals == 0);
+  }
+  CHECK(lost_late < 50);  // only probes of the dead paths, backing off
+}
