@@ -66,7 +66,8 @@ need_tools() {
     command -v "$t" >/dev/null || [[ $t == cpio ]] ||
       die "$t missing: run scripts/setup.sh (qemu-system-x86, busybox-static, kmod)"
   done
-  busybox --list 2>/dev/null | grep -qx cpio || die "busybox has no cpio applet (busybox-static)"
+  # (grep -q would stop reading early: under pipefail, busybox's SIGPIPE then fails the test at random.)
+  busybox --list 2>/dev/null | grep -x cpio >/dev/null || die "busybox has no cpio applet (busybox-static)"
 }
 
 # The initramfs: busybox, the modules in order, and an init that mounts the host's / (9p, read
@@ -169,7 +170,7 @@ start() {
   v=$(kernel_version)
   rm -rf "$dir"; mkdir -p "$dir/x/jobs"
   local made_ns=0
-  if ! ip netns list | awk '{print $1}' | grep -qx "$netns"; then ip netns add "$netns"; made_ns=1; fi
+  if ! ip netns list | awk '{print $1}' | grep -x "$netns" >/dev/null; then ip netns add "$netns"; made_ns=1; fi
   {
     echo "netns=$netns"; echo "made_ns=$made_ns"; echo "tap=$tap"; echo "ip=$ip"; echo "mac=$mac"
     echo "bridge=$bridge"; echo "fwds='${fwds[*]}'"

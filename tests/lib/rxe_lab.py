@@ -190,6 +190,44 @@ class RxeLab:
         return c, s, time.time() - t0, nc, ns
 
 
+    def perftest_cm(self, prog, args, server, port, timeout=90):
+        """Stock perftest `prog` ARGS with -R (its QP exchange and connection through rdma_cm: CM
+        MADs on the wire) with the server on `server` and the client on the other side, connecting
+        to the server's RoCE address. Returns (client (exit, out), server (exit, out), s)."""
+        ip = GUEST_IP if server == "rxe" else WORKER_IP
+        g = [prog, "-d", "rxe0", "-x", "1", "-R", "-p", str(port)] + args
+        t = [prog, "-d", DEV, "-x", "0", "-R", "-p", str(port)] + args
+        if server == "rxe":
+            srv, cli_argv, mk_cli = self.guest_popen(g), t + [ip], self.tandem_popen
+            t_wait = time.time()
+            while time.time() - t_wait < 60 and srv.poll() is None:
+                if self.guest(f"rdma resource show cm_id | grep -q 'LISTEN.*:{port}'", timeout=30)[0] == 0:
+                    break
+                time.sleep(0.2)
+        else:
+            srv, cli_argv, mk_cli = self.tandem_popen(t), g + [ip], self.guest_popen
+        t0 = time.time()
+        for attempt in range(4):  # a Tandem listener has no probe: a client turned away before it listens retries
+            if server == "tandem":
+                time.sleep(1.0 + attempt)
+            cli = mk_cli(cli_argv)
+            try:
+                o, _ = cli.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                cli.terminate()
+                o, _ = cli.communicate(timeout=10)
+                o += "\n(hung: killed)"
+            c = (cli.returncode, o)
+            if c[0] == 0 or server == "rxe" or srv.poll() is not None:
+                break
+        try:
+            so, _ = srv.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            srv.terminate()
+            so, _ = srv.communicate(timeout=10)
+            so += "\n(hung: killed)"
+        return c, (srv.returncode, so), time.time() - t0
+
 def perftest_row(out, size):
     """perftest's result row for `size` bytes: the numbers after it, or None."""
     for line in out.splitlines():

@@ -8,9 +8,9 @@ on a loaded host); everything runs in it:
     rdma_verify (tests/system/rdma_verify.c: RDMA WRITE, RDMA READ and SEND_WITH_IMM of 1 B to 16 KiB
     each way, every byte checked on both sides), ibv_rc_pingpong -c and ibv_ud_pingpong -c (their
     buffer checks), stock ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat (exit 0, a result row);
-  * stock rping -v -C 10 both ways over rdma_cm (Tandem's CM MADs against the kernel's ib_cm: REQ,
-    REP, RTU, then DREQ/DREP), every ping's data printed by both sides (each side's QP sends from
-    the PSN the other's REQ/REP announced, as Linux's rdma_cm does);
+  * stock rping -v -C 10 and ib_write_bw -R both ways over rdma_cm (Tandem's CM MADs against the
+    kernel's ib_cm: REQ, REP, RTU, then DREQ/DREP), every ping's data printed by both sides (each
+    side's QP sends from the PSN the other's REQ/REP announced, as Linux's rdma_cm does);
   * the worker counted its QPs to the guest as standard-peer QPs (qps_roce_peer) and, captured on
     the tap during an rdma_verify pair, sent nothing Tandem-only: no RC_ATOMIC_ACKNOWLEDGE (IRN's
     SACK), every ACK's AETH credit field "invalid" (no credits), no data packet longer than its
@@ -110,6 +110,18 @@ def main():
         ok = cli[0] == 0 and srv[0] == 0 and nc == 10 and ns == 10
         check(ok, f"rping -v -C 10: client {client}, server {server}: exit {cli[0]}/{srv[0]}, "
                   f"{nc}/{ns} pings printed ({secs:.1f} s)")
+        if not ok:
+            print(f"--- client ---\n{cli[1][-1500:]}\n--- server ---\n{srv[1][-1500:]}")
+
+    # perftest's rdma_cm mode (-R): its exchange and connection through the CM, both ways.
+    for server in ("rxe", "tandem"):
+        cli, srv, secs = rx.perftest_cm("ib_write_bw", ["-s", "65536", "-n", "100"], server,
+                                        18600 + (server == "tandem"))
+        client = "tandem" if server == "rxe" else "rxe"
+        row = rxe_lab.perftest_row(cli[1], 65536)
+        ok = cli[0] == 0 and srv[0] == 0 and row is not None and row[0] == 100
+        check(ok, f"ib_write_bw -R: client {client}, server {server}: exit {cli[0]}/{srv[0]}, "
+                  f"{'%.1f Gb/s' % row[2] if row else 'no result row'} ({secs:.1f} s)")
         if not ok:
             print(f"--- client ---\n{cli[1][-1500:]}\n--- server ---\n{srv[1][-1500:]}")
 
