@@ -77,6 +77,13 @@ try:
     # The fabric stops first, with both hosts still connected: its own close
     # is what this checks. (A host leaving while the fabric polls its port is
     # exercised above by host A, and hard by memif_unmap_guard_test.py.)
+    # The hosts are Debian's testpmd: when its server leaves, DPDK 22.11's memif client unmaps the
+    # shared regions on the interrupt thread while testpmd's forwarding lcore may still be polling
+    # them (the race of common/fabric/dpdk/MEMIF.md, which Tandem's own executables guard and
+    # testpmd cannot): a testpmd SIGSEGV here is upstream's, named, not the fabric's (seen 1 in ~4 runs).
+    for h in (a2, b):
+        lab.expect_death(h, "DPDK 22.11 memif client unmaps its regions under testpmd's polling lcore "
+                            "when the server leaves (MEMIF.md)")
     rc = lab.stop(f, 10)
     lab.stop(a2, 10)
     lab.stop(b, 10)
