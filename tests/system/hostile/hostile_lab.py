@@ -62,6 +62,10 @@ CASES = [
 # the goal prints "xpass" without failing (one run on this VM proves nothing; the figures are
 # the noisy-neighbour benchmark's): take it off when its fix lands. Never weaken a check instead.
 XFAIL = {
+    "doorbell_storm": "TX turns and packets in flight are now shared per application (0.004-0.31 before), but on a "
+                      "quiet machine, where the victim alone runs at ~10 Gb/s, the storm still holds it to 0.29-0.48 "
+                      "(0.53-0.65 under load, where the victim alone is slower): the storm's WQE fetches and "
+                      "completions, one per packet, still cost the lcore more than its share (issue 30 item 3)",
     "big_sends": "a 64 MiB SEND loop on one QP of the same MTU is the victim's equal competitor, not an abuser: "
                  "with TX turns and the in-flight budget shared per application (Transport::poll, OwnerShare) each "
                  "gets half the port, so on a saturated port the fair ratio is 0.5 by construction and the victim's "
