@@ -322,7 +322,13 @@ rdma_cm_event* translate(Channel& ch, Worker* w, const cm::CmEventMsg& m) {
 
 // Waits for (or, non-blocking, looks for) the channel's next event.
 int next_event(Channel* ch, rdma_cm_event** out, int timeout_ms) {
+  struct Waiting {
+    Channel* ch;
+    explicit Waiting(Channel* c) : ch(c) { ch->waiters.fetch_add(1); }
+    ~Waiting() { ch->waiters.fetch_sub(1); }
+  } waiting(ch);
   for (;;) {
+    while (ch->dead.load()) pause();  // destroyed while this thread waited: it waits for ever
     {
       std::lock_guard<std::mutex> g(ch->mu);
       if (!ch->queue.empty()) {
@@ -412,7 +418,17 @@ rdma_event_channel* rdma_create_event_channel(void) {
 }
 
 void rdma_destroy_event_channel(rdma_event_channel* channel) {
-  if (channel) free_channel(channel_of(channel));
+  if (channel == nullptr) return;
+  Channel* ch = channel_of(channel);
+  ch->dead.store(true);
+  if (ch->waiters.load() == 0) {
+    free_channel(ch);
+    return;
+  }
+  // A thread still waits in rdma_get_cm_event: the channel and its fds stay
+  // (never freed under it), and it waits on for ever, as a read() on
+  // rdma-core's closed channel fd does (rping's CM thread exits the process
+  // on an error, which would race its main thread's exit status).
 }
 
 int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** out, void* context, rdma_port_space ps) {

@@ -8,6 +8,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -51,6 +52,11 @@ struct Channel {
   std::mutex mu;
   std::map<Worker*, int> conns;     // event connection per worker
   std::deque<rdma_cm_event*> queue; // made here, not yet taken
+  // Threads inside rdma_get_cm_event, and whether the channel was destroyed:
+  // rping destroys it while its CM thread still waits on it (rdma-core's
+  // read() on the closed fd blocks on), so a waited-on channel is never freed.
+  std::atomic<int> waiters{0};
+  std::atomic<bool> dead{false};
 };
 
 struct Id {

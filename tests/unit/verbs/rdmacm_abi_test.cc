@@ -7,6 +7,9 @@
 #include <stdlib.h>
 
 #include <array>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -122,4 +125,23 @@ TEST_CASE("without devices: IDs are made and freed, an address resolves nowhere,
   CHECK(errno == EOPNOTSUPP);
   CHECK(rdma_destroy_id(id) == 0);
   rdma_destroy_event_channel(ch);
+}
+
+TEST_CASE("a channel destroyed while another thread waits in rdma_get_cm_event: that thread waits on, nothing crashes") {
+  // rping's teardown: its CM thread still blocks in rdma_get_cm_event when the
+  // main thread destroys the channel. rdma-core's read() on the closed fd blocks
+  // on; the freed channel once crashed rping here (SIGSEGV in interop_rxe).
+  rdma_event_channel* ch = rdma_create_event_channel();
+  REQUIRE(ch != nullptr);
+  static std::atomic<int> returned{0};
+  std::thread waiter([ch] {
+    rdma_cm_event* e = nullptr;
+    rdma_get_cm_event(ch, &e);
+    returned = 1;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // (most runs: already in epoll_wait)
+  rdma_destroy_event_channel(ch);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(returned == 0);
+  waiter.detach();  // blocked until the process exits, as with rdma-core
 }
