@@ -146,68 +146,23 @@ class RxeLab:
             out.append((p.returncode, o))
         return out[0], out[1], time.time() - t0
 
-    def rping(self, server, count=10, port=7174, timeout=90):
-        """Stock rping -v -C count over rdma_cm (CM MADs on the wire) with the server on `server`
-        ("rxe": bound to the guest's address; "tandem": to the worker's vNIC) and the client on the
-        other side. rping -v prints every ping's data, checked against its pattern. Returns (client
-        (exit, out), server (exit, out), s, pings the client and the server printed)."""
-        ip = GUEST_IP if server == "rxe" else WORKER_IP
-        srv_argv = ["rping", "-s", "-v", "-a", ip, "-p", str(port), "-C", str(count)]
-        cli_argv = ["rping", "-c", "-v", "-a", ip, "-p", str(port), "-C", str(count)]
+    def cm_pair(self, srv_argv, cli_argv, server, port, timeout=90, done=None):
+        """A pair that connects through rdma_cm (CM MADs on the wire): the server `srv_argv` on
+        `server` ("rxe" or "tandem"), then the client `cli_argv` on the other side. An rxe listener
+        is waited for (it shows in the guest's rdma_cm IDs); a Tandem one has no probe, so a client
+        turned away before it listens is run again (up to 4 times; done(out): the client got far
+        enough not to). Returns (client (exit, out), server (exit, out), s)."""
         if server == "rxe":
             srv, mk_cli = self.guest_popen(srv_argv), self.tandem_popen
-            t_wait = time.time()  # its listener shows in the guest's rdma_cm IDs
-            while time.time() - t_wait < 60 and srv.poll() is None:
-                if self.guest(f"rdma resource show cm_id | grep -q 'LISTEN.*{ip}:{port}'",
-                              timeout=30)[0] == 0:
-                    break
-                time.sleep(0.2)
-        else:
-            srv, mk_cli = self.tandem_popen(srv_argv), self.guest_popen
-        t0 = time.time()
-        for attempt in range(4):  # a Tandem listener has no probe: a REJ before it listens is retried
-            if server == "tandem":
-                time.sleep(1.0 + attempt)
-            cli = mk_cli(cli_argv)
-            try:
-                o, _ = cli.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                cli.terminate()
-                o, _ = cli.communicate(timeout=10)
-                o += "\n(hung: killed)"
-            c = (cli.returncode, o)
-            if c[0] == 0 or server == "rxe" or "ping data" in o or srv.poll() is not None:
-                break
-        try:
-            so, _ = srv.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            srv.terminate()
-            so, _ = srv.communicate(timeout=10)
-            so += "\n(hung: killed)"
-        s = (srv.returncode, so)
-        nc = sum(1 for l in c[1].splitlines() if l.startswith("ping data: rdma-ping-"))
-        ns = sum(1 for l in s[1].splitlines() if l.startswith("server ping data: rdma-ping-"))
-        return c, s, time.time() - t0, nc, ns
-
-
-    def perftest_cm(self, prog, args, server, port, timeout=90):
-        """Stock perftest `prog` ARGS with -R (its QP exchange and connection through rdma_cm: CM
-        MADs on the wire) with the server on `server` and the client on the other side, connecting
-        to the server's RoCE address. Returns (client (exit, out), server (exit, out), s)."""
-        ip = GUEST_IP if server == "rxe" else WORKER_IP
-        g = [prog, "-d", "rxe0", "-x", "1", "-R", "-p", str(port)] + args
-        t = [prog, "-d", DEV, "-x", "0", "-R", "-p", str(port)] + args
-        if server == "rxe":
-            srv, cli_argv, mk_cli = self.guest_popen(g), t + [ip], self.tandem_popen
             t_wait = time.time()
             while time.time() - t_wait < 60 and srv.poll() is None:
                 if self.guest(f"rdma resource show cm_id | grep -q 'LISTEN.*:{port}'", timeout=30)[0] == 0:
                     break
                 time.sleep(0.2)
         else:
-            srv, cli_argv, mk_cli = self.tandem_popen(t), g + [ip], self.guest_popen
+            srv, mk_cli = self.tandem_popen(srv_argv), self.guest_popen
         t0 = time.time()
-        for attempt in range(4):  # a Tandem listener has no probe: a client turned away before it listens retries
+        for attempt in range(4):
             if server == "tandem":
                 time.sleep(1.0 + attempt)
             cli = mk_cli(cli_argv)
@@ -218,7 +173,7 @@ class RxeLab:
                 o, _ = cli.communicate(timeout=10)
                 o += "\n(hung: killed)"
             c = (cli.returncode, o)
-            if c[0] == 0 or server == "rxe" or srv.poll() is not None:
+            if c[0] == 0 or server == "rxe" or (done and done(o)) or srv.poll() is not None:
                 break
         try:
             so, _ = srv.communicate(timeout=30)
@@ -227,6 +182,29 @@ class RxeLab:
             so, _ = srv.communicate(timeout=10)
             so += "\n(hung: killed)"
         return c, (srv.returncode, so), time.time() - t0
+
+    def rping(self, server, count=10, port=7174, timeout=90):
+        """Stock rping -v -C count with the server on `server` ("rxe": bound to the guest's address;
+        "tandem": to the worker's vNIC) and the client on the other side (cm_pair). rping -v prints
+        every ping's data, checked against its pattern. Returns (client (exit, out), server (exit,
+        out), s, pings the client and the server printed)."""
+        ip = GUEST_IP if server == "rxe" else WORKER_IP
+        srv_argv = ["rping", "-s", "-v", "-a", ip, "-p", str(port), "-C", str(count)]
+        cli_argv = ["rping", "-c", "-v", "-a", ip, "-p", str(port), "-C", str(count)]
+        c, s, secs = self.cm_pair(srv_argv, cli_argv, server, port, timeout, done=lambda o: "ping data" in o)
+        nc = sum(1 for l in c[1].splitlines() if l.startswith("ping data: rdma-ping-"))
+        ns = sum(1 for l in s[1].splitlines() if l.startswith("server ping data: rdma-ping-"))
+        return c, s, secs, nc, ns
+
+    def perftest_cm(self, prog, args, server, port, timeout=90):
+        """Stock perftest `prog` ARGS with -R (its exchange and connection through rdma_cm), the
+        client connecting to the server's RoCE address (cm_pair)."""
+        ip = GUEST_IP if server == "rxe" else WORKER_IP
+        g = [prog, "-d", "rxe0", "-x", "1", "-R", "-p", str(port)] + args
+        t = [prog, "-d", DEV, "-x", "0", "-R", "-p", str(port)] + args
+        if server == "rxe":
+            return self.cm_pair(g, t + [ip], server, port, timeout)
+        return self.cm_pair(t, g + [ip], server, port, timeout)
 
 def perftest_row(out, size):
     """perftest's result row for `size` bytes: the numbers after it, or None."""
