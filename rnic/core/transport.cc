@@ -68,6 +68,8 @@ Transport::Transport(const TransportConfig& cfg)
   granting_.reserve(cfg_.max_qps);
   quota_hit_.reserve(cfg_.max_qps);
   owners_.reserve(kMaxOwner + 1);  // never moved (QPs point into it); grown by create_qp
+  shares_.budget = cfg_.owner_inflight_pkts;
+  shares_.set(0);
   active_.resize(cfg_.max_qps);
   cqs_.reserve(cfg_.max_cqs);
 }
@@ -154,9 +156,7 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
   if (!path || !cc) return 0;
   if (init.owner > kMaxOwner) return 0;
   while (owners_.size() <= init.owner) {
-    OwnerShare& o = owners_.emplace_back();
-    o.busy = &owners_inflight_;
-    o.budget = cfg_.owner_inflight_pkts;
+    owners_.emplace_back().all = &shares_;
   }
   for (std::size_t i = 0; i < qps_.size(); ++i) {
     if (qps_[i]) continue;

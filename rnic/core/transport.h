@@ -336,7 +336,7 @@ class Transport {
   std::vector<Qp*> active_;              // [0, active_n_): the QPs poll() visits (sized max_qps)
   // By QpInitAttr::owner (capacity kMaxOwner + 1, never moved: QPs point at theirs).
   std::vector<OwnerShare> owners_;
-  uint32_t owners_inflight_ = 0;  // owners with packets in flight (their shares' divisor)
+  OwnerShares shares_;  // what the owners' in-flight parts are now
   uint64_t turn_ = 0;
   uint32_t tx_quota_for(const Qp& qp) noexcept;
   void tx_charge(const Qp& qp, uint32_t given) noexcept;
