@@ -31,9 +31,16 @@ using namespace tandem::rnic::verbs;
 
 namespace {
 
+// A parent domain (ibv_alloc_parent_domain) is a TandemPd over its protection
+// domain's host PD: every verb that takes a PD takes it, and protection is the
+// protection domain's. Its allocators are kept, not called: a Tandem queue is
+// memory the worker maps (a memfd), never a provider buffer an allocator could give.
 struct TandemPd {
   ibv_pd pd;
   th::Pd* h;
+  TandemPd* protection = nullptr;    // set: a parent domain over this PD
+  std::atomic<uint32_t> parents{0};  // parent domains over this PD (EBUSY on its dealloc)
+  ibv_parent_domain_init_attr parent{};
 };
 struct TandemMr {
   ibv_mr mr;
@@ -153,6 +160,7 @@ ibv_cq_ex* ops_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* a);
 int ops_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                         size_t attr_size);
 int ops_query_rt_values(ibv_context* context, ibv_values_ex* values);
+ibv_pd* ops_alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* a);
 
 // ibv_create_cq and ibv_create_cq_ex: the host CQ (completion timestamps beside
 // the ring when asked) behind a TandemCq. cqe over the device's max_cqe and a
@@ -213,6 +221,7 @@ void install_ops(ibv_context& ctx) {
     v->create_cq_ex = ops_create_cq_ex;
     v->query_device_ex = ops_query_device_ex;
     v->query_rt_values = ops_query_rt_values;
+    v->alloc_parent_domain = ops_alloc_parent_domain;
   }
   ctx.ops.poll_cq = ops_poll_cq;
   ctx.ops.req_notify_cq = ops_req_notify;
@@ -240,6 +249,13 @@ ibv_pd* ibv_alloc_pd(ibv_context* context) {
 
 int ibv_dealloc_pd(ibv_pd* pd) {
   if (pd == nullptr) return EINVAL;
+  TandemPd* p = of<TandemPd>(pd);
+  if (p->protection != nullptr) {  // a parent domain: its protection domain stays
+    p->protection->parents.fetch_sub(1, std::memory_order_relaxed);
+    delete p;
+    return 0;
+  }
+  if (p->parents.load(std::memory_order_relaxed) != 0) return EBUSY;
   const int rc = to_errno(th::dealloc_pd(of<TandemPd>(pd)->h));
   if (rc == 0 || th::last_status() == th::Status::kWorkerGone) delete of<TandemPd>(pd);
   return rc == EIO ? 0 : rc;
@@ -670,8 +686,15 @@ ibv_cq_ex* ops_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* a) {
     errno = EINVAL;
     return nullptr;
   }
+  // A CQ may name a parent domain (its allocators are not called: see TandemPd); only one.
+  if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0 &&
+      (a->parent_domain == nullptr || a->parent_domain->context != context ||
+       of<TandemPd>(a->parent_domain)->protection == nullptr)) {
+    errno = EINVAL;
+    return nullptr;
+  }
   const uint32_t flags = (a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? a->flags : 0;
-  if ((a->wc_flags & ~kCqExFlags) != 0 || (a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0 ||
+  if ((a->wc_flags & ~kCqExFlags) != 0 ||
       (flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) != 0) {
     errno = EOPNOTSUPP;
     return nullptr;
@@ -681,6 +704,34 @@ ibv_cq_ex* ops_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* a) {
   if (c == nullptr) return nullptr;
   install_cq_ex_ops(c);
   return &c->cqx;
+}
+
+// ibv_alloc_parent_domain: a PD over attr->pd (never over another parent
+// domain), without a thread domain (ibv_alloc_td is not built).
+ibv_pd* ops_alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* a) {
+  constexpr uint32_t kKnown = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+  if (context == nullptr || a == nullptr || a->pd == nullptr || a->pd->context != context ||
+      of<TandemPd>(a->pd)->protection != nullptr || (a->comp_mask & ~kKnown) != 0 ||
+      ((a->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) != 0 && (a->alloc == nullptr || a->free == nullptr))) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (a->td != nullptr) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  TandemPd* base = of<TandemPd>(a->pd);
+  auto* p = new (std::nothrow) TandemPd{};
+  if (p == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  p->pd = base->pd;  // context and handle: the protection domain's
+  p->h = base->h;
+  p->protection = base;
+  p->parent = *a;
+  base->parents.fetch_add(1, std::memory_order_relaxed);
+  return &p->pd;
 }
 
 // ibv_query_device_ex: the legacy attributes and what the extended ones say of
