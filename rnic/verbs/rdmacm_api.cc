@@ -161,6 +161,7 @@ ConnQp conn_qp(const Id* id) {
   c.announced_psn = id->psn;
   c.remote = id->remote;
   c.remote_ip = ip_of(&id->pub.route.addr.dst_addr);
+  c.ack_timeout = id->ack_timeout;
   return c;
 }
 
@@ -202,8 +203,13 @@ void set_conn_param(Event* e, const cm::CmEventMsg& m) {
   c.qp_num = m.params.qpn;
 }
 
+// An ID on a device gets the device's PD (one per device and process, as
+// rdma-core's librdmacm): applications build their own QPs, MRs and AHs on id->pd.
 int bind_device(Id* id, Device* d) {
   if (open_ctx(*d) == nullptr) return -1;
+  if (d->pd == nullptr) d->pd = ibv_alloc_pd(d->ctx);
+  if (d->pd == nullptr) return -1;
+  id->pub.pd = d->pd;
   id->device = d;
   id->worker = d->worker;
   id->pub.verbs = d->ctx;
@@ -292,6 +298,9 @@ rdma_cm_event* translate(Channel& ch, Worker* w, const cm::CmEventMsg& m) {
       return nullptr;  // ESTABLISHED follows from the worker
     }
     case RDMA_CM_EVENT_ESTABLISHED: {
+      // After rdma_establish the application has its answer: the kernel's rdma_cm
+      // sends the RTU and reports nothing more (the next event is DISCONNECTED).
+      if (id->app_established && id->pub.qp_type != IBV_QPT_UD) return nullptr;
       Event* e = make_event(id, type, 0);
       if (id->pub.qp_type == IBV_QPT_UD) {
         rdma_ud_param& u = e->pub.param.ud;
@@ -664,9 +673,12 @@ int rdma_reject(rdma_cm_id* pub, const void* private_data, uint8_t private_data_
   return command(*id->worker, r, &rep);
 }
 
+// The active side of an application-moved QP (no id->qp, as rdma-core requires)
+// after CONNECT_RESPONSE: the RTU goes out; no ESTABLISHED event follows.
 int rdma_establish(rdma_cm_id* pub) {
   Id* id = id_of(pub);
-  if (id->worker == nullptr || id->wid == 0) return fail(EINVAL);
+  if (id->worker == nullptr || id->wid == 0 || pub->qp != nullptr) return fail(EINVAL);
+  id->app_established = true;
   cm::CmRequest r;
   r.op = static_cast<uint16_t>(cm::CmOp::kEstablish);
   r.id = id->wid;
@@ -857,9 +869,31 @@ int rdma_migrate_id(rdma_cm_id* pub, rdma_event_channel* channel) {
   return 0;
 }
 
+// As the kernel's ucma_set_option: a wrong optlen is EINVAL, an unknown option
+// ENOSYS. ACK_TIMEOUT (RC IDs) is the QP's RTS timeout from then on; TOS,
+// REUSEADDR, AFONLY and an IB path are accepted and change nothing here (the
+// worker's policies mark and route; a port is one listener's until it goes).
 int rdma_set_option(rdma_cm_id* pub, int level, int optname, void* optval, size_t optlen) {
-  (void)pub, (void)level, (void)optname, (void)optval, (void)optlen;
-  return 0;  // TOS, REUSEADDR, AFONLY, ACK_TIMEOUT: accepted; the worker's policies decide
+  if (pub == nullptr || optval == nullptr) return fail(EINVAL);
+  if (level == RDMA_OPTION_ID) {
+    switch (optname) {
+      case RDMA_OPTION_ID_TOS:
+        return optlen == sizeof(uint8_t) ? 0 : fail(EINVAL);
+      case RDMA_OPTION_ID_REUSEADDR:
+      case RDMA_OPTION_ID_AFONLY:
+        return optlen == sizeof(int) ? 0 : fail(EINVAL);
+      case RDMA_OPTION_ID_ACK_TIMEOUT:
+        // 5 bits on the wire's QP context (IBA 9.7.6.1.3: 4.096 us x 2^timeout)
+        if (optlen != sizeof(uint8_t) || pub->qp_type != IBV_QPT_RC || *static_cast<uint8_t*>(optval) > 31)
+          return fail(EINVAL);
+        id_of(pub)->ack_timeout = *static_cast<uint8_t*>(optval);
+        return 0;
+      default:
+        return fail(ENOSYS);
+    }
+  }
+  if (level == RDMA_OPTION_IB && optname == RDMA_OPTION_IB_PATH) return optlen != 0 ? 0 : fail(EINVAL);
+  return fail(ENOSYS);
 }
 
 int rdma_notify(rdma_cm_id* pub, ibv_event_type event) {

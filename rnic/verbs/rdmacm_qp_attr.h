@@ -27,6 +27,7 @@ struct ConnQp {
   uint8_t initiator_depth = 1;
   uint8_t retry_count = 7;
   uint8_t rnr_retry_count = 7;
+  uint8_t ack_timeout = 14;  // RDMA_OPTION_ID_ACK_TIMEOUT's, else 14 (4.096 us x 2^14 = 67 ms)
 };
 
 inline void conn_rtr_attr(const ConnQp& c, ibv_qp_attr* a, int* mask) {
@@ -53,7 +54,7 @@ inline void conn_rts_attr(const ConnQp& c, ibv_qp_attr* a, int* mask) {
   *a = ibv_qp_attr{};
   a->qp_state = IBV_QPS_RTS;
   a->sq_psn = c.remote.psn & 0xFFFFFF;  // what the peer told us to send from
-  a->timeout = 14;
+  a->timeout = c.ack_timeout;
   a->retry_cnt = c.retry_count;
   a->rnr_retry = c.rnr_retry_count;
   a->max_rd_atomic = c.initiator_depth ? c.initiator_depth : 1;

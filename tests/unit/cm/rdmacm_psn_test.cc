@@ -160,6 +160,10 @@ TEST_CASE("Linux connects to a Tandem listener: Tandem sends from the REQ's PSN 
   CHECK(rts.sq_psn == linux_rq_psn);  // what Linux's QP expects first
   CHECK(rtr.rq_psn == linux_sq_psn);  // what Linux's QP sends first
   CHECK(rtr.dest_qp_num == 0x11);
+  CHECK(rts.timeout == 14);  // rdma_set_option(ACK_TIMEOUT) not called
+  c.ack_timeout = 21;
+  conn_rts_attr(c, &rts, &m2);
+  CHECK(rts.timeout == 21);
 }
 
 TEST_CASE("Tandem connects to a Linux listener: Tandem sends from the REP's PSN and expects its REQ's") {

@@ -121,6 +121,22 @@ TEST_CASE("without devices: IDs are made and freed, an address resolves nowhere,
   CHECK(errno == EAFNOSUPPORT);
   CHECK(rdma_connect(id, nullptr) == -1);
   CHECK(errno == EINVAL);
+  CHECK(rdma_establish(id) == -1);  // not connecting
+  CHECK(errno == EINVAL);
+  // Options as the kernel's ucma answers them: optlen checked, unknown ENOSYS, ACK_TIMEOUT 5 bits.
+  uint8_t timeout = 21;
+  CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout) == 0);
+  CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof(int)) == -1);
+  CHECK(errno == EINVAL);
+  timeout = 32;
+  CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout) == -1);
+  CHECK(errno == EINVAL);
+  int one = 1;
+  CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof one) == 0);
+  CHECK(rdma_set_option(id, RDMA_OPTION_ID, 0x77, &one, sizeof one) == -1);
+  CHECK(errno == ENOSYS);
+  CHECK(rdma_set_option(id, 0x77, 0, &one, sizeof one) == -1);
+  CHECK(errno == ENOSYS);
   CHECK(rdma_join_multicast(id, reinterpret_cast<sockaddr*>(&dst), nullptr) == -1);
   CHECK(errno == EOPNOTSUPP);
   CHECK(rdma_destroy_id(id) == 0);
