@@ -35,11 +35,16 @@ int main(int argc, char** argv) {
       "  tandem-sysfs --write /tmp/tree        # only write the tree (infiniband/, infiniband_verbs/)"};
   app.set_help_flag("-h,--help", "Show this help and exit");
   std::string dir = th::device_dir(), out;
-  bool strict = false;
+  bool strict = false, netdev = false;
   std::vector<std::string> cmd;
   app.add_option("--device-dir", dir, "Where workers register their devices (default $TANDEM_DEVICES, else /run/tandem)");
   app.add_option("--write", out, "Write the tree into this directory and exit");
   app.add_flag("--strict", strict, "Fail when the namespace cannot be made (default: warn and run without the tree)");
+  app.add_flag("--netdev", netdev,
+               "Also a private network namespace with a tap per device (tandem0, ...) holding its vNIC's MAC\n"
+               "and address, listed under the device's device/net/, for programs that find a RoCE device's\n"
+               "address through its netdev (rdma-core's test_rdmacm). The taps carry no traffic, and the\n"
+               "command cannot reach the host's network (loopback included)");
   app.prefix_command();  // everything from the command on is the command's
   CLI11_PARSE(app, argc, argv);
   cmd = app.remaining();
@@ -47,7 +52,7 @@ int main(int argc, char** argv) {
 
   const std::vector<th::DeviceRecord> devs = th::read_devices(dir);
   if (!out.empty()) {
-    const std::string err = tv::write_sysfs_tree(out, devs);
+    const std::string err = tv::write_sysfs_tree(out, devs, netdev);
     if (!err.empty()) std::fprintf(stderr, "tandem-sysfs: %s\n", err.c_str());
     return err.empty() ? 0 : 1;
   }
@@ -55,7 +60,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tandem-sysfs: no command (or --write DIR)\n");
     return 2;
   }
-  const std::string err = tv::enter_sysfs_namespace(devs);
+  const std::string err = tv::enter_sysfs_namespace(devs, netdev);
   if (!err.empty()) {
     std::fprintf(stderr, "tandem-sysfs: no sysfs tree for %s (%s)%s\n", cmd[0].c_str(), err.c_str(),
                  strict ? "" : ": running it without");

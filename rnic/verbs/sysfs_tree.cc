@@ -15,6 +15,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "rnic/verbs/vnic_netdevs.h"
+
 namespace tandem::rnic::verbs {
 
 namespace {
@@ -63,7 +65,7 @@ std::string sysfs_gid(uint32_t ipv4) {
   return s;
 }
 
-std::string write_sysfs_tree(const std::string& dir, const std::vector<host::DeviceRecord>& devs) {
+std::string write_sysfs_tree(const std::string& dir, const std::vector<host::DeviceRecord>& devs, bool netdevs) {
   std::string err = mkdirs(dir + "/infiniband");
   if (err.empty()) err = put(dir, "infiniband_verbs/abi_version", "6");
   for (std::size_t i = 0; i < devs.size() && err.empty(); ++i) {
@@ -95,6 +97,12 @@ std::string write_sysfs_tree(const std::string& dir, const std::vector<host::Dev
       const auto slash = path.rfind('/');
       err = put(path.substr(0, slash), path.substr(slash + 1), text);
       if (!err.empty()) break;
+    }
+    if (err.empty() && netdevs) {
+      char mac[18];
+      std::snprintf(mac, sizeof mac, "%02x:%02x:%02x:%02x:%02x:%02x", d.mac[0], d.mac[1], d.mac[2], d.mac[3],
+                    d.mac[4], d.mac[5]);
+      err = put(dev + "/device/net/" + vnic_netdev_name(i), "address", mac);
     }
   }
   return err;
@@ -150,10 +158,10 @@ std::string overlay(const std::string& dir, const std::vector<std::string>& skip
 
 }  // namespace
 
-std::string enter_sysfs_namespace(const std::vector<host::DeviceRecord>& devs) {
+std::string enter_sysfs_namespace(const std::vector<host::DeviceRecord>& devs, bool netdevs) {
   const uid_t uid = geteuid();
   const gid_t gid = getegid();
-  if (unshare(CLONE_NEWNS | (uid == 0 ? 0 : CLONE_NEWUSER)) != 0)
+  if (unshare(CLONE_NEWNS | (uid == 0 ? 0 : CLONE_NEWUSER) | (netdevs ? CLONE_NEWNET : 0)) != 0)
     return std::string("unshare: ") + std::strerror(errno);
   if (uid != 0) {  // only the caller's own ids are mapped: it stays who it was
     std::string err = write_file("/proc/self/setgroups", "deny");
@@ -161,12 +169,16 @@ std::string enter_sysfs_namespace(const std::vector<host::DeviceRecord>& devs) {
     if (err.empty()) err = write_file("/proc/self/gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1");
     if (!err.empty()) return err;
   }
+  if (netdevs) {
+    std::string err = make_vnic_netdevs(devs);
+    if (!err.empty()) return err;
+  }
   // Nothing mounted from here on propagates back to the host.
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     return std::string("make / private: ") + std::strerror(errno);
   // /sys/class: the host's classes plus the tree, read-only as sysfs is to its readers.
   std::string err = overlay("/sys/class", {"infiniband", "infiniband_verbs"}, true,
-                            [&](const std::string& stage) { return write_sysfs_tree(stage, devs); });
+                            [&](const std::string& stage) { return write_sysfs_tree(stage, devs, netdevs); });
   if (!err.empty()) return err;
   // /dev/infiniband/uverbsN: UCX lists a device only if this is a character device it may read
   // and write. Nothing opens it (this libibverbs talks to the worker's socket), so each is

@@ -10,9 +10,11 @@
 //   dir/infiniband/D/ports/1/{state,phys_state,link_layer,rate,lid,sm_lid,
 //       lid_mask_count,sm_sl,cap_mask,gids/0,gid_attrs/types/0,pkeys/0}
 //   dir/infiniband_verbs/abi_version, dir/infiniband_verbs/uverbs<i>/{ibdev,abi_version}
+//   with netdevs, also dir/infiniband/D/device/net/tandem<i>/address (vnic_netdevs.h)
 // enter_sysfs_namespace(devs) puts such a tree over /sys/class in a private
 // mount namespace of the calling process (the host's /sys is untouched), and
-// /dev/infiniband/uverbs<i> (UCX lists only devices whose node it may open).
+// /dev/infiniband/uverbs<i> (UCX lists only devices whose node it may open);
+// with netdevs, in a private network namespace holding those taps too.
 #pragma once
 
 #include <string>
@@ -23,12 +25,13 @@
 namespace tandem::rnic::verbs {
 
 // "" or what failed.
-std::string write_sysfs_tree(const std::string& dir, const std::vector<host::DeviceRecord>& devs);
+std::string write_sysfs_tree(const std::string& dir, const std::vector<host::DeviceRecord>& devs,
+                             bool netdevs = false);
 
 // New mount namespace (and, when not root, a user namespace mapping only the
 // caller's uid and gid) in which /sys/class and /dev hold every entry they had
 // plus the tree and the uverbs nodes. "" or what failed.
-std::string enter_sysfs_namespace(const std::vector<host::DeviceRecord>& devs);
+std::string enter_sysfs_namespace(const std::vector<host::DeviceRecord>& devs, bool netdevs = false);
 
 // The sysfs spellings, shared with the libibverbs device list.
 std::string sysfs_guid(const host::DeviceRecord& d);  // "0200:00ff:fe00:0101"

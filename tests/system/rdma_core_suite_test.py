@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SUITE = os.environ.get("TANDEM_RDMA_CORE_TESTS",
                        os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "rdma-core-tests")))
 PYTHON = "/usr/bin/python3"  # Debian's, where python3-pyverbs lives
-MIN_PASSES = 77  # measured with this release; rxe in a guest passes 86 (the goal)
+MIN_PASSES = 83  # measured with this release; rxe in a guest passes 86 (the goal)
 MODULE_TIMEOUT_S = 240
 RETRY_TIMEOUT_S = 60
 
@@ -65,7 +65,7 @@ KNOWN_SKIPS = {
     "cuda-python": "GPU test",
     "PCI device must be passed": "VFIO test (a PCI function)",
     "Query device real time is not supported": "the worker publishes no TSC clock (non-x86)",
-    "doesn't have net interface": "rdma_cm needs a netdev (librdmacm on Tandem: issue 35 item 3)",
+    "Multicast is not supported": "UD multicast is not built (ibv_attach_mcast, rdma_join_multicast)",
     "Importing a device is not supported": "kernel-only: a context shared through the uverbs command fd",
     "Rereg MR is not supported": "ibv_rereg_mr is not built",
     "Create UD QP": "UD QP variant not built",
@@ -73,6 +73,18 @@ KNOWN_SKIPS = {
     "RSS": "RSS is raw Ethernet (not offered to tenants)",
     "Tag matching": "tag matching is an mlx5 offload",
 }
+
+# Tests known to fail on Tandem, with why: reported on their own line, never counted as passed,
+# and a known failure that passes is reported so the list stays true.
+KNOWN_FAILURES = {
+    "tests.test_rdmacm.CMTestCase.test_rdmacm_async_udp_traffic":
+        "the server replies to the GRH source of a datagram from a peer its QP never sent to, which "
+        "address translation does not carry (rnic/port/port_ud.cc: 0.0.0.0)",
+}
+
+# Modules that look up the device's address through its netdev (base.py _get_ip_mac): run with
+# a tap per device in a private network namespace (TANDEM_NETDEV=1, apps/tandem-sysfs --netdev).
+NETDEV_MODULES = {"test_rdmacm"}
 
 RESULT = re.compile(r" \.\.\. (ok|FAIL|ERROR|skipped (.*)|expected failure|unexpected success)$")
 TEST_ID = re.compile(r"^(\w+) \((tests\.[\w.]+)\)")
@@ -132,7 +144,7 @@ def main():
     d = lab.d
     checks = Checks()
     summary = {"modules": {}, "passed": 0, "failed": [], "flaky": [], "hung": [], "skipped": {},
-               "unexplained_skips": []}
+               "unexplained_skips": [], "known_failures": [], "known_failures_passing": []}
     try:
         with open(f"{d}/A.yaml", "w") as f:
             f.write(table_yaml())
@@ -151,7 +163,8 @@ def main():
             """Runs one failed test (tests.MODULE.CLASS.NAME) again on its own."""
             try:
                 r = subprocess.run([RUN, PYTHON, os.path.join(SUITE, "run_tests.py"), "--dev", "tandem_A_v1",
-                                    "--gid", "0", "-v", test.removeprefix("tests.")], env=env,
+                                    "--gid", "0", "-v", test.removeprefix("tests.")],
+                                   env=dict(env, TANDEM_NETDEV="1") if test.split(".")[1] in NETDEV_MODULES else env,
                                    capture_output=True, text=True, timeout=RETRY_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 return False
@@ -159,9 +172,10 @@ def main():
 
         for mod in only or MODULES:
             t = time.time()
+            menv = dict(env, TANDEM_NETDEV="1") if mod.split(".")[0] in NETDEV_MODULES else env
             try:
                 r = subprocess.run([RUN, PYTHON, os.path.join(SUITE, "run_tests.py"), "--dev", "tandem_A_v1",
-                                    "--gid", "0", "-v", mod], env=env, capture_output=True, text=True,
+                                    "--gid", "0", "-v", mod], env=menv, capture_output=True, text=True,
                                    timeout=MODULE_TIMEOUT_S)
                 out, hung = r.stdout + r.stderr, False
             except subprocess.TimeoutExpired as e:
@@ -170,6 +184,13 @@ def main():
             res = parse(out)
             counts = {"ok": 0, "FAIL": 0, "ERROR": 0, "skipped": 0}
             for test, (verdict, reason) in sorted(res.items()):
+                if test in KNOWN_FAILURES:
+                    if verdict == "ok":
+                        summary["known_failures_passing"].append(test)
+                    elif verdict != "skipped":
+                        summary["known_failures"].append(test)
+                        print(f"{test}: known failure: {KNOWN_FAILURES[test]}", flush=True)
+                        continue
                 if verdict == "ok":
                     counts["ok"] += 1
                 elif verdict == "skipped":
@@ -192,7 +213,7 @@ def main():
             summary["modules"][mod] = dict(counts, seconds=round(time.time() - t, 1), hung=hung)
             print(f"{mod:24s} ok {counts['ok']:3d}  fail {counts['FAIL']:2d}  error {counts['ERROR']:2d}  "
                   f"skipped {counts['skipped']:3d}  {time.time() - t:5.1f} s{'  HUNG' if hung else ''}", flush=True)
-            if counts["FAIL"] or counts["ERROR"] or hung:
+            if counts["FAIL"] or counts["ERROR"] or hung:  # known failures are not counted there
                 print(out[-4000:])
         check = checks.check
         check(not summary["failed"], f"no test fails or errors: {summary['failed']}")
@@ -200,6 +221,8 @@ def main():
         if not only:
             check(summary["passed"] >= MIN_PASSES, f"{summary['passed']} tests pass (at least {MIN_PASSES}; rxe passes 86)")
         check(not summary["unexplained_skips"], f"every skip has a listed reason: {summary['unexplained_skips']}")
+        check(not summary["known_failures_passing"],
+              f"no known failure passes (else take it off KNOWN_FAILURES): {summary['known_failures_passing']}")
         check(worker.poll() is None, "the worker survived the suite")
     except Exception as e:
         checks.check(False, f"set-up: {e}")

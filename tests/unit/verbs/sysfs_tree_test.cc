@@ -4,11 +4,17 @@
 // shows it at /sys/class/infiniband to its own process only.
 #include <catch2/catch.hpp>
 #include <infiniband/verbs.h>
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -118,4 +124,40 @@ TEST_CASE("the namespace shows the tree and the uverbs nodes to its process only
   CHECK(WEXITSTATUS(st) == 0);
   CHECK_FALSE(fs::exists("/sys/class/infiniband"));  // nothing leaked to this process
   CHECK_FALSE(fs::exists("/dev/infiniband"));
+}
+
+TEST_CASE("with netdevs: a tap per device with the vNIC's address, in the process's own network namespace") {
+  TempDir t;
+  const DeviceRecord d = device("tandem_D_v1", 0xC0A80709);
+  REQUIRE(tv::write_sysfs_tree((t.dir / "tree").string(), {d}, true).empty());
+  CHECK(fs::exists(t.dir / "tree/infiniband/tandem_D_v1/device/net/tandem0/address"));
+  REQUIRE(tv::write_sysfs_tree((t.dir / "plain").string(), {d}).empty());
+  CHECK_FALSE(fs::exists(t.dir / "plain/infiniband/tandem_D_v1/device"));  // no netdev: none listed
+  if (fs::exists("/sys/class/infiniband")) {
+    WARN("this host has /sys/class/infiniband of its own");
+    return;
+  }
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (!tv::enter_sysfs_namespace({d}, true).empty()) _exit(3);
+    const bool listed = fs::exists("/sys/class/infiniband/tandem_D_v1/device/net/tandem0");
+    const int s = socket(AF_INET, SOCK_DGRAM, 0);
+    ifreq r{};
+    std::strcpy(r.ifr_name, "tandem0");
+    const bool addr = s >= 0 && ioctl(s, SIOCGIFADDR, &r) == 0 &&
+                      reinterpret_cast<sockaddr_in*>(&r.ifr_addr)->sin_addr.s_addr == htonl(0xC0A80709);
+    std::strcpy(r.ifr_name, "tandem0");
+    const bool mac = ioctl(s, SIOCGIFHWADDR, &r) == 0 && std::memcmp(r.ifr_hwaddr.sa_data, d.mac, 6) == 0;
+    _exit(listed && addr && mac ? 0 : 4);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  REQUIRE(WIFEXITED(st));
+  if (WEXITSTATUS(st) == 3) {
+    WARN("no network namespace or tun device here (unshare or TUNSETIFF refused)");
+    return;
+  }
+  CHECK(WEXITSTATUS(st) == 0);
+  CHECK(if_nametoindex("tandem0") == 0);  // nothing leaked to this namespace
 }
