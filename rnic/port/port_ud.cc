@@ -36,8 +36,8 @@ int PortLogic::apply_ud_rtr(QpCtx& q, const host::QpInfo& info) {
 // this port, and the packet must carry the partition its vNIC's tenant has
 // (stamped by the sending RNIC, never by an application): another tenant's
 // datagram is a counted pkey_violation. The GRH the core writes gets overlay
-// addresses: the QP's vNIC, and the sender's if it is the destination this
-// QP last sent to (else 0.0.0.0: the underlay address is not the tenant's).
+// addresses: the QP's vNIC, and the sender's (below; the underlay address is
+// not the tenant's).
 common::DropReason PortLogic::accept_ud(common::RocePacket& pkt, const Level2Table::Snapshot& snap) noexcept {
   using common::DropReason;
   const common::Ipv4Header& ip = pkt.has_outer ? pkt.outer.ip : pkt.ip;
@@ -50,8 +50,17 @@ common::DropReason PortLogic::accept_ud(common::RocePacket& pkt, const Level2Tab
   if (!q->routed) return DropReason::kBadQpState;
   if (pkt.bth.pkey != q->pkey) return DropReason::kPkeyViolation;
   if (pkt.has_outer && (pkt.outer.vxlan.vni & 0xFFFFFF) != q->vni) return DropReason::kTenantMismatch;
+  // The sender's overlay address: the peer this QP last sent to if it is that
+  // underlay, else the tenant's ingress entry for the underlay (what it maps
+  // arrivals from there to); 0.0.0.0 when the table has neither.
   const EgressRoute& r = q->route;
-  const uint32_t src = (r.version == snap.version && r.underlay == ip.src) ? r.peer : 0;
+  uint32_t src = 0;
+  if (r.version == snap.version && r.underlay == ip.src) {
+    src = r.peer;
+  } else if (const Level2Entry* e = table_.lookup(snap, common::ingress_key_vni(ip.src, q->vni));
+             e != nullptr && e->ingress.local_vnic_id == q->vnic) {
+    src = e->ingress.overlay_src_ip;
+  }
   pkt.ip.src = src;
   pkt.ip.dst = q->local_overlay;
   pkt.bth.dqpn = q->core_qpn;

@@ -4,6 +4,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
 #include <stdexcept>
 
 #include "common/wire/entropy.h"
@@ -41,6 +44,32 @@ YAML::Node need(const YAML::Node& n, const char* key, const std::string& where) 
   YAML::Node v = n[key];
   if (!v) throw std::invalid_argument(where + ": missing '" + key + "'");
   return v;
+}
+
+// Egress entries imply ingress ones, as the agent installs one with each flow:
+// arrivals from a peer's underlay, in its tenant, are from that peer's overlay
+// address (a UD datagram's GRH source, rnic/port/port_ud.cc). The file's own
+// ingress entries win; a key two peers share (one underlay, one tenant) gets none.
+void derive_ingress(StandaloneTable& t) {
+  std::map<std::pair<uint32_t, uint32_t>, std::optional<common::IngressAction>> want;  // (underlay, vni)
+  std::set<std::pair<uint32_t, uint32_t>> given;
+  for (const Level2Entry& e : t.entries)
+    if (e.key.kind == common::EntryKind::kIngressVni) given.insert({e.key.word0, e.key.word1});
+  for (const Level2Entry& e : t.entries) {
+    if (e.key.kind != common::EntryKind::kEgress) continue;
+    const Vnic* v = t.vnic(e.key.word0);
+    const std::pair<uint32_t, uint32_t> key{e.egress.underlay_dst_ip, e.egress.vni & 0xFFFFFF};
+    if (v == nullptr || given.count(key) != 0) continue;
+    common::IngressAction a;
+    a.overlay_src_ip = e.key.word1;
+    a.overlay_dst_ip = v->overlay_ip;
+    a.vni = v->vni;
+    a.local_vnic_id = v->id;
+    auto [it, fresh] = want.try_emplace(key, a);
+    if (!fresh && it->second && !(*it->second == a)) it->second.reset();  // ambiguous
+  }
+  for (const auto& [key, a] : want)
+    if (a) t.entries.push_back(common::make_ingress_entry(common::ingress_key_vni(key.first, key.second), *a));
 }
 
 }  // namespace
@@ -131,6 +160,7 @@ StandaloneTable load_standalone_table(const std::string& path, bool vnics_option
         t.entries.push_back(common::make_ingress_entry(common::ingress_key_vni(src, v->vni), a));
       }
     }
+    derive_ingress(t);
   } catch (const YAML::Exception& e) {
     throw std::runtime_error(path + ": " + e.what());
   } catch (const std::invalid_argument& e) {

@@ -4,7 +4,7 @@ librdmacm through scripts/tandem-run), with Debian's binaries unmodified:
   * rping -v -C 100 both ways (the server on worker A, then on worker B), every ping's data
     checked by rping (-v prints it; the count must be 100 on both sides);
   * ib_write_bw -R, ib_send_bw -R, ib_read_bw -R: perftest connects through rdma_cm;
-  * rdma-core's examples: rdma_server/rdma_client (the synchronous endpoint API) and ucmatose
+  * rdma-core's examples: rdma_server/rdma_client (the synchronous endpoint API), udaddy (UD) and ucmatose
     (4 connections on one event channel);
   * a REQ to a port nobody listens on: REJECTED with IBA's reason 8 (invalid service ID),
     counted as cm_no_listener;
@@ -173,6 +173,12 @@ def main():
                                              [f"{BINDIR}/ucmatose", "-s", RED_A, "-b", RED_B, "-c", "4", "-C", "10"])
     check(ccode == 0 and scode == 0 and "return status 0" in cout and "return status 0" in sout,
           f"ucmatose, 4 connections x 10 messages: exit {scode}/{ccode}")
+    # UD over SIDR: the server answers each datagram at its GRH source (ibv_create_ah_from_wc),
+    # which the ingress entry for the client's underlay names.
+    scode, sout, ccode, cout = server_client([f"{BINDIR}/udaddy", "-b", RED_A, "-c", "2", "-C", "10"],
+                                             [f"{BINDIR}/udaddy", "-s", RED_A, "-b", RED_B, "-c", "2", "-C", "10"])
+    check(ccode == 0 and scode == 0 and "return status 0" in cout and "return status 0" in sout,
+          f"udaddy, 2 UD endpoints x 10 messages both ways: exit {scode}/{ccode}: {' '.join((sout + cout).split())[-160:]}")
 
     # A REQ to a port nobody listens on.
     a0 = stats("A")

@@ -71,7 +71,8 @@ struct Node {
     if (!dpu) add_route();
   }
 
-  // The egress entry toward the peer's vNIC (what the YAML or the agent installs).
+  // The egress entry toward the peer's vNIC and the ingress entry from it (what the YAML or
+  // the agent installs).
   void add_route() {
     common::EgressAction a;
     a.underlay_src_ip = spec.underlay;
@@ -81,6 +82,12 @@ struct Node {
     a.path_count = 4;
     REQUIRE(table.begin() == TableStatus::kOk);
     REQUIRE(table.put(common::make_egress_entry(common::egress_key(kVnic, spec.peer_overlay), a)) == TableStatus::kOk);
+    common::IngressAction in;  // and what arrivals from the peer's underlay are (UD GRH sources)
+    in.overlay_src_ip = spec.peer_overlay;
+    in.overlay_dst_ip = spec.overlay;
+    in.local_vnic_id = kVnic;
+    REQUIRE(table.put(common::make_ingress_entry(common::ingress_key_vni(spec.peer_underlay, 0), in)) ==
+            TableStatus::kOk);
     REQUIRE(table.commit() == TableStatus::kOk);
   }
   void remove_route() {

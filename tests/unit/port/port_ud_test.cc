@@ -140,14 +140,16 @@ TEST_CASE("port layer UD: datagrams by AH both ways, a GRH with overlay addresse
   CHECK(got[0].src_qp == a.qp->qp_num);
   CHECK((got[0].wc_flags & IBV_WC_GRH) != 0);
   CHECK(std::memcmp(b.buf + 40, a.buf, 64) == 0);
-  // The GRH's IPv4 header names the tenant's addresses, not the underlay's.
+  // The GRH's IPv4 header names the tenant's addresses, not the underlay's: B has sent
+  // nothing to A, so A's address is its ingress entry's (a reply by ibv_create_ah_from_wc
+  // must reach A: rdma-core's test_rdmacm UDP server does exactly that).
+  CHECK(common::load_be32(b.buf + 20 + 12) == Pair::kOverlayA);
   CHECK(common::load_be32(b.buf + 20 + 16) == Pair::kOverlayB);
   const std::vector<ibv_wc> sent = a.poll(1);
   REQUIRE(sent.size() == 1);
   CHECK(sent[0].status == IBV_WC_SUCCESS);
 
-  // The answer (B has sent nothing to A yet: the GRH source is unknown to B's port,
-  // so A's check is on the data; A sent to B first, so B's reply GRH names B).
+  // The answer (A sent to B first, so B's reply GRH names B by A's route).
   host::Ah* to_a = b.ah(Pair::kOverlayA);
   REQUIRE(a.recv(4096, 40 + 1024) == 0);
   REQUIRE(b.send(to_a, a.qp->qp_num, 40, 64) == 0);

@@ -921,7 +921,7 @@ TEST_CASE("port layer: every counter is one row (group, name, help) and each liv
     CHECK(rows["io/x"] == 7);
     CHECK(rows["core/rx_pkts"] == p.b.pw->core().counters().rx_pkts);
     CHECK(rows["host/recv_wqes"] == p.b.host->counters().recv_wqes);
-    CHECK(rows["table/entries"] == 1);
+    CHECK(rows["table/entries"] == 2);  // the egress and ingress entries of add_route
     CHECK(rows["vnics/count"] == 1);
     CHECK(rows["/live_qps"] == 1);
 
