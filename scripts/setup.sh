@@ -9,6 +9,7 @@ PACKAGES=(
   build-essential meson ninja-build pkg-config
   dpdk dpdk-dev libdpdk-dev
   rdma-core libibverbs-dev libbpf-dev libxdp-dev ibverbs-utils perftest ucx-utils python3-pyverbs
+  openmpi-bin netpipe-openmpi
   libspdlog-dev libcli11-dev catch2 libbenchmark-dev
   libsqlite3-dev nlohmann-json3-dev libyaml-cpp-dev
   libisal-dev zlib1g-dev libpcap-dev

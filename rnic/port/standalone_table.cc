@@ -46,6 +46,28 @@ YAML::Node need(const YAML::Node& n, const char* key, const std::string& where) 
   return v;
 }
 
+// A vNIC reaches its own address and the other vNICs of its tenant on this port
+// as an RNIC's loopback does (UCX's UD transport sends to its own interface):
+// through this port's underlay address, back from the gateway, unless the file
+// routes them itself.
+void derive_local_routes(StandaloneTable& t) {
+  std::set<std::pair<uint32_t, uint32_t>> routed;
+  for (const Level2Entry& e : t.entries)
+    if (e.key.kind == common::EntryKind::kEgress) routed.insert({e.key.word0, e.key.word1});
+  for (const Vnic& v : t.vnics)
+    for (const Vnic& w : t.vnics) {
+      if (w.vni != v.vni || routed.count({v.id, w.overlay_ip}) != 0) continue;
+      common::EgressAction a;
+      a.underlay_src_ip = t.underlay_ip;
+      a.underlay_dst_ip = t.underlay_ip;
+      a.dst_mac = t.gateway_mac;
+      a.vni = v.vni;
+      a.path_base_port = common::kEntropyPortBase;
+      a.path_count = 1;
+      t.entries.push_back(common::make_egress_entry(common::egress_key(v.id, w.overlay_ip), a));
+    }
+}
+
 // Egress entries imply ingress ones, as the agent installs one with each flow:
 // arrivals from a peer's underlay, in its tenant, are from that peer's overlay
 // address (a UD datagram's GRH source, rnic/port/port_ud.cc). The file's own
@@ -160,6 +182,7 @@ StandaloneTable load_standalone_table(const std::string& path, bool vnics_option
         t.entries.push_back(common::make_ingress_entry(common::ingress_key_vni(src, v->vni), a));
       }
     }
+    derive_local_routes(t);
     derive_ingress(t);
   } catch (const YAML::Exception& e) {
     throw std::runtime_error(path + ": " + e.what());

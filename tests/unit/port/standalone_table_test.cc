@@ -58,7 +58,37 @@ ingress:
   REQUIRE(given != nullptr);
   CHECK(given->ingress.overlay_src_ip == 0xC0A80721);  // the file's, not the derived one
   CHECK(ingress(t, 0x0A000004, 100) == nullptr);       // two peers behind 10.0.0.4: ambiguous
+  const common::Level2Entry* self = ingress(t, 0x0A000001, 100);  // this port's own (loopback)
+  REQUIRE(self != nullptr);
+  CHECK(self->ingress.overlay_src_ip == 0xC0A80701);
   std::size_t n = 0;
   for (const common::Level2Entry& e : t.entries) n += e.key.kind == common::EntryKind::kIngressVni;
-  CHECK(n == 3);
+  CHECK(n == 5);  // 10.0.0.2 x 2 tenants, 10.0.0.3 (the file's), 10.0.0.1 x 2 tenants (loopback)
+}
+
+TEST_CASE("a vNIC reaches itself and its tenant's other vNICs on the port through the port's underlay") {
+  const std::string path = write_yaml(R"(underlay: {ip: 10.0.0.1, mac: "02:00:00:00:00:01", gateway_mac: "02:00:00:00:00:fe"}
+vnics:
+  - {id: 1, ip: 192.168.7.1, vni: 100}
+  - {id: 2, ip: 192.168.7.9, vni: 100}
+  - {id: 3, ip: 192.168.8.1, vni: 200}
+egress:
+  - {vnic: 2, remote_ip: 192.168.7.1, underlay_ip: 10.0.0.7}
+)");
+  const StandaloneTable t = load_standalone_table(path, false);
+  std::remove(path.c_str());
+  auto route = [&](uint32_t vnic, uint32_t ip) -> const common::Level2Entry* {
+    for (const common::Level2Entry& e : t.entries)
+      if (e.key == common::egress_key(vnic, ip)) return &e;
+    return nullptr;
+  };
+  const common::Level2Entry* self = route(1, 0xC0A80701);
+  REQUIRE(self != nullptr);
+  CHECK(self->egress.underlay_dst_ip == 0x0A000001);
+  CHECK(self->egress.dst_mac == t.gateway_mac);
+  CHECK(self->egress.vni == 100);
+  REQUIRE(route(1, 0xC0A80709) != nullptr);                         // the tenant's other vNIC here
+  CHECK(route(2, 0xC0A80701)->egress.underlay_dst_ip == 0x0A000007);  // the file's route wins
+  CHECK(route(1, 0xC0A80801) == nullptr);                           // another tenant's: never
+  CHECK(route(3, 0xC0A80701) == nullptr);
 }
