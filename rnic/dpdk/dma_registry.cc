@@ -4,6 +4,7 @@
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_memory.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 namespace tandem::rnic::dpdk {
@@ -22,6 +23,29 @@ DmaRegistry::~DmaRegistry() {
   for (const auto& [addr, e] : maps_) release(addr, e);
 }
 
+// Whether this port's device takes DMA maps at all, asked once with a probe
+// region: a vdev (memif, af_packet, pcap, null) answers ENOTSUP. Then no region
+// is made external memory either: rte_extmem_register/unregister of 4 KiB pages
+// take the control thread seconds on this VM, for nothing a copying vdev uses.
+bool DmaRegistry::device_maps() noexcept {
+  if (probed_) return device_maps_;
+  probed_ = true;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  void* p = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  rte_device* dev = port_device(port_id_);
+  if (p == MAP_FAILED || dev == nullptr) {
+    device_maps_ = dev != nullptr;  // no probe possible: register as before
+  } else if (rte_extmem_register(p, page, nullptr, 0, page) != 0) {
+    device_maps_ = true;
+  } else {
+    device_maps_ = rte_dev_dma_map(dev, p, reinterpret_cast<uint64_t>(p), page) == 0 || rte_errno != ENOTSUP;
+    if (rte_errno != ENOTSUP) rte_dev_dma_unmap(dev, p, reinterpret_cast<uint64_t>(p), page);
+    rte_extmem_unregister(p, page);
+  }
+  if (p != MAP_FAILED) munmap(p, page);
+  return device_maps_;
+}
+
 void DmaRegistry::add(void* map_addr, uint64_t map_len, bool hugetlb) noexcept {
   auto [it, fresh] = maps_.try_emplace(map_addr);
   Entry& e = it->second;
@@ -29,6 +53,16 @@ void DmaRegistry::add(void* map_addr, uint64_t map_len, bool hugetlb) noexcept {
   if (!fresh) return;
   e.len = map_len;
   ++c_.live;
+  // IOVA-as-PA mode: the pages' physical addresses are not pinned, nothing can be
+  // mapped, and DPDK has no use for the region: it is not registered either.
+  if (rte_eal_iova_mode() != RTE_IOVA_VA) {
+    ++c_.no_iova;
+    return;
+  }
+  if (!device_maps()) {
+    ++c_.not_needed;
+    return;
+  }
   const uint64_t page = hugetlb ? (2u << 20) : static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   // IOVAs unknown (RTE_BAD_IOVA): in IOVA-as-VA mode the device address is
   // the virtual one, which is what rte_dev_dma_map is given below.
@@ -36,10 +70,6 @@ void DmaRegistry::add(void* map_addr, uint64_t map_len, bool hugetlb) noexcept {
     e.extmem = true;
   } else {
     ++c_.failed;
-    return;
-  }
-  if (rte_eal_iova_mode() != RTE_IOVA_VA) {
-    ++c_.no_iova;  // the pages' physical addresses are not pinned: no DMA map
     return;
   }
   rte_device* dev = port_device(port_id_);

@@ -2,8 +2,9 @@
 // MRs is made known to DPDK (rte_extmem_register) and mapped for the port's
 // device (rte_dev_dma_map), so that zero-copy TX of external mbufs works on
 // PMDs that need it (mlx5 registers it with the HCA, VFIO programs the
-// IOMMU). Vdevs have no DMA to map (memif, af_packet, null copy or drop):
-// a refusal is counted, not an error. The host interface's control thread
+// IOMMU). Vdevs have no DMA to map (memif, af_packet, null copy or drop), and
+// IOVA-as-PA mode has no addresses to map: then nothing is registered (DPDK's
+// extmem bookkeeping costs seconds per GiB of 4 KiB pages), only counted. The host interface's control thread
 // calls it (host::DeviceMapper) before an MR is visible to the lcore and after
 // its grace period; a mapping shared by several MRs is registered once and
 // released with its last MR. The counters are atomics: the lcore's telemetry
@@ -21,8 +22,9 @@ namespace tandem::rnic::dpdk {
 struct DmaCounters {
   std::atomic<uint64_t> mapped{0};      // registered, and the device took the DMA map (vdevs
                                         // without DMA of their own accept it as a no-op)
-  std::atomic<uint64_t> not_needed{0};  // the device has no DMA map operation (ENOTSUP)
-  std::atomic<uint64_t> no_iova{0};     // IOVA-as-PA mode: registered, not mapped; zero-copy
+  std::atomic<uint64_t> not_needed{0};  // the device has no DMA map operation (ENOTSUP): not
+                                        // registered with DPDK either
+  std::atomic<uint64_t> no_iova{0};     // IOVA-as-PA mode: neither registered nor mapped; zero-copy
                                         // TX then gives the NIC no IOVA (run with --iova-mode=va)
   std::atomic<uint64_t> failed{0};      // rte_extmem_register or rte_dev_dma_map failed otherwise
   std::atomic<uint64_t> unmapped{0};
@@ -51,10 +53,13 @@ class DmaRegistry final : public host::DeviceMapper {
     bool dma = false;     // rte_dev_dma_map succeeded
   };
   void release(void* addr, const Entry& e) noexcept;
+  bool device_maps() noexcept;  // probed once, on the first add
 
   uint16_t port_id_;
   std::unordered_map<void*, Entry> maps_;
   DmaCounters c_;
+  bool probed_ = false;
+  bool device_maps_ = true;
 };
 
 }  // namespace tandem::rnic::dpdk
