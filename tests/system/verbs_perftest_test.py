@@ -16,8 +16,10 @@ perftest), run through scripts/tandem-run against two tandem-rnic workers on the
   * a worker killed with SIGKILL leaves a stale registration that no longer lists; a worker
     stopped cleanly removes its own.
 
-usage: verbs_perftest_test.py TANDEM_FABRIC TANDEM_RNIC TANDEM_RUN BINDIR
-(BINDIR: where ibv_devices, ibv_devinfo, ibv_rc_pingpong and ib_* are, /usr/bin)"""
+usage: verbs_perftest_test.py TANDEM_FABRIC TANDEM_RNIC TANDEM_RUN BINDIR [--failed-path-loop N]
+(BINDIR: where ibv_devices, ibv_devinfo, ibv_rc_pingpong and ib_* are, /usr/bin)
+--failed-path-loop N: only the failed-path latency cases, each N times, no retry (issue 33's
+20-of-20 criterion; prints the tally)."""
 import os
 import signal
 import subprocess
@@ -31,6 +33,7 @@ import perftest_pair  # noqa: E402
 from perftest_pair import result_row  # noqa: E402
 
 FABRIC, RNIC, RUN, BINDIR = sys.argv[1:5]
+LOOP = int(sys.argv[sys.argv.index("--failed-path-loop") + 1]) if "--failed-path-loop" in sys.argv else 0
 IBV_DEVICES, IBV_DEVINFO = f"{BINDIR}/ibv_devices", f"{BINDIR}/ibv_devinfo"
 TAG = f"verbsperf{os.getpid()}"
 lab = Lab(tmp_prefix="tandem-verbsperf-")
@@ -52,24 +55,8 @@ def pair(prog, args, timeout=60):
     return perftest_pair.pair(RUN, BINDIR, ENV, prog, args, timeout)
 
 
-def main():
-    write_lab_tables(D)
-    fab_pre = f"{TAG}-fab"
-    fab = lab.start(lab_fabric_argv(FABRIC, fab_pre, D, ["--path", "1:delay_us=20", "--path", "2:loss=0.01"]),
-                    "fabric", fab_pre)
-    wait_fabric_started(lab, fab)
-    workers, prefixes = {}, {}
-    for n, sock in (("A", "h0.sock"), ("B", "h1.sock")):
-        prefixes[n] = f"{TAG}-{n.lower()}"
-        workers[n] = lab.start(lab_worker_argv(RNIC, n, prefixes[n], D, sock, [
-            "--mtu", "1024", "--spray", "round_robin", "--cc", "credit", "--timeout-us", "20000"]), n, prefixes[n])
-    t0 = time.time()
-    while not all(os.path.exists(f"{D}/devices/tandem_{n}_v1.dev") for n in workers):
-        if time.time() - t0 > 30 or any(w.poll() is not None for w in workers.values()):
-            raise RuntimeError("workers did not register their verbs devices")
-        time.sleep(0.1)
-    tel = Telemetry(prefixes["A"], ready="/tandem/rnic/stats")
-
+def basics(tel):
+    """Devices, pingpongs and every perftest without a fault."""
     code, out = run([IBV_DEVICES])
     check(code == 0 and "tandem_A_v1" in out and "tandem_B_v1" in out,
           f"ibv_devices lists both workers' vNICs (exit {code}): {' '.join(out.split())[:160]}")
@@ -113,6 +100,28 @@ def main():
             if not ok:
                 print(f"--- client ---\n{co[-1500:]}\n--- server ---\n{so[-1500:]}")
 
+
+def main():
+    write_lab_tables(D)
+    fab_pre = f"{TAG}-fab"
+    fab = lab.start(lab_fabric_argv(FABRIC, fab_pre, D, ["--path", "1:delay_us=20", "--path", "2:loss=0.01"]),
+                    "fabric", fab_pre)
+    wait_fabric_started(lab, fab)
+    workers, prefixes = {}, {}
+    for n, sock in (("A", "h0.sock"), ("B", "h1.sock")):
+        prefixes[n] = f"{TAG}-{n.lower()}"
+        workers[n] = lab.start(lab_worker_argv(RNIC, n, prefixes[n], D, sock, [
+            "--mtu", "1024", "--spray", "round_robin", "--cc", "credit", "--timeout-us", "20000"]), n, prefixes[n])
+    t0 = time.time()
+    while not all(os.path.exists(f"{D}/devices/tandem_{n}_v1.dev") for n in workers):
+        if time.time() - t0 > 30 or any(w.poll() is not None for w in workers.values()):
+            raise RuntimeError("workers did not register their verbs devices")
+        time.sleep(0.1)
+    tel = Telemetry(prefixes["A"], ready="/tandem/rnic/stats")
+
+    if not LOOP:
+        basics(tel)
+
     # A path fails silently under each running perftest: the senders' path health takes it out
     # and the run finishes on the other three, reporting its result.
     ftel = Telemetry(fab_pre)
@@ -139,6 +148,18 @@ def main():
         ok = applied is not None and outs[0][0] == 0 and outs[1][0] == 0 and row is not None and row[2] > 0
         return ok, applied, outs, row
 
+    if LOOP:  # the latency cases alone, each LOOP times, never retried
+        tally = {}
+        for i in range(LOOP):
+            for prog in ("ib_write_lat", "ib_read_lat", "ib_send_lat"):
+                ok, applied, outs, row = failed_path_run(prog, 2)
+                tally.setdefault(prog, []).append(ok)
+                print(f"{prog} run {i + 1}: {'ok' if ok else 'FAILED'} (exit {outs[0][0]}/{outs[1][0]}, {row})", flush=True)
+                if not ok:
+                    print(f"--- client ---\n{outs[0][1][-1500:]}\n--- server ---\n{outs[1][1][-1500:]}")
+        for prog, oks in tally.items():
+            check(all(oks), f"{prog} -D 3 with path 0 failed 1.5 s in: {sum(oks)} of {len(oks)} runs passed")
+        return
     for prog, size in (("ib_write_bw", 65536), ("ib_read_bw", 65536), ("ib_send_bw", 65536),
                        ("ib_write_lat", 2), ("ib_read_lat", 2), ("ib_send_lat", 2)):
         ok, applied, outs, row = failed_path_run(prog, size)
