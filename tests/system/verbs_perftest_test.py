@@ -171,7 +171,9 @@ def main():
             # responders take out several dead ACK paths; on the loaded 2-core machine (load ~12)
             # the reduced driver then passed 21 of 21 (7 each of ib_{write,read,send}_lat), but one
             # whole verbs_perftest run failed ib_send_lat (client RETRY_EXC after 4 iterations).
-            # docs/operations.md "Troubleshooting". Printed, run once more.
+            # --failed-path-loop 20 at load ~13: write_lat 20/20, read_lat 20/20, send_lat 19/20
+            # (the server's SEND ended RETRY_EXC: ~5 s of backed-off retries unanswered, cause
+            # open). docs/operations.md "Troubleshooting". Printed, run once more.
             print(f"--- {prog} with a failed path, first attempt failed (known flake, retried) ---\n"
                   f"--- client ---\n{outs[0][1][-1500:]}\n--- server ---\n{outs[1][1][-1500:]}")
             first = f"exit {outs[0][0]}/{outs[1][0]}"
