@@ -43,12 +43,13 @@ void init(std::string_view process, Level level) {
 void set_level(Level level) { logger().set_level(level); }
 
 spdlog::logger& logger() {
-  static spdlog::logger* const fallback = [] {
+  // Once: a logger exists from the first call on (init() may replace it before the threads start).
+  static const bool made = [] {
     std::lock_guard<std::mutex> g(g_mutex);
     if (!g_logger) g_logger = make("tandem", Level::info);
-    return g_logger.get();
+    return true;
   }();
-  (void)fallback;
+  (void)made;
   return *g_logger;
 }
 

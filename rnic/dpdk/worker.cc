@@ -863,8 +863,8 @@ int run(const WorkerConfig& c) {
                       "leaving may crash the worker");
   common::log::info("{}: port {} {} link {}, {} lcore{} ({} RX queue{}), mode {}, spray {}, cc {}, mtu {}, tx {}, "
                     "host socket {}",
-                    c.name, c.port_id, cd::port_name(c.port_id), up ? "up" : "down", c.lcores, c.lcores == 1 ? "" : "s",
-                    data_port.rx_queues, data_port.rx_queues == 1 ? "" : "s",
+                    c.name, c.port_id, cd::port_name(c.port_id), up ? "up" : "down", c.lcores,
+                    c.lcores == 1 ? "" : "s", data_port.rx_queues, data_port.rx_queues == 1 ? "" : "s",
                     c.mode == Reliability::kIrn ? "irn" : "gbn", c.spray, c.cc, c.mtu, worker->tx_mode_line(),
                     c.host_socket);
   if (c.bench_any_psn)

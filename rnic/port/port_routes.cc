@@ -95,7 +95,8 @@ void PortLogic::update_vnics(const RnicChannel& ch) {
     for (const common::VnicAction& a : ch.vnics().committed())
       next.push_back(Vnic{a.vnic_id, a.overlay_ip, a.overlay_mac, a.vni, a.pkey});
     if (!c_.yaml_vnics.empty() && !yaml_vnics_warned_) {
-      log_.log(log_key(LogKind::kVnics, 0), "%s: the agent programs this port's vNICs (protocol v%u); the %zu vNICs in %s are ignored",
+      log_.log(log_key(LogKind::kVnics, 0),
+               "%s: the agent programs this port's vNICs (protocol v%u); the %zu vNICs in %s are ignored",
                c_.name.c_str(), unsigned{ch.negotiated_version()}, c_.yaml_vnics.size(), c_.table_file.c_str());
       yaml_vnics_warned_ = true;
     }
@@ -180,7 +181,8 @@ uint32_t PortLogic::pending_routes(uint64_t now) {
         }
         finished = true;
       } else if (now >= q->route_deadline) {
-        log_.log(log_key(LogKind::kNoRoute, q->app_id), "%s: QP 0x%x: the agent installed no route to %u.%u.%u.%u: QP to ERR", c_.name.c_str(), q->host_qpn,
+        log_.log(log_key(LogKind::kNoRoute, q->app_id),
+                 "%s: QP 0x%x: the agent installed no route to %u.%u.%u.%u: QP to ERR", c_.name.c_str(), q->host_qpn,
                  remote >> 24, (remote >> 16) & 0xFF, (remote >> 8) & 0xFF, remote & 0xFF);
         ++k_.qps_no_route;
         q->route_pending = false;
@@ -212,8 +214,9 @@ void PortLogic::refresh_vnics() {
   const bool agent = ch->vnics_from_agent();
   if (agent == vnics_from_agent_ && ch->vnics().generation() == vnics_generation_) [[likely]] {
     if (!agent && !old_agent_warned_ && ch->negotiated_version() != 0 && c_.yaml_vnics.empty()) {
-      log_.log(log_key(LogKind::kVnics, 2), "%s: the agent speaks protocol v%u (< v%u) and sends no vNICs, and %s lists "
-               "none: QPs of this port cannot be routed until a newer agent connects",
+      log_.log(log_key(LogKind::kVnics, 2),
+               "%s: the agent speaks protocol v%u (< v%u) and sends no vNICs, and %s lists none: QPs of this "
+               "port cannot be routed until a newer agent connects",
                c_.name.c_str(), unsigned{ch->negotiated_version()}, unsigned{common::kProtocolVersionVnic},
                c_.table_file.c_str());
       old_agent_warned_ = true;

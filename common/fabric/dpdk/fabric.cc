@@ -506,11 +506,11 @@ int run(const FabricConfig& c) {
   fabric->register_telemetry();
   if (!dpdk::unmap_guard_active())
     common::log::warn("munmap is not interposed (built without --export-dynamic-symbol=munmap?): a memif peer leaving "
-              "may crash the fabric");
+                      "may crash the fabric");
   for (uint32_t k = 0; k < fabric->n_paths; ++k) common::log::info("path {}: {}", k, format_path_spec(c.paths[k]));
   // Last: the line the lab scripts wait for ("tandem-fabric:" on its output).
-  common::log::info("{} port(s), {} path(s), {} route(s), {} mbufs, idle={}", n_ports, fabric->n_paths, c.routes.size(),
-            n_mbufs, c.idle.mode == dpdk::IdleMode::kBusy ? "busy" : "adaptive");
+  common::log::info("{} port(s), {} path(s), {} route(s), {} mbufs, idle={}", n_ports, fabric->n_paths,
+                    c.routes.size(), n_mbufs, c.idle.mode == dpdk::IdleMode::kBusy ? "busy" : "adaptive");
 
   fabric->loop();
 
