@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/dpdk/eal_args.h"
+#include "common/log/log_cli.h"
 #include "dpu/dpdk/agent.h"
 
 namespace dd = tandem::dpu::dpdk;
@@ -72,19 +73,22 @@ int main(int argc, char** argv) {
                  "Seconds this server's status stays in etcd after the agent dies (default 5)")
       ->check(CLI::Range(2, 3600));
   app.add_option("--duration", c.duration_s, "Stop after this many seconds (default: until SIGINT/SIGTERM)");
+  std::string log_level = "info";
+  tandem::common::log::add_level_option(app, log_level);
 
   try {
     app.parse(app_argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  tandem::common::log::init_from_flag("tandem-dpu", log_level);
   c.idle.mode = idle == "adaptive" ? tandem::common::dpdk::IdleMode::kAdaptive : tandem::common::dpdk::IdleMode::kBusy;
   c.eal_args = eal_args;
   if (const char* pw = std::getenv("TANDEM_ETCD_PASSWORD")) c.fleet.password = pw;
   try {
     return dd::run(c);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tandem-dpu: %s\n", e.what());
+    tandem::common::log::error("{}", e.what());
     return 2;
   }
 }

@@ -10,6 +10,7 @@
 #include "common/dpdk/eal_args.h"
 #include "common/fabric/dpdk/fabric.h"
 #include "common/fabric/path_spec.h"
+#include "common/log/log_cli.h"
 
 namespace fab = tandem::common::fabric;
 
@@ -67,12 +68,15 @@ int main(int argc, char** argv) {
   app.add_option("--duration", c.duration_s, "Stop after this many seconds (default: run until a signal)");
   app.add_option("--stats-json", c.stats_json, "Write the counters to this file at exit");
   app.add_flag("!--no-pdump", c.pdump, "Do not initialise rte_pdump (dpdk-dumpcap support)");
+  std::string log_level = "info";
+  tandem::common::log::add_level_option(app, log_level);
 
   try {
     app.parse(app_argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  tandem::common::log::init_from_flag("tandem-fabric", log_level);
   c.port.tx_queues = c.port.rx_queues;  // memif: the client's RX rings are the server's TX rings
   try {
     if (!yaml.empty()) fab::load_fabric_yaml(yaml, c);
@@ -94,16 +98,16 @@ int main(int argc, char** argv) {
     c.eal_args = eal_args;
     if (eal_args.empty()) throw std::invalid_argument("EAL arguments missing: add -- --no-pci --vdev=... (see --help)");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tandem-fabric: %s\n", e.what());
+    tandem::common::log::error("{}", e.what());
     return 2;
   }
   try {
     return fab::run(c);
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "tandem-fabric: %s\n", e.what());
+    tandem::common::log::error("{}", e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tandem-fabric: %s\n", e.what());
+    tandem::common::log::error("{}", e.what());
     return 1;
   }
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/dpdk/eal_args.h"
+#include "common/log/log_cli.h"
 #include "rnic/dpdk/worker.h"
 #include "rnic/host/device_registry.h"
 #include "rnic/host/resource_quota.h"
@@ -194,19 +195,22 @@ int main(int argc, char** argv) {
   app.add_option("--txd", c.port.tx_desc, "TX ring size (default 512)");
   app.add_option("--link-wait-ms", c.port.link_wait_ms, "How long to wait for the link (default 2000)");
   app.add_flag("!--no-pdump", c.pdump, "Do not initialise rte_pdump (dpdk-dumpcap support)");
+  std::string log_level = "info";
+  tandem::common::log::add_level_option(app, log_level);
 
   try {
     app.parse(app_argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  tandem::common::log::init_from_flag("tandem-rnic", log_level);
   c.mode = mode == "gbn" ? tandem::rnic::Reliability::kGoBackN : tandem::rnic::Reliability::kIrn;
   c.idle.mode = idle == "adaptive" ? tandem::common::dpdk::IdleMode::kAdaptive : tandem::common::dpdk::IdleMode::kBusy;
   c.eal_args = std::move(eal_args);
   try {
     return rd::run(c);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tandem-rnic: %s\n", e.what());
+    tandem::common::log::error("{}", e.what());
     return 2;
   }
 }

@@ -4,11 +4,17 @@
 
 #include <iostream>
 
+#include "common/log/log_cli.h"
+#include "common/log/log_stream.h"
 #include "sim/run.h"
 
 int main(int argc, char** argv) {
   using namespace tandem::rnic::sim;
+  namespace log = tandem::common::log;
+  log::init("tandem-sim");
   CLI::App app{"tandem-sim: run the RNIC transport core over a simulated fabric"};
+  std::string log_level = "info";
+  log::add_level_option(app, log_level);
   app.require_subcommand(1);
   app.add_subcommand("list", "list the built-in scenarios");
   auto* run_cmd = app.add_subcommand("run", "run a scenario (built-in name or YAML file)");
@@ -21,15 +27,17 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::cerr << "tandem-sim: " << e.what() << "\n";
+    log::error("{}", e.what());
     return 2;
   }
+  log::set_level(*log::parse_level(log_level));
+  log::LogStream err(log::Level::err);
   try {
     if (app.got_subcommand("list")) return list_scenarios(std::cout);
     if (*seed_opt) opt.seed = seed;
-    return tandem::sim::run(opt, std::cout, std::cerr);
+    return tandem::sim::run(opt, std::cout, err);
   } catch (const std::exception& e) {
-    std::cerr << "tandem-sim: " << e.what() << "\n";
+    log::error("{}", e.what());
     return 2;
   }
 }

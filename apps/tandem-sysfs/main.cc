@@ -6,11 +6,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "common/log/log_cli.h"
 #include "rnic/host/device_registry.h"
 #include "rnic/verbs/sysfs_tree.h"
 
@@ -18,12 +18,14 @@ namespace tv = tandem::rnic::verbs;
 namespace th = tandem::rnic::host;
 
 int main(int argc, char** argv) {
+  namespace log = tandem::common::log;
+  log::init("tandem-sysfs");
   // It makes namespaces and mounts and then runs a command the caller names: set-uid or
   // set-gid (or with file capabilities: AT_SECURE) it would hand that power to any user.
   // User namespaces give an unprivileged caller all it needs.
   if (getauxval(AT_SECURE) != 0 || getuid() != geteuid() || getgid() != getegid()) {
-    std::fprintf(stderr, "tandem-sysfs: refusing to run set-uid, set-gid or with file capabilities "
-                         "(it needs none: install it as an ordinary program)\n");
+    log::error("refusing to run set-uid, set-gid or with file capabilities (it needs none: install it as an "
+               "ordinary program)");
     return 126;
   }
   CLI::App app{
@@ -45,31 +47,33 @@ int main(int argc, char** argv) {
                "and address, listed under the device's device/net/, for programs that find a RoCE device's\n"
                "address through its netdev (rdma-core's test_rdmacm). The taps carry no traffic, and the\n"
                "command cannot reach the host's network (loopback included)");
+  std::string log_level = "info";
+  log::add_level_option(app, log_level);
   app.prefix_command();  // everything from the command on is the command's
   CLI11_PARSE(app, argc, argv);
+  log::set_level(*log::parse_level(log_level));
   cmd = app.remaining();
   if (!cmd.empty() && cmd[0] == "--") cmd.erase(cmd.begin());
 
   const std::vector<th::DeviceRecord> devs = th::read_devices(dir);
   if (!out.empty()) {
     const std::string err = tv::write_sysfs_tree(out, devs, netdev);
-    if (!err.empty()) std::fprintf(stderr, "tandem-sysfs: %s\n", err.c_str());
+    if (!err.empty()) log::error("{}", err);
     return err.empty() ? 0 : 1;
   }
   if (cmd.empty()) {
-    std::fprintf(stderr, "tandem-sysfs: no command (or --write DIR)\n");
+    log::error("no command (or --write DIR)");
     return 2;
   }
   const std::string err = tv::enter_sysfs_namespace(devs, netdev);
   if (!err.empty()) {
-    std::fprintf(stderr, "tandem-sysfs: no sysfs tree for %s (%s)%s\n", cmd[0].c_str(), err.c_str(),
-                 strict ? "" : ": running it without");
+    log::warn("no sysfs tree for {} ({}){}", cmd[0], err, strict ? "" : ": running it without");
     if (strict) return 1;
   }
   std::vector<char*> args;
   for (std::string& a : cmd) args.push_back(a.data());
   args.push_back(nullptr);
   execvp(args[0], args.data());
-  std::fprintf(stderr, "tandem-sysfs: cannot run %s: %s\n", args[0], std::strerror(errno));
+  log::error("cannot run {}: {}", args[0], std::strerror(errno));
   return 127;
 }

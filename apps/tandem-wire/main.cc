@@ -5,11 +5,16 @@
 
 #include <iostream>
 
+#include "common/log/log_cli.h"
+#include "common/log/log_stream.h"
 #include "common/wiretool/wire_tool.h"
 
 int main(int argc, char** argv) {
   using tandem::common::WireToolConfig;
+  namespace log = tandem::common::log;
+  log::init("tandem-wire");
   WireToolConfig cfg;
+  std::string log_level = "info";
   CLI::App app{
       "tandem-wire: decode and encode RoCEv2 (Ethernet/IPv4/UDP 4791/BTH, optional VXLAN) "
       "packets in classic pcap files."};
@@ -17,6 +22,7 @@ int main(int argc, char** argv) {
   // --help shows every subcommand's options too, not just their names.
   app.set_help_flag();
   app.set_help_all_flag("-h,--help", "Print this help (all subcommands) and exit");
+  log::add_level_option(app, log_level);
 
   auto* dec = app.add_subcommand("decode", "Print FILE.pcap as one JSON object per packet");
   dec->add_option("file", cfg.input, "pcap file to read (classic pcap, Ethernet)")->required();
@@ -59,9 +65,11 @@ unknown field or value), with one error line on stderr naming the file and line 
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "tandem-wire: " << e.what() << " (see tandem-wire --help)\n";
+    log::error("{} (see tandem-wire --help)", e.what());
     return tandem::common::kExitBadInput;
   }
+  log::set_level(*log::parse_level(log_level));
   cfg.command = dec->parsed() ? "decode" : "encode";
-  return tandem::common::run(cfg, std::cout, std::cerr);
+  log::LogStream err(log::Level::err);
+  return tandem::common::run(cfg, std::cout, err);
 }

@@ -8,6 +8,7 @@
 
 #include "apps/tandemctl/control_client.h"
 #include "apps/tandemctl/telemetry_client.h"
+#include "common/log/log.h"
 
 namespace tandem::dpu::ctl {
 namespace {
@@ -292,9 +293,9 @@ int flow_show(const FlowShowArgs& a) {
       print_flow(flow);
     return 0;
   } catch (const Refused& e) {
-    std::fprintf(stderr, "tandemctl: flow show: %s\n", e.what());
+    common::log::error("flow show: {}", e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tandemctl: %s\n", e.what());
+    common::log::error("{}", e.what());
   }
   return 2;
 }

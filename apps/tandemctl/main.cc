@@ -17,6 +17,7 @@
 #include "apps/tandemctl/fleet_cli.h"
 #include "apps/tandemctl/flow_show.h"
 #include "apps/tandemctl/trace_cmd.h"
+#include "common/log/log_cli.h"
 
 using nlohmann::json;
 
@@ -67,6 +68,7 @@ void print_kv(const json& o, const std::string& prefix = "") {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tandem::common::log::init("tandemctl");
   CLI::App app{
       "tandemctl: configure and inspect a running tandem-dpu over its control socket.\n"
       "Addresses are dotted IPv4 and colon MACs; VNIs are 1..16777215. Every command takes --json.\n"
@@ -78,6 +80,8 @@ int main(int argc, char** argv) {
   bool as_json = false;
   app.add_option("--socket", socket, "tandem-dpu control socket (default $TANDEM_DPU_SOCKET or /run/tandem/dpu.sock)");
   app.add_flag("--json", as_json, "Print the agent's JSON reply as it is");
+  std::string log_level = "info";
+  tandem::common::log::add_level_option(app, log_level);
 
   json req;
   std::string list_key;   // reply array to print as a table
@@ -291,6 +295,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  tandem::common::log::set_level(*tandem::common::log::parse_level(log_level));
 
   if (req.value("cmd", "").rfind("trace.", 0) == 0) {
     ta.flow.socket = socket;
@@ -309,7 +314,7 @@ int main(int argc, char** argv) {
   try {
     reply = to_etcd ? tandem::dpu::ctl::fleet_call(fleet, req) : tandem::dpu::ctl::call(socket, req);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tandemctl: %s\n", e.what());
+    tandem::common::log::error("{}", e.what());
     return 2;
   }
   bool ok = reply.value("ok", false);
@@ -319,10 +324,10 @@ int main(int argc, char** argv) {
   }
   if (!ok) {
     std::string code = reply.value("code", "error");
-    std::fprintf(stderr, "tandemctl: refused (%s): %s\n", code.c_str(), reply.value("error", "").c_str());
+    tandem::common::log::error("refused ({}): {}", code, reply.value("error", ""));
     std::string cmd = req.value("cmd", "");
     if (code == "duplicate" && (cmd == "mapping.add" || cmd == "mapping.import") && !req.contains("replace"))
-      std::fprintf(stderr, "tandemctl: nothing changed; to change an existing mapping, add --replace\n");
+      tandem::common::log::error("nothing changed; to change an existing mapping, add --replace");
     return 2;
   }
   if (!list_key.empty()) {

@@ -10,6 +10,7 @@
 
 #include "apps/tandemctl/control_client.h"
 #include "common/fabric/path_model.h"
+#include "common/log/log.h"
 #include "common/trace/trace_file.h"
 #include "common/trace/trace_merge.h"
 #include "common/trace/trace_rule.h"
@@ -137,9 +138,9 @@ int trace_start(const TraceArgs& a) {
     if (qpns.empty()) std::printf("(no QP carries the flow yet: every packet of the tenant between the two RNICs)\n");
     return ok ? 0 : 2;
   } catch (const Refused& e) {
-    std::fprintf(stderr, "tandemctl: trace start: %s\n", e.what());
+    common::log::error("trace start: {}", e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tandemctl: %s\n", e.what());
+    common::log::error("{}", e.what());
   }
   return 2;
 }
@@ -147,14 +148,14 @@ int trace_start(const TraceArgs& a) {
 int trace_stop(const TraceArgs& a) {
   const json s = read_session(a);
   if (!s.is_object()) {
-    std::fprintf(stderr, "tandemctl: trace stop: no trace session (%s)\n", session_path(a).c_str());
+    common::log::error("trace stop: no trace session ({})", session_path(a));
     return 2;
   }
   const std::vector<TelemetryEndpoint> eps = discover_telemetry(s.value("runtime_dir", a.flow.runtime_dir));
   for (const json& p : s["processes"]) {
     if (p.value("via", "") == "control") {
       const json r = arm_agent(a, "off");
-      if (r.contains("error")) std::fprintf(stderr, "tandemctl: trace stop: the agent: %s\n", r["error"].get<std::string>().c_str());
+      if (r.contains("error")) common::log::error("trace stop: the agent: {}", r["error"].get<std::string>());
       continue;
     }
     for (const auto& e : eps)
@@ -177,7 +178,7 @@ int trace_show(const TraceArgs& a) {
       prefixes.push_back({p["prefix"], ring.empty() ? dir + "/" + p["prefix"].get<std::string>() + "/" + tr::kRingFileName : ring});
     }
   if (prefixes.empty()) {
-    std::fprintf(stderr, "tandemctl: trace show: no trace session (%s) and no --prefix\n", session_path(a).c_str());
+    common::log::error("trace show: no trace session ({}) and no --prefix", session_path(a));
     return 2;
   }
   std::vector<tr::RingDump> rings;

@@ -2,10 +2,14 @@
 
 #include <rte_eal.h>
 #include <rte_errno.h>
+#include <rte_log.h>
 #include <rte_pdump.h>
 
 #include <cstdio>
 #include <stdexcept>
+#include <string_view>
+
+#include "common/log/log.h"
 
 namespace tandem::common::dpdk {
 
@@ -33,9 +37,43 @@ std::vector<std::string> eal_arg_warnings(const std::vector<std::string>& eal_ar
   return w;
 }
 
+namespace {
+
+// DPDK's own lines (EAL, PMDs) go through the process logger at their own
+// level, not to stderr and syslog as the EAL's default stream does. rte_vlog
+// writes one message and flushes: the buffer holds a whole one.
+ssize_t dpdk_log_write(void*, const char* buf, size_t n) {
+  const int l = rte_log_cur_msg_loglevel();
+  const common::log::Level level = l <= RTE_LOG_ERR       ? common::log::Level::err
+                                   : l == RTE_LOG_WARNING ? common::log::Level::warn
+                                   : l <= RTE_LOG_INFO    ? common::log::Level::info
+                                                          : common::log::Level::debug;
+  std::string_view s(buf, n);
+  while (!s.empty()) {
+    const std::size_t nl = s.find('\n');
+    const std::string_view line = s.substr(0, nl);
+    if (!line.empty()) common::log::logger().log(level, "dpdk: {}", line);
+    if (nl == std::string_view::npos) break;
+    s.remove_prefix(nl + 1);
+  }
+  return static_cast<ssize_t>(n);
+}
+
+void route_dpdk_log() {
+  static FILE* const f = [] {
+    FILE* s = fopencookie(nullptr, "w", cookie_io_functions_t{nullptr, dpdk_log_write, nullptr, nullptr});
+    if (s != nullptr) setvbuf(s, nullptr, _IOFBF, 4096);
+    return s;
+  }();
+  if (f != nullptr) rte_openlog_stream(f);
+}
+
+}  // namespace
+
 void eal_init(const std::string& prog, const std::vector<std::string>& eal_args) {
   for (const auto& w : eal_arg_warnings(eal_args))
-    std::fprintf(stderr, "WARNING: %s\n", w.c_str());
+    common::log::warn("{}", w);
+  route_dpdk_log();
   std::vector<std::string> storage;
   storage.reserve(eal_args.size() + 1);
   storage.push_back(prog);

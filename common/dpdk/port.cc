@@ -6,9 +6,10 @@
 #include <rte_mbuf.h>
 
 #include <chrono>
-#include <cstdio>
 #include <stdexcept>
 #include <thread>
+
+#include "common/log/log.h"
 
 namespace tandem::common::dpdk {
 
@@ -75,7 +76,7 @@ bool port_setup(uint16_t port, rte_mempool* pool, const PortSetup& s) {
     // Some vdevs (net_null, net_pcap) have no promiscuous switch; that is fine.
     const int prc = rte_eth_promiscuous_enable(port);
     if (prc != 0 && prc != -ENOTSUP)
-      std::fprintf(stderr, "port %u: promiscuous mode not enabled: %s\n", port, rte_strerror(-prc));
+      common::log::warn("port {}: promiscuous mode not enabled: {}", port, rte_strerror(-prc));
   }
 
   rte_eth_link link{};

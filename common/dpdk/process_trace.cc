@@ -2,10 +2,10 @@
 
 #include <rte_eal.h>
 
-#include <cstdio>
 #include <stdexcept>
 
 #include "common/dpdk/telemetry.h"
+#include "common/log/log.h"
 
 namespace tandem::common::dpdk {
 
@@ -18,7 +18,7 @@ std::shared_ptr<ProcessTrace> open_process_trace(const std::string& process, con
                                 clock.base(), clock.mult()));
     t->tracer.attach(t->ring->header());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: tracing off: %s\n", process.c_str(), e.what());
+    common::log::warn("{}: tracing off: {}", process, e.what());
   }
   return t;
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "common/log/log.h"
 #include "common/wire/headers.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -603,9 +604,8 @@ CrcKernel initial_kernel() noexcept {
       break;
     }
   }
-  std::fprintf(stderr, "tandem: TANDEM_ICRC_KERNEL=%s is not one this CPU and build can run "
-               "(avx512, avx2, library/%s); using %s\n", want, crc_kernel_name(CrcKernel::kLibrary),
-               crc_kernel_name(best));
+  common::log::warn("TANDEM_ICRC_KERNEL={} is not one this CPU and build can run (avx512, avx2, library/{}); using {}",
+                    want, crc_kernel_name(CrcKernel::kLibrary), crc_kernel_name(best));
   return best;
 }
 CrcKernel g_kernel = initial_kernel();

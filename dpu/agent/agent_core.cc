@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "common/log/log.h"
 #include "dpu/txn/derive.h"
 
 namespace tandem::dpu {
@@ -18,11 +19,13 @@ AgentCore::AgentCore(Level1State& state, Store& store, AgentCoreConfig cfg, Chan
 
 AgentCore::~AgentCore() = default;
 
-void AgentCore::log(const std::string& s) const {
+void AgentCore::log(const std::string& s, bool warning) const {
   if (cfg_.log)
     cfg_.log(s);
+  else if (warning)
+    common::log::warn("{}", s);
   else
-    std::fprintf(stderr, "tandem-dpu: %s\n", s.c_str());
+    common::log::info("{}", s);
 }
 
 void AgentCore::open_links(const std::vector<std::string>& extra, uint64_t now) {
@@ -74,7 +77,8 @@ void AgentCore::violation(AgentLink& l, const char* why, uint64_t now) {
     char b[64];
     std::snprintf(b, sizeof b, "%.1f", l.backoff_ns / 1e9);
     log("RNIC " + l.name + ": channel violation " + std::to_string(l.violations) + " (" + why +
-        "): link reset, new channel file in " + b + " s");
+        "): link reset, new channel file in " + b + " s",
+        true);
   }
   l.file->view().retire();
   l.file.reset();
@@ -87,7 +91,7 @@ void AgentCore::reopen(AgentLink& l, uint64_t now) {
     l.file = opener_.open(l.name, l.port_id, true);
     ++l.files_replaced;
   } catch (const std::exception& e) {
-    log("RNIC " + l.name + ": " + e.what());
+    log("RNIC " + l.name + ": " + e.what(), true);
     l.reopen_at = now + 1'000'000'000;
   }
 }

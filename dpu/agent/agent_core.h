@@ -52,7 +52,7 @@ struct AgentCoreConfig {
   // the store says level 1 was brought to.
   std::string fleet_server;
   int64_t fleet_revision = 0;
-  // Where the agent's log lines go (stderr in tandem-dpu).
+  // Where the agent's log lines go (unset: the process logger, common/log).
   std::function<void(const std::string&)> log;
   // The time now, for trace records stamped when they happen (a resolution
   // comes after the punt that a worker stamped during this step); the core
@@ -150,7 +150,7 @@ class AgentCore final : public AgentHooks {
   void withdraw_mappings(const std::vector<MappingKey>& keys);
   bool tenant_keyed(uint32_t vni) const;
   void sync_vnic_entries();
-  void log(const std::string& s) const;
+  void log(const std::string& s, bool warning = false) const;
 
   // punt_resolution.cc
   bool take_outcomes(AgentLink& l, uint64_t now);

@@ -35,7 +35,7 @@ bool AgentCore::apply_fleet(const fleet::FleetBatch& b, uint64_t now) {
   }
   const fleet::FleetApplyStats& st = fleet_->stats();
   if (st.changes_rejected != fleet_rejected_logged_ || st.unsupported != fleet_unsupported_logged_) {
-    log("fleet: revision " + std::to_string(b.revision) + ": " + st.last_error);
+    log("fleet: revision " + std::to_string(b.revision) + ": " + st.last_error, true);
     fleet_rejected_logged_ = st.changes_rejected;
     fleet_unsupported_logged_ = st.unsupported;
   }

@@ -24,7 +24,7 @@ bool AgentCore::take_outcomes(AgentLink& l, uint64_t now) {
           store_.save_level2(l.name, o.version, o.digest.value, o.net_puts, o.net_dels, false);
       } catch (const StoreError& e) {
         ++l.save_errors;
-        log("RNIC " + l.name + ": saving level-2 v" + std::to_string(o.version) + " failed: " + e.what());
+        log("RNIC " + l.name + ": saving level-2 v" + std::to_string(o.version) + " failed: " + e.what(), true);
       }
     }
     for (uint64_t tag : o.tags) {

@@ -9,11 +9,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "common/log/log.h"
 #include "dpu/api/control_api.h"
 
 namespace tandem::dpu {
@@ -35,8 +35,7 @@ ControlSocket::ControlSocket(const std::string& path, ControlApi& api, Clock clo
     throw std::runtime_error("cannot give " + dir + " to the control group: " + std::strerror(errno));
   struct stat ds {};
   if (!dir.empty() && ::stat(dir.c_str(), &ds) == 0 && (ds.st_mode & S_IWOTH) && !(ds.st_mode & S_ISVTX))
-    std::fprintf(stderr, "tandem-dpu: warning: %s is world-writable: anyone may replace the control socket\n",
-                 dir.c_str());
+    common::log::warn("{} is world-writable: anyone may replace the control socket", dir);
   listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
   ::unlink(path.c_str());
@@ -84,9 +83,9 @@ void ControlSocket::reap_checkpoint() {
   api_.store().background_checkpoint_done();
   int rc = ckpt_rc_.load(std::memory_order_relaxed);
   uint64_t f = ckpt_frames_.load(std::memory_order_relaxed);
-  std::fprintf(stderr, "tandem-dpu: control: WAL checkpoint %s in the background in %.1f ms (%u of %u frames)\n",
-               rc == SQLITE_OK ? "done" : sqlite3_errstr(rc), ckpt_ns_.load(std::memory_order_relaxed) / 1e6,
-               static_cast<unsigned>(f & 0xFFFFFFFF), static_cast<unsigned>(f >> 32));
+  common::log::info("control: WAL checkpoint {} in the background in {:.1f} ms ({} of {} frames)",
+                    rc == SQLITE_OK ? "done" : sqlite3_errstr(rc), ckpt_ns_.load(std::memory_order_relaxed) / 1e6,
+                    static_cast<unsigned>(f & 0xFFFFFFFF), static_cast<unsigned>(f >> 32));
 }
 
 ControlSocket::~ControlSocket() {
@@ -278,12 +277,10 @@ bool ControlSocket::poll() {
                       p.max_ns / 1e6);
         phases += b;
       }
-      std::fprintf(stderr,
-                   "tandem-dpu: control: job done in %.1f ms over %llu steps; longest step %.2f ms (%s), "
-                   "longest loop gap %.2f ms; steps per phase (count x mean, max ms): %s\n",
-                   (s1 - job_trace_.started_ns) / 1e6, static_cast<unsigned long long>(job_trace_.steps),
-                   job_trace_.step_max_ns / 1e6, job_trace_.step_max_phase.c_str(), job_trace_.gap_max_ns / 1e6,
-                   phases.c_str());
+      common::log::info("control: job done in {:.1f} ms over {} steps; longest step {:.2f} ms ({}), "
+                        "longest loop gap {:.2f} ms; steps per phase (count x mean, max ms): {}",
+                        (s1 - job_trace_.started_ns) / 1e6, job_trace_.steps, job_trace_.step_max_ns / 1e6,
+                        job_trace_.step_max_phase, job_trace_.gap_max_ns / 1e6, phases);
     }
   }
   for (Conn& c : conns_) {

@@ -8,7 +8,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <deque>
 #include <map>
 #include <memory>
@@ -23,6 +22,7 @@
 #include "common/dpdk/stop_signal.h"
 #include "common/dpdk/telemetry.h"
 #include "common/dpdk/tsc_clock.h"
+#include "common/log/log.h"
 #include "dpu/agent/agent_core.h"
 #include "dpu/api/control_api.h"
 #include "dpu/control/control_socket.h"
@@ -157,8 +157,8 @@ class Agent {
     if (c_.fleet.server.empty()) throw std::runtime_error("--etcd needs --server NAME");
     FleetRevision stored = store_.fleet_revision();
     if (stored.revision != 0 && stored.server != c_.fleet.server) {
-      std::fprintf(stderr, "tandem-dpu: fleet: the store was synced as server %s, not %s: reading etcd whole\n",
-                   stored.server.c_str(), c_.fleet.server.c_str());
+      common::log::warn("fleet: the store was synced as server {}, not {}: reading etcd whole", stored.server,
+                        c_.fleet.server);
       return 0;
     }
     return stored.revision;
@@ -176,8 +176,8 @@ class Agent {
     fc.server = c_.fleet.server;
     fc.lease_ttl_s = c_.fleet.lease_ttl_s;
     fleet_watcher_ = std::make_unique<fleet::FleetWatcher>(fc, resume);
-    std::fprintf(stderr, "tandem-dpu: fleet: server %s, etcd %s, resuming after revision %lld\n",
-                 c_.fleet.server.c_str(), c_.fleet.endpoints.c_str(), static_cast<long long>(resume));
+    common::log::info("fleet: server {}, etcd {}, resuming after revision {}", c_.fleet.server, c_.fleet.endpoints,
+                      resume);
 #else
     (void)resume;
 #endif
@@ -252,13 +252,12 @@ int run(const AgentConfig& c) {
       (c.max_protocol < common::kProtocolVersionOldest || c.max_protocol > common::kProtocolVersionCurrent))
     throw std::runtime_error("--max-protocol must be " + std::to_string(common::kProtocolVersionOldest) + ".." +
                              std::to_string(common::kProtocolVersionCurrent));
-  for (const std::string& w : cd::eal_arg_warnings(c.eal_args)) std::fprintf(stderr, "tandem-dpu: warning: %s\n", w.c_str());
   cd::eal_init("tandem-dpu", c.eal_args);
   cd::install_stop_handlers();
   int rc = 0;
   {
     Agent a(c);
-    std::fprintf(stderr, "tandem-dpu: serving %s (db %s)\n", c.control_socket.c_str(), c.db.c_str());
+    common::log::info("serving {} (db {})", c.control_socket, c.db);
     rc = a.loop();
   }
   cd::eal_cleanup();

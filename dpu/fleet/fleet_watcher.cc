@@ -1,8 +1,8 @@
 #include "dpu/fleet/fleet_watcher.h"
 
 #include <chrono>
-#include <cstdio>
 
+#include "common/log/log.h"
 #include "dpu/fleet/desired_state.h"
 
 namespace tandem::dpu::fleet {
@@ -33,13 +33,12 @@ void FleetWatcher::failed(const char* where, const std::exception& e) {
   ++errors_;
   std::lock_guard<std::mutex> g(err_mu_);
   if (connected_.exchange(false) || last_error_.empty())  // once per outage, not once per retry
-    std::fprintf(stderr, "tandem-dpu: fleet: etcd unreachable (%s: %s); serving with what we have, retrying\n", where,
-                 e.what());
+    common::log::warn("fleet: etcd unreachable ({}: {}); serving with what we have, retrying", where, e.what());
   last_error_ = std::string(where) + ": " + e.what();
 }
 
 void FleetWatcher::reconnected() {
-  if (!connected_.exchange(true)) std::fprintf(stderr, "tandem-dpu: fleet: etcd reachable\n");
+  if (!connected_.exchange(true)) common::log::info("fleet: etcd reachable");
 }
 
 void FleetWatcher::watch_loop() {
@@ -64,8 +63,7 @@ void FleetWatcher::watch_loop() {
         } catch (const EtcdError& e) {
           if (!e.compacted()) throw;
           ++compactions_;
-          std::fprintf(stderr, "tandem-dpu: fleet: revision %lld is compacted: reading the desired state whole\n",
-                       static_cast<long long>(received_revision_));
+          common::log::warn("fleet: revision {} is compacted: reading the desired state whole", received_revision_);
           r = watch_client_->range_prefix(prefix, 0);
         }
         FleetBatch b{true, r.revision, {}};

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <new>
 
 #include "common/channel/channel_region.h"
@@ -62,8 +61,7 @@ bool DpuLink::try_attach(uint64_t now) noexcept {
   // A re-attach keeps the channel object: its committed table and vNIC list.
   if (!ch_) ch_ = std::make_unique<RnicChannel>(table_, cfg_);
   attach_error_.clear();
-  std::printf("dpu-link: attached %s\n", path_.c_str());
-  std::fflush(stdout);
+  if (log_) log_->info(kLogKey, "dpu-link: attached %s", path_.c_str());
   return true;
 }
 
@@ -80,8 +78,7 @@ void DpuLink::detach() noexcept {
   unsent_n_ = 0;
   ch_->rings_replaced();
   ++reattached_;
-  std::printf("dpu-link: %s was replaced by the agent: mapping the new file\n", path_.c_str());
-  std::fflush(stdout);
+  if (log_) log_->info(kLogKey, "dpu-link: %s was replaced by the agent: mapping the new file", path_.c_str());
 }
 
 uint32_t DpuLink::service(uint64_t now) noexcept {

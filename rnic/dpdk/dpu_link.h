@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/channel/messages.h"
+#include "common/log/log_ring.h"
 #include "rnic/port/punt_budget.h"
 #include "rnic/table/level2_table.h"
 #include "rnic/table/rnic_channel.h"
@@ -49,9 +50,13 @@ class DpuLink {
   const port::PuntBudget& budget() const noexcept { return budget_; }
   // Times the worker mapped a new file the agent put in place of its old one.
   uint64_t reattached() const noexcept { return reattached_; }
+  // service() runs on the lcore: what it has to say goes through the lcore's
+  // LogRing to the control thread (nullptr: nothing is said).
+  void set_log(common::LogRing* log) noexcept { log_ = log; }
 
  private:
   static constexpr uint64_t kRetryNs = 200'000'000;
+  static constexpr uint64_t kLogKey = uint64_t{0x100} << 32;  // its own rate-limit key (log_drain.h)
   static constexpr uint64_t kRepuntNs = 2'000'000;
   static constexpr uint64_t kRepuntMaxNs = 1'000'000'000;
   bool try_attach(uint64_t now) noexcept;
@@ -73,6 +78,7 @@ class DpuLink {
   uint64_t reattached_ = 0;
   uint32_t next_slot_ = 0;
   std::string attach_error_;
+  common::LogRing* log_ = nullptr;
   // A key the agent keeps not resolving (denied by isolation, unknown) is
   // punted again after kRepuntNs, then 2x, 4x ... up to kRepuntMaxNs: a
   // tenant that keeps knocking costs the agent a few punts, not 500/s. The

@@ -3,6 +3,7 @@
 #include <rte_lcore.h>
 
 #include "common/dpdk/unmap_guard.h"
+#include "common/log/log_drain.h"
 
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -44,7 +45,7 @@ void* HostControl::run(void* self) noexcept {
   common::dpdk::unmap_guard_exempt_this_thread();
   // Blocks in epoll_wait; wakes at least every 5 ms to release retired mappings and see stop().
   while (!h->stop_.load(std::memory_order_acquire)) {
-    for (common::LogRing* l : h->logs_) l->drain(stderr);
+    for (common::LogRing* l : h->logs_) common::log::drain_ring(*l, h->limit_, h->clock_.now_ns());
     if (h->servers_.size() == 1) {
       h->servers_[0]->serve_control(h->clock_.now_ns(), 5);
       continue;
@@ -62,7 +63,7 @@ void HostControl::stop() noexcept {
   for (host::HostServer* s : servers_) s->stop_control();
   pthread_join(thread_, nullptr);
   running_ = false;
-  for (common::LogRing* l : logs_) l->drain(stderr);
+  for (common::LogRing* l : logs_) common::log::drain_ring(*l, limit_, clock_.now_ns());
 }
 
 }  // namespace tandem::rnic::dpdk

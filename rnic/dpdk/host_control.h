@@ -15,6 +15,7 @@
 
 #include "common/dpdk/tsc_clock.h"
 #include "common/log/log_ring.h"
+#include "common/log/rate_limiter.h"
 #include "rnic/host/host_server.h"
 
 namespace tandem::rnic::dpdk {
@@ -37,6 +38,7 @@ class HostControl {
 
   std::vector<host::HostServer*> servers_;
   std::vector<common::LogRing*> logs_;
+  common::log::RateLimiter limit_;  // per tenant and kind of line: 5 a second (common/log/rate_limiter.h)
   int epoll_fd_ = -1;  // several servers: their epoll fds, to wait on all at once
   const common::dpdk::TscClock& clock_;
   std::atomic<bool> stop_{false};

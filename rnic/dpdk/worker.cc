@@ -31,6 +31,7 @@
 #include "common/dpdk/process_trace.h"
 #include "common/dpdk/stop_signal.h"
 #include "common/dpdk/telemetry.h"
+#include "common/log/log.h"
 #include "common/dpdk/tsc_clock.h"
 #include "common/dpdk/unmap_guard.h"
 #include "rnic/core/policy_factory.h"
@@ -93,7 +94,7 @@ Level2TableConfig table_config(const WorkerConfig& c, const StandaloneTable& st)
   tc.hash_key = TableHashKey{word(), word()};
   if (c.insecure_table_hash_key) {
     tc.hash_key = *c.insecure_table_hash_key;
-    std::fprintf(stderr, "%s: warning: --insecure-table-hash-key: the level-2 hash secret is known\n", c.name.c_str());
+    common::log::warn("{}: --insecure-table-hash-key: the level-2 hash secret is known", c.name);
   }
   return tc;
 }
@@ -242,6 +243,7 @@ class Worker {
     // Completion timestamps count each lcore's clock: applications read the same (WorkerPage).
     for (auto& l : lcores_) l->host.publish_clock(l->io.clock().base(), l->io.clock().mult());
     if (agent_) agent_->set_tracer(&trace_->tracer, &lcores_[0]->pw, st_.underlay_ip);
+    if (dpu_) dpu_->set_log(&lcores_[0]->pw.log());  // DPU mode has one lcore: lcore 0 services the link
   }
 
   void setup_port(rte_mempool* hdr_pool, rte_mempool* ext_pool, uint16_t n_ports, TxPayloadMode mode,
@@ -421,7 +423,7 @@ void Worker::loop() {
     args.emplace_back(this, lcores_[k].get());
     if (id >= RTE_MAX_LCORE || rte_eal_remote_launch(&Worker::lcore_main, &args.back(), id) != 0) {
       stopping_ = true;
-      std::fprintf(stderr, "%s: cannot launch lcore %zu\n", c_.name.c_str(), k);
+      common::log::error("{}: cannot launch lcore {}", c_.name, k);
       break;
     }
     launched.push_back(id);
@@ -852,22 +854,21 @@ int run(const WorkerConfig& c) {
     cd::PortSetup ps = c.port;
     ps.link_wait_ms = 0;
     cd::port_setup(p, pool, ps);
-    std::printf("tandem-rnic %s: receive-only port %u %s\n", c.name.c_str(), p, cd::port_name(p).c_str());
+    common::log::info("{}: receive-only port {} {}", c.name, p, cd::port_name(p));
   }
   if (c.pdump) cd::pdump_init();
   worker->register_telemetry();
   if (!cd::unmap_guard_active())
-    std::fprintf(stderr, "tandem-rnic: warning: munmap is not interposed (built without "
-                         "--export-dynamic-symbol=munmap?): a memif peer leaving may crash the worker\n");
-  std::printf("tandem-rnic %s: port %u %s link %s, %u lcore%s (%u RX queue%s), mode %s, spray %s, cc %s, mtu %u, tx %s, "
-              "host socket %s\n",
-              c.name.c_str(), c.port_id, cd::port_name(c.port_id).c_str(), up ? "up" : "down", c.lcores,
-              c.lcores == 1 ? "" : "s", data_port.rx_queues, data_port.rx_queues == 1 ? "" : "s",
-              c.mode == Reliability::kIrn ? "irn" : "gbn", c.spray.c_str(), c.cc.c_str(), c.mtu,
-              worker->tx_mode_line().c_str(), c.host_socket.c_str());
+    common::log::warn("munmap is not interposed (built without --export-dynamic-symbol=munmap?): a memif peer "
+                      "leaving may crash the worker");
+  common::log::info("{}: port {} {} link {}, {} lcore{} ({} RX queue{}), mode {}, spray {}, cc {}, mtu {}, tx {}, "
+                    "host socket {}",
+                    c.name, c.port_id, cd::port_name(c.port_id), up ? "up" : "down", c.lcores,
+                    c.lcores == 1 ? "" : "s", data_port.rx_queues, data_port.rx_queues == 1 ? "" : "s",
+                    c.mode == Reliability::kIrn ? "irn" : "gbn", c.spray, c.cc, c.mtu, worker->tx_mode_line(),
+                    c.host_socket);
   if (c.bench_any_psn)
-    std::printf("tandem-rnic %s: BENCHMARK MODE --bench-any-psn: every QP accepts any PSN (not RC)\n", c.name.c_str());
-  std::fflush(stdout);
+    common::log::warn("{}: BENCHMARK MODE --bench-any-psn: every QP accepts any PSN (not RC)", c.name);
 
   // One verbs device per vNIC (rnic/port/vnic_devices.h), written off the lcore:
   // at start for the YAML's; in DPU mode by a thread that follows the agent's vNICs.
@@ -891,13 +892,13 @@ int run(const WorkerConfig& c) {
   }
   devices.remove_all();
   worker->shutdown();
-  std::printf("%s: stopping (%zu live QPs flushed)\n", c.name.c_str(), worker->live_qps());
+  common::log::info("{}: stopping ({} live QPs flushed)", c.name, worker->live_qps());
   for (uint16_t p = 0; p < n_ports; ++p) cd::port_close(p);
   worker->print_counters();
   if (!c.stats_json.empty()) {
     std::ofstream f(c.stats_json);
     f << worker->counters_json().dump(2) << "\n";
-    if (!f) std::fprintf(stderr, "cannot write %s\n", c.stats_json.c_str());
+    if (!f) common::log::error("cannot write {}", c.stats_json);
   }
   worker.reset();
   rte_mempool_free(ext);

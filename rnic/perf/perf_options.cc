@@ -1,10 +1,10 @@
 #include "rnic/perf/perf_options.h"
+#include "common/log/log_cli.h"
 
 #include <arpa/inet.h>
 
 #include <CLI/CLI.hpp>
 
-#include <cstdio>
 #include <vector>
 
 namespace tandem::rnic::perf {
@@ -103,21 +103,20 @@ std::optional<Options> parse_args(int argc, const char* const* argv, int* exit_c
   app.add_flag("--json", o.json, "Print one JSON object instead of the table");
   app.add_flag("--huge", o.huge, "Put the buffers on huge pages (MFD_HUGETLB, falls back)");
   app.add_option("--timeout", o.timeout_s, "Fail after this many seconds without progress (default 10)");
+  common::log::add_level_option(app, o.log_level);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     *exit_code = app.exit(e);
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "tandem-perf: %s\n", e.what());
+    common::log::error("{}", e.what());
     *exit_code = 2;
     return std::nullopt;
   }
   auto kind = parse_test_name(test);
   if (!kind) {
-    std::fprintf(stderr,
-                 "tandem-perf: unknown test '%s' (write_bw, send_bw, read_bw, write_lat, send_lat, read_lat)\n",
-                 test.c_str());
+    common::log::error("unknown test '{}' (write_bw, send_bw, read_bw, write_lat, send_lat, read_lat)", test);
     *exit_code = 2;
     return std::nullopt;
   }
@@ -125,7 +124,7 @@ std::optional<Options> parse_args(int argc, const char* const* argv, int* exit_c
   if (!positional.empty()) o.server = positional[0];
   std::string err = finalize_options(o);
   if (!err.empty()) {
-    std::fprintf(stderr, "tandem-perf: %s\n", err.c_str());
+    common::log::error("{}", err);
     *exit_code = 2;
     return std::nullopt;
   }

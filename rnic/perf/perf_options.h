@@ -44,6 +44,7 @@ struct Options {
   bool json = false;
   bool huge = false;           // buffers on huge pages (alloc_buf MFD_HUGETLB)
   double timeout_s = 10;       // no progress for this long -> error
+  std::string log_level = "info";  // --log-level (common/log)
   bool is_server() const noexcept { return server.empty(); }
 };
 

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/log/log.h"
 #include "rnic/host/verbs.h"
 #include "rnic/perf/oob_channel.h"
 #include "rnic/perf/oob_messages.h"
@@ -558,16 +559,15 @@ int finish(RunReport& rep, const Options& o) {
   }
   std::fflush(stdout);
   if (rep.mismatch) {
-    std::fprintf(stderr, "tandem-perf: verify failed: first mismatch at %s\n",
-                 format_mismatch(*rep.mismatch).c_str());
+    common::log::error("verify failed: first mismatch at {}", format_mismatch(*rep.mismatch));
     return 1;
   }
   if (rep.peer_verify == "failed") {
-    std::fprintf(stderr, "tandem-perf: verify failed on the server: %s\n", rep.error.c_str());
+    common::log::error("verify failed on the server: {}", rep.error);
     return 1;
   }
   if (!rep.error.empty()) {
-    std::fprintf(stderr, "tandem-perf: %s\n", rep.error.c_str());
+    common::log::error("{}", rep.error);
     return 1;
   }
   return 0;
@@ -925,12 +925,11 @@ int run_server(Options o, Resources& r) {
 int run(const Options& o) {
   struct stat st{};
   if (stat(o.device.c_str(), &st) != 0) {
-    std::fprintf(stderr, "tandem-perf: no RNIC worker at %s (%s); is tandem-rnic running?\n",
-                 o.device.c_str(), std::strerror(errno));
+    common::log::error("no RNIC worker at {} ({}); is tandem-rnic running?", o.device, std::strerror(errno));
     return 2;
   }
   if (!S_ISSOCK(st.st_mode)) {
-    std::fprintf(stderr, "tandem-perf: no RNIC worker at %s (not a socket)\n", o.device.c_str());
+    common::log::error("no RNIC worker at {} (not a socket)", o.device);
     return 2;
   }
   host::DeviceAttr attr;
@@ -941,8 +940,7 @@ int run(const Options& o) {
   Resources r;
   r.ctx = host::open_device(o.device.c_str(), attr);
   if (r.ctx == nullptr) {
-    std::fprintf(stderr, "tandem-perf: cannot attach to the RNIC worker at %s: %s\n", o.device.c_str(),
-                 host::last_error());
+    common::log::error("cannot attach to the RNIC worker at {}: {}", o.device, host::last_error());
     return 2;
   }
   try {
@@ -957,7 +955,7 @@ int run(const Options& o) {
       std::printf("%s\n", format_json(rep).c_str());
       std::fflush(stdout);
     }
-    std::fprintf(stderr, "tandem-perf: %s\n", e.what());
+    common::log::error("{}", e.what());
     return 1;
   }
 }

@@ -1,10 +1,10 @@
 #include "rnic/perf/sink_options.h"
+#include "common/log/log_cli.h"
 
 #include <arpa/inet.h>
 
 #include <CLI/CLI.hpp>
 
-#include <cstdio>
 
 namespace tandem::rnic::perf {
 
@@ -65,19 +65,20 @@ std::optional<SinkOptions> parse_sink_args(int argc, const char* const* argv, in
   app.add_flag("--json", o.json, "JSON on stdout (parameters when ready, the verdict at exit)");
   app.add_option("-D,--duration", o.duration_s, "Stay up this many seconds (default: until SIGINT/SIGTERM)");
   app.add_flag("--huge", o.huge, "Put the buffer on huge pages (MFD_HUGETLB, falls back)");
+  common::log::add_level_option(app, o.log_level);
   try {
     app.parse(argc - 1, argv + 1);
   } catch (const CLI::CallForHelp& e) {
     *exit_code = app.exit(e);
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "tandem-perf sink: %s\n", e.what());
+    common::log::error("sink: {}", e.what());
     *exit_code = 2;
     return std::nullopt;
   }
   const std::string err = finalize_sink_options(o);
   if (!err.empty()) {
-    std::fprintf(stderr, "tandem-perf sink: %s\n", err.c_str());
+    common::log::error("sink: {}", err);
     *exit_code = 2;
     return std::nullopt;
   }

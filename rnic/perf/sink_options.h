@@ -28,6 +28,7 @@ struct SinkOptions {
   bool json = false;
   double duration_s = 0;       // 0: until SIGINT/SIGTERM
   bool huge = false;
+  std::string log_level = "info";  // --log-level (common/log)
 };
 
 // `tandem-perf sink ...` (argv[1] == "sink"). nullopt with *exit_code: 0 after

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/log/log.h"
 #include "common/wire/entropy.h"
 #include "rnic/port/standalone_table.h"
 #include "rnic/host/verbs.h"
@@ -111,7 +112,7 @@ int run_sink(const SinkOptions& o) {
     st = port::load_standalone_table(o.table);
     addr = resolve(o, st);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tandem-perf sink: %s\n", e.what());
+    common::log::error("sink: {}", e.what());
     return 2;
   }
   const std::string vnic_ip = port::format_ipv4(addr.vnic->overlay_ip);
@@ -122,7 +123,7 @@ int run_sink(const SinkOptions& o) {
   da.vnic = vnic_ip.c_str();
   s.ctx = host::open_device(o.device.c_str(), da);
   if (s.ctx == nullptr) {
-    std::fprintf(stderr, "tandem-perf sink: no worker at %s: %s\n", o.device.c_str(), host::last_error());
+    common::log::error("sink: no worker at {}: {}", o.device, host::last_error());
     return 2;
   }
   // Layout: QP i's WRITE region at i * size, then its receive slots.
@@ -234,7 +235,7 @@ int run_sink(const SinkOptions& o) {
     f << p.dump(1) << "\n";
     f.close();
     if (!f || std::rename(tmp.c_str(), o.out.c_str()) != 0) {
-      std::fprintf(stderr, "tandem-perf sink: cannot write %s\n", o.out.c_str());
+      common::log::error("sink: cannot write {}", o.out);
       return 2;
     }
   }

@@ -160,7 +160,8 @@ void PortLogic::on_qp_state(uint32_t host_qpn, ibv_qp_state state, uint64_t now)
         route_wait_.push_back(host_qpn);
         return;
       } else {
-        log_.log("%s: QP 0x%x: no egress entry for remote %u.%u.%u.%u: QP to ERR", c_.name.c_str(), host_qpn,
+        log_.log(log_key(LogKind::kNoRoute, q->app_id),
+                 "%s: QP 0x%x: no egress entry for remote %u.%u.%u.%u: QP to ERR", c_.name.c_str(), host_qpn,
                  remote >> 24, (remote >> 16) & 0xFF, (remote >> 8) & 0xFF, remote & 0xFF);
         ++k_.qps_no_route;
         fail_qp(*q);
@@ -183,7 +184,8 @@ void PortLogic::on_qp_state(uint32_t host_qpn, ibv_qp_state state, uint64_t now)
       break;
   }
   if (rc != 0) {
-    log_.log("%s: QP 0x%x: core refused %s (errno %d): QP to ERR", c_.name.c_str(), host_qpn, qp_state_name(state), rc);
+    log_.log(log_key(LogKind::kCoreRefusedQp, q->app_id), "%s: QP 0x%x: core refused %s (errno %d): QP to ERR",
+             c_.name.c_str(), host_qpn, qp_state_name(state), rc);
     ++k_.qps_core_refused;
     fail_qp(*q);
   }
@@ -212,7 +214,8 @@ void PortLogic::on_srq_created(uint32_t host_srq, uint32_t depth, uint32_t pd) {
     }
   if (core_srq == 0 || s == nullptr) {
     if (core_srq != 0) core_.destroy_srq(core_srq);
-    log_.log("%s: SRQ 0x%x: the core has no room for it (%u SRQs): its QPs go to ERR", c_.name.c_str(), host_srq,
+    log_.log(log_key(LogKind::kNoSrq, 0), "%s: SRQ 0x%x: the core has no room for it (%u SRQs): its QPs go to ERR",
+             c_.name.c_str(), host_srq,
              kMaxSrqs);
     ++k_.srqs_core_refused;
     return;
@@ -243,7 +246,8 @@ void PortLogic::on_mr_registered(const host::HostEvent& ev) noexcept {
   if (core_.reg_mr_with_key(ev.lkey, ev.va, ev.addr, ev.length, ev.access, ev.pd) != 0) {
     // Only if the two tables disagree (the core's is sized to the host's).
     ++k_.mrs_core_refused;
-    log_.log("%s: MR key 0x%x: the core refused it; accesses to it will fail", c_.name.c_str(), ev.lkey);
+    log_.log(log_key(LogKind::kCoreRefusedMr, ev.app_id),
+             "%s: MR key 0x%x: the core refused it; accesses to it will fail", c_.name.c_str(), ev.lkey);
   }
 }
 

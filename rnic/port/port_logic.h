@@ -163,9 +163,14 @@ class PortLogic {
   // ---- reading (the lcore, or after it stopped)
   const PortConfig& config() const noexcept { return c_; }
   const WorkerCounters& counters() const noexcept { return k_; }
-  // What the lcore has to say (a QP refused, a route not installed): written
-  // out by another thread (LogRing::drain), never by the lcore itself.
+  // What the lcore has to say (a QP refused, a route not installed): logged
+  // by the control thread (common/log/log_drain.h), never by the lcore, and
+  // rate-limited per tenant (the key names the kind of line and the application).
   common::LogRing& log() noexcept { return log_; }
+  enum class LogKind : uint64_t { kNoRoute = 1, kCoreRefusedQp, kNoSrq, kCoreRefusedMr, kVnics };
+  static constexpr uint64_t log_key(LogKind k, uint32_t who) noexcept {
+    return (static_cast<uint64_t>(k) << 32) | who;
+  }
   const Transport& core() const noexcept { return core_; }
   Transport& core() noexcept { return core_; }
   const std::vector<QpCtx>& qps() const noexcept { return ctx_; }

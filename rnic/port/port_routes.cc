@@ -95,8 +95,9 @@ void PortLogic::update_vnics(const RnicChannel& ch) {
     for (const common::VnicAction& a : ch.vnics().committed())
       next.push_back(Vnic{a.vnic_id, a.overlay_ip, a.overlay_mac, a.vni, a.pkey});
     if (!c_.yaml_vnics.empty() && !yaml_vnics_warned_) {
-      std::fprintf(stderr, "%s: warning: the agent programs this port's vNICs (protocol v%u); the %zu vNICs in %s are ignored\n",
-                   c_.name.c_str(), unsigned{ch.negotiated_version()}, c_.yaml_vnics.size(), c_.table_file.c_str());
+      log_.log(log_key(LogKind::kVnics, 0),
+               "%s: the agent programs this port's vNICs (protocol v%u); the %zu vNICs in %s are ignored",
+               c_.name.c_str(), unsigned{ch.negotiated_version()}, c_.yaml_vnics.size(), c_.table_file.c_str());
       yaml_vnics_warned_ = true;
     }
   } else {
@@ -135,13 +136,13 @@ void PortLogic::update_vnics(const RnicChannel& ch) {
     list += (list.empty() ? "" : ", ") + std::to_string(v.id) + "=" + format_ipv4(v.overlay_ip);
     if (v.pkey) list += " pkey " + hex16(v.pkey);
   }
+  // Through the ring: the lcore runs this (follow_agent); a long list is cut at the ring's line length.
   if (agent)
-    std::printf("%s: vNICs from the agent (table v%llu): %s\n", c_.name.c_str(),
-                static_cast<unsigned long long>(vnics_version_), list.empty() ? "none" : list.c_str());
+    log_.info(log_key(LogKind::kVnics, 1), "%s: vNICs from the agent (table v%llu): %s", c_.name.c_str(),
+              static_cast<unsigned long long>(vnics_version_), list.empty() ? "none" : list.c_str());
   else
-    std::printf("%s: vNICs from %s (agent protocol v%u sends none): %s\n", c_.name.c_str(), c_.table_file.c_str(),
-                unsigned{ch.negotiated_version()}, list.empty() ? "none" : list.c_str());
-  std::fflush(stdout);
+    log_.info(log_key(LogKind::kVnics, 1), "%s: vNICs from %s (agent protocol v%u sends none): %s", c_.name.c_str(),
+              c_.table_file.c_str(), unsigned{ch.negotiated_version()}, list.empty() ? "none" : list.c_str());
 }
 
 // DPU mode: QPs whose RTR waits for the agent. Each iteration looks their
@@ -180,7 +181,8 @@ uint32_t PortLogic::pending_routes(uint64_t now) {
         }
         finished = true;
       } else if (now >= q->route_deadline) {
-        log_.log("%s: QP 0x%x: the agent installed no route to %u.%u.%u.%u: QP to ERR", c_.name.c_str(), q->host_qpn,
+        log_.log(log_key(LogKind::kNoRoute, q->app_id),
+                 "%s: QP 0x%x: the agent installed no route to %u.%u.%u.%u: QP to ERR", c_.name.c_str(), q->host_qpn,
                  remote >> 24, (remote >> 16) & 0xFF, (remote >> 8) & 0xFF, remote & 0xFF);
         ++k_.qps_no_route;
         q->route_pending = false;
@@ -212,10 +214,11 @@ void PortLogic::refresh_vnics() {
   const bool agent = ch->vnics_from_agent();
   if (agent == vnics_from_agent_ && ch->vnics().generation() == vnics_generation_) [[likely]] {
     if (!agent && !old_agent_warned_ && ch->negotiated_version() != 0 && c_.yaml_vnics.empty()) {
-      std::fprintf(stderr, "%s: warning: the agent speaks protocol v%u (< v%u) and sends no vNICs, and %s lists "
-                   "none: QPs of this port cannot be routed until a newer agent connects\n",
-                   c_.name.c_str(), unsigned{ch->negotiated_version()}, unsigned{common::kProtocolVersionVnic},
-                   c_.table_file.c_str());
+      log_.log(log_key(LogKind::kVnics, 2),
+               "%s: the agent speaks protocol v%u (< v%u) and sends no vNICs, and %s lists none: QPs of this "
+               "port cannot be routed until a newer agent connects",
+               c_.name.c_str(), unsigned{ch->negotiated_version()}, unsigned{common::kProtocolVersionVnic},
+               c_.table_file.c_str());
       old_agent_warned_ = true;
     }
     return;

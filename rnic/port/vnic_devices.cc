@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "common/log/log.h"
 #include "rnic/host/device_registry.h"
 
 namespace tandem::rnic::port {
@@ -46,24 +46,21 @@ std::vector<std::string> VnicDevices::register_all(const std::vector<Vnic>& vnic
     d.max_qps = c_.max_qps;
     d.pid = getpid();
     if (d.name.size() > 63) {
-      std::fprintf(stderr, "%s: verbs device name %s is too long (63 bytes at most): not registered\n",
-                   c_.worker_name.c_str(), d.name.c_str());
+      common::log::error("{}: verbs device name {} is too long (63 bytes at most): not registered", c_.worker_name,
+                         d.name);
       continue;
     }
     const std::string err = host::write_device(c_.dir, d);
     if (!err.empty()) {
-      std::fprintf(stderr, "%s: verbs device %s not registered: %s\n", c_.worker_name.c_str(), d.name.c_str(),
-                   err.c_str());
+      common::log::error("{}: verbs device {} not registered: {}", c_.worker_name, d.name, err);
       continue;
     }
     names.push_back(d.name);
   }
   if (!names.empty())
-    std::printf("tandem-rnic %s: verbs devices in %s: %zu (first %s)\n", c_.worker_name.c_str(), c_.dir.c_str(),
-                names.size(), names[0].c_str());
+    common::log::info("{}: verbs devices in {}: {} (first {})", c_.worker_name, c_.dir, names.size(), names[0]);
   else if (vnics.empty())
-    std::printf("tandem-rnic %s: no vNICs, no verbs devices\n", c_.worker_name.c_str());
-  std::fflush(stdout);
+    common::log::info("{}: no vNICs, no verbs devices", c_.worker_name);
   return names;
 }
 

@@ -29,6 +29,7 @@
 #include "common/fabric/path_model.h"
 #include "common/fabric/path_spec.h"
 #include "common/fabric/route_table.h"
+#include "common/log/log.h"
 
 namespace tandem::common::fabric {
 
@@ -475,7 +476,7 @@ int run(const FabricConfig& c) {
     if (port >= n_ports)
       throw std::invalid_argument("route " + format_ipv4(ip) + " -> port " + std::to_string(port) +
                                   ", but only " + std::to_string(n_ports) + " port(s) exist");
-  if (c.routes.empty()) std::fprintf(stderr, "WARNING: no routes: every packet will be dropped as no_route\n");
+  if (c.routes.empty()) common::log::warn("no routes: every packet will be dropped as no_route");
 
   auto fabric = std::make_unique<Fabric>(c);
   fabric->n_paths = static_cast<uint32_t>(c.paths.size());
@@ -496,7 +497,7 @@ int run(const FabricConfig& c) {
     p.id = pid;
     p.name = dpdk::port_name(pid);
     const bool up = dpdk::port_setup(pid, pool, c.port);
-    std::printf("port %u %s: link %s\n", pid, p.name.c_str(), up ? "up" : "down (will forward once it comes up)");
+    common::log::info("port {} {}: link {}", pid, p.name, up ? "up" : "down (will forward once it comes up)");
     fabric->ports.push_back(std::move(p));
   }
   if (c.pdump) dpdk::pdump_init();
@@ -504,14 +505,12 @@ int run(const FabricConfig& c) {
   fabric->trace = dpdk::open_process_trace("tandem-fabric", fabric->clock, 4 * trace::kDefaultCapacity);
   fabric->register_telemetry();
   if (!dpdk::unmap_guard_active())
-    std::fprintf(stderr, "tandem-fabric: warning: munmap is not interposed (built without "
-                         "--export-dynamic-symbol=munmap?): a memif peer leaving may crash the fabric\n");
-  std::printf("tandem-fabric: %u port(s), %u path(s), %zu route(s), %u mbufs, idle=%s\n", n_ports,
-              fabric->n_paths, c.routes.size(), n_mbufs,
-              c.idle.mode == dpdk::IdleMode::kBusy ? "busy" : "adaptive");
-  for (uint32_t k = 0; k < fabric->n_paths; ++k)
-    std::printf("  path %u: %s\n", k, format_path_spec(c.paths[k]).c_str());
-  std::fflush(stdout);
+    common::log::warn("munmap is not interposed (built without --export-dynamic-symbol=munmap?): a memif peer leaving "
+                      "may crash the fabric");
+  for (uint32_t k = 0; k < fabric->n_paths; ++k) common::log::info("path {}: {}", k, format_path_spec(c.paths[k]));
+  // Last: the line the lab scripts wait for ("tandem-fabric:" on its output).
+  common::log::info("{} port(s), {} path(s), {} route(s), {} mbufs, idle={}", n_ports, fabric->n_paths,
+                    c.routes.size(), n_mbufs, c.idle.mode == dpdk::IdleMode::kBusy ? "busy" : "adaptive");
 
   fabric->loop();
 
@@ -520,7 +519,7 @@ int run(const FabricConfig& c) {
   if (!c.stats_json.empty()) {
     std::ofstream f(c.stats_json);
     f << fabric->counters_json().dump(2) << "\n";
-    if (!f) std::fprintf(stderr, "cannot write %s\n", c.stats_json.c_str());
+    if (!f) common::log::error("cannot write {}", c.stats_json);
   }
   rte_mempool_free(pool);
   dpdk::eal_cleanup();

@@ -450,6 +450,15 @@ TEST_CASE("port layer: a route that never comes fails the QP at the deadline, no
     CHECK(p.a.pw->route_waits() == 0);
     CHECK(p.a.k().tx_packets == 0);
   });
+  // The lcore said so through its ring (drained by the control thread in the
+  // worker, here by the test), keyed by the kind of line and the application.
+  const uint32_t app = p.with([&] { return p.a.pw->qp_by_host(q->qp_num)->app_id; });
+  std::vector<std::pair<uint64_t, std::string>> lines;
+  p.a.pw->log().drain([&](common::LogRing::Level, uint64_t k, const char* t) { lines.emplace_back(k, t); },
+                      [](uint64_t) {});
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].first == PortLogic::log_key(PortLogic::LogKind::kNoRoute, app));
+  CHECK(lines[0].second.find("the agent installed no route to 192.168.7.9: QP to ERR") != std::string::npos);
 }
 
 TEST_CASE("port layer: frames the port refuses wait at the front of the burst; nothing is lost") {
