@@ -1,4 +1,5 @@
-/* An rdma_cm client for the CM system test, against the drop-in librdmacm:
+/* An rdma_cm client for the CM system test, against the drop-in librdmacm
+ * (-b SRC: from that vNIC address, else whichever vNIC first has a route):
  *   cm_client_app connect IP PORT       connects, prints the first event after
  *                                       rdma_connect ("EVENT <name> <status>"),
  *                                       exit 0 if ESTABLISHED
@@ -27,8 +28,15 @@ static int expect(struct rdma_event_channel *ch, enum rdma_cm_event_type want) {
 }
 
 int main(int argc, char **argv) {
+  struct sockaddr_in src = {.sin_family = AF_INET};
+  int bound = 0;
+  if (argc > 2 && strcmp(argv[1], "-b") == 0) {
+    bound = inet_pton(AF_INET, argv[2], &src.sin_addr) == 1;
+    argc -= 2;
+    argv += 2;
+  }
   if (argc < 4) {
-    fprintf(stderr, "usage: cm_client_app connect|halfopen IP PORT [SECS]\n");
+    fprintf(stderr, "usage: cm_client_app [-b SRC] connect|halfopen IP PORT [SECS]\n");
     return 2;
   }
   struct rdma_event_channel *ch = rdma_create_event_channel();
@@ -36,7 +44,7 @@ int main(int argc, char **argv) {
   if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) return perror("create"), 1;
   struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(argv[3]))};
   inet_pton(AF_INET, argv[2], &dst.sin_addr);
-  if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) || expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED))
+  if (rdma_resolve_addr(id, bound ? (struct sockaddr *)&src : NULL, (struct sockaddr *)&dst, 2000) || expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED))
     return printf("resolve failed\n"), 1;
   if (rdma_resolve_route(id, 2000) || expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)) return printf("route failed\n"), 1;
   struct ibv_qp_init_attr qa = {.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},

@@ -182,7 +182,7 @@ def main():
 
     # A REQ to a port nobody listens on.
     a0 = stats("A")
-    code, out = run([CLIENT, "connect", RED_A, "4444"])
+    code, out = run([CLIENT, "-b", RED_B, "connect", RED_A, "4444"])
     a1 = stats("A")
     check(code == 1 and "EVENT RDMA_CM_EVENT_REJECTED 8" in out and a1["cm_no_listener"] == a0["cm_no_listener"] + 1,
           f"REQ to port 4444 (no listener): {out.strip()[-120:]}; cm_no_listener +{a1['cm_no_listener'] - a0['cm_no_listener']}")
@@ -191,7 +191,7 @@ def main():
     blue = subprocess.Popen([RUN, f"{BINDIR}/rping", "-s", "-v", "-a", BLUE_A, "-p", "7300", "-C", "1"], env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(1.0)
-    code, out = run([CLIENT, "connect", BLUE_A, "7300"])
+    code, out = run([CLIENT, "-b", RED_B, "connect", BLUE_A, "7300"])
     a2 = stats("A")
     check(code == 1 and "EVENT RDMA_CM_EVENT_REJECTED 8" in out and a2["cm_tenant_refused"] == a1["cm_tenant_refused"] + 1,
           f"red's REQ to blue's listener refused: {out.strip()[-120:]}; cm_tenant_refused "
@@ -211,7 +211,7 @@ def main():
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(1.0)
     t0 = time.time()
-    half = subprocess.Popen([RUN, CLIENT, "halfopen", RED_A, "7400", "6"], env=ENV, stdout=subprocess.PIPE,
+    half = subprocess.Popen([RUN, CLIENT, "-b", RED_B, "halfopen", RED_A, "7400", "6"], env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
         sout, _ = srv.communicate(timeout=20)
