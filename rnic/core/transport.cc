@@ -304,7 +304,7 @@ void Qp::reset_state() noexcept {
   echo_next = 0;
   ack_dup = resp_dup = false;
   seq_nak_sent = false;
-  icrc_taint = false;
+  ahead.clear();
   gbn_kind = 0;
   gbn_offset = 0;
   reads_head = reads_tail = 0;
