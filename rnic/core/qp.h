@@ -541,8 +541,16 @@ struct Qp {
     w.rkey = (d.remote_qkey & 0x80000000u) ? attr.qkey : d.remote_qkey;
     w.recv_idx = d.remote_qpn & 0xFFFFFF;
   }
+  // `pend`: a READ response whose ICRC is checked while it is placed.
   common::DropReason on_response(const common::RocePacket& pkt, const uint8_t* payload,
-                                 uint32_t len, uint64_t now) noexcept;
+                                 uint32_t len, uint64_t now, const RxPacketRef* pend = nullptr) noexcept;
+  // What a response tells the requester before anything else (IRN: the path
+  // it came on, goes back in a request, irn_wire.h; whether it answers a duplicate).
+  void note_response(const common::RocePacket& pkt) noexcept {
+    if (!irn()) return;
+    note_response_path(pkt.bth.resv7);
+    ack_dup = pkt.bth.opcode != IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE && (pkt.bth.resv7 & kRespDup) != 0;
+  }
   bool tx_requests(uint64_t now) noexcept;  // false: TX queue full
   void on_timers_requester(uint64_t now) noexcept;
   uint64_t requester_deadline() const noexcept;
@@ -579,7 +587,7 @@ struct Qp {
   void advance_una(uint64_t now, uint32_t before) noexcept;
   void on_sack(uint64_t sack, uint64_t now) noexcept;
   common::DropReason on_read_response(const common::RocePacket& pkt, const uint8_t* payload,
-                                      uint32_t len, uint64_t now) noexcept;
+                                      uint32_t len, uint64_t now, const RxPacketRef* pend) noexcept;
   // IRN's RTO_low: with at most kRtoLowPkts out (a tail, or what is left
   // after losses) no later packet will reveal a loss, and a whole timeout
   // is the cost; a timer of a few RTTs recovers them, at worst sending a

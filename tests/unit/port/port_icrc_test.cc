@@ -2,8 +2,8 @@
 // real host interfaces): the receiving port may place its payload before the
 // ICRC says it is bad (rnic/core/README.md "ICRC"), but nothing of it reaches
 // the application: no ACK or SACK covers it, nothing completes, and the
-// retransmission overwrites its bytes; the WRITE_WITH_IMM completes once,
-// with the data as sent. For go-back-N and IRN QPs.
+// retransmission overwrites its bytes; the WRITE_WITH_IMM (or READ) completes
+// once, with the data as sent. For go-back-N and IRN QPs.
 #include <catch2/catch.hpp>
 
 #include <infiniband/verbs.h>
@@ -30,7 +30,7 @@ namespace {
 constexpr std::size_t kBuf = 16 * 1024;
 constexpr uint32_t kPsn = 100;
 constexpr uint32_t kLen = 3 * 1024;  // three frames at MTU 1024
-constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
 // A tenant with one RC QP.
 struct RcApp {
@@ -131,7 +131,49 @@ bool covers(const FakeFrame& f, uint32_t psn) {
          ((sack_bitmap(p.atomic_ack) >> bit) & 1);
 }
 
-void run(Reliability mode) {
+// The middle frame (PSN kPsn + 1) of a 3-frame message, as it passes one
+// direction of the wire: its first copy gets a payload byte flipped; from its
+// second copy (the retransmission) on, frames that way are kept back in order
+// and the wires stopped, until the test has looked (release()).
+struct CorruptMiddle {
+  uint32_t opmask;  // the message's opcodes (kOpWrite, kOpReadResp)
+  int copies = 0;
+  bool holding = false;
+  std::vector<FakeFrame> held;
+  uint32_t flipped_at = 0;  // offset in the message of the flipped byte
+
+  bool pass(FakeFrame& f, Pair& p) {
+    if (holding) {
+      held.push_back(f);
+      return false;
+    }
+    static constexpr common::ParseOptions kHeaders{.check_icrc = false, .check_ip_checksum = false};
+    common::RocePacket pkt;
+    if (common::parse_roce(f.bytes.data(), f.len, pkt, kHeaders) != DropReason::kNone) return true;
+    if (pkt.bth.psn != common::psn_add(kPsn, 1) || !common::opcode_has(pkt.bth.opcode, opmask)) return true;
+    if (++copies == 1) {
+      // The last 200 bytes of the frame's data (after an IRN WRITE's XETH).
+      f.bytes[pkt.payload_offset + pkt.payload_len - 200] ^= 0x5A;
+      flipped_at = 1024 + 1024 - 200;
+      return true;
+    }
+    holding = true;
+    held.push_back(f);
+    p.deliver = false;
+    return false;
+  }
+  // Under p.with(): the kept frames to `to`, the wires on.
+  void release(Pair& p, FakeIo& to) {
+    for (const FakeFrame& f : held) REQUIRE(to.inject(f.bytes.data(), f.len));
+    held.clear();
+    holding = false;
+    p.deliver = true;
+  }
+};
+
+// A 3 KiB WRITE_WITH_IMM from A to B (`read` false) or READ by A of B's
+// memory, its middle frame corrupted once on the wire.
+void run(Reliability mode, bool read) {
   Pair p(PairOptions{false, mode});
   RcApp a(p.a.socket), b(p.b.socket);
   a.connect(b.qp->qp_num, Pair::kOverlayB);
@@ -141,96 +183,79 @@ void run(Reliability mode) {
     const QpCtx* qb = p.b.pw->qp_by_host(b.qp->qp_num);
     return qa && qb && qa->state == IBV_QPS_RTS && qb->state == IBV_QPS_RTS;
   }));
-  for (uint32_t i = 0; i < kLen; ++i) a.buf[i] = static_cast<uint8_t>(i * 7 + 3);
-  std::memset(b.buf, 0, kBuf);
+  RcApp& src = read ? b : a;
+  RcApp& dst = read ? a : b;
+  std::memset(dst.buf, 0, kBuf);
+  for (uint32_t i = 0; i < kLen; ++i) src.buf[i] = static_cast<uint8_t>(i * 7 + 3);
   const uint32_t mid = common::psn_add(kPsn, 1);
+  Node& receiver = read ? p.a : p.b;
 
-  // Under p.with(): the WRITE's middle frame is corrupted (a payload byte)
-  // the first time; from its first retransmission on, frames to B are kept
-  // back (in order), and the wires stopped, until the test has looked at B.
-  int mid_copies = 0;
-  bool acked_mid = false;
-  bool holding = false;
-  std::vector<FakeFrame> held;
+  CorruptMiddle cut{read ? common::kOpReadResp : common::kOpWrite};
+  bool acked_mid = false;  // a WRITE: B said the middle frame arrived
   p.with([&] {
-    p.a_to_b = [&](FakeFrame& f) {
-      static constexpr common::ParseOptions kHeaders{.check_icrc = false, .check_ip_checksum = false};
-      if (holding) {
-        held.push_back(f);
-        return false;
-      }
-      common::RocePacket pkt;
-      if (common::parse_roce(f.bytes.data(), f.len, pkt, kHeaders) != DropReason::kNone) return true;
-      if (pkt.bth.psn != mid || !common::opcode_has(pkt.bth.opcode, common::kOpWrite)) return true;
-      if (++mid_copies == 1) {
-        f.bytes[pkt.payload_offset + pkt.payload_len - 200] ^= 0x5A;
+    if (read) {
+      p.b_to_a = [&](FakeFrame& f) { return cut.pass(f, p); };
+    } else {
+      p.a_to_b = [&](FakeFrame& f) { return cut.pass(f, p); };
+      p.b_to_a = [&](FakeFrame& f) {
+        acked_mid |= covers(f, mid);
         return true;
-      }
-      if (mid_copies == 2) {
-        holding = true;
-        held.push_back(f);
-        p.deliver = false;
-        return false;
-      }
-      return true;
-    };
-    p.b_to_a = [&](FakeFrame& f) {
-      acked_mid |= covers(f, mid);
-      return true;
-    };
+      };
+    }
   });
   ibv_sge s{reinterpret_cast<uintptr_t>(a.buf), kLen, a.mr->lkey};
   ibv_send_wr wr{};
   wr.wr_id = 1;
   wr.sg_list = &s;
   wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.opcode = read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE_WITH_IMM;
   wr.imm_data = htobe32(0xC0FFEE);
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(b.buf);
   wr.wr.rdma.rkey = b.mr->rkey;
-  ibv_sge rs{reinterpret_cast<uintptr_t>(b.buf) + 8192, 64, b.mr->lkey};
-  ibv_recv_wr rwr{};
-  rwr.wr_id = 2;
-  rwr.sg_list = &rs;
-  rwr.num_sge = 1;
-  ibv_recv_wr* bad_r = nullptr;
-  REQUIRE(host::post_recv(b.qp, &rwr, &bad_r) == 0);
+  if (!read) {
+    ibv_sge rs{reinterpret_cast<uintptr_t>(b.buf) + 8192, 64, b.mr->lkey};
+    ibv_recv_wr rwr{};
+    rwr.wr_id = 2;
+    rwr.sg_list = &rs;
+    rwr.num_sge = 1;
+    ibv_recv_wr* bad_r = nullptr;
+    REQUIRE(host::post_recv(b.qp, &rwr, &bad_r) == 0);
+  }
   ibv_send_wr* bad_s = nullptr;
   REQUIRE(host::post_send(a.qp, &wr, &bad_s) == 0);
 
-  // The retransmission is on its way: B has seen the bad frame and dropped it.
-  REQUIRE(p.wait_for([&] { return mid_copies >= 2; }));
+  // The retransmission is on its way: the receiver has seen the bad frame and dropped it.
+  REQUIRE(p.wait_for([&] { return cut.holding; }));
   p.with([&] {
-    CHECK(p.b.k().dropped(Stage::kParse, DropReason::kBadIcrc) == 1);
+    CHECK(receiver.k().dropped(Stage::kParse, DropReason::kBadIcrc) == 1);
     // Its bytes were placed ahead of the verdict, where the good frame goes
-    // (the core checks a 1 KiB WRITE frame's ICRC while placing it) ...
-    CHECK(b.buf[1024 + 1024 - 200] == static_cast<uint8_t>(a.buf[1024 + 1024 - 200] ^ 0x5A));
+    // (the core checks a 1 KiB frame's ICRC while placing it) ...
+    CHECK(dst.buf[cut.flipped_at] == static_cast<uint8_t>(src.buf[cut.flipped_at] ^ 0x5A));
     // ... but no ACK or SACK says the frame arrived.
     CHECK_FALSE(acked_mid);
   });
-  CHECK(a.poll_now().empty());
+  CHECK(a.poll_now().empty());  // and nothing completed
   CHECK(b.poll_now().empty());
-  p.with([&] {
-    for (const FakeFrame& f : held) REQUIRE(p.b.io.inject(f.bytes.data(), f.len));
-    holding = false;
-    p.deliver = true;
-  });
-  const std::vector<ibv_wc> wa = a.poll(1), wb = b.poll(1);
+  p.with([&] { cut.release(p, read ? p.a.io : p.b.io); });
+  const std::vector<ibv_wc> wa = a.poll(1);
   REQUIRE(wa.size() == 1);
-  REQUIRE(wb.size() == 1);
   CHECK(wa[0].status == IBV_WC_SUCCESS);
   CHECK(wa[0].wr_id == 1);
-  CHECK(wb[0].status == IBV_WC_SUCCESS);
-  CHECK(wb[0].opcode == IBV_WC_RECV_RDMA_WITH_IMM);
-  CHECK(wb[0].byte_len == kLen);
-  CHECK(be32toh(wb[0].imm_data) == 0xC0FFEE);
+  if (!read) {
+    const std::vector<ibv_wc> wb = b.poll(1);
+    REQUIRE(wb.size() == 1);
+    CHECK(wb[0].status == IBV_WC_SUCCESS);
+    CHECK(wb[0].opcode == IBV_WC_RECV_RDMA_WITH_IMM);
+    CHECK(wb[0].byte_len == kLen);
+    CHECK(be32toh(wb[0].imm_data) == 0xC0FFEE);
+  }
   CHECK(std::memcmp(a.buf, b.buf, kLen) == 0);
   p.iterations(200);
   CHECK(a.poll_now().empty());  // once
   CHECK(b.poll_now().empty());
   p.with([&] {
-    CHECK(p.b.k().dropped(Stage::kParse, DropReason::kBadIcrc) == 1);
+    CHECK(receiver.k().dropped(Stage::kParse, DropReason::kBadIcrc) == 1);
     p.a_to_b = nullptr;
     p.b_to_a = nullptr;
   });
@@ -240,9 +265,18 @@ void run(Reliability mode) {
 
 TEST_CASE("port layer: a WRITE frame corrupted on the wire leaves no trace once retransmitted, go-back-N",
           "[port][icrc]") {
-  run(Reliability::kGoBackN);
+  run(Reliability::kGoBackN, false);
 }
 
 TEST_CASE("port layer: a WRITE frame corrupted on the wire leaves no trace once retransmitted, IRN", "[port][icrc]") {
-  run(Reliability::kIrn);
+  run(Reliability::kIrn, false);
+}
+
+TEST_CASE("port layer: a READ response corrupted on the wire leaves no trace once asked again, go-back-N",
+          "[port][icrc]") {
+  run(Reliability::kGoBackN, true);
+}
+
+TEST_CASE("port layer: a READ response corrupted on the wire leaves no trace once asked again, IRN", "[port][icrc]") {
+  run(Reliability::kIrn, true);
 }
