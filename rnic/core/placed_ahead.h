@@ -26,9 +26,10 @@ class PlacedAhead {
   // `mtu_shift`: log2 of the path MTU (a power of two).
   void learn(const Xeth& x, uint32_t psn, uint32_t mtu_shift) noexcept {
     const uint32_t first = common::psn_add(psn, -static_cast<int64_t>(x.msg_offset >> mtu_shift));
-    for (const Msg& m : msgs_)
-      if (m.npkts != 0 && m.first_psn == first) return;  // already known (the fields compared at use)
-    Msg& m = msgs_[next_++ % msgs_.size()];
+    Msg* slot = nullptr;
+    for (Msg& m : msgs_)
+      if (m.npkts != 0 && m.first_psn == first) slot = &m;  // known (or a stale one, 2^24 PSNs ago)
+    Msg& m = slot != nullptr ? *slot : msgs_[next_++ % msgs_.size()];
     m.first_psn = first;
     m.npkts = x.msg_len == 0 ? 1 : ((x.msg_len - 1) >> mtu_shift) + 1;
     m.recv_idx = x.recv_idx;
