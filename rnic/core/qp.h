@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -21,6 +22,7 @@
 #include "rnic/core/path_policy.h"
 #include "rnic/core/path_round_robin.h"
 #include "rnic/core/path_single.h"
+#include "rnic/core/placed_ahead.h"
 #include "rnic/core/qp_counters.h"
 #include "rnic/core/srq.h"
 #include "rnic/core/transport.h"
@@ -386,7 +388,7 @@ struct Qp {
   uint8_t nak_syndrome = 0;
   uint32_t nak_psn = 0;
   bool seq_nak_sent = false;  // GoBackN: one NAK per expected PSN
-  bool icrc_taint = false;    // GoBackN: a packet placed ahead of its ICRC was bad; until ePSN moves, no READ re-executed
+  PlacedAhead ahead;          // placement ahead of the ICRC: IRN's known messages, bad packets' PSNs (README "ICRC")
   bool rnr_armed = true;      // one RNR NAK until a RECV is posted or ePSN moves,
   uint32_t rnr_nak_psn = 0;   // or until the NAKed PSN comes again
   // GoBackN in-order message state
@@ -420,6 +422,12 @@ struct Qp {
   bool granting = false;         // on Transport's granting list (cc credit)
 
   uint32_t mtu() const noexcept { return attr.path_mtu; }
+  uint32_t mtu_shift() const noexcept { return static_cast<uint32_t>(std::countr_zero(attr.path_mtu)); }
+  // True while a bad packet placed ahead of its ICRC may have left bytes at
+  // a PSN's place that its good packet has not overwritten yet.
+  bool placed_bad() noexcept {
+    return ahead.tainted([this](uint32_t p) { return common::psn_lt(p, epsn) || (slot(p).flags & kSlotArrived); });
+  }
   // Sets the policy kinds above from the policies' types.
   void note_policy_kinds() noexcept {
     cc_fixed = dynamic_cast<CcFixedWindow*>(cc.get()) != nullptr;
@@ -533,8 +541,16 @@ struct Qp {
     w.rkey = (d.remote_qkey & 0x80000000u) ? attr.qkey : d.remote_qkey;
     w.recv_idx = d.remote_qpn & 0xFFFFFF;
   }
+  // `pend`: a READ response whose ICRC is checked while it is placed.
   common::DropReason on_response(const common::RocePacket& pkt, const uint8_t* payload,
-                                 uint32_t len, uint64_t now) noexcept;
+                                 uint32_t len, uint64_t now, const RxPacketRef* pend = nullptr) noexcept;
+  // What a response tells the requester before anything else (IRN: the path
+  // it came on, goes back in a request, irn_wire.h; whether it answers a duplicate).
+  void note_response(const common::RocePacket& pkt) noexcept {
+    if (!irn()) return;
+    note_response_path(pkt.bth.resv7);
+    ack_dup = pkt.bth.opcode != IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE && (pkt.bth.resv7 & kRespDup) != 0;
+  }
   bool tx_requests(uint64_t now) noexcept;  // false: TX queue full
   void on_timers_requester(uint64_t now) noexcept;
   uint64_t requester_deadline() const noexcept;
@@ -571,7 +587,7 @@ struct Qp {
   void advance_una(uint64_t now, uint32_t before) noexcept;
   void on_sack(uint64_t sack, uint64_t now) noexcept;
   common::DropReason on_read_response(const common::RocePacket& pkt, const uint8_t* payload,
-                                      uint32_t len, uint64_t now) noexcept;
+                                      uint32_t len, uint64_t now, const RxPacketRef* pend) noexcept;
   // IRN's RTO_low: with at most kRtoLowPkts out (a tail, or what is left
   // after losses) no later packet will reveal a loss, and a whole timeout
   // is the cost; a timer of a few RTTs recovers them, at worst sending a

@@ -8,6 +8,7 @@
 #include "common/wire/opcode.h"
 #include "common/wire/psn.h"
 #include "rnic/core/credit_wire.h"
+#include "common/wire/icrc.h"
 #include "rnic/core/qp.h"
 
 namespace tandem::rnic {
@@ -612,26 +613,44 @@ void Qp::to_error(ibv_wc_status first_status) noexcept {
   atomic_replies = 0;
 }
 
+// With `pend` (a READ response whose ICRC is still to be checked: RxPacketRef::
+// icrc_pending) nothing acts on the packet before the verdict: a refusal checks
+// the whole ICRC first; placement computes it in the pass that copies the
+// payload. The place is this requester's own: the READ WR and offset its
+// unacknowledged READ PSN names, which that PSN's good response (or the
+// response to the READ asked again from there) writes before the WR can
+// complete (rnic/core/README.md "ICRC").
 DropReason Qp::on_read_response(const common::RocePacket& pkt, const uint8_t* payload,
-                                uint32_t len, uint64_t now) noexcept {
+                                uint32_t len, uint64_t now, const RxPacketRef* pend) noexcept {
   const uint32_t psn = pkt.bth.psn;
-  if (!psn_lt(psn, nxt)) return DropReason::kUnsentPsn;  // nothing was ever asked for there
-  if (psn_lt(psn, una)) return DropReason::kDuplicate;
+  bool pending = pend != nullptr;
+  // Before a pending packet counts for anything: true if it is corrupt.
+  auto corrupt = [&]() noexcept {
+    if (!pending) return false;
+    pending = false;
+    if (!icrc_rest_ok(*pend)) return true;
+    note_response(pkt);
+    return false;
+  };
+  auto refuse = [&](DropReason why) noexcept { return corrupt() ? DropReason::kBadIcrc : why; };
+  if (!psn_lt(psn, nxt)) return refuse(DropReason::kUnsentPsn);  // nothing was ever asked for there
+  if (psn_lt(psn, una)) return refuse(DropReason::kDuplicate);
   PsnRec& r = rec(psn);
   // A READ response answers a READ PSN, an atomic ACK an atomic's.
   const bool atomic = pkt.bth.opcode == IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE;
-  if (!(r.flags & kRecRead) || atomic != ((r.flags & kRecAtomic) != 0)) return DropReason::kInvalidRequest;
-  if (r.flags & kRecAcked) return DropReason::kDuplicate;
+  if (!(r.flags & kRecRead) || atomic != ((r.flags & kRecAtomic) != 0)) return refuse(DropReason::kInvalidRequest);
+  if (r.flags & kRecAcked) return refuse(DropReason::kDuplicate);
   SendWqe& w = wqe(r.wqe);
   const uint64_t off = uint64_t{r.pkt_idx} * mtu();
   const uint32_t want = atomic ? 0 : static_cast<uint32_t>(std::min<uint64_t>(mtu(), w.len - off));
-  if (len != want) return DropReason::kInvalidRequest;
+  if (len != want) return refuse(DropReason::kInvalidRequest);
   if (!irn()) {
     // In order only: an earlier READ PSN still missing means a response was
     // lost; re-request from there (only what was requested before this one).
     for (uint32_t p = una; psn_lt(p, psn); p = psn_add(p, 1)) {
       PsnRec& q = rec(p);
       if ((q.flags & kRecRead) && !(q.flags & kRecAcked)) {
+        if (corrupt()) return DropReason::kBadIcrc;
         bool any = false;
         for (uint32_t x = p; psn_lt(x, psn); x = psn_add(x, 1)) {
           PsnRec& y = rec(x);
@@ -647,17 +666,15 @@ DropReason Qp::on_read_response(const common::RocePacket& pkt, const uint8_t* pa
     }
   }
   if (!gather_live(w, off, len)) [[unlikely]] {
+    if (corrupt()) return DropReason::kBadIcrc;
     lost_region(r.wqe);  // its landing buffer was deregistered: the WR fails, nothing is written
     return DropReason::kRegionGone;
   }
-  // A READ response implicitly acknowledges every earlier request.
-  uint64_t bytes = 0, rtt = 0;
-  for (uint32_t p = una; psn_lt(p, psn); p = psn_add(p, 1)) {
-    if (!(rec(p).flags & kRecRead)) ack_rec(p, now, bytes, rtt);
-  }
   // The original value into the atomic's 8-byte entry (post_filled), in host
-  // order as verbs gives it; a READ's data scattered into the WR's list.
+  // order as verbs gives it; a READ's data scattered into the WR's list (a
+  // pending one's CRC computed as it is copied).
   if (atomic) std::memcpy(w.sge[0].ptr, &pkt.atomic_ack, sizeof pkt.atomic_ack);
+  uint32_t crc = pending ? pend->icrc_head : 0;
   uint64_t o = off;
   uint32_t left = len;
   const uint8_t* src = payload;
@@ -665,10 +682,25 @@ DropReason Qp::on_read_response(const common::RocePacket& pkt, const uint8_t* pa
     const uint32_t sl = w.sge[j].len;
     if (o >= sl) { o -= sl; continue; }
     const uint32_t take = static_cast<uint32_t>(std::min<uint64_t>(left, sl - o));
-    std::memcpy(w.sge[j].ptr + o, src, take);
+    if (pending)
+      crc = common::crc32_copy(crc, w.sge[j].ptr + o, src, take);
+    else
+      std::memcpy(w.sge[j].ptr + o, src, take);
     src += take;
     left -= take;
     o = 0;
+  }
+  if (pending) {
+    // The verdict before the response counts: a bad one leaves its PSN
+    // unacknowledged (its bytes are overwritten by the good response).
+    if (common::crc32_update(crc, payload + len, pkt.bth.pad) != pkt.icrc) [[unlikely]]
+      return DropReason::kBadIcrc;
+    note_response(pkt);
+  }
+  // A READ response implicitly acknowledges every earlier request.
+  uint64_t bytes = 0, rtt = 0;
+  for (uint32_t p = una; psn_lt(p, psn); p = psn_add(p, 1)) {
+    if (!(rec(p).flags & kRecRead)) ack_rec(p, now, bytes, rtt);
   }
   ++c.rx_pkts;
   c.rx_bytes += len;
@@ -682,18 +714,15 @@ DropReason Qp::on_read_response(const common::RocePacket& pkt, const uint8_t* pa
 }
 
 DropReason Qp::on_response(const common::RocePacket& pkt, const uint8_t* payload, uint32_t len,
-                           uint64_t now) noexcept {
+                           uint64_t now, const RxPacketRef* pend) noexcept {
   DropReason why = DropReason::kNone;
   const uint8_t op = pkt.bth.opcode;
-  if (irn()) {
-    note_response_path(pkt.bth.resv7);  // goes back in a request (irn_wire.h)
-    ack_dup = op != IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE && (pkt.bth.resv7 & kRespDup) != 0;
-  }
+  if (pend == nullptr) note_response(pkt);  // a pending one's once its ICRC is known good
   // An ATOMIC_ACKNOWLEDGE answers an atomic unless it is IRN's SACK (irn_wire.h).
   const bool atomic_ack = op == IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE &&
                           (!irn() || (sent_atomics && !(pkt.bth.resv7 & kSackMark)));
   if (common::opcode_has(op, common::kOpReadResp) || atomic_ack) {
-    why = on_read_response(pkt, payload, len, now);
+    why = on_read_response(pkt, payload, len, now, pend);
     if (why != DropReason::kNone) drop(why);
     return why;
   }

@@ -216,7 +216,7 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
     if (op == IBV_OPCODE_RC_RDMA_READ_REQUEST) {
       // Not while a bad packet's bytes may sit at ePSN's place: the requester
       // asks again (its retry comes before ePSN's packet again, which clears it).
-      if (icrc_taint) return fail(DropReason::kNoBuffer);
+      if (ahead.any_taint() && placed_bad()) return fail(DropReason::kNoBuffer);
       // Executed again only as far as the READ this responder received asked
       // (IBA 9.7.5.1.3): its R_Key, from its address for the PSN, never more
       // than its length. A request it has no record of is dropped: one small
@@ -310,8 +310,8 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
     return fail(r);
   };
   constexpr uint8_t kInvalid = common::kAethNak | common::kNakInvalidRequest;
+  Xeth x;
   if (irn()) {
-    Xeth x;
     if (!read_xeth(payload, len, x)) return refuse(kInvalid, DropReason::kInvalidRequest);
     data += kXethLen;
     dlen -= kXethLen;
@@ -361,12 +361,20 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
   }
   // Placed before its ICRC is known only where a bad packet's bytes are sure
   // to be overwritten before anything of this QP reads them (README "ICRC"):
-  // go-back-N at ePSN, into a place the QP's own state names (a WRITE going on
-  // with a message whose first packet was good, or a SEND into the head
-  // receive at the message's offset), with no READ queued to read memory.
-  // IRN's XETH and a RETH name the place themselves: checked first.
-  if (pending && (irn() || (first && is_write) || reads_head != reads_tail) && corrupt())
-    return fail(DropReason::kBadIcrc);
+  // the place of a PSN whose good packet is still to come, as the QP's own
+  // state names it (go-back-N at ePSN: a WRITE going on with a message whose
+  // first packet was good, or a SEND into the head receive at the message's
+  // offset; IRN: a message a verified packet told of, at the offset of this
+  // PSN), with no READ response being read from memory. A RETH, or the XETH
+  // of a message not known yet, names the place itself: checked first.
+  if (pending) {
+    bool early = reads_head == reads_tail && ahead.can_taint();
+    if (irn())
+      early = early && std::has_single_bit(mtu()) && ahead.knows(x, psn, epsn, mtu_shift());
+    else
+      early = early && !(first && is_write);
+    if (!early && corrupt()) return fail(DropReason::kBadIcrc);
+  }
   // The pending ICRC's stream so far: headers (icrc_head) and the XETH.
   uint32_t crc = 0;
   if (pending) crc = common::crc32_update(in.icrc_head, payload, static_cast<std::size_t>(data - payload));
@@ -399,7 +407,7 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
           crc = common::crc32_update(crc, src, left);
           pending = false;
           if (common::crc32_update(crc, payload + len, pkt.bth.pad) != pkt.icrc) {
-            icrc_taint = true;
+            ahead.taint(psn);
             return fail(DropReason::kBadIcrc);
           }
           arrive();
@@ -425,11 +433,13 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
     // The verdict, before the packet counts: a bad one leaves ePSN's slot
     // unarrived (its bytes are overwritten by ePSN's packet when it comes).
     if (common::crc32_update(crc, payload + len, pkt.bth.pad) != pkt.icrc) [[unlikely]] {
-      icrc_taint = true;
+      ahead.taint(psn);
       return fail(DropReason::kBadIcrc);
     }
     arrive();
   }
+  // A message of several packets: the place its other packets go is known.
+  if (irn() && !(first && last) && std::has_single_bit(mtu())) ahead.learn(x, psn, mtu_shift());
   if (!irn()) {
     if (first && is_write) {
       gbn_va = va;
@@ -473,7 +483,7 @@ void Qp::bench_restart(uint32_t psn) noexcept {
   epsn = high = psn;
   hole_since = kNever;
   seq_nak_sent = false;
-  icrc_taint = false;
+  ahead.clear();
   gbn_kind = 0;
   gbn_offset = 0;
 }
@@ -484,6 +494,9 @@ void Qp::bench_restart(uint32_t psn) noexcept {
   const uint32_t before = epsn;
   while (slot(epsn).flags & kSlotArrived) {
     RxSlot& s = slot(epsn);
+    // A READ or atomic reads memory: not while a bad packet's bytes may sit
+    // at a later PSN's place (IRN); its good packet's arrival comes back here.
+    if ((s.flags & (kSlotRead | kSlotAtomic)) && ahead.any_taint() && placed_bad()) [[unlikely]] break;
     if (s.flags & kSlotRead) {
       DropReason why;
       common::Reth reth{s.read_va, s.read_rkey, s.read_len};
@@ -504,7 +517,6 @@ void Qp::bench_restart(uint32_t psn) noexcept {
   }
   if (epsn != before) {
     seq_nak_sent = false;
-    icrc_taint = false;  // ePSN's packet came: a bad one's bytes are overwritten
     rnr_armed = true;
   }
   if (psn_lt(epsn, high)) {

@@ -304,7 +304,7 @@ void Qp::reset_state() noexcept {
   echo_next = 0;
   ack_dup = resp_dup = false;
   seq_nak_sent = false;
-  icrc_taint = false;
+  ahead.clear();
   gbn_kind = 0;
   gbn_offset = 0;
   reads_head = reads_tail = 0;
@@ -486,6 +486,16 @@ DropReason Transport::on_packet(const common::RocePacket& pkt, const uint8_t* pa
   return r;
 }
 
+// on_packet's path for a READ response to a QP in RTS, its ICRC pending.
+DropReason Transport::on_read_response(Qp& qp, const RxPacketRef& in, uint64_t now) noexcept {
+  note_clock(now);
+  ++counters_.rx_pkts;
+  activate(&qp);
+  const DropReason r = qp.on_response(*in.pkt, in.payload, in.payload_len, now, &in);
+  if (r != DropReason::kNone) ++counters_.drops[static_cast<std::size_t>(r)];
+  return r;
+}
+
 bool icrc_rest_ok(const RxPacketRef& r) noexcept {
   const uint32_t c = common::crc32_update(r.icrc_head, r.payload, r.payload_len);
   return common::crc32_update(c, r.payload + r.payload_len, r.pkt->bth.pad) == r.pkt->icrc;
@@ -504,6 +514,14 @@ uint32_t Transport::on_packets(const RxPacketRef* in, uint32_t n, uint64_t now, 
     if (qp == nullptr || !common::opcode_has(in[i].pkt->bth.opcode, kRequest) || qp->ud ||
         common::opcode_has(in[i].pkt->bth.opcode, common::kOpDeth) ||
         (qp->state != QpState::kRtr && qp->state != QpState::kRts)) {
+      if (in[i].icrc_pending && qp != nullptr && qp->state == QpState::kRts && !qp->ud &&
+          common::opcode_has(in[i].pkt->bth.opcode, common::kOpReadResp)) {
+        // A READ response, checked while the requester places it.
+        why[i] = on_read_response(*qp, in[i], now);
+        taken += why[i] == DropReason::kNone;
+        ++i;
+        continue;
+      }
       if (in[i].icrc_pending && !icrc_rest_ok(in[i])) [[unlikely]] {
         // Refused whatever its headers say: a corrupted packet is counted as
         // one, not as the unknown QP or bad state its bits may name.

@@ -127,7 +127,7 @@ struct RxPacketRef {
   const uint8_t* payload;
   uint32_t payload_len;
   // False: the I/O layer checked the ICRC (and dropped the packet if it was
-  // wrong). True (SEND/WRITE requests): the core checks it in the pass that
+  // wrong). True (SEND/WRITE requests, READ responses): the core checks it in the pass that
   // places the payload (common::crc32_copy) and before the packet has any
   // effect; icrc_head is the CRC (crc32_update's) of the ICRC's stream up to
   // `payload` (common::icrc_headers), which goes on over payload_len bytes and
@@ -318,6 +318,8 @@ class Transport {
     return i < qps_.size() ? qps_[i].get() : nullptr;
   }
   void grant_credits(uint64_t now) noexcept;
+  // A READ response to `qp` (in RTS) whose ICRC is pending (on_packets).
+  common::DropReason on_read_response(Qp& qp, const RxPacketRef& in, uint64_t now) noexcept;
   // Every input notes its `now`: a gap longer than the loop period is time
   // the loop did not run (path health is told; on_loop_gap).
   void note_clock(uint64_t now) noexcept {

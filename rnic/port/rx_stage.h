@@ -77,7 +77,7 @@ class RxStage {
   static constexpr uint16_t kMaxBurst = 32;
   static constexpr uint16_t kPrefetchAhead = 3;
   static constexpr uint32_t kScratchBytes = 16384;  // largest multi-segment frame (copied to parse)
-  // Payload bytes from which a SEND's or WRITE's ICRC is finished by the
+  // Payload bytes from which a SEND's, WRITE's or READ response's ICRC is finished by the
   // placement (below it the frame's CRC is one of four interleaved here, and
   // the copy is a few moves: nothing to gain).
   static constexpr uint32_t kDeferIcrcFrom = 256;
@@ -137,7 +137,7 @@ class RxStage {
   uint16_t validate(Buf* const* m, uint16_t n, WorkerCounters& k) noexcept {
     return validate<false, false>(m, n, k, nullptr, 0);
   }
-  // kDefer (the pipeline): the ICRCs of large SEND/WRITE requests are left
+  // kDefer (the pipeline): the ICRCs of large SEND/WRITE requests and READ responses are left
   // pending (pending_[j], their headers' CRC in icrc_[j], icrc_checked false)
   // for the placement to finish.
   template <bool kTrace, bool kDefer>
@@ -181,7 +181,7 @@ class RxStage {
       if constexpr (kDefer) {
         // Only the headers here: the core continues over payload and pad.
         pending_[g] = fused_icrc_ && pkt.payload_len >= kDeferIcrcFrom &&
-                      common::opcode_has(pkt.bth.opcode, common::kOpSend | common::kOpWrite) &&
+                      common::opcode_has(pkt.bth.opcode, common::kOpSend | common::kOpWrite | common::kOpReadResp) &&
                       !common::opcode_has(pkt.bth.opcode, common::kOpDeth);
         if (pending_[g]) icrc_len_[g] = pkt.payload_offset - pkt.ip_offset;
       }

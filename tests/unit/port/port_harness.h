@@ -176,6 +176,7 @@ class Pair {
   uint64_t step_ns = 1000;
   // Under with(): frames from A to B pass through this (false: lost).
   std::function<bool(FakeFrame&)> a_to_b;
+  std::function<bool(FakeFrame&)> b_to_a;  // and from B to A
   bool deliver = true;  // false: frames wait on the wires
 
  private:
@@ -188,7 +189,7 @@ class Pair {
         work = a.step(now) + b.step(now);
         if (deliver) {
           work += move(a.io, b.io, a_to_b);
-          work += move(b.io, a.io, nullptr);
+          work += move(b.io, a.io, b_to_a);
         }
         now += step_ns;
         ++steps_;
