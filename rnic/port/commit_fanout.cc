@@ -24,7 +24,10 @@ bool commit_event_ready(const common::RawMessage& m, uint64_t visible) noexcept 
 }
 
 CommitFanout::CommitFanout(const Level2Table& table, uint32_t lcores)
-    : table_(table), n_(std::max<uint32_t>(lcores, 1)), slots_(std::make_unique<Slot[]>(n_)) {
+    : table_(table),
+      n_(std::max<uint32_t>(lcores, 1)),
+      slots_(std::make_unique<Slot[]>(n_)),
+      packets_(std::make_unique<Packets[]>(n_)) {
   for (uint32_t k = 0; k < n_; ++k)
     punts_.push_back(k == 0 ? nullptr : std::make_unique<host::SpscQueue<common::EntryKey, kPuntRing>>());
   pub_.snap = table.begin_read();
@@ -90,13 +93,13 @@ uint64_t CommitFanout::visible_version() const noexcept {
 
 uint64_t CommitFanout::rx_packets() const noexcept {
   uint64_t s = 0;
-  for (uint32_t k = 0; k < n_; ++k) s += slots_[k].rx.load(std::memory_order_relaxed);
+  for (uint32_t k = 0; k < n_; ++k) s += packets_[k].rx.load(std::memory_order_relaxed);
   return s;
 }
 
 uint64_t CommitFanout::tx_packets() const noexcept {
   uint64_t s = 0;
-  for (uint32_t k = 0; k < n_; ++k) s += slots_[k].tx.load(std::memory_order_relaxed);
+  for (uint32_t k = 0; k < n_; ++k) s += packets_[k].tx.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -90,20 +90,27 @@ class CommitFanout final : public ReclaimBound {
   bool hand_punt(uint32_t k, const common::EntryKey& key) noexcept { return punts_[k]->push(key); }
   // The channel is ACTIVE (as last published).
   bool active() const noexcept { return active_.load(std::memory_order_relaxed); }
+  // Stored only when changed: an idle lcore leaves the line in lcore 0's cache.
   void note_packets(uint32_t k, uint64_t rx, uint64_t tx) noexcept {
-    slots_[k].rx.store(rx, std::memory_order_relaxed);
-    slots_[k].tx.store(tx, std::memory_order_relaxed);
+    Packets& p = packets_[k];
+    if (p.rx.load(std::memory_order_relaxed) != rx) p.rx.store(rx, std::memory_order_relaxed);
+    if (p.tx.load(std::memory_order_relaxed) != tx) p.tx.store(tx, std::memory_order_relaxed);
   }
 
  private:
+  // Written by lcore k once per commit, read by lcore 0 every iteration.
   struct alignas(64) Slot {
     std::atomic<uint64_t> epoch{kIdle};  // the epoch lcore k reads at (kIdle: not yet)
     std::atomic<uint64_t> version{0};    // the version it acknowledged
+  };
+  // Written by lcore k as it sends and receives: a line of its own.
+  struct alignas(64) Packets {
     std::atomic<uint64_t> rx{0}, tx{0};
   };
   const Level2Table& table_;
   uint32_t n_;
   std::unique_ptr<Slot[]> slots_;
+  std::unique_ptr<Packets[]> packets_;
   std::vector<std::unique_ptr<host::SpscQueue<common::EntryKey, kPuntRing>>> punts_;  // [k]; [0] unused
   // pub_ changes on publish and is copied on adopt, under mu_: once per commit
   // (or reclaim) and lcore, never per packet. Holding it while an lcore stores
