@@ -48,7 +48,10 @@ bool CommitFanout::publish(const RnicChannel* ch) {
       from_agent == pub_.vnics_from_agent && negotiated == pub_.negotiated_version &&
       generation == pub_.vnics_generation) [[likely]]
     return false;
-  std::lock_guard<std::mutex> g(mu_);
+  // Never waits: an lcore copying the last view (and preempted meanwhile) must
+  // not stop the channel's lcore; it publishes on its next iteration instead.
+  std::unique_lock<std::mutex> g(mu_, std::try_to_lock);
+  if (!g.owns_lock()) return false;
   pub_.snap = Level2Table::Snapshot{epoch, version};
   pub_.channel = channel;
   pub_.vnics_from_agent = from_agent;
@@ -64,7 +67,8 @@ bool CommitFanout::publish(const RnicChannel* ch) {
 bool CommitFanout::adopt(uint32_t k, LcoreView& v) {
   if (seq_.load(std::memory_order_acquire) == v.seq) [[likely]]
     return false;
-  std::lock_guard<std::mutex> g(mu_);
+  std::unique_lock<std::mutex> g(mu_, std::try_to_lock);
+  if (!g.owns_lock()) return false;  // lcore 0 is publishing: the next iteration adopts
   const bool new_vnics = v.seq == 0 || v.vnics_generation != pub_.vnics_generation || v.channel != pub_.channel;
   v.snap = pub_.snap;
   v.channel = pub_.channel;

@@ -113,8 +113,10 @@ class CommitFanout final : public ReclaimBound {
   std::unique_ptr<Packets[]> packets_;
   std::vector<std::unique_ptr<host::SpscQueue<common::EntryKey, kPuntRing>>> punts_;  // [k]; [0] unused
   // pub_ changes on publish and is copied on adopt, under mu_: once per commit
-  // (or reclaim) and lcore, never per packet. Holding it while an lcore stores
-  // its epoch keeps the writer from publishing (and then reclaiming past) it meanwhile.
+  // (or reclaim) and lcore, never per packet, and only tried (a busy lock means
+  // "next iteration"), so no lcore ever waits for another. Holding it while an
+  // lcore stores its epoch keeps the writer from publishing (and then
+  // reclaiming past) it meanwhile.
   mutable std::mutex mu_;
   LcoreView pub_;
   std::atomic<uint64_t> seq_{0};

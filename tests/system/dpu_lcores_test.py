@@ -5,16 +5,15 @@ their vNICs and routes from the agent.
   * both 2-lcore workers reach ACTIVE with the agent (the channel served by
     lcore 0, rnic/port/commit_fanout.h);
   * two tandem-perf pairs, write_bw --verify and read_bw --verify, clients on
-    A, so A places one application (4 QPs) on each lcore; both lcores' QPs get
-    their routes from the agent (a miss on lcore 1 is handed to lcore 0, which
-    punts it);
-  * while they run, A's route to the receivers' address moves three times
-    (`mapping add --replace` of the same address with a new next-hop MAC, the
-    agent rewriting A's entry; once `mapping del` first, so A's QPs on both
-    lcores miss and punt until the new mapping is added and installed);
-    each new route is committed on A (the agent's shadow of A's table holds
-    the new MAC, A's BAR shows the agent's version: every lcore acknowledged
-    it) and both lcores' QPs go on over it;
+    A, so A places one application (4 QPs) on each lcore; each pair's server
+    is its own vNIC on B, so each lcore's QPs get their own route from the
+    agent at RTR (a miss on lcore 1 is handed to lcore 0, which punts it, and
+    its QPs wait until lcore 1 adopts the version that installs it);
+  * while they run, A's routes to both receivers move three times (`mapping
+    add --replace` with a new next-hop MAC: the agent rewrites A's entries in
+    a transaction); each new route is committed on A (the agent's shadow of
+    A's table holds the new MACs, A's BAR shows the agent's version: every
+    lcore acknowledged it) and both lcores' QPs go on over it;
   * every byte verified, both lcores adopted the new versions, lcore 1
     handed misses to lcore 0, no process died by a signal, the workers stop
     cleanly.
@@ -22,7 +21,9 @@ their vNICs and routes from the agent.
 usage: dpu_lcores_test.py TANDEM_DPU TANDEMCTL TANDEM_FABRIC TANDEM_RNIC TANDEM_PERF"""
 import json
 import os
+import struct
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -41,29 +42,58 @@ check, failed = checks.check, checks.failed
 start, stop = lab.start, lab.stop
 QPS = 4
 A_MAC = "02:00:00:00:00:01"
-# A's senders are vNIC 1 (tenant 100); the receivers, vNIC 2 on B, are in tenant 200 (one
-# partition with 100), so their address is a plain mapping in tenant 100 that can move.
-A_IP, B_IP = "192.168.7.1", "192.168.7.2"
+# A's senders are vNIC 1 (tenant 100); the receivers, vNICs 2 and 3 on B, are in tenant 200
+# (one partition with 100), so their addresses are plain mappings in tenant 100 that can move.
+A_IP, B_IPS = "192.168.7.1", ("192.168.7.2", "192.168.7.3")
 YAML = {
     "A": "underlay: {ip: 10.0.0.1, mac: 02:00:00:00:00:01, gateway_mac: 02:00:00:00:00:fe}\n",
     "B": "underlay: {ip: 10.0.0.2, mac: 02:00:00:00:00:02, gateway_mac: 02:00:00:00:00:fe}\n",
 }
 
 
-def gen_mac(g):
-    return f"02:00:00:07:00:{g:02x}"
+def gen_mac(i, g):
+    return f"02:00:00:07:{i:02x}:{g:02x}"
 
 
-def set_route(g):
-    """The receivers' address in tenant 100 -> B, next hop gen_mac(g): a new route for A."""
-    return ctl("mapping", "add", "--vni", 100, "--overlay-ip", B_IP, "--underlay-ip", "10.0.0.2", "--next-hop-mac",
-               gen_mac(g), "--rnic", "B", *(["--replace"] if g > 1 else []))
+def set_route(i, g):
+    """Receiver i's address in tenant 100 -> B, next hop gen_mac(i, g): a new route for A."""
+    return ctl("mapping", "add", "--vni", 100, "--overlay-ip", B_IPS[i], "--underlay-ip", "10.0.0.2",
+               "--next-hop-mac", gen_mac(i, g), "--rnic", "B", *(["--replace"] if g > 1 else []))
 
 
 def a_route_macs():
-    """Next-hop MACs of A's committed egress entries toward the receivers (the agent's shadow)."""
-    return {e.get("dst_mac") for e in ctl.l2_entries("A")
-            if e.get("kind") == "egress" and e.get("dst_overlay_ip") == B_IP}
+    """{receiver: next-hop MACs} of A's committed egress entries toward the receivers (the agent's shadow)."""
+    out = {i: set() for i in range(len(B_IPS))}
+    for e in ctl.l2_entries("A"):
+        if e.get("kind") == "egress" and e.get("dst_overlay_ip") in B_IPS:
+            out[B_IPS.index(e["dst_overlay_ip"])].add(e.get("dst_mac"))
+    return out
+
+
+class HeartbeatWatch(threading.Thread):
+    """Samples A's BAR heartbeat (the channel file's BAR page, line 1) every 10 ms: the longest
+    time it stood still, and the longest gap between this thread's own samples (a loaded machine's)."""
+
+    def __init__(self, path):
+        super().__init__(daemon=True)
+        self.path, self.stop, self.still, self.gap = path, False, 0.0, 0.0
+
+    def run(self):
+        last, changed, prev = None, time.time(), time.time()
+        while not self.stop:
+            try:
+                with open(self.path, "rb") as f:
+                    f.seek(4096 + 64)
+                    hb = struct.unpack("<Q", f.read(8))[0]
+            except OSError:
+                hb = last
+            now = time.time()
+            self.gap = max(self.gap, now - prev)
+            prev = now
+            if hb != last:
+                last, changed = hb, now
+            self.still = max(self.still, now - changed)
+            time.sleep(0.01)
 
 
 def agent():
@@ -94,11 +124,11 @@ def active():
     return True
 
 
-def perf_pair(name, test, flags):
-    """tandem-perf `test`: server on B (vNIC 192.168.7.2), client on A (192.168.7.1): A sends the data."""
+def perf_pair(name, test, flags, server_ip):
+    """tandem-perf `test`: server on B (vNIC server_ip), client on A (192.168.7.1): A sends the data."""
     port = free_port()
     common = [test, "-p", str(port), "--json", "--timeout", "30"]
-    srv = start([PERF] + common + ["--device", f"{D}/B.rnic", "--gid", B_IP], f"{name}-server",
+    srv = start([PERF] + common + ["--device", f"{D}/B.rnic", "--gid", server_ip], f"{name}-server",
                 separate_stderr=True)
     time.sleep(0.3)
     cli = start([PERF] + common + flags + ["--device", f"{D}/A.rnic", "--gid", A_IP, "127.0.0.1"],
@@ -144,54 +174,54 @@ def main():
               0xC000, "--path-count", 4),
              ("tenant", "add", 100, "t100"), ("tenant", "add", 200, "t200", "--share-partition-with", 100),
              ("vnic", "add", 1, "--vni", 100, "--rnic", "A", "--ip", A_IP, "--mac", "02:00:00:00:01:01"),
-             ("vnic", "add", 2, "--vni", 200, "--rnic", "B", "--ip", B_IP, "--mac", "02:00:00:00:01:02"),
+             ("vnic", "add", 2, "--vni", 200, "--rnic", "B", "--ip", B_IPS[0], "--mac", "02:00:00:00:01:02"),
+             ("vnic", "add", 3, "--vni", 200, "--rnic", "B", "--ip", B_IPS[1], "--mac", "02:00:00:00:01:03"),
              ("mapping", "add", "--vni", 200, "--overlay-ip", A_IP, "--underlay-ip", "10.0.0.1",
               "--next-hop-mac", A_MAC, "--rnic", "A")]
-    rcs = [ctl(*s)[0] for s in steps] + [set_route(1)[0]]
-    check(rcs == [0] * len(rcs), f"configuration: 2 RNICs, 2 tenants, 2 vNICs, the receivers' route (exit {set(rcs)})")
+    rcs = [ctl(*s)[0] for s in steps] + [set_route(i, 1)[0] for i in range(len(B_IPS))]
+    check(rcs == [0] * len(rcs), f"configuration: 2 RNICs, 2 tenants, 3 vNICs, the receivers' routes (exit {set(rcs)})")
 
     fab = start(lab_fabric_argv(FABRIC, f"{TAG}-fab", D, ["--rx-queues", "2"]), "fabric", f"{TAG}-fab")
     wait_fabric_started(lab, fab)
     (wa, pre_a), (wb, pre_b) = worker("A", "h0.sock"), worker("B", "h1.sock")
-    ok = poll_until(active, 30)
-    check(ok, "two 2-lcore workers in DPU mode reach ACTIVE with the agent" +
-          ("" if ok else ": " + json.dumps({n: ctl.channel(n) for n in "AB"})[:2000]))
-    if not ok:
-        return
+    if not poll_until(active, 60):
+        raise RuntimeError("the workers did not reach ACTIVE: " + json.dumps({n: ctl.channel(n) for n in "AB"})[:2000])
+    check(True, "two 2-lcore workers in DPU mode reach ACTIVE with the agent")
     tel = {"A": Telemetry(pre_a, "/tandem/rnic/stats"), "B": Telemetry(pre_b, "/tandem/rnic/stats")}
     check(tel["A"].cmd("/tandem/rnic/stats")["lcores"] == 2, "worker A reports 2 lcores")
 
+    watch = HeartbeatWatch(f"{CH}/tandem-A.chan")
+    watch.start()
     flags = ["-q", str(QPS), "-s", "65536", "-D", "5", "--verify", "-m", "1024"]
-    w = perf_pair("write", "write_bw", flags)
-    r = perf_pair("read", "read_bw", flags)
+    w = perf_pair("write", "write_bw", flags, B_IPS[0])
+    r = perf_pair("read", "read_bw", flags, B_IPS[1])
     placed = {}
     poll_until(lambda: len(placed.update(qps_by_lcore(tel["A"])) or placed) >= 2 * QPS, 20, poll=0.2)
     lcores = sorted(set(placed.values()))
     check(len(placed) == 2 * QPS and lcores == [0, 1],
           f"A's {len(placed)} QPs live on lcores {lcores} (one application on each)")
 
-    # Three route changes under traffic, each committed on A and used by both lcores' QPs:
-    # two replaced in place, one withdrawn (A's QPs miss and punt, from both lcores) then added.
+    # Three route changes under traffic, each committed on A and used by both lcores' QPs.
     moved = []
     for g in (2, 3, 4):
-        time.sleep(0.6)
+        time.sleep(0.5)
         t0 = time.time()
-        if g == 3:  # withdrawn first: both lcores' QPs miss, and ask again
-            ctl("mapping", "del", "--vni", 100, "--overlay-ip", B_IP)
-            withdrawn = poll_until(lambda: not a_route_macs(), 10, poll=0.01)
-            time.sleep(0.1)
-            rc, j = set_route(1) if not withdrawn else ctl("mapping", "add", "--vni", 100, "--overlay-ip", B_IP,
-                                                             "--underlay-ip", "10.0.0.2", "--next-hop-mac", gen_mac(g),
-                                                             "--rnic", "B")
-        else:
-            rc, j = set_route(g)
-        installed = poll_until(lambda: a_route_macs() == {gen_mac(g)}, 10, poll=0.01)
-        moved.append((g, rc, installed, round(time.time() - t0, 3)) + (() if rc == 0 else (j,)))
-    check(all(m[1] == 0 and m[2] for m in moved),
-          f"A's route to {B_IP} moved three times under traffic, each new one installed "
-          f"(generation, exit, installed, seconds: {moved})")
+        rcs = [set_route(i, g)[0] for i in range(len(B_IPS))]
+        want = {i: {gen_mac(i, g)} for i in range(len(B_IPS))}
+        installed = poll_until(lambda: a_route_macs() == want, 10, poll=0.01)
+        moved.append((g, rcs, installed, round(time.time() - t0, 3)))
+        if not installed:
+            c = ctl.channel("A")
+            print(f"A's routes at generation {g}: {a_route_macs()}; agent's channel to A: punts {c.get('punts')}, "
+                  f"stats {c.get('stats')}, last error {c.get('last_error')!r}, BAR {c.get('bar', {}).get('counters')}")
+    check(all(m[1] == [0, 0] and m[2] for m in moved),
+          f"A's routes to {list(B_IPS)} moved three times under traffic, each new one installed "
+          f"(generation, exits, installed, seconds: {moved})")
 
     cw, cr = finish("write", w), finish("read", r)
+    watch.stop = True
+    print(f"A's BAR heartbeat stood still at most {watch.still:.3f} s (this script's samples: {watch.gap:.3f} s apart "
+          f"at most); the agent's channel to A: {ctl.channel('A').get('stats')}")
     check(cw == [0, 0], f"write_bw --verify, {QPS} QPs from A, every byte verified across the route changes (exit {cw})")
     check(cr == [0, 0], f"read_bw --verify, {QPS} QPs from A, every byte verified across the route changes (exit {cr})")
 
@@ -224,4 +254,4 @@ def main():
             print(f"--- {n} log ---\n{lab.text(n)[-4000:]}")
 
 
-run_checked("dpu_lcores", main, checks, lab)
+run_checked("dpu_lcores", main, checks, lab, logs=("agent", "fabric", "A", "B"))
