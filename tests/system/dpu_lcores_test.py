@@ -158,13 +158,14 @@ def finish(name, procs):
 
 
 def qps_by_lcore(tel):
+    """{host QPN: (lcore, not yet in RTS: its route not in)} of every live QP."""
     out, first = {}, 0
     while True:
         page = tel.cmd(f"/tandem/rnic/qps,{first}") or {}
         if not page:
             return out
         for k, v in page.items():
-            out[int(k, 16)] = v["lcore"]
+            out[int(k, 16)] = (v["lcore"], v.get("route_pending", 1) or v.get("state") != "RTS")
         first = max(int(k, 16) for k in page) + 1
 
 
@@ -200,11 +201,26 @@ def main():
     flags = ["-q", str(QPS), "-s", "65536", "-D", "5", "--verify", "-m", "1024"]
     w = perf_pair("write", "write_bw", flags, B_IPS[0])
     r = perf_pair("read", "read_bw", flags, B_IPS[1])
+    # Every QP of A routed (its RTR's punt resolved, on either lcore) before the routes move:
+    # the moves are about traffic, not about a resolution racing a level-1 change.
     placed = {}
-    poll_until(lambda: len(placed.update(qps_by_lcore(tel["A"])) or placed) >= 2 * QPS, 20, poll=0.2)
-    lcores = sorted(set(placed.values()))
-    check(len(placed) == 2 * QPS and lcores == [0, 1],
-          f"A's {len(placed)} QPs live on lcores {lcores} (one application on each)")
+
+    def routed():
+        placed.clear()
+        placed.update(qps_by_lcore(tel["A"]))
+        return len(placed) >= 2 * QPS and not any(p for _, p in placed.values())
+    if not poll_until(routed, 20, poll=0.1):
+        c = ctl.channel("A")
+        per = [tel["A"].cmd(f"/tandem/rnic/stats,{k}") or {} for k in (0, 1)]
+        print(f"not all routed: {placed}; agent's channel to A: punts {c.get('punts')}, stats {c.get('stats')}, "
+              f"shadow v{c.get('table_version')}, BAR {c.get('bar', {}).get('table')}; A's lcores: "
+              + "; ".join(str({k: v for k, v in p.items() if k.startswith("dpu_") or k.startswith("table_")
+                               or k in ("qps_no_route", "live_qps")}) for p in per), flush=True)
+    lcores = sorted({lc for lc, _ in placed.values()})
+    waiting = sum(1 for _, p in placed.values() if p)
+    check(len(placed) == 2 * QPS and lcores == [0, 1] and waiting == 0,
+          f"A's {len(placed)} QPs live on lcores {lcores} (one application on each), each routed by the agent "
+          f"({waiting} waiting)")
 
     # Three route changes under traffic, each committed on A and used by both lcores' QPs.
     moved = []
