@@ -103,7 +103,9 @@ int main(int argc, char** argv) {
                  "Worker lcores for the port (default 1; the EAL's -l must give as many). Each has its own TX "
                  "queue, RX queue where the device has enough, mbuf cache, timers and counters; an application "
                  "and all its QPs live on one (placed at attach: fewest applications, then QPs), frames for "
-                 "another lcore's QP are handed to it by destination QP. Standalone mode only")
+                 "another lcore's QP are handed to it by destination QP. In DPU mode lcore 0 serves the agent's "
+                 "channel; every lcore reads the table at a version it adopted, and a commit is told to the agent "
+                 "once every lcore sees it")
       ->check(CLI::Range(1, 8));
   app.add_option("--app-inflight-pkts", c.app_inflight_pkts,
                  "data packets in flight per lcore, shared equally by the applications that have some (one alone "

@@ -15,8 +15,9 @@
 namespace tandem::rnic::dpdk {
 
 DpuLink::DpuLink(std::string path, Level2Table& table, uint64_t rnic_instance, uint64_t agent_timeout_ns,
-                 uint16_t max_protocol, port::PuntBudgetConfig budget)
-    : path_(std::move(path)), table_(table), budget_(budget) {
+                 uint16_t max_protocol, port::PuntBudgetConfig budget, port::CommitFanout* fanout)
+    : path_(std::move(path)), table_(table), budget_(budget), fanout_(fanout) {
+  cfg_.readers = fanout;  // nullptr: the table is read between calls on this thread
   cfg_.rnic_instance = rnic_instance;
   cfg_.agent_timeout_ns = agent_timeout_ns;
   if (max_protocol != 0) cfg_.versions.current = max_protocol;
@@ -59,7 +60,10 @@ bool DpuLink::try_attach(uint64_t now) noexcept {
   evt_ = static_cast<rte_ring*>(common::channel_evt_ring(p));
   common::announce_rnic(*static_cast<common::ChannelHeader*>(p), cfg_.versions, static_cast<uint32_t>(getpid()));
   // A re-attach keeps the channel object: its committed table and vNIC list.
-  if (!ch_) ch_ = std::make_unique<RnicChannel>(table_, cfg_);
+  if (!ch_) {
+    ch_ = std::make_unique<RnicChannel>(table_, cfg_);
+    shown_ = common::CommittedTable{table_.version(), table_.digest().value, table_.digest().count};
+  }
   attach_error_.clear();
   if (log_) log_->info(kLogKey, "dpu-link: attached %s", path_.c_str());
   return true;
@@ -81,7 +85,7 @@ void DpuLink::detach() noexcept {
   if (log_) log_->info(kLogKey, "dpu-link: %s was replaced by the agent: mapping the new file", path_.c_str());
 }
 
-uint32_t DpuLink::service(uint64_t now) noexcept {
+uint32_t DpuLink::service_in(uint64_t now) noexcept {
   // The agent replaces a file a worker scribbled on (the notice says so) and
   // may have made a new one while this worker was away from it: a stat now
   // and then, while not synchronised or when told, finds out (the notice
@@ -103,13 +107,29 @@ uint32_t DpuLink::service(uint64_t now) noexcept {
     if (now >= next_try_) try_attach(now);
     if (!base_) return 0;
   }
-  uint32_t moved = 0;
   unsigned n = rte_ring_dequeue_burst_elem(cmd_, in_.data(), sizeof(common::RawMessage), in_.size(), nullptr);
   ch_->on_commands(in_.data(), n, now);
-  moved += n;
   ch_->tick(now);
-  // Events the ring had no room for wait in unsent_ (the channel keeps the rest queued).
-  while (unsent_n_ < unsent_.size() && ch_->pop_event(unsent_[unsent_n_])) ++unsent_n_;
+  return n;
+}
+
+uint32_t DpuLink::service_out() noexcept {
+  if (!base_) return 0;
+  uint32_t moved = 0;
+  // Events the ring had no room for wait in unsent_ (the channel keeps the rest
+  // queued). A COMMITTED waits, with what follows it, until every lcore sees its version.
+  const uint64_t visible = fanout_ ? fanout_->visible_version() : ~uint64_t{0};
+  while (unsent_n_ < unsent_.size()) {
+    const common::RawMessage* head = ch_->peek_event();
+    if (head == nullptr) break;
+    if (!port::commit_event_ready(*head, visible)) {
+      ++commits_held_;
+      break;
+    }
+    common::CommittedTable t;
+    if (port::committed_table_of(*head, t)) shown_ = t;
+    ch_->pop_event(unsent_[unsent_n_++]);
+  }
   if (unsent_n_) {
     unsigned sent = rte_ring_enqueue_burst_elem(evt_, unsent_.data(), sizeof(common::RawMessage), unsent_n_, nullptr);
     for (unsigned i = sent; i < unsent_n_; ++i) unsent_[i - sent] = unsent_[i];
@@ -117,7 +137,7 @@ uint32_t DpuLink::service(uint64_t now) noexcept {
     moved += sent;
   }
   common::Bar& bar = common::channel_bar(base_);
-  ch_->publish(bar);
+  ch_->publish(bar, fanout_ ? &shown_ : nullptr);
   // Packet counters the channel object does not see.
   for (common::BarCounter c : {common::BarCounter::kRxPackets, common::BarCounter::kTxPackets,
                                common::BarCounter::kTableHits, common::BarCounter::kTableMisses,

@@ -13,6 +13,7 @@
 
 #include "common/channel/messages.h"
 #include "common/log/log_ring.h"
+#include "rnic/port/commit_fanout.h"
 #include "rnic/port/punt_budget.h"
 #include "rnic/table/level2_table.h"
 #include "rnic/table/rnic_channel.h"
@@ -27,14 +28,24 @@ class DpuLink {
   // max_protocol: newest channel protocol version offered (0: current).
   // budget: no default, so no caller is held to 1,000 punts/s per vNIC unawares
   // (the new-flow benchmark was, and stopped finishing).
+  // fanout: the worker's lcores (commit_fanout.h): the table is reclaimed only
+  // as far as every lcore allows, and COMMITTED waits until every lcore sees the
+  // version; nullptr: the table is read on this thread only (benchmarks).
   DpuLink(std::string path, Level2Table& table, uint64_t rnic_instance, uint64_t agent_timeout_ns,
-          uint16_t max_protocol, port::PuntBudgetConfig budget);
+          uint16_t max_protocol, port::PuntBudgetConfig budget, port::CommitFanout* fanout = nullptr);
   ~DpuLink();
   DpuLink(const DpuLink&) = delete;
   DpuLink& operator=(const DpuLink&) = delete;
 
-  // One loop iteration's channel work; returns messages moved.
-  uint32_t service(uint64_t now) noexcept;
+  // One loop iteration's channel work; returns messages moved. In two halves
+  // when lcores must see a commit before the agent hears of it: the agent's
+  // commands in (service_in), then, after the worker published the new version
+  // and its lcores adopted it, the events out and the BAR (service_out).
+  uint32_t service(uint64_t now) noexcept { return service_in(now) + service_out(); }
+  uint32_t service_in(uint64_t now) noexcept;
+  uint32_t service_out() noexcept;
+  // Times the head of the events was a COMMITTED (or HELLO_ACK) some lcore did not see yet.
+  uint64_t commits_held() const noexcept { return commits_held_; }
   // A packet (headers `hdr`) missed `key`: tell the agent (rate-limited per key,
   // and per vNIC by the budget: a refusal is counted, and the key asked again later).
   enum class Punted : uint8_t { kQuiet, kSent, kOverBudget };  // kQuiet: no agent, or asked again too soon
@@ -103,6 +114,9 @@ class DpuLink {
   std::array<common::RawMessage, 64> in_{};  // a member: RawMessage zero-initialises
   uint32_t unsent_n_ = 0;
   port::PuntBudget budget_;  // per vNIC (an egress key's word0)
+  port::CommitFanout* fanout_;
+  common::CommittedTable shown_{};  // the newest committed table every lcore sees (the BAR's)
+  uint64_t commits_held_ = 0;
 };
 
 }  // namespace tandem::rnic::dpdk

@@ -122,18 +122,16 @@ port::PortConfig port_config(const WorkerConfig& c, const StandaloneTable& st) {
   return p;
 }
 
-// The port logic's view of the DPU agent: DpuLink's punts, state and channel.
-// A punt made (sent, or refused by the budget) under a trace rule is a set-up
-// record (common/trace/trace_record.h) of the lcore's tracer.
-class DpuAgent final : public port::AgentLink {
+// Where lcore 0 sends a table miss (its own, and those the other lcores hand
+// it): DpuLink's punts. A punt made (sent, or refused by the budget) under a
+// trace rule is a set-up record (common/trace/trace_record.h) of lcore 0's tracer.
+class DpuAgent final : public port::PuntSink {
  public:
   explicit DpuAgent(DpuLink& link) noexcept : link_(link) {}
   void punt(const common::EntryKey& key, uint64_t now) noexcept override {
     const DpuLink::Punted p = link_.punt(key, nullptr, 0, 0, now);
     if (tracer_ && tracer_->active() && p != DpuLink::Punted::kQuiet) [[unlikely]] trace_punt(key, p, now);
   }
-  bool active() const noexcept override { return link_.state() == RnicChannelState::kActive; }
-  const RnicChannel* channel() const noexcept override { return link_.channel(); }
   void set_tracer(common::trace::Tracer* t, const port::PortLogic* pl, uint32_t underlay) noexcept {
     tracer_ = t;
     pl_ = pl;
@@ -174,15 +172,16 @@ using port::PortLogic;
 // counters and the snapshots telemetry reads. Nothing in it is written by
 // another lcore.
 struct Lcore {
-  Lcore(uint32_t k, const port::PortConfig& pc, host::ServerConfig sc, Level2Table& table, port::AgentLink* agent,
+  Lcore(uint32_t k, const port::PortConfig& pc, host::ServerConfig sc, Level2Table& table, port::LcoreAgent* agent,
         uint16_t port_id, uint32_t max_qps)
-      : index(k), host(std::move(sc)), io(port_id), pw(pc, table, host, agent, io) {
+      : index(k), host(std::move(sc)), io(port_id), agent(agent), pw(pc, table, host, agent, io) {
     qps_x->buffer().rows.resize(max_qps);
     stats_x->buffer().rows.resize(kMaxCounterRows);
   }
   uint32_t index;
   host::HostServer host;
   DpdkIo io;
+  port::LcoreAgent* agent;  // DPU mode: its view of the agent (commit_fanout.h); nullptr standalone
   std::unique_ptr<TxEncap> encap;
   port::PortWorker<DpdkIo> pw;
   // What telemetry reads: filled by this lcore on request (snapshot_exchange.h);
@@ -203,6 +202,7 @@ class Worker {
         table_(table_config(c, st_)),
         dma_(c.port_id),
         quotas_(std::make_shared<host::TenantQuotas>(host_limits(c))),
+        fanout_(c.dpu_channel.empty() ? nullptr : std::make_unique<port::CommitFanout>(table_, c.lcores)),
         dpu_(make_dpu_link()),
         agent_(dpu_ ? std::make_unique<DpuAgent>(*dpu_) : nullptr) {
     for (const DeviceOwner& o : c.device_owners)  // standalone vNICs are all known now
@@ -216,6 +216,10 @@ class Worker {
                                                   shards.slots_per_lcore() - (c.lcores == 1 ? 1 : 0));
     port::PortConfig pc = port_config(c, st_);
     pc.max_qps = per_lcore;
+    // DPU mode: each lcore's view of the agent; lcore 0's misses go to the channel, the others' to lcore 0.
+    if (fanout_)
+      for (uint32_t k = 0; k < c.lcores; ++k)
+        lagents_.push_back(std::make_unique<port::LcoreAgent>(*fanout_, k, k == 0 ? agent_.get() : nullptr));
     for (uint32_t k = 0; k < c.lcores; ++k) {
       host::ServerConfig sc{.socket_path = c.host_socket,
                             .max_qps = per_lcore,  // the core's: a QP over it is refused at create
@@ -234,7 +238,8 @@ class Worker {
       sc.listen = k == 0;  // lcore 0's server accepts and places every application
       sc.quotas = quotas_;
       if (k == 0 && c.lcores > 1) sc.place = [this] { return least_loaded(); };
-      lcores_.push_back(std::make_unique<Lcore>(k, pc, std::move(sc), table_, agent_.get(), c.port_id, per_lcore));
+      lcores_.push_back(std::make_unique<Lcore>(k, pc, std::move(sc), table_, fanout_ ? lagents_[k].get() : nullptr,
+                                                c.port_id, per_lcore));
     }
     port::core_drop_names();  // built here, not on the lcore's first publication
     // Trace units: lcore 0's QPs (the ring has one writer; docs/operations.md).
@@ -279,6 +284,8 @@ class Worker {
  private:
   static int lcore_main(void* arg);
   void lcore_loop(Lcore& l);
+  // DPU mode: the lcore adopts the newest published view, follows it, acknowledges it.
+  uint32_t follow_view(Lcore& l, uint64_t now);
   // Every counter of one lcore, once: f(group, name, value, help). Feeds the
   // telemetry snapshot, --stats-json and the exit print alike.
   template <class F>
@@ -322,7 +329,7 @@ class Worker {
   std::unique_ptr<DpuLink> make_dpu_link() {
     if (c_.dpu_channel.empty()) return nullptr;
     return std::make_unique<DpuLink>(c_.dpu_channel, table_, (rte_rdtsc() ^ (uint64_t(getpid()) << 32)) | 1,
-                                     c_.dpu_agent_timeout_ns, c_.dpu_max_protocol, c_.punt_budget);
+                                     c_.dpu_agent_timeout_ns, c_.dpu_max_protocol, c_.punt_budget, fanout_.get());
   }
   uint32_t vnic_id_locked(uint32_t ip) const {
     return lcores_[0]->pw.with_vnics(
@@ -334,8 +341,11 @@ class Worker {
   Level2Table table_;
   DmaRegistry dma_;  // MR mappings for the device: used by the control thread (before the servers: outlives them)
   std::shared_ptr<host::TenantQuotas> quotas_;  // the port's fair shares, over all its lcores
-  std::unique_ptr<DpuLink> dpu_;  // DPU mode only (one lcore)
-  std::unique_ptr<DpuAgent> agent_;
+  // DPU mode: the committed version each lcore reads at, the commit rule across lcores, punts to lcore 0.
+  std::unique_ptr<port::CommitFanout> fanout_;
+  std::unique_ptr<DpuLink> dpu_;  // DPU mode only: the channel, served by lcore 0
+  std::unique_ptr<DpuAgent> agent_;  // lcore 0's punts into the channel
+  std::vector<std::unique_ptr<port::LcoreAgent>> lagents_;  // DPU mode: lcore k's view of the agent
   TxPayloadMode tx_mode_;
   std::unique_ptr<SteerRings> steer_;  // several lcores only
   // Lcore k runs lcores_[k]: QPs, host glue, routes, vNICs, counters, bursts (rnic/port).
@@ -360,6 +370,7 @@ void Worker::lcore_loop(Lcore& l) {
   bool restart_on_link_loss = false;
   if (rte_eth_dev_info info{}; c_.lcores == 1 && rte_eth_dev_info_get(c_.port_id, &info) == 0)
     restart_on_link_loss = info.driver_name != nullptr && std::string_view(info.driver_name) == "net_memif";
+  if (l.agent) follow_view(l, l.io.now_ns());  // DPU mode: never a burst before a view
   while (!cd::stop_requested() && !stopping_.load(std::memory_order_relaxed)) {
     const uint64_t now = l.io.now_ns();
     if (end_ns && now >= end_ns) {
@@ -385,17 +396,33 @@ void Worker::lcore_loop(Lcore& l) {
     }
     // The port's regions (memif) stay mapped until the idle sleep (unmap_guard.h).
     cd::PortSection in_ports;
-    uint32_t work = l.pw.run_once(now);
-    if (dpu_) {
-      dpu_->set(common::BarCounter::kRxPackets, l.pw.counters().rx_packets);
-      dpu_->set(common::BarCounter::kTxPackets, l.pw.counters().tx_packets);
-      work += dpu_->service(now);
-      work += l.pw.follow_agent(now);
+    uint32_t work = 0;
+    if (l.agent && l.index != 0) work += follow_view(l, now);  // what lcore 0 published, before the bursts
+    work += l.pw.run_once(now);
+    if (fanout_) fanout_->note_packets(l.index, l.pw.counters().rx_packets, l.pw.counters().tx_packets);
+    if (dpu_ && l.index == 0) {
+      // The agent's commands in, the committed version published to every lcore
+      // (and adopted here at once), the others' misses punted, and the events out:
+      // a COMMITTED only once every lcore acknowledged its version (commit_fanout.h).
+      dpu_->set(common::BarCounter::kRxPackets, fanout_->rx_packets());
+      dpu_->set(common::BarCounter::kTxPackets, fanout_->tx_packets());
+      work += dpu_->service_in(now);
+      fanout_->publish(dpu_->channel());
+      work += follow_view(l, now);
+      work += fanout_->drain_punts([&](const common::EntryKey& key) { agent_->punt(key, now); });
+      work += dpu_->service_out();
     }
     in_ports.leave();
     publish_snapshots(l);
     idle.after_iteration(work > 0 || l.pw.has_backlog());
   }
+}
+
+uint32_t Worker::follow_view(Lcore& l, uint64_t now) {
+  const uint32_t moved = l.agent->adopt() ? 1 : 0;
+  const uint32_t work = l.pw.follow_agent(now);  // the view's vNICs; route waits it resolves
+  l.agent->acknowledge();
+  return moved + work;
 }
 
 int Worker::lcore_main(void* arg) {
@@ -488,8 +515,19 @@ void Worker::visit_counters(const Lcore& l, F&& f) const {
           "SIGBUS in tenant memory (pages an application took away) mended with zero pages");
       },
       [&](auto&& f) {
-        if (dpu_ && first)
+        if (dpu_ && first) {
           f("dpu", "punts_over_budget", dpu_->budget().refused_total(), "punts refused: their vNIC over --punt-budget");
+          f("dpu", "commits_held", dpu_->commits_held(),
+            "loop turns a COMMITTED waited for every lcore to see its version");
+        }
+        if (l.agent == nullptr) return;
+        const port::LcoreAgent::Counters& a = l.agent->counters();
+        f("dpu", "view_version", l.agent->view()->snap.version, "table version this lcore reads at");
+        f("dpu", "views_adopted", a.views_adopted, "committed versions (or reclaim epochs) this lcore adopted");
+        if (first) return;
+        f("dpu", "punts_handed", a.punts_handed, "table misses handed to lcore 0 to punt");
+        f("dpu", "punts_ring_full", a.punts_ring_full, "table misses not handed: lcore 0's ring full");
+        f("dpu", "punts_repeated", a.punts_repeated, "table misses not handed: the key was, this version, < 1 ms ago");
       });
 }
 
@@ -497,6 +535,7 @@ void Worker::visit_counters(const Lcore& l, F&& f) const {
 // zero-copy): each lcore reports the same value, the port's sum takes one.
 bool port_wide(const char* group, const char* name) noexcept {
   return std::strcmp(group, "table") == 0 || std::strcmp(group, "vnics") == 0 ||
+         (std::strcmp(group, "dpu") == 0 && std::strcmp(name, "view_version") == 0) ||
          (std::strcmp(group, "tx_encap") == 0 && std::strcmp(name, "zero_copy") == 0);
 }
 
@@ -807,9 +846,6 @@ int run(const WorkerConfig& c) {
                                 std::to_string(common::kProtocolVersionCurrent));
   if (c.lcores == 0 || c.lcores > port::kMaxLcores)
     throw std::invalid_argument("--lcores must be 1.." + std::to_string(port::kMaxLcores));
-  if (c.lcores > 1 && !c.dpu_channel.empty())
-    throw std::invalid_argument("--lcores > 1 is standalone only: in DPU mode the agent's channel, punts and route "
-                                "waits have one consumer (lcore 0); run one worker lcore per port there");
   if (c.mtu != 256 && c.mtu != 512 && c.mtu != 1024 && c.mtu != 2048 && c.mtu != 4096)
     throw std::invalid_argument("--mtu must be 256, 512, 1024, 2048 or 4096");
   // Parse the table before touching the EAL: a bad file is a clear error, not a half-started port.

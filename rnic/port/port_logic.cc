@@ -27,6 +27,7 @@ PortLogic::PortLogic(const PortConfig& c, Level2Table& table, host::HostServer& 
       table_(table),
       host_(host),
       agent_(agent),
+      pinned_(agent && agent->view() ? &agent->view()->snap : nullptr),
       core_(core_config(c)),
       vnics_(c.yaml_vnics) {
   core_cq_ = core_.create_cq(1, &relay_);

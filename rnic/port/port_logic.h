@@ -143,8 +143,8 @@ class PortLogic {
   uint32_t completions() noexcept;
   // New WQEs of ready QPs and SRQs (and backlogged ones) to the core.
   uint32_t pump_work() noexcept;
-  // DPU mode, after the agent's channel was serviced: follows its vNICs and
-  // finishes (or fails) QPs waiting for a route.
+  // DPU mode, after the lcore adopted its view (commit_fanout.h): follows its
+  // vNICs and finishes (or fails) QPs waiting for a route.
   uint32_t follow_agent(uint64_t now);
   // QPs with WQEs left to fetch (the loop must not sleep).
   bool has_backlog() const noexcept { return ready_apps_n_ != 0; }
@@ -284,10 +284,15 @@ class PortLogic {
   // when it is (fresh_route).
   void compile_trace() noexcept;
 
+  // The table version this lcore reads at: its agent's view (DPU mode, every
+  // lookup of an iteration at one adopted version), else the newest.
+  Level2Table::Snapshot snapshot() const noexcept { return pinned_ ? *pinned_ : table_.begin_read(); }
+
   const PortConfig c_;
   Level2Table& table_;
   host::HostServer& host_;
   AgentLink* agent_;
+  const Level2Table::Snapshot* pinned_;  // the agent's view's snapshot, or nullptr
   Transport core_;
   WorkerCounters k_;
   uint64_t now_ = 0;  // the current iteration's time (the I/O layer's clock)
@@ -324,12 +329,12 @@ class PortLogic {
   int apply_rts(QpCtx& q, const host::QpInfo& info);
   uint32_t pending_routes(uint64_t now);
   void refresh_vnics();
-  void update_vnics(const RnicChannel& ch);
+  void update_vnics(const LcoreView& ch);
 
   // The port's vNICs: the YAML's in standalone mode; in DPU mode the vNIC
-  // entries of the committed table (refresh_vnics() right after the channel
-  // commits, on this thread, so find_route's snapshot and this list are of
-  // the same table version), or the YAML's with an agent older than v3.
+  // entries of the lcore's view (refresh_vnics() right after it adopts one,
+  // so find_route's snapshot and this list are of the same table version),
+  // or the YAML's with an agent older than v3.
   std::vector<Vnic> vnics_;
   mutable std::mutex vnics_mu_;  // other threads read vnics_; the lcore only locks to change it
   bool vnics_from_agent_ = false;

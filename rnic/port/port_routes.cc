@@ -26,7 +26,7 @@ uint32_t mtu_bytes(ibv_mtu m) noexcept {
 
 const Level2Entry* PortLogic::find_route(QpCtx& q, const host::QpInfo& info, uint32_t remote, uint64_t now,
                                       bool punt) {
-  const Level2Table::Snapshot snap = table_.begin_read();
+  const Level2Table::Snapshot snap = snapshot();
   for (const Vnic& v : vnics_) {
     if (info.vnic_ip != 0 && v.overlay_ip != info.vnic_ip) continue;
     if (const Level2Entry* e = table_.lookup(snap, common::egress_key(v.id, remote))) {
@@ -88,16 +88,16 @@ int PortLogic::apply_rts(QpCtx& q, const host::QpInfo& info) {
                                             IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
-void PortLogic::update_vnics(const RnicChannel& ch) {
-  const bool agent = ch.vnics_from_agent();
+void PortLogic::update_vnics(const LcoreView& ch) {
+  const bool agent = ch.vnics_from_agent;
   std::vector<Vnic> next;
   if (agent) {
-    for (const common::VnicAction& a : ch.vnics().committed())
+    for (const common::VnicAction& a : ch.vnics)
       next.push_back(Vnic{a.vnic_id, a.overlay_ip, a.overlay_mac, a.vni, a.pkey});
     if (!c_.yaml_vnics.empty() && !yaml_vnics_warned_) {
       log_.log(log_key(LogKind::kVnics, 0),
                "%s: the agent programs this port's vNICs (protocol v%u); the %zu vNICs in %s are ignored",
-               c_.name.c_str(), unsigned{ch.negotiated_version()}, c_.yaml_vnics.size(), c_.table_file.c_str());
+               c_.name.c_str(), unsigned{ch.negotiated_version}, c_.yaml_vnics.size(), c_.table_file.c_str());
       yaml_vnics_warned_ = true;
     }
   } else {
@@ -127,8 +127,8 @@ void PortLogic::update_vnics(const RnicChannel& ch) {
         q.route.invalidate();
       }
   vnics_from_agent_ = agent;
-  vnics_generation_ = ch.vnics().generation();
-  vnics_version_ = ch.vnics().version();
+  vnics_generation_ = ch.vnics_generation;
+  vnics_version_ = ch.snap.version;
   host_.set_vnic_ips(vnic_ips(vnics_));
   host_.set_vnic_owners(vnic_owners(c_.device_owners, vnics_));
   std::string list;
@@ -142,7 +142,7 @@ void PortLogic::update_vnics(const RnicChannel& ch) {
               static_cast<unsigned long long>(vnics_version_), list.empty() ? "none" : list.c_str());
   else
     log_.info(log_key(LogKind::kVnics, 1), "%s: vNICs from %s (agent protocol v%u sends none): %s", c_.name.c_str(),
-              c_.table_file.c_str(), unsigned{ch.negotiated_version()}, list.empty() ? "none" : list.c_str());
+              c_.table_file.c_str(), unsigned{ch.negotiated_version}, list.empty() ? "none" : list.c_str());
 }
 
 // DPU mode: QPs whose RTR waits for the agent. Each iteration looks their
@@ -155,7 +155,7 @@ uint32_t PortLogic::pending_routes(uint64_t now) {
   // moved, and otherwise once per kRouteRescanNs (deadlines, re-punting what
   // the budget or the agent dropped). A tenant holding thousands of QPs in RTR
   // then costs the loop nothing between commits.
-  const uint64_t version = table_.version();
+  const uint64_t version = snapshot().version;
   const bool timer = now >= next_route_scan_ns_;
   if (version == routes_seen_version_ && !timer) return 0;
   routes_seen_version_ = version;
@@ -205,19 +205,19 @@ uint32_t PortLogic::pending_routes(uint64_t now) {
   return done;
 }
 
-// DPU mode, after each channel service: follows the channel's committed vNIC
-// entries (a v3 agent) or falls back to the YAML's (an older agent). Two
-// compares when nothing changed.
+// DPU mode, after the lcore adopted a view (commit_fanout.h): follows the
+// committed vNIC entries of that version (a v3 agent) or falls back to the
+// YAML's (an older agent). Two compares when nothing changed.
 void PortLogic::refresh_vnics() {
-  const RnicChannel* ch = agent_->channel();
-  if (ch == nullptr) return;
-  const bool agent = ch->vnics_from_agent();
-  if (agent == vnics_from_agent_ && ch->vnics().generation() == vnics_generation_) [[likely]] {
-    if (!agent && !old_agent_warned_ && ch->negotiated_version() != 0 && c_.yaml_vnics.empty()) {
+  const LcoreView* ch = agent_->view();
+  if (ch == nullptr || !ch->channel) return;
+  const bool agent = ch->vnics_from_agent;
+  if (agent == vnics_from_agent_ && ch->vnics_generation == vnics_generation_) [[likely]] {
+    if (!agent && !old_agent_warned_ && ch->negotiated_version != 0 && c_.yaml_vnics.empty()) {
       log_.log(log_key(LogKind::kVnics, 2),
                "%s: the agent speaks protocol v%u (< v%u) and sends no vNICs, and %s lists none: QPs of this "
                "port cannot be routed until a newer agent connects",
-               c_.name.c_str(), unsigned{ch->negotiated_version()}, unsigned{common::kProtocolVersionVnic},
+               c_.name.c_str(), unsigned{ch->negotiated_version}, unsigned{common::kProtocolVersionVnic},
                c_.table_file.c_str());
       old_agent_warned_ = true;
     }

@@ -78,7 +78,7 @@ class PortWorker final : public PortLogic {
     Buf* pkts[kBurst];
     const uint16_t n = io_.rx_burst(port, pkts, kBurst);
     if (n == 0) return 0;
-    const Level2Table::Snapshot snap = table_.begin_read();
+    const Level2Table::Snapshot snap = snapshot();
     if (tracer_->active()) [[unlikely]] now = io_.now_ns();  // records stamped after the burst arrived
     rx_.run(pkts, n, core_, k_, now,
             [&](common::RocePacket& pkt, uint8_t* data, bool& traced) noexcept {
@@ -124,7 +124,7 @@ class PortWorker final : public PortLogic {
     if (tx_n_ == kBurst || !gsi_->out.pop(&o)) [[likely]]
       return 0;
     uint32_t n = 0;
-    const Level2Table::Snapshot snap = table_.begin_read();
+    const Level2Table::Snapshot snap = snapshot();
     do {
       ++n;
       TxDesc d;
@@ -147,7 +147,7 @@ class PortWorker final : public PortLogic {
     TxQueue& tx = core_.tx();
     if (!tx_flush() && tx_n_ == kBurst) return 0;  // the port is full: leave the core's queue alone
     if (tx.empty()) return 0;
-    const Level2Table::Snapshot snap = table_.begin_read();
+    const Level2Table::Snapshot snap = snapshot();
     // A rule that flags none of this port's QPs costs no test per packet; a
     // route resolved here may flag its QP, so the test is re-read after one.
     bool tracing = trace_tx_flags_ && tracer_->active();

@@ -12,7 +12,16 @@
 
 namespace tandem::rnic {
 
-class ReaderEpochs {
+// What the table's writer may reclaim up to: the smallest Snapshot::epoch a
+// reader may still be using (ReaderEpochs; rnic/port's CommitFanout for lcores
+// that read at a version they adopted).
+class ReclaimBound {
+ public:
+  virtual ~ReclaimBound() = default;
+  virtual uint64_t min_active(const Level2Table& t) const noexcept = 0;
+};
+
+class ReaderEpochs final : public ReclaimBound {
  public:
   static constexpr uint64_t kIdle = ~uint64_t{0};
 
@@ -31,7 +40,7 @@ class ReaderEpochs {
   }
 
   // Writer: the smallest epoch any reader may still be using.
-  uint64_t min_active(const Level2Table& t) const noexcept {
+  uint64_t min_active(const Level2Table& t) const noexcept override {
     uint64_t m = t.begin_read().epoch;
     for (unsigned i = 0; i < n_; ++i) {
       uint64_t e = slots_[i].epoch.load(std::memory_order_seq_cst);

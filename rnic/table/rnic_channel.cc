@@ -328,7 +328,7 @@ void RnicChannel::tick(uint64_t now) noexcept {
   }
 }
 
-void RnicChannel::publish(Bar& bar) const noexcept {
+void RnicChannel::publish(Bar& bar, const common::CommittedTable* shown) const noexcept {
   // Called every loop iteration while the agent polls the same lines: a store
   // of an unchanged value would still take each line away from the agent's
   // core (and the agent's next read back), so only changes are stored. The
@@ -341,7 +341,7 @@ void RnicChannel::publish(Bar& bar) const noexcept {
   bar.heartbeat.value.store(heartbeat_, std::memory_order_relaxed);
   put(bar.rnic_instance, config_.rnic_instance);
   put(bar.negotiated_version, version_);
-  bar_publish_table(bar, CommittedTable{table_.version(), table_.digest().value, table_.digest().count});
+  bar_publish_table(bar, shown ? *shown : CommittedTable{table_.version(), table_.digest().value, table_.digest().count});
   auto set = [&](BarCounter c, uint64_t v) { put(bar.counters[static_cast<std::size_t>(c)], v); };
   set(BarCounter::kCommits, stats_.commits);
   set(BarCounter::kAborts, stats_.aborts);

@@ -37,7 +37,7 @@ struct RnicChannelConfig {
   // Packet threads reading the table; tick() reclaims what none of them can
   // reach. nullptr: the packets are processed on this thread between calls,
   // so nothing is ever in use during tick().
-  const ReaderEpochs* readers = nullptr;
+  const ReclaimBound* readers = nullptr;
 };
 
 struct RnicChannelStats {
@@ -63,6 +63,9 @@ class RnicChannel {
   // Heartbeat, agent-silence check, and reclamation of removed table entries.
   void tick(uint64_t now) noexcept;
   bool pop_event(RawMessage& out) noexcept;
+  // The next event pop_event() would give, or nullptr (the worker holds a
+  // COMMITTED back until every lcore sees the version: rnic/port/commit_fanout.h).
+  const RawMessage* peek_event() const noexcept { return out_.empty() ? nullptr : &out_.front(); }
   std::size_t pending_events() const noexcept { return out_.size(); }
 
   // The worker mapped a new channel file (the agent replaced the old one):
@@ -83,7 +86,9 @@ class RnicChannel {
   const VnicList& vnics() const noexcept { return vnics_; }
   bool vnics_from_agent() const noexcept { return vnics_from_agent_; }
   // Writes state, heartbeat, negotiated version, committed table and counters.
-  void publish(common::Bar& bar) const noexcept;
+  // `shown`: the committed table to show instead of the table's own (the
+  // newest one every lcore sees, when COMMITTED waits for them).
+  void publish(common::Bar& bar, const common::CommittedTable* shown = nullptr) const noexcept;
 
  private:
   template <class M>

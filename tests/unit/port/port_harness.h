@@ -21,7 +21,9 @@
 #include "common/wire/entropy.h"
 #include "fake_io.h"
 #include "rnic/host/host_server.h"
+#include "rnic/port/commit_fanout.h"
 #include "rnic/port/port_worker.h"
+#include "rnic/table/rnic_channel.h"
 
 namespace tandem::rnic::port::test {
 
@@ -36,7 +38,7 @@ class FakeAgent final : public AgentLink {
  public:
   void punt(const common::EntryKey& key, uint64_t) noexcept override { punts.push_back(key); }
   bool active() const noexcept override { return true; }
-  const RnicChannel* channel() const noexcept override { return nullptr; }
+  const LcoreView* view() const noexcept override { return nullptr; }
   std::vector<common::EntryKey> punts;
 };
 
@@ -51,8 +53,13 @@ struct NodeSpec {
 };
 
 // One port: its table, host interface, fake I/O and the port logic over them.
+// lanes: DPU mode on two lcores (rnic/port/commit_fanout.h): the port logic is
+// lcore 1's, reading through its LcoreAgent; lcore 0 is the channel's consumer
+// (a real RnicChannel the test speaks to as the agent), modelled by its turn
+// (lcore0_turn: tick, publish, its own view, the handed punts, the events out).
 struct Node {
-  Node(const std::string& dir, const std::string& name, const NodeSpec& s, bool dpu, Reliability mode)
+  Node(const std::string& dir, const std::string& name, const NodeSpec& s, bool dpu, Reliability mode,
+       bool lanes = false)
       : spec(s), table(Level2TableConfig{256}) {
     socket = dir + "/" + name + ".sock";
     host::ServerConfig hc;
@@ -63,12 +70,91 @@ struct Node {
     pc.name = name;
     pc.underlay_ip = s.underlay;
     pc.underlay_mac = {2, 0, 0, 0, 0, s.mac_last};
-    pc.yaml_vnics = {Vnic{kVnic, s.overlay, {2, 0, 0, 0, 1, s.mac_last}, 0, 0}};
+    if (!lanes) pc.yaml_vnics = {Vnic{kVnic, s.overlay, {2, 0, 0, 0, 1, s.mac_last}, 0, 0}};  // lanes: the agent's
     pc.mode = mode;
     pc.max_qps = 64;
-    pw = std::make_unique<PortWorker<FakeIo>>(pc, table, *host, dpu ? &agent : nullptr, io);
-    dpu_mode = dpu;
-    if (!dpu) add_route();
+    if (lanes) {
+      fanout = std::make_unique<CommitFanout>(table, 2);
+      RnicChannelConfig cc;
+      cc.readers = fanout.get();
+      ch = std::make_unique<RnicChannel>(table, cc);
+      lane0 = std::make_unique<LcoreAgent>(*fanout, 0, nullptr);
+      lane1 = std::make_unique<LcoreAgent>(*fanout, 1, nullptr);
+      common::HelloMsg h;
+      h.agent_instance = 5;
+      agent_send(h);
+      common::VnicAction v;  // the agent programs the port's vNIC (v3+): version 1
+      v.vnic_id = kVnic;
+      v.overlay_ip = s.overlay;
+      v.overlay_mac = {2, 0, 0, 0, 1, s.mac_last};
+      agent_txn({common::make_vnic_entry(v)}, {});
+    }
+    pw = std::make_unique<PortWorker<FakeIo>>(pc, table, *host, lanes ? static_cast<AgentLink*>(lane1.get())
+                                                                      : dpu ? &agent : nullptr, io);
+    dpu_mode = dpu || lanes;
+    if (!dpu_mode) add_route();
+  }
+
+  // ---- lanes: the agent's side of the channel
+  template <class M>
+  void agent_send(M m) {
+    m.hdr.seq = agent_seq++;
+    ch->on_command(common::to_raw(m), io.now);
+  }
+  // One transaction: PUTs then DELs, committed at the next version (its digest the staged one).
+  void agent_txn(const std::vector<common::Level2Entry>& puts, const std::vector<common::EntryKey>& dels) {
+    common::BeginMsg b;
+    b.txn = ++agent_txn_id;
+    b.base_version = table.version();
+    agent_send(b);
+    for (const common::Level2Entry& e : puts) {
+      common::PutMsg p;
+      p.txn = b.txn;
+      p.entry = e;
+      agent_send(p);
+    }
+    for (const common::EntryKey& k : dels) {
+      common::DelMsg d;
+      d.txn = b.txn;
+      d.key = k;
+      agent_send(d);
+    }
+    common::CommitMsg c;
+    c.txn = b.txn;
+    c.version = table.version() + 1;
+    c.digest = table.staged_digest().value;
+    c.entry_count = table.staged_digest().count;
+    agent_send(c);
+  }
+  common::Level2Entry route_entry() const {
+    common::EgressAction a;
+    a.underlay_src_ip = spec.underlay;
+    a.underlay_dst_ip = spec.peer_underlay;
+    a.dst_mac = {2, 0, 0, 0, 0, 0xfe};
+    a.path_base_port = common::kEntropyPortBase;
+    a.path_count = 4;
+    return common::make_egress_entry(common::egress_key(kVnic, spec.peer_overlay), a);
+  }
+  // Lcore 0's turn after the channel took the commands: what the worker does on it.
+  void lcore0_turn() {
+    ch->tick(io.now);
+    if (publish) fanout->publish(ch.get());
+    lane0->adopt();
+    lane0->acknowledge();
+    fanout->drain_punts([&](const common::EntryKey& k) { handed.push_back(k); });
+    while (const common::RawMessage* m = ch->peek_event()) {
+      if (!commit_event_ready(*m, fanout->visible_version())) break;
+      common::RawMessage r;
+      ch->pop_event(r);
+      released.push_back(r);
+    }
+  }
+  // Versions the agent has been told are committed.
+  std::vector<uint64_t> committed_told() const {
+    std::vector<uint64_t> v;
+    for (const common::RawMessage& m : released)
+      if (m.type() == common::MessageType::kCommitted) v.push_back(common::as<common::CommittedMsg>(m).version);
+    return v;
   }
 
   // The egress entry toward the peer's vNIC and the ingress entry from it (what the YAML or
@@ -98,8 +184,15 @@ struct Node {
 
   uint32_t step(uint64_t now) {
     io.now = now;
-    uint32_t work = pw->run_once(now);
-    if (dpu_mode) work += pw->follow_agent(now);
+    uint32_t work = 0;
+    if (lane1 && adopt) {  // lcore 1: the newest view lcore 0 published, before its bursts
+      work += lane1->adopt() ? 1 : 0;
+      work += pw->follow_agent(now);
+      lane1->acknowledge();
+    }
+    work += pw->run_once(now);
+    if (dpu_mode && !lane1) work += pw->follow_agent(now);
+    if (lane1) lcore0_turn();
     host->serve_control(now, 0);
     return work;
   }
@@ -112,12 +205,22 @@ struct Node {
   std::unique_ptr<host::HostServer> host;
   FakeIo io;
   FakeAgent agent;
+  // lanes only (under Pair::with()): the two lcores' fanout, the channel, what lcore 0 did
+  std::unique_ptr<CommitFanout> fanout;
+  std::unique_ptr<RnicChannel> ch;
+  std::unique_ptr<LcoreAgent> lane0, lane1;
+  uint32_t agent_seq = 0, agent_txn_id = 0;
+  bool publish = true;  // lcore 0 publishes what the channel committed
+  bool adopt = true;    // lcore 1 adopts what lcore 0 published
+  std::vector<common::EntryKey> handed;       // misses lcore 1 handed to lcore 0
+  std::vector<common::RawMessage> released;  // events lcore 0 let go to the agent
   std::unique_ptr<PortWorker<FakeIo>> pw;
   bool dpu_mode = false;
 };
 
 struct PairOptions {
   bool dpu_a = false;  // A's routes come from the (fake) agent: none at start
+  bool lanes_a = false;  // A is lcore 1 of two under a real channel (Node's lanes)
   Reliability mode = Reliability::kIrn;
 };
 
@@ -128,7 +231,7 @@ class Pair {
 
   explicit Pair(PairOptions o = {})
       : dir_(temp_dir()),
-        a(dir_, "A", {kUnderlayA, kOverlayA, kUnderlayB, kOverlayB, 1}, o.dpu_a, o.mode),
+        a(dir_, "A", {kUnderlayA, kOverlayA, kUnderlayB, kOverlayB, 1}, o.dpu_a, o.mode, o.lanes_a),
         b(dir_, "B", {kUnderlayB, kOverlayB, kUnderlayA, kOverlayA, 2}, false, o.mode) {
     thread_ = std::thread([this] { run(); });
   }

@@ -1073,3 +1073,51 @@ TEST_CASE("port layer: an application that never polls its CQ loses only its own
   REQUIRE(host::destroy_qp(q) == 0);
   REQUIRE(host::destroy_cq(small) == 0);
 }
+
+TEST_CASE("port layer: DPU mode on two lcores: a QP on lcore 1 waits for its route until lcore 1 adopts the version; "
+          "the agent hears COMMITTED only then") {
+  Pair p(PairOptions{.lanes_a = true});
+  // The vNIC's version (1) is told once both lcores acknowledged it.
+  REQUIRE(p.wait_for([&] { return p.a.committed_told() == std::vector<uint64_t>{1}; }));
+  Tenant ta(p.a.socket), tb(p.b.socket);
+  fill(ta.buf, 4096, 9);
+  Link l = connect(p, ta, tb);  // lcore 1's RTR finds no egress entry: it hands the miss to lcore 0 and waits
+  REQUIRE(p.wait_for([&] { return !p.a.handed.empty(); }));
+  p.with([&] {
+    CHECK(p.a.handed[0] == common::egress_key(kVnic, Pair::kOverlayB));
+    CHECK(p.a.lane1->counters().punts_handed >= 1);
+    const QpCtx* q = p.a.pw->qp_by_host(l.qa->qp_num);
+    REQUIRE(q != nullptr);
+    CHECK(q->route_pending);
+  });
+  REQUIRE(ta.post(l.qa, IBV_WR_RDMA_WRITE, 1, 0, 4096, tb.va(0), tb.mr->rkey) == 0);
+  // The agent installs the route (version 2) while lcore 1 does not adopt: lcore 0
+  // publishes and sees it, the table holds it, but lcore 1 reads at version 1.
+  p.with([&] {
+    p.a.adopt = false;
+    p.a.agent_txn({p.a.route_entry()}, {});
+    CHECK(p.a.table.version() == 2);
+  });
+  p.iterations(300);
+  p.with([&] {
+    CHECK(p.a.lane0->view()->snap.version == 2);
+    CHECK(p.a.lane1->view()->snap.version == 1);
+    CHECK(p.a.fanout->visible_version() == 1);
+    CHECK(p.a.committed_told() == std::vector<uint64_t>{1});  // COMMITTED(2) held back
+    const QpCtx* q = p.a.pw->qp_by_host(l.qa->qp_num);
+    REQUIRE(q != nullptr);
+    CHECK(q->route_pending);  // its lcore has not seen version 2
+    CHECK(p.a.k().tx_packets == 0);
+  });
+  CHECK(ta.poll(1).empty());
+  p.with([&] { p.a.adopt = true; });
+  const auto wa = ta.poll(1);
+  REQUIRE(wa.size() == 1);
+  CHECK(wa[0].status == IBV_WC_SUCCESS);
+  CHECK(std::memcmp(tb.buf, ta.buf, 4096) == 0);
+  p.with([&] {
+    CHECK(p.a.committed_told() == std::vector<uint64_t>{1, 2});
+    CHECK(p.a.pw->route_waits() == 0);
+    CHECK(p.a.k().qps_no_route == 0);
+  });
+}
