@@ -174,7 +174,7 @@ struct CorruptMiddle {
 // A 3 KiB WRITE_WITH_IMM from A to B (`read` false) or READ by A of B's
 // memory, its middle frame corrupted once on the wire.
 void run(Reliability mode, bool read) {
-  Pair p(PairOptions{false, mode});
+  Pair p(PairOptions{.dpu_a = false, .mode = mode});
   RcApp a(p.a.socket), b(p.b.socket);
   a.connect(b.qp->qp_num, Pair::kOverlayB);
   b.connect(a.qp->qp_num, Pair::kOverlayA);
