@@ -172,7 +172,7 @@ void FastPath::apply(const ControlMsg& m, ControlResult* r) noexcept {
     case MsgKind::kSrqCreate:
     case MsgKind::kSrqDestroy:
     case MsgKind::kSrqModify:
-      apply_srq(m, r);  // host_server_srq.cc
+      apply_srq(m, r);  // below
       break;
     case MsgKind::kEvents:
       if (m.index < fast_apps_.size() && fast_apps_[m.index].id == m.app_id) {
