@@ -4,7 +4,8 @@
 // (ready_qps), takes their WQEs validated and translated (fetch_*), writes
 // completions into the applications' CQ rings (complete_*) and kicks their
 // eventfds (completion channels, asynchronous events). No system call but
-// those eventfd writes; no lock (the vNIC setters take the link's).
+// those eventfd writes (and end_idle's read, single-thread mode only); no lock
+// (the vNIC setters take the link's).
 #pragma once
 
 #include <infiniband/verbs.h>
