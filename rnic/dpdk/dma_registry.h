@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <unordered_map>
 
-#include "rnic/host/host_server.h"
+#include "rnic/host/server_types.h"
 
 namespace tandem::rnic::dpdk {
 

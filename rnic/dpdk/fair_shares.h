@@ -1,5 +1,5 @@
 // The worker's fair shares: of its host interface (rnic/host/resource_quota.h),
-// the limits its flags and defaults give HostServer, and the per-vNIC usage
+// the limits its flags and defaults give the host servers, and the per-vNIC usage
 // and refusals; of the agent's slow path, the per-vNIC punt budgets
 // (rnic/port/punt_budget.h). As --stats-json, /tandem/rnic/limits and
 // /tandem/rnic/punts show them. Both tables are atomics with one writer (the

@@ -14,20 +14,20 @@
 
 namespace tandem::rnic::dpdk {
 
-HostControl::HostControl(std::vector<host::HostServer*> servers, const char* name,
+HostControl::HostControl(std::vector<host::ControlServer*> servers, const char* name,
                          const common::dpdk::TscClock& clock, std::vector<common::LogRing*> logs)
     : servers_(std::move(servers)), logs_(std::move(logs)), clock_(clock) {
   if (servers_.size() > 1) {
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
     if (epoll_fd_ < 0) throw std::runtime_error(std::string("epoll_create1: ") + std::strerror(errno));
-    for (host::HostServer* s : servers_) {
+    for (host::ControlServer* s : servers_) {
       epoll_event ev{};
       ev.events = EPOLLIN;
       if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, s->wait_fd(), &ev) != 0)
         throw std::runtime_error(std::string("epoll_ctl: ") + std::strerror(errno));
     }
   }
-  for (host::HostServer* s : servers_) s->set_threaded(true);
+  for (host::ControlServer* s : servers_) s->set_threaded(true);
   const int rc = rte_ctrl_thread_create(&thread_, name, nullptr, &HostControl::run, this);
   if (rc != 0) throw std::runtime_error(std::string("cannot start the host control thread: ") + std::strerror(-rc));
   running_ = true;
@@ -52,7 +52,7 @@ void* HostControl::run(void* self) noexcept {
     }
     epoll_event evs[8];
     epoll_wait(h->epoll_fd_, evs, 8, 5);
-    for (host::HostServer* s : h->servers_) s->serve_control(h->clock_.now_ns(), 0);
+    for (host::ControlServer* s : h->servers_) s->serve_control(h->clock_.now_ns(), 0);
   }
   return nullptr;
 }
@@ -60,7 +60,7 @@ void* HostControl::run(void* self) noexcept {
 void HostControl::stop() noexcept {
   if (!running_) return;
   stop_.store(true, std::memory_order_release);
-  for (host::HostServer* s : servers_) s->stop_control();
+  for (host::ControlServer* s : servers_) s->stop_control();
   pthread_join(thread_, nullptr);
   running_ = false;
   for (common::LogRing* l : logs_) common::log::drain_ring(*l, limit_, clock_.now_ns());

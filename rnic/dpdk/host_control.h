@@ -1,6 +1,6 @@
-// The worker's control thread: owns the host socket side of HostServer
-// (accept, recvmsg, memfd mmap, DMA registration of MRs, unmapping what the
-// lcore let go of) so the data lcore never makes a control system call; it
+// The worker's control thread: runs the host servers' control halves
+// (host::ControlServer: accept, recvmsg, memfd mmap, DMA registration of MRs,
+// unmapping what the lcore let go of) so the data lcore never makes a control system call; it
 // also writes out the lcores' log lines. Made
 // with rte_ctrl_thread_create: it runs on the EAL's control CPU set, off the
 // lcore's core. With several lcores per port (--lcores), one thread serves
@@ -16,7 +16,7 @@
 #include "common/dpdk/tsc_clock.h"
 #include "common/log/log_ring.h"
 #include "common/log/rate_limiter.h"
-#include "rnic/host/host_server.h"
+#include "rnic/host/control_server.h"
 
 namespace tandem::rnic::dpdk {
 
@@ -24,7 +24,7 @@ class HostControl {
  public:
   // Puts the servers in threaded mode and starts serving them. Throws on failure.
   // `logs`: the lcores' log rings (port::PortLogic::log), written out each round.
-  HostControl(std::vector<host::HostServer*> servers, const char* name, const common::dpdk::TscClock& clock,
+  HostControl(std::vector<host::ControlServer*> servers, const char* name, const common::dpdk::TscClock& clock,
               std::vector<common::LogRing*> logs = {});
   ~HostControl();
   HostControl(const HostControl&) = delete;
@@ -36,7 +36,7 @@ class HostControl {
  private:
   static void* run(void* self) noexcept;
 
-  std::vector<host::HostServer*> servers_;
+  std::vector<host::ControlServer*> servers_;
   std::vector<common::LogRing*> logs_;
   common::log::RateLimiter limit_;  // per tenant and kind of line: 5 a second (common/log/rate_limiter.h)
   int epoll_fd_ = -1;  // several servers: their epoll fds, to wait on all at once

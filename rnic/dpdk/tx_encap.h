@@ -158,7 +158,7 @@ class TxEncap {
   std::size_t pending_len_[kMaxPending];
   // One shared-info per MR slot (TxSeg::lkey >> 8): its refcount counts that
   // region's segments the port still holds (+1 of ours, so the no-op free
-  // callback never runs: the memory is the application's). HostServer keeps
+  // callback never runs: the memory is the application's). ControlServer keeps
   // a deregistered region's pages, and its slot, until in_flight() says no.
   std::unique_ptr<rte_mbuf_ext_shared_info[]> pins_;
   uint32_t n_pins_ = 0;

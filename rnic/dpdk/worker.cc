@@ -307,7 +307,7 @@ class Worker {
     }
   }
   // Control thread: where a new application goes (the fewest applications, then QPs).
-  host::HostServer* least_loaded() {
+  host::ControlServer* least_loaded() {
     Lcore* best = lcores_[0].get();
     for (auto& l : lcores_) {
       const auto load = [](Lcore& x) { return std::pair(x.host.app_count(), x.host.qp_count()); };
@@ -434,7 +434,7 @@ int Worker::lcore_main(void* arg) {
 void Worker::loop() {
   // Sockets, mmap and DMA registration happen on this thread from now on;
   // the lcores only apply what it finished (host.apply_control).
-  std::vector<host::HostServer*> servers;
+  std::vector<host::ControlServer*> servers;
   std::vector<common::LogRing*> logs;
   for (auto& l : lcores_) {
     servers.push_back(&l->host);

@@ -1,11 +1,13 @@
-// The control half's messages to HostServer's fast half (rnic/host/README.md
-// "Two halves"). Internal to HostServer: host_server.cc and host_server_srq.cc.
+// The control half's messages to the fast half, and the fast half's answer
+// (rnic/host/README.md "Two halves"): ControlServer builds and sends them
+// (control thread), FastPath applies them (data lcore). Internal to rnic/host.
 #pragma once
 
 #include <cstdint>
 
-#include "rnic/host/host_server.h"
-#include "rnic/host/srq_slot.h"
+#include "rnic/host/fast_records.h"
+#include "rnic/host/host_protocol.h"
+#include "rnic/host/server_types.h"
 
 namespace tandem::rnic::host {
 
@@ -42,10 +44,18 @@ struct ControlMsg {
   RingReader<SendWqe> sq;
   RingReader<RecvWqe> rq;
   ModifyQpRequest modify{};           // kQpModify
-  HostServer::SrqSlot srq;            // kSrqCreate: the finished slot (ring mapped, doorbell bit taken)
+  FastPath::SrqSlot srq;              // kSrqCreate: the finished slot (ring mapped, doorbell bit taken)
   uint32_t limit = 0;                 // kSrqModify (index: the SRQ's slot)
   RingWriter<AsyncEvent> event_ring;  // kEvents (index: the app; event_fd: its eventfd)
   AsyncEventStats* event_stats = nullptr;
+};
+
+// The fast half's answer to one message.
+struct ControlResult {
+  uint64_t seq = 0;
+  uint32_t status = 0;      // Status of a modify_qp the fast half validated
+  ibv_qp_state state = IBV_QPS_RESET;
+  uint64_t applied_ns = 0;  // the lcore's `now` when it applied the message
 };
 
 }  // namespace tandem::rnic::host

@@ -125,7 +125,7 @@ constexpr SrqLayout srq_layout(uint32_t depth) noexcept {
   return SrqLayout{0, sizeof(RingControl), sizeof(RingControl) + std::size_t{depth} * sizeof(RecvWqe)};
 }
 // An SRQ's doorbell bit reports this flag | the SRQ handle from
-// HostServer::ready_qps (QPNs have 24 bits, so the two never collide).
+// FastPath::ready_qps (QPNs have 24 bits, so the two never collide).
 inline constexpr uint32_t kSrqDoorbell = 1u << 31;
 
 // Completion notification (ibv_req_notify_cq): the application arms the CQ;

@@ -1,7 +1,7 @@
 // Fair shares of one worker's host resources: how many QPs, CQs, MRs, PDs and
 // SRQs, how many registered bytes and how much queue memory an application,
 // and a vNIC's applications together, may hold, so that one tenant cannot take what the others need.
-// Decided on the control thread (HostServer's control half) at each create;
+// Decided on the control thread (the host server's ControlServer) at each create;
 // the counters are atomics so telemetry may read them from any thread.
 #pragma once
 

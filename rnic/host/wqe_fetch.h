@@ -1,41 +1,20 @@
-// HostServer::fetch_send_into / fetch_recv_into / fetch_srq_recv_into: WQEs
+// FastPath::fetch_send_into / fetch_recv_into / fetch_srq_recv_into: WQEs
 // taken from a shared ring, checked, and handed field by field to a sink that
 // writes them where they are kept until completion (the worker: the core's
 // queue slot). Each field is read from shared memory once, so the checks hold
 // against an application rewriting the ring meanwhile, and a WQE is copied
-// once. Included by host_server*.cc and by the port layer (its sinks); needs
-// QpSlot and SrqSlot, so it lives here.
+// once. The data lcore's (FastPath). Included by fast_path.cc and by the port
+// layer (its sinks); needs the fast half's records, so it lives here.
 #pragma once
 
 #include <cstring>
 
-#include "rnic/host/host_server.h"
+#include "rnic/host/fast_path.h"
+#include "rnic/host/fast_records.h"
 #include "rnic/host/queue_layout.h"
 #include "rnic/host/spsc_ring.h"
-#include "rnic/host/srq_slot.h"
 
 namespace tandem::rnic::host {
-
-struct HostServer::QpSlot {
-  bool used = false;
-  uint8_t gen = 0;
-  uint32_t app_index = 0;
-  uint32_t doorbell_bit = 0;
-  QpInfo info{};
-  RingReader<SendWqe> sq;
-  RingReader<RecvWqe> rq;
-  uint8_t pending_events = 0;  // kPendQpFatal | kPendLastWqe: raised while its application's ring was full
-};
-inline constexpr uint8_t kPendQpFatal = 1;
-inline constexpr uint8_t kPendLastWqe = 2;
-inline constexpr uint8_t kPendCqErr = 1;
-inline constexpr uint8_t kPendSrqLimit = 1;
-inline constexpr uint8_t kPendPort = 1;
-
-// vendor_err values of error completions written by the server.
-inline constexpr uint32_t kVendorBadLkey = 1;
-inline constexpr uint32_t kVendorOutOfBounds = 2;
-inline constexpr uint32_t kVendorBadWqe = 3;
 
 // Takes the WQE's raw byte: an application's opcode past ibv_wr_opcode's range may not be cast to it.
 inline ibv_wc_opcode wc_opcode_of(uint8_t op) noexcept {
@@ -73,7 +52,7 @@ inline T read_once(const T& shared) noexcept {
 // MRs of (app_id, pd) and handed to sink.segment(n, j, ...); adds its bytes to
 // *total. The first failure's status (vendor_err in *vendor), else SUCCESS.
 template <class Sink>
-ibv_wc_status HostServer::take_sges(const WqeSge* ring, uint32_t num_sge, uint32_t app_id, uint32_t pd,
+ibv_wc_status FastPath::take_sges(const WqeSge* ring, uint32_t num_sge, uint32_t app_id, uint32_t pd,
                                     bool local_write, Sink& sink, std::size_t n, uint64_t* total,
                                     uint32_t* vendor) noexcept {
   if (num_sge > kMaxSge) {
@@ -99,7 +78,7 @@ ibv_wc_status HostServer::take_sges(const WqeSge* ring, uint32_t num_sge, uint32
 // The first WQE of `ring` failed its checks: it completes with `why` on `cq`
 // and the QP goes to ERR. False if the CQ had no room (taken again next time).
 template <class Ring>
-bool HostServer::fail_first_wqe(QpSlot& qp, Ring& ring, uint32_t cq, uint64_t wr_id, ibv_wc_status why,
+bool FastPath::fail_first_wqe(QpSlot& qp, Ring& ring, uint32_t cq, uint64_t wr_id, ibv_wc_status why,
                                 ibv_wc_opcode opcode, uint32_t vendor) noexcept {
   Cqe c{};
   c.wr_id = wr_id;
@@ -122,9 +101,9 @@ bool HostServer::fail_first_wqe(QpSlot& qp, Ring& ring, uint32_t cq, uint64_t wr
 //   void inline_bytes(std::size_t i, const uint8_t* ring, uint32_t len);  // copy them out
 //   bool taken(std::size_t i, uint32_t length);  // the WQE is whole; false: take no more
 // A WQE that fails the checks gets no taken(): what the sink wrote of it is
-// its to discard. Otherwise as fetch_send (host_server.h).
+// its to discard. Otherwise as fetch_send (fast_path.h).
 template <class Sink>
-std::size_t HostServer::fetch_send_into(uint32_t qpn, std::size_t max, Sink& sink) noexcept {
+std::size_t FastPath::fetch_send_into(uint32_t qpn, std::size_t max, Sink& sink) noexcept {
   QpSlot* qp = find_qp(qpn);
   if (qp == nullptr) return 0;
   if (qp->info.state == IBV_QPS_ERR) {
@@ -191,7 +170,7 @@ std::size_t HostServer::fetch_send_into(uint32_t qpn, std::size_t max, Sink& sin
 // A bad WQE of a QP completes with an error and moves the QP to ERR (as
 // fetch_recv); one of an SRQ has no QP to fail: counted and skipped.
 template <class Sink>
-std::size_t HostServer::fetch_recv_into(uint32_t qpn, std::size_t max, Sink& sink) noexcept {
+std::size_t FastPath::fetch_recv_into(uint32_t qpn, std::size_t max, Sink& sink) noexcept {
   QpSlot* qp = find_qp(qpn);
   if (qp == nullptr) return 0;
   if (qp->info.state == IBV_QPS_ERR) {
@@ -229,7 +208,7 @@ std::size_t HostServer::fetch_recv_into(uint32_t qpn, std::size_t max, Sink& sin
 }
 
 template <class Sink>
-std::size_t HostServer::fetch_srq_recv_into(uint32_t srq, std::size_t max, Sink& sink) noexcept {
+std::size_t FastPath::fetch_srq_recv_into(uint32_t srq, std::size_t max, Sink& sink) noexcept {
   SrqSlot* s = find_srq(srq & ~kSrqDoorbell);
   if (s == nullptr) return 0;
   const uint32_t avail = s->ring.available();

@@ -22,7 +22,7 @@ const char* qp_state_name(ibv_qp_state s) noexcept {
   }
 }
 
-PortLogic::PortLogic(const PortConfig& c, Level2Table& table, host::HostServer& host, AgentLink* agent)
+PortLogic::PortLogic(const PortConfig& c, Level2Table& table, host::FastPath& host, AgentLink* agent)
     : c_(c),
       table_(table),
       host_(host),

@@ -11,7 +11,7 @@
 // mapping and its PD; QPs and SRQs carry their PD. The core checks every
 // SGE and every remote access (RETH, the IRN placement header) itself: key,
 // PD, bounds and access flags; a packet's rkey and VA reach it unchanged.
-// QP numbers: applications use HostServer's QPNs on the wire (as they
+// QP numbers: applications use the host server's QPNs on the wire (as they
 // exchange them out of band); the worker maps them to core QPNs.
 #pragma once
 
@@ -28,7 +28,7 @@
 #include "common/wire/roce_packet.h"
 #include "rnic/cm/gsi_ring.h"
 #include "rnic/core/transport.h"
-#include "rnic/host/host_server.h"
+#include "rnic/host/fast_path.h"
 #include "rnic/port/agent_link.h"
 #include "rnic/port/egress_route.h"
 #include "rnic/port/rx_stage.h"
@@ -130,7 +130,7 @@ class PortLogic {
   static constexpr uint32_t kWqesPerApp = 64;         // ... of them for one application
 
   // `table` and `host` outlive this; `agent` is the DPU agent (nullptr: standalone).
-  PortLogic(const PortConfig& c, Level2Table& table, host::HostServer& host, AgentLink* agent);
+  PortLogic(const PortConfig& c, Level2Table& table, host::FastPath& host, AgentLink* agent);
   PortLogic(const PortLogic&) = delete;
   PortLogic& operator=(const PortLogic&) = delete;
 
@@ -149,7 +149,7 @@ class PortLogic {
   // QPs with WQEs left to fetch (the loop must not sleep).
   bool has_backlog() const noexcept { return ready_apps_n_ != 0; }
   // The I/O layer's view of the port's link (polled): applications get
-  // PORT_ACTIVE / PORT_ERR on a change (host_server.h set_port_active).
+  // PORT_ACTIVE / PORT_ERR on a change (fast_path.h set_port_active).
   void set_link(bool up) noexcept {
     if (!up && host_.port_active()) ++k_.link_downs;
     host_.set_port_active(up);
@@ -290,7 +290,7 @@ class PortLogic {
 
   const PortConfig c_;
   Level2Table& table_;
-  host::HostServer& host_;
+  host::FastPath& host_;  // the lcore's half of the host server
   AgentLink* agent_;
   const Level2Table::Snapshot* pinned_;  // the agent's view's snapshot, or nullptr
   Transport core_;

@@ -26,7 +26,7 @@ class PortWorker final : public PortLogic {
  public:
   using Buf = typename Io::Buf;
 
-  PortWorker(const PortConfig& c, Level2Table& table, host::HostServer& host, AgentLink* agent, Io& io)
+  PortWorker(const PortConfig& c, Level2Table& table, host::FastPath& host, AgentLink* agent, Io& io)
       : PortLogic(c, table, host, agent), io_(io) {}
 
   // One iteration at `now` (the I/O layer's clock); returns the work done

@@ -35,7 +35,8 @@ SAN=(-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
 WIRE=(common/wire/headers.cc common/wire/icrc.cc common/wire/opcode.cc common/wire/roce_packet.cc)
 PCAP=(common/pcap/pcap_reader.cc common/pcap/pcap_writer.cc)
 AGENT=(dpu/channel/agent_channel.cc dpu/txn/level2_shadow.cc dpu/txn/txn_builder.cc)
-HOST=(rnic/host/host_server.cc rnic/host/host_server_srq.cc rnic/host/resource_quota.cc rnic/host/shm_region.cc
+HOST=(rnic/host/host_server.cc rnic/host/control_server.cc rnic/host/control_objects.cc rnic/host/fast_apply.cc
+      rnic/host/fast_path.cc rnic/host/resource_quota.cc rnic/host/shm_region.cc
       rnic/host/memory_guard.cc rnic/host/unix_channel.cc)
 
 # Rebuilds $1 from the remaining sources only when one of them (or a header
