@@ -51,7 +51,7 @@ def main():
         time.sleep(0.1)
     for n in workers:
         def start_line():  # printed after the host socket opens: wait for it
-            return next((x for x in lab.text(n).splitlines() if x.startswith(f"tandem-rnic {n}: port 0")), "")
+            return next((x for x in lab.text(n).splitlines() if f" {n}: port 0 " in x), "")
         t0 = time.time()
         while not start_line() and time.time() - t0 < 10:
             time.sleep(0.1)
