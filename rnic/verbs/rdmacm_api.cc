@@ -319,7 +319,10 @@ rdma_cm_event* translate(Channel& ch, Worker* w, const cm::CmEventMsg& m) {
       return &e->pub;
     }
     case RDMA_CM_EVENT_DISCONNECTED:
-      qp_error(id);
+      // The peer's DREQ (or its answer) moves the QP to ERR, as rdma-core does, unless the
+      // application disconnected first: rdma_disconnect did it, and rping then destroys the
+      // QP with ibv_destroy_qp while this event is on its way (touching it was a use after free).
+      if (!id->app_disconnected) qp_error(id);
       [[fallthrough]];
     default: {
       Event* e = make_event(id, type, m.status);
@@ -690,6 +693,7 @@ int rdma_disconnect(rdma_cm_id* pub) {
   Id* id = id_of(pub);
   if (id->worker == nullptr || id->wid == 0) return fail(EINVAL);
   qp_error(id);  // as rdma-core: the QP flushes; the peer hears DREQ
+  id->app_disconnected = true;
   cm::CmRequest r;
   r.op = static_cast<uint16_t>(cm::CmOp::kDisconnect);
   r.id = id->wid;

@@ -74,8 +74,9 @@ struct Id {
   rdma_conn_param local{};   // what connect/accept asked
   bool own_cqs = false;      // rdma_create_qp made the CQs
   ibv_sa_path_rec path{};
-  uint8_t ack_timeout = 14;
-  bool app_established = false;  // rdma_establish was called: the worker's ESTABLISHED is not reported  // rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT): the RC QP's RTS timeout
+  uint8_t ack_timeout = 14;       // rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT): the RC QP's RTS timeout
+  bool app_established = false;   // rdma_establish was called: the worker's ESTABLISHED is not reported
+  bool app_disconnected = false;  // rdma_disconnect was called: the DISCONNECTED event leaves the QP alone
   rdma_cm_event* sync_event = nullptr;  // synchronous IDs: the event a call waited for
   std::deque<rdma_cm_event*> requests;  // rdma_get_request: CONNECT_REQUESTs waiting
   // rdma_create_ep of a passive endpoint: rdma_get_request gives each new ID a QP of these.
