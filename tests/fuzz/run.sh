@@ -30,9 +30,12 @@ fi
 CRC_FLAGS=()
 CRC_LIBS=(-lz)
 if [[ -f /usr/include/isa-l/crc.h ]]; then CRC_FLAGS=(-DTANDEM_HAVE_ISAL); CRC_LIBS=(-lisal -lz); fi
+# common/log (spdlog, Debian's shared build over fmt): the ICRC kernel choice logs a warning.
+CRC_FLAGS+=(-DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL)
+CRC_LIBS+=(-lspdlog -lfmt -pthread)
 FLAGS=(-std=c++20 -O1 -g -I"$ROOT" "${CRC_FLAGS[@]}" -fno-omit-frame-pointer)
 SAN=(-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
-WIRE=(common/wire/headers.cc common/wire/icrc.cc common/wire/opcode.cc common/wire/roce_packet.cc)
+WIRE=(common/wire/headers.cc common/wire/icrc.cc common/wire/opcode.cc common/wire/roce_packet.cc common/log/log.cc)
 PCAP=(common/pcap/pcap_reader.cc common/pcap/pcap_writer.cc)
 AGENT=(dpu/channel/agent_channel.cc dpu/txn/level2_shadow.cc dpu/txn/txn_builder.cc)
 HOST=(rnic/host/host_server.cc rnic/host/control_server.cc rnic/host/control_objects.cc rnic/host/fast_apply.cc
