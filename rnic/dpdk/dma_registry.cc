@@ -38,8 +38,9 @@ bool DmaRegistry::device_maps() noexcept {
   } else if (rte_extmem_register(p, page, nullptr, 0, page) != 0) {
     device_maps_ = true;
   } else {
-    device_maps_ = rte_dev_dma_map(dev, p, reinterpret_cast<uint64_t>(p), page) == 0 || rte_errno != ENOTSUP;
-    if (rte_errno != ENOTSUP) rte_dev_dma_unmap(dev, p, reinterpret_cast<uint64_t>(p), page);
+    const bool mapped = rte_dev_dma_map(dev, p, reinterpret_cast<uint64_t>(p), page) == 0;
+    device_maps_ = mapped || rte_errno != ENOTSUP;
+    if (mapped) rte_dev_dma_unmap(dev, p, reinterpret_cast<uint64_t>(p), page);
     rte_extmem_unregister(p, page);
   }
   if (p != MAP_FAILED) munmap(p, page);
