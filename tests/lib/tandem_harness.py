@@ -519,3 +519,20 @@ def run_checked(name, main, checks, lab, logs=("fabric", "A", "B")):
     failed = checks.failed
     print(f"{name}: {len(failed)} check(s) failed" if failed else f"{name}: all checks passed")
     sys.exit(1 if failed else 0)
+
+
+def finish_apps(lab, name, procs):
+    """Waits for a test's application pair (120 s each; a hung one is killed): their exit codes,
+    None for a killed one; prints both sides' logs (name-server, name-client) if any failed."""
+    codes = []
+    for p in procs:
+        try:
+            codes.append(p.wait(120))
+        except Exception:  # noqa: BLE001 - a hung side is killed and reported
+            p.kill()
+            p.wait()
+            codes.append(None)
+    if any(c != 0 for c in codes):
+        for side in ("server", "client"):
+            print(f"--- {name}-{side} ---\n{lab.text(f'{name}-{side}')}\n{lab.text(f'{name}-{side}', 'err')}")
+    return codes

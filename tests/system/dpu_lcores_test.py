@@ -27,7 +27,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from tandem_harness import (Checks, Lab, Tandemctl, Telemetry, free_port, lab_fabric_argv, lab_memif_vdev,  # noqa: E402
+from tandem_harness import (finish_apps, Checks, Lab, Tandemctl, Telemetry, free_port, lab_fabric_argv, lab_memif_vdev,  # noqa: E402
                             poll_until, run_checked, wait_fabric_started)
 
 DPU, CTL, FABRIC, RNIC, PERF = sys.argv[1:6]
@@ -142,21 +142,6 @@ def perf_pair(name, test, flags, server_ip):
     return srv, cli
 
 
-def finish(name, procs):
-    codes = []
-    for p in procs:
-        try:
-            codes.append(p.wait(120))
-        except Exception:  # noqa: BLE001 - a hung side is killed and reported
-            p.kill()
-            p.wait()
-            codes.append(None)
-    if any(c != 0 for c in codes):
-        for side in ("server", "client"):
-            print(f"--- {name}-{side} ---\n{lab.text(f'{name}-{side}')}\n{lab.text(f'{name}-{side}', 'err')}")
-    return codes
-
-
 def qps_by_lcore(tel):
     """{host QPN: (lcore, not yet in RTS: its route not in)} of every live QP."""
     out, first = {}, 0
@@ -239,7 +224,7 @@ def main():
           f"A's routes to {list(B_IPS)} moved three times under traffic, each new one installed "
           f"(generation, exits, installed, seconds: {moved})")
 
-    cw, cr = finish("write", w), finish("read", r)
+    cw, cr = finish_apps(lab, "write", w), finish_apps(lab, "read", r)
     watch.stop = True
     print(f"A's BAR heartbeat stood still at most {watch.still:.3f} s (this script's samples: {watch.gap:.3f} s apart "
           f"at most); the agent's channel to A: {ctl.channel('A').get('stats')}")

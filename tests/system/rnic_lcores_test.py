@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from tandem_harness import (Checks, Lab, Telemetry, free_port, lab_fabric_argv, lab_worker_argv,  # noqa: E402
+from tandem_harness import (finish_apps, Checks, Lab, Telemetry, free_port, lab_fabric_argv, lab_worker_argv,  # noqa: E402
                             run_checked, wait_fabric_started, write_lab_tables)
 
 FABRIC, RNIC, PERF = sys.argv[1:4]
@@ -44,21 +44,6 @@ def perf_pair(name, test, flags):
     cli = start([PERF] + common + flags + ["--device", f"{D}/B.rnic", "--gid", "192.168.7.2", "127.0.0.1"],
                 f"{name}-client", separate_stderr=True)
     return srv, cli
-
-
-def finish(name, procs):
-    codes = []
-    for p in procs:
-        try:
-            codes.append(p.wait(120))
-        except Exception:  # noqa: BLE001 - a hung side is killed and reported
-            p.kill()
-            p.wait()
-            codes.append(None)
-    if any(c != 0 for c in codes):
-        for side in ("server", "client"):
-            print(f"--- {name}-{side} ---\n{lab.text(f'{name}-{side}')}\n{lab.text(f'{name}-{side}', 'err')}")
-    return codes
 
 
 def qps_by_lcore(tel):
@@ -102,7 +87,7 @@ def main():
     # lcore (after the runs, late frames for destroyed QPs are dropped so, rightly).
     mid_unknown = {n: [tel[n].cmd(f"/tandem/rnic/stats,{k}").get("drop_ingress_unknown_qpn", 0) for k in (0, 1)]
                    for n in ("A", "B")}
-    cw, cr = finish("write", w), finish("read", r)
+    cw, cr = finish_apps(lab, "write", w), finish_apps(lab, "read", r)
     check(cw == [0, 0], f"write_bw --verify, {QPS} QPs, byte-exact through loss on 2-lcore workers (exit {cw})")
     check(cr == [0, 0], f"read_bw --verify, {QPS} QPs, byte-exact through loss on 2-lcore workers (exit {cr})")
     for n, qps in placed.items():
