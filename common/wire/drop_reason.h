@@ -38,6 +38,7 @@ namespace tandem::common {
   X(kRegionGone, "region_gone")                                        \
   X(kUnsentPsn, "unsent_psn")                                          \
   X(kUnknownRead, "unknown_read")                                      \
+  X(kBadRecvWqe, "bad_recv_wqe") /* the receive it needed failed the host's checks */ \
   X(kConsumed, "consumed") /* not a drop: taken by the port (a CM MAD) */
 
 enum class DropReason : uint8_t {

@@ -367,6 +367,7 @@ struct Qp {
   // On an SRQ: the SRQ slots this QP took for its messages rq_head..rq_tail
   // (ring of window_pkts: every such message has a PSN in the window).
   Srq* srq = nullptr;
+  uint32_t recv_pd = 0;  // the PD its receives' MRs are checked in (the SRQ's on an SRQ)
   std::vector<uint32_t> srq_stage;
   std::vector<RxSlot> slots;
   uint32_t epsn = 0;

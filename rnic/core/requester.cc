@@ -560,11 +560,11 @@ void Qp::complete_sends() noexcept {
 }
 
 bool Qp::gather_live(const SendWqe& w, uint64_t off, uint32_t len) const noexcept {
-  if (w.num_sge == 1) return t->mr_live(w.sge[0].lkey);
+  if (w.num_sge == 1) return t->mr_live(w.sge[0].lkey, init.pd);
   for (uint32_t j = 0; j < w.num_sge && len > 0; ++j) {
     const uint32_t sl = w.sge[j].len;
     if (off >= sl) { off -= sl; continue; }
-    if (!t->mr_live(w.sge[j].lkey)) return false;
+    if (!t->mr_live(w.sge[j].lkey, init.pd)) return false;
     len -= static_cast<uint32_t>(std::min<uint64_t>(len, sl - off));
     off = 0;
   }

@@ -67,6 +67,10 @@ bool make_recv_wqe(const Transport& t, const RecvWr& wr, uint32_t pd, RecvWqe& w
 bool check_recv_wqe(const Transport& t, uint32_t pd, RecvWqe& w) noexcept {
   if (w.wr.num_sge > kMaxSge) return false;
   w.len = 0;
+  if (w.wr.invalid) {
+    w.wr.num_sge = 0;  // nothing of it is ever written
+    return true;
+  }
   for (uint32_t j = 0; j < w.wr.num_sge; ++j) {
     const Sge& g = w.wr.sg_list[j];
     const MemoryRegion* mr = t.find_mr(g.lkey, pd);
@@ -358,6 +362,15 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
       }
     }
     rw = &rwqe(rq_head + delta);
+    if (rw->wr.invalid) [[unlikely]] {
+      if (corrupt()) return fail(DropReason::kBadIcrc);
+      // A receive the host refused (bad lkey, PD or bounds): it fails with
+      // LOC_PROT_ERR, the sender hears a remote operational error, the QP
+      // goes to ERROR (IBA class B: as a deregistered buffer, below).
+      prot_err_recv = rq_head + delta;
+      nak(common::kAethNak | common::kNakRemoteOp, psn);
+      return fail(DropReason::kBadRecvWqe);
+    }
   }
   // Placed before its ICRC is known only where a bad packet's bytes are sure
   // to be overwritten before anything of this QP reads them (README "ICRC"):
@@ -401,7 +414,7 @@ uint32_t Qp::on_requests(const RxPacketRef* in, uint32_t n, uint64_t now, DropRe
     for (uint32_t j = 0; j < rw->wr.num_sge && left > 0; ++j) {
       const uint32_t sl = rw->wr.sg_list[j].length;
       if (o >= sl) { o -= sl; continue; }
-      if (!t->mr_live(rw->wr.sg_list[j].lkey)) [[unlikely]] {
+      if (!t->mr_live(rw->wr.sg_list[j].lkey, recv_pd)) [[unlikely]] {
         if (pending) {
           // The rest of the stream, unplaced: the verdict before the refusal.
           crc = common::crc32_update(crc, src, left);
@@ -640,7 +653,7 @@ bool Qp::tx_responses(uint64_t now) noexcept {
     if (tx_quota == 0) return true;  // the other QPs' turn (Transport::poll)
     ReadJob& j = reads[reads_head % reads.size()];
     const uint32_t k = j.next_pkt;
-    if (!t->mr_live(j.rkey)) [[unlikely]] {
+    if (!t->mr_live(j.rkey, init.pd)) [[unlikely]] {
       // Deregistered while being read: the rest is refused as an access
       // error (the requester's WR fails), nothing more is read from it.
       ++c.region_gone;

@@ -115,6 +115,15 @@ int Transport::dereg_mr(uint32_t lkey) noexcept {
   return 0;
 }
 
+int Transport::modify_mr(uint32_t lkey, uint32_t pd, uint32_t access) noexcept {
+  const uint32_t i = lkey >> 8;
+  if ((lkey & 0xFF) == 0 || i >= mrs_.size() || mrs_[i].lkey != lkey || mrs_[i].host_ptr == nullptr)
+    return EINVAL;
+  mrs_[i].pd = pd;
+  mrs_[i].access = access;
+  return 0;
+}
+
 uint32_t Transport::create_cq(uint32_t capacity, CompletionSink* sink) {
   if (cqs_.size() >= cfg_.max_cqs) return UINT32_MAX;
   auto cq = std::make_unique<Cq>();
@@ -179,6 +188,7 @@ uint32_t Transport::create_qp(const QpInitAttr& init) {
     qp->sq_ring = qp->sq.data();
     qp->sq_mask = static_cast<uint32_t>(qp->sq.size()) - 1;
     qp->sq_inline.resize(qp->sq.size() * init.max_inline);
+    qp->recv_pd = shared != nullptr ? shared->pd : init.pd;
     if (shared != nullptr) {
       qp->srq = shared;
       qp->srq_stage.resize(w);

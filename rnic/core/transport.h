@@ -181,6 +181,10 @@ class Transport {
   // and descriptors queued for the I/O layer that point into it are dropped
   // (TxQueue::dropped), so nothing reads or writes its memory after this.
   int dereg_mr(uint32_t lkey) noexcept;
+  // ibv_rereg_mr's new PD and access for a registered region (its memory and
+  // keys stay, so work holding it keeps valid pointers); later accesses are
+  // checked against them. EINVAL if no region has that key.
+  int modify_mr(uint32_t lkey, uint32_t pd, uint32_t access) noexcept;
 
   // Returns the CQ id, or UINT32_MAX if no more can be created. With a sink,
   // its completions go there as they happen (poll_cq finds none).
@@ -296,9 +300,11 @@ class Transport {
   // itself, such as inline data). Outstanding work checks the keys of the
   // regions it reads or writes before each use, so a deregistered region's
   // memory is never touched again (its pages may be unmapped at once).
-  bool mr_live(uint32_t key) const noexcept {
+  // A region moved to another protection domain (ibv_rereg_mr) is gone for
+  // work of the old one, as an RNIC that checks keys when it uses them sees it.
+  bool mr_live(uint32_t key, uint32_t pd) const noexcept {
     const uint32_t i = key >> 8;
-    return key == 0 || (i < mrs_.size() && mrs_[i].lkey == key && mrs_[i].host_ptr != nullptr);
+    return key == 0 || (i < mrs_.size() && mrs_[i].lkey == key && mrs_[i].host_ptr != nullptr && mrs_[i].pd == pd);
   }
   Cq* cq(uint32_t id) noexcept;
   Srq* srq(uint32_t id) const noexcept {

@@ -110,7 +110,7 @@ DropReason Qp::ud_on_packet(const common::RocePacket& pkt, const uint8_t* payloa
   Completion c{r.wr.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, kGrhLen + len, imm ? pkt.imm : 0, qpn,
                pkt.deth.src_qp, static_cast<uint32_t>(IBV_WC_GRH | (imm ? IBV_WC_WITH_IMM : 0))};
   bool live = true;
-  for (uint32_t j = 0; j < r.wr.num_sge; ++j) live &= t->mr_live(r.wr.sg_list[j].lkey);
+  for (uint32_t j = 0; j < r.wr.num_sge; ++j) live &= t->mr_live(r.wr.sg_list[j].lkey, recv_pd);
   if (!live) [[unlikely]] {
     // Its buffer was deregistered: the receive fails and the QP goes to ERROR.
     ++this->c.region_gone;

@@ -73,6 +73,11 @@ struct SendWr {
 struct RecvWr {
   uint64_t wr_id = 0;
   uint32_t num_sge = 0;
+  // The host found its buffer bad (lkey, PD, bounds): it is queued all the
+  // same and fails when a message needs it (LOC_PROT_ERR here, the sender
+  // NAKed with a remote operational error), as an RNIC that reads receive
+  // WQEs when they are used reports it.
+  bool invalid = false;
   std::array<Sge, kMaxSge> sg_list{};
 };
 

@@ -12,7 +12,7 @@
 namespace tandem::rnic::host {
 
 enum class MsgKind : uint8_t {
-  kAttach, kDetach, kCqCreate, kCqDestroy, kMrRegister, kMrDeregister, kQpCreate, kQpModify, kQpDestroy,
+  kAttach, kDetach, kCqCreate, kCqDestroy, kCqResize, kMrRegister, kMrDeregister, kMrReregister, kQpCreate, kQpModify, kQpDestroy,
   kQpQuery, kSrqCreate, kSrqDestroy, kSrqModify, kEvents,
 };
 
@@ -26,11 +26,12 @@ struct ControlMsg {
   uint32_t app_id = 0;
   uint64_t seq = 0;
   DoorbellPage* doorbells = nullptr;  // kAttach
-  RingWriter<Cqe> cq_ring;            // kCqCreate
+  RingWriter<Cqe> cq_ring;            // kCqCreate, kCqResize (the new ring)
   CqNotify* notify = nullptr;
   uint64_t* timestamps = nullptr;     // kCqCreate with timestamps
   int event_fd = -1;
-  uint32_t pd = 0;                    // kMrRegister
+  uint32_t pd = 0;                    // kMrRegister, kMrReregister
+  uint32_t rereg_flags = 0;           // kMrReregister: kReregPd | kReregAccess
   uint32_t access = 0;
   uint64_t addr = 0;
   uint64_t length = 0;
@@ -53,7 +54,7 @@ struct ControlMsg {
 // The fast half's answer to one message.
 struct ControlResult {
   uint64_t seq = 0;
-  uint32_t status = 0;      // Status of a modify_qp the fast half validated
+  uint32_t status = 0;      // Status of a modify_qp or CQ resize the fast half validated
   ibv_qp_state state = IBV_QPS_RESET;
   uint64_t applied_ns = 0;  // the lcore's `now` when it applied the message
 };

@@ -167,6 +167,42 @@ Status ControlServer::on_dereg_mr(App& app, const Request& req) {
   return Status::kOk;
 }
 
+// ibv_rereg_mr's new PD or access, in place: the keys and the memory stay, so
+// work already holding the MR keeps valid pointers; what comes next is checked
+// against the new PD and access (fast half and core both).
+Status ControlServer::on_rereg_mr(App& app, const Request& req) {
+  const ReregMrRequest& m = req.body.rereg_mr;
+  MrCtl* mr = find_mr_ctl(m.lkey);
+  if (mr == nullptr || mr->app_id != app.id) return Status::kNotFound;
+  if (m.flags == 0 || (m.flags & ~(kReregPd | kReregAccess)) != 0) return Status::kInvalidArgument;
+  uint32_t new_pdi = UINT32_MAX;
+  if ((m.flags & kReregPd) != 0) {
+    new_pdi = handle_index(m.pd);
+    if (new_pdi >= pds_.size() || !pds_[new_pdi].used || pds_[new_pdi].gen != handle_gen(m.pd) ||
+        pds_[new_pdi].app_id != app.id) {
+      return Status::kNotFound;
+    }
+  }
+  if ((m.flags & kReregAccess) != 0 && (m.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0 &&
+      (m.access & IBV_ACCESS_LOCAL_WRITE) == 0) {
+    return Status::kInvalidArgument;
+  }
+  ControlMsg msg;
+  msg.kind = MsgKind::kMrReregister;
+  msg.index = static_cast<uint32_t>(mr - mrs_ctl_.data());
+  msg.rereg_flags = m.flags;
+  msg.pd = m.pd;
+  msg.access = m.access;
+  if (!send_to_fast(msg)) return Status::kWorkerGone;
+  if (new_pdi != UINT32_MAX) {
+    const uint32_t old_pdi = handle_index(mr->pd);
+    if (old_pdi < pds_.size() && pds_[old_pdi].used && pds_[old_pdi].refs > 0) --pds_[old_pdi].refs;
+    ++pds_[new_pdi].refs;
+    mr->pd = m.pd;
+  }
+  return Status::kOk;
+}
+
 Status ControlServer::on_create_cq(App& app, const Request& req, int* fds, std::size_t nfds,
                                 Reply* rep) {
   uint32_t depth = req.body.create_cq.depth;
@@ -198,6 +234,7 @@ Status ControlServer::on_create_cq(App& app, const Request& req, int* fds, std::
   cq.app_index = app.index;
   cq.account = app.account;
   cq.charged_queue_bytes = queue_bytes;
+  cq.timestamps = with_ts;
   cq.refs = 0;
   cq.event_fd = channel ? fds[1] : -1;
   if (channel) fds[1] = -1;
@@ -253,6 +290,48 @@ Status ControlServer::on_destroy_cq(App& app, const Request& req) {
   m.index = index;
   if (!send_to_fast(m)) return Status::kWorkerGone;
   free_cq(index);
+  return Status::kOk;
+}
+
+// ibv_resize_cq: the application's new ring, mapped here; the fast half moves
+// the CQEs not yet polled into it (EINVAL if they do not fit) and writes there
+// from then on; the old ring is retired once the lcore has let go of it.
+Status ControlServer::on_resize_cq(App& app, const Request& req, int* fds, std::size_t nfds) {
+  CqCtl* cq = find_cq_ctl(req.body.resize_cq.cq);
+  if (cq == nullptr || cq->app_id != app.id) return Status::kNotFound;
+  const uint32_t depth = req.body.resize_cq.depth;
+  if (nfds != 1) return Status::kProtocolError;
+  if (!is_power_of_two(depth) || depth > config_.max_queue_depth) return Status::kInvalidArgument;
+  const bool with_ts = cq->timestamps;
+  const CqLayout layout = cq_layout(depth, with_ts);
+  ShmRegion region;
+  Status st = ShmRegion::map_fd(fds[0], layout.bytes, layout.bytes + huge_page_size(), true, &region);
+  fds[0] = -1;
+  if (st != Status::kOk) return st;
+  const uint64_t queue_bytes = region.size() + sizeof(CqCtl) + sizeof(FastPath::CqSlot);
+  const uint64_t old_bytes = cq->charged_queue_bytes;
+  // The new ring is charged before the old one is given back: for a moment the
+  // CQ holds both mappings.
+  if (!quotas_->take(app.used, app.account, Resource::kQueueBytes, queue_bytes)) return Status::kOverByteLimit;
+  uint8_t* base = region.data();
+  ControlMsg m;
+  m.kind = MsgKind::kCqResize;
+  m.index = static_cast<uint32_t>(cq - cqs_ctl_.data());
+  m.cq_ring = RingWriter<Cqe>(reinterpret_cast<RingControl*>(base + layout.control),
+                              reinterpret_cast<Cqe*>(base + layout.entries), depth);
+  m.notify = reinterpret_cast<CqNotify*>(base + layout.notify);
+  m.timestamps = with_ts ? reinterpret_cast<uint64_t*>(base + layout.timestamps) : nullptr;
+  ControlResult r;
+  if (!send_to_fast(m, &r)) return Status::kWorkerGone;
+  if (static_cast<Status>(r.status) != Status::kOk) {
+    quotas_->give(&app.used, app.account, Resource::kQueueBytes, queue_bytes);
+    return static_cast<Status>(r.status);  // the region is unmapped here: the lcore never wrote it
+  }
+  mapped_bytes_ += region.size();
+  retire(std::move(cq->memory));
+  cq->memory = std::move(region);
+  quotas_->give(&app.used, app.account, Resource::kQueueBytes, old_bytes);
+  cq->charged_queue_bytes = queue_bytes;
   return Status::kOk;
 }
 

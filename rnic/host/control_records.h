@@ -52,7 +52,8 @@ struct ControlServer::QpCtl {
   uint32_t recv_cq = 0;
   uint32_t srq = 0;  // the SRQ it holds a reference on; 0: none
   uint32_t account = TenantQuotas::kNoAccount;
-  uint64_t charged_queue_bytes = 0;  // taken from the quotas at create
+  uint64_t charged_queue_bytes = 0;  // taken from the quotas at create (or the last resize)
+  bool timestamps = false;           // its ring has the timestamp array (cq_layout)
   ShmRegion memory;
 };
 
@@ -64,7 +65,8 @@ struct ControlServer::CqCtl {
   int event_fd = -1;  // the application's completion channel, or -1 (closed here, after the lcore let go)
   uint32_t app_index = 0;
   uint32_t account = TenantQuotas::kNoAccount;
-  uint64_t charged_queue_bytes = 0;  // taken from the quotas at create
+  uint64_t charged_queue_bytes = 0;  // taken from the quotas at create (or the last resize)
+  bool timestamps = false;           // its ring has the timestamp array (cq_layout)
   ShmRegion memory;
 };
 
@@ -100,7 +102,8 @@ struct ControlServer::SrqCtl {
   uint32_t doorbell_bit = 0;
   uint32_t refs = 0;  // QPs created on it
   uint32_t account = TenantQuotas::kNoAccount;
-  uint64_t charged_queue_bytes = 0;  // taken from the quotas at create
+  uint64_t charged_queue_bytes = 0;  // taken from the quotas at create (or the last resize)
+  bool timestamps = false;           // its ring has the timestamp array (cq_layout)
   ShmRegion memory;
 };
 

@@ -360,6 +360,12 @@ void ControlServer::handle(uint32_t app_index, const Request& req, int* fds, std
     case MsgType::kModifySrq:
       st = on_modify_srq(app, req);
       break;
+    case MsgType::kReregMr:
+      st = app.version >= 2 ? on_rereg_mr(app, req) : Status::kUnsupported;
+      break;
+    case MsgType::kResizeCq:
+      st = app.version >= 2 ? on_resize_cq(app, req, fds, nfds) : Status::kUnsupported;
+      break;
     default:
       st = Status::kUnsupported;
       break;

@@ -112,6 +112,8 @@ class ControlServer {
   Status on_dealloc_pd(App& app, const Request& req);
   Status on_reg_mr(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep);
   Status on_dereg_mr(App& app, const Request& req);
+  Status on_rereg_mr(App& app, const Request& req);
+  Status on_resize_cq(App& app, const Request& req, int* fds, std::size_t nfds);
   Status on_create_cq(App& app, const Request& req, int* fds, std::size_t nfds, Reply* rep);
   Status on_destroy_cq(App& app, const Request& req);
   Status on_create_qp(App& app, uint32_t app_index, const Request& req, int* fds, std::size_t nfds,

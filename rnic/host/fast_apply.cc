@@ -98,6 +98,9 @@ void FastPath::apply(const ControlMsg& m, ControlResult* r) noexcept {
       cq.used = true;
       break;
     }
+    case MsgKind::kCqResize:
+      r->status = static_cast<uint32_t>(apply_resize(m));
+      break;
     case MsgKind::kCqDestroy:
       if (m.index < cqs_.size()) {
         forget_pending(cqs_[m.index].app_index, cqs_[m.index].pending_events);
@@ -132,6 +135,20 @@ void FastPath::apply(const ControlMsg& m, ControlResult* r) noexcept {
     }
     case MsgKind::kMrDeregister:
       if (m.index < mrs_.size() && mrs_[m.index].used) fast_free_mr(m.index);
+      break;
+    case MsgKind::kMrReregister:
+      if (m.index < mrs_.size() && mrs_[m.index].used) {
+        MrSlot& mr = mrs_[m.index];
+        if ((m.rereg_flags & kReregPd) != 0) mr.pd = m.pd;
+        if ((m.rereg_flags & kReregAccess) != 0) mr.access = m.access;
+        HostEvent ev{};
+        ev.kind = HostEventKind::kMrReregistered;
+        ev.app_id = mr.app_id;
+        ev.lkey = make_key(mr.gen, m.index);
+        ev.pd = mr.pd;
+        ev.access = mr.access;
+        events_.push_back(ev);
+      }
       break;
     case MsgKind::kQpCreate: {
       if (m.index >= qps_.size()) qps_.resize(m.index + 1);
@@ -288,6 +305,40 @@ void FastPath::fast_bind_doorbell(uint32_t app_index, uint32_t app_id, uint32_t 
     by_bit.resize(bit + 1, 0);  // control message, not the data path
   }
   by_bit[bit] = value;
+}
+
+// The CQEs the application has not polled move to the new ring at the same
+// indices, so its reader carries on from where it was; the notify state too.
+// The new ring must also hold what the sends already posted to QPs completing
+// here will bring (each completes, successfully or flushed): a smaller one
+// would overrun for certain. Posted receives are not counted (they complete
+// only if a message comes).
+Status FastPath::apply_resize(const ControlMsg& m) noexcept {
+  if (m.index >= cqs_.size() || !cqs_[m.index].used) return Status::kNotFound;
+  CqSlot& cq = cqs_[m.index];
+  const uint32_t first = cq.ring.consumed(), end = cq.ring.produced();
+  if (cq.ring.corrupt() || end - first > cq.ring.depth()) return Status::kProtocolError;
+  const uint32_t handle = make_handle(cq.gen, m.index);
+  uint64_t coming = 0;
+  for (const QpSlot& qp : qps_)
+    if (qp.used && qp.info.send_cq == handle && qp.info.state != IBV_QPS_RESET) coming += qp.sq.outstanding();
+  if (end - first + coming > m.cq_ring.depth()) return Status::kInvalidArgument;
+  RingWriter<Cqe> ring = m.cq_ring;
+  ring.restart_at(first);
+  for (uint32_t i = first; i != end; ++i) {
+    Cqe* slot = ring.claim();
+    *slot = cq.ring.at(i);
+    if (m.timestamps != nullptr && cq.timestamps != nullptr)
+      m.timestamps[ring.slot_of(slot)] = cq.timestamps[i & (cq.ring.depth() - 1)];
+  }
+  ring.publish();
+  m.notify->armed.store(cq.notify->armed.load(std::memory_order_acquire), std::memory_order_relaxed);
+  m.notify->fired.store(cq.notify->fired.load(std::memory_order_acquire), std::memory_order_relaxed);
+  m.notify->overrun.store(cq.notify->overrun.load(std::memory_order_acquire), std::memory_order_release);
+  cq.ring = ring;
+  cq.notify = m.notify;
+  cq.timestamps = m.timestamps;
+  return Status::kOk;
 }
 
 void FastPath::fast_free_mr(uint32_t index) noexcept {

@@ -318,6 +318,9 @@ bool FastPath::complete_send(uint32_t qpn, uint64_t wr_id, ibv_wc_opcode opcode,
                                ibv_wc_status status) noexcept {
   QpSlot* qp = find_qp(qpn);
   if (qp == nullptr) return false;
+  // A QP in RESET completes nothing: its WQEs were dropped (discard) and the
+  // application has cleaned its CQs of it (verbs' RESET), however late this comes.
+  if (qp->info.state == IBV_QPS_RESET) return true;
   qp->sq.completed(1);  // finished, whether or not a CQE says so
   signaled = signaled || qp->info.sq_sig_all;
   if (status != IBV_WC_SUCCESS) set_error(*qp);
@@ -346,6 +349,9 @@ bool FastPath::complete_recv(uint32_t qpn, uint64_t wr_id, ibv_wc_status status,
                                bool grh) noexcept {
   QpSlot* qp = find_qp(qpn);
   if (qp == nullptr) return false;
+  // A QP in RESET completes nothing: its WQEs were dropped (discard) and the
+  // application has cleaned its CQs of it (verbs' RESET), however late this comes.
+  if (qp->info.state == IBV_QPS_RESET) return true;
   if (qp->info.srq == 0) qp->rq.completed(1);  // an SRQ's WQEs are in no QP's ring
   // A UD receive too short for its datagram fails alone; the QP goes on.
   if (status != IBV_WC_SUCCESS && qp->info.qp_type != IBV_QPT_UD) set_error(*qp);

@@ -169,6 +169,7 @@ class FastPath {
   void apply(const ControlMsg& m, ControlResult* r) noexcept;
   Status apply_modify(const ControlMsg& m, ibv_qp_state* state) noexcept;
   void apply_srq(const ControlMsg& m, ControlResult* r) noexcept;
+  Status apply_resize(const ControlMsg& m) noexcept;
   void fast_free_qp(uint32_t index, bool died) noexcept;
   void fast_free_mr(uint32_t index) noexcept;
   void fast_free_srq(uint32_t index) noexcept;

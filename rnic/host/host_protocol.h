@@ -42,6 +42,8 @@ enum class MsgType : uint16_t {
   kQueryQp,     // no fds; the reply's modify_qp.qp_state is the QP's state now (ERR after a failure)
   kAsyncEvents, // v2. fds: [event ring memfd, laid out by async_event_layout()] [eventfd the worker kicks]
   kModifySrq,   // v2. no fds: arms (or, with 0, disarms) the SRQ's limit event
+  kReregMr,     // v2. no fds: a new PD and/or access for an MR, keys and memory kept
+  kResizeCq,    // v2. fds: [new CQ ring memfd, laid out by cq_layout(depth)]: unpolled CQEs move to it
 };
 
 struct MsgHeader {
@@ -95,6 +97,17 @@ struct DeregMrRequest {
   uint32_t lkey;  // MR to drop
 };
 
+// ibv_rereg_mr's IBV_REREG_MR_CHANGE_PD / _ACCESS in place (a new translation is a
+// new registration: the library registers the new range and drops the old one).
+struct ReregMrRequest {
+  uint32_t lkey;    // MR to change
+  uint32_t flags;   // kReregPd | kReregAccess
+  uint32_t pd;      // kReregPd: the new PD handle
+  uint32_t access;  // kReregAccess: the new IBV_ACCESS_* flags
+};
+inline constexpr uint32_t kReregPd = 1;
+inline constexpr uint32_t kReregAccess = 2;
+
 struct CreateCqRequest {
   uint32_t depth;        // ring entries, power of two
   uint32_t has_channel;  // 1: a second fd, the completion channel's eventfd, follows the ring
@@ -106,6 +119,10 @@ struct CqReply {
 };
 struct DestroyCqRequest {
   uint32_t cq;  // CQ handle
+};
+struct ResizeCqRequest {
+  uint32_t cq;     // CQ handle
+  uint32_t depth;  // the new ring's entries, power of two; EINVAL if fewer than the CQEs not yet polled
 };
 
 struct CreateQpRequest {
@@ -179,8 +196,10 @@ struct Request {
     PdRequest pd;
     RegMrRequest reg_mr;
     DeregMrRequest dereg_mr;
+    ReregMrRequest rereg_mr;
     CreateCqRequest create_cq;
     DestroyCqRequest destroy_cq;
+    ResizeCqRequest resize_cq;
     CreateQpRequest create_qp;
     ModifyQpRequest modify_qp;
     DestroyQpRequest destroy_qp;

@@ -124,6 +124,7 @@ struct RecvWork {
   uint64_t wr_id;
   uint32_t length;  // total capacity
   uint32_t num_sge;
+  bool invalid;     // an RC QP's receive whose buffer failed the checks: it fails when used (wqe_fetch.h)
   Segment sge[kMaxSge];
 };
 
@@ -166,6 +167,7 @@ enum class HostEventKind : uint8_t {
   kQpDestroyed,    // by destroy_qp or because its application went away: flush it
   kMrRegistered,   // visible to the fast path now (already given to the DeviceMapper)
   kMrDeregistered, // gone from the fast path; unmapped once consumed and not in flight
+  kMrReregistered, // lkey: its new pd and access (ibv_rereg_mr); memory and keys unchanged
   kSrqCreated,     // srq, srq_depth: create the transport's SRQ
   kSrqDestroyed,   // srq: its QPs are gone already (destroyed or their application died)
 };
@@ -180,8 +182,8 @@ struct HostEvent {
   uint8_t* addr;       // MR events: worker-side address of the MR
   uint64_t length;
   uint64_t va;         // kMrRegistered: the application's address of the MR (what R_Keys' VAs name)
-  uint32_t access;     // kMrRegistered: IBV_ACCESS_* flags
-  uint32_t pd;         // kMrRegistered, kSrqCreated: the protection domain (handles are unique in the worker)
+  uint32_t access;     // kMrRegistered, kMrReregistered: IBV_ACCESS_* flags
+  uint32_t pd;         // kMrRegistered, kMrReregistered, kSrqCreated: the protection domain (handles are unique in the worker)
   uint8_t* map_addr;   // MR events: the whole mapping holding it (page aligned),
   uint64_t map_length; //   what rte_extmem_register / rte_dev_dma_map want
   bool hugetlb;        // MR events: the mapping is on hugetlbfs (checked by the worker)
@@ -199,6 +201,7 @@ struct HostEvent {
   X(silent_evicted, "silent connections closed for a newer one (per-uid cap, full table)") \
   X(send_wqes, "send WQEs handed to the transport")                                \
   X(recv_wqes, "receive WQEs handed to the transport")                             \
+  X(recv_wqes_invalid, "RC receive WQEs handed over marked bad (they fail when used)") \
   X(bad_lkey, "WQEs with an unknown lkey or one from another PD")                  \
   X(sge_out_of_bounds, "WQEs with an SGE outside its MR")                          \
   X(bad_wqe, "WQEs with a bad opcode, SGE count or inline length")                 \

@@ -61,7 +61,17 @@ class RingWriter {
   // entries up to what was published: read when the consumer is gone.
   uint32_t produced() const noexcept { return published_; }
   uint32_t completed() const noexcept { return control_->completed.load(std::memory_order_acquire); }
+  // The consumer's published index (how far it has taken entries).
+  uint32_t consumed() const noexcept { return control_->consumer.load(std::memory_order_acquire); }
   const T& at(uint32_t index) const noexcept { return entries_[index & mask_]; }
+  // An empty ring whose indices start at `index` (a resized CQ continues the
+  // old one's): only before the consumer has seen it.
+  void restart_at(uint32_t index) noexcept {
+    control_->producer.store(index, std::memory_order_relaxed);
+    control_->consumer.store(index, std::memory_order_relaxed);
+    control_->completed.store(index, std::memory_order_relaxed);
+    head_ = published_ = tail_ = index;
+  }
   uint32_t free_entries() noexcept {
     uint32_t t = control_->consumer.load(std::memory_order_acquire);
     if (head_ - t > depth_) {
@@ -115,12 +125,39 @@ class RingReader {
     control_->consumer.store(tail_, std::memory_order_release);
   }
 
+  // Removes the published, unconsumed entries `drop` picks and keeps the
+  // others in order (a QP moved to RESET: its completions leave its CQs).
+  // The producer writes only past what it published, so this is safe beside
+  // it; moved(from_slot, to_slot) is told of each move (arrays kept beside).
+  template <class Drop, class Moved>
+  uint32_t remove_if(Drop&& drop, Moved&& moved) noexcept {
+    const uint32_t n = available();
+    uint32_t freed = 0;
+    for (uint32_t k = n; k-- > 0;) {
+      const uint32_t i = tail_ + k;
+      if (drop(entries_[i & mask_])) {
+        ++freed;
+      } else if (freed != 0) {
+        entries_[(i + freed) & mask_] = entries_[i & mask_];
+        moved(i & mask_, (i + freed) & mask_);
+      }
+    }
+    if (freed != 0) release(freed);
+    return freed;
+  }
+
   // Drops everything published so far (QP reset).
   void discard() noexcept {
     uint32_t a = available();
     if (a != 0) release(a);
     done_ = tail_;
     control_->completed.store(done_, std::memory_order_release);
+  }
+
+  // Entries published and not yet finished (taken or not): at most depth.
+  uint32_t outstanding() const noexcept {
+    const uint32_t d = control_->producer.load(std::memory_order_acquire) - done_;
+    return d > depth_ ? depth_ : d;
   }
 
   // n more consumed entries are finished (see RingControl::completed).

@@ -553,6 +553,23 @@ int dereg_mr(Mr* mr) {
   return rc(st);
 }
 
+int rereg_mr(Mr* mr, Pd* pd, int access) {
+  Request req{};
+  req.body.rereg_mr.lkey = mr->lkey;
+  if (pd != nullptr) {
+    req.body.rereg_mr.flags |= kReregPd;
+    req.body.rereg_mr.pd = pd->handle;
+  }
+  if (access >= 0) {
+    req.body.rereg_mr.flags |= kReregAccess;
+    req.body.rereg_mr.access = static_cast<uint32_t>(access);
+  }
+  Reply rep{};
+  const Status st = call(mr->context, req, MsgType::kReregMr, nullptr, 0, &rep);
+  if (st == Status::kOk && pd != nullptr) mr->pd = pd;
+  return rc(st);
+}
+
 CompChannel* create_comp_channel(Context* ctx) {
   auto ch = std::make_unique<CompChannel>();
   ch->context = ctx;
@@ -684,6 +701,37 @@ int destroy_cq(Cq* cq) {
     delete cq;
   }
   return rc(st);
+}
+
+int resize_cq(Cq* cq, int cqe) {
+  Context* ctx = cq->context;
+  if (cqe <= 0 || static_cast<uint32_t>(cqe) > ctx->max_depth)
+    return rc(fail(Status::kInvalidArgument, "cqe %d not in 1..%u", cqe, ctx->max_depth));
+  if (ctx->version < 2) return rc(fail(Status::kUnsupported, "resizing a CQ needs protocol v2"));
+  const uint32_t depth = round_up_pow2(static_cast<uint32_t>(cqe));
+  const CqLayout layout = cq_layout(depth, cq->timestamps != nullptr);
+  ShmRegion memory;
+  if (ShmRegion::create("tandem-cq", layout.bytes, ctx->attr.huge_queues, &memory) != Status::kOk)
+    return rc(fail(Status::kNoMemory, "CQ ring of %zu bytes", layout.bytes));
+  Request req{};
+  req.body.resize_cq.cq = cq->handle;
+  req.body.resize_cq.depth = depth;
+  Reply rep{};
+  int fd = memory.fd();
+  const Status st = call(ctx, req, MsgType::kResizeCq, &fd, 1, &rep);
+  memory.close_fd();
+  if (st != Status::kOk) return rc(st);
+  // The worker has moved what we had not polled to the new ring, at the same
+  // indices: the reader picks up from its consumer index.
+  uint8_t* base = memory.data();
+  cq->ring = RingReader<Cqe>(reinterpret_cast<RingControl*>(base + layout.control),
+                             reinterpret_cast<Cqe*>(base + layout.entries), depth);
+  cq->notify = reinterpret_cast<CqNotify*>(base + layout.notify);
+  if (cq->timestamps != nullptr) cq->timestamps = reinterpret_cast<const uint64_t*>(base + layout.timestamps);
+  cq->hugetlb = memory.hugetlb();
+  cq->cqe = static_cast<int>(depth);
+  cq->ring_memory = std::move(memory);
+  return 0;
 }
 
 Srq* create_srq(Pd* pd, uint32_t max_wr, uint32_t max_sge, void* srq_context, uint32_t limit) {
@@ -878,6 +926,16 @@ Qp* create_qp(Pd* pd, QpInitAttr* attr) {
   return qp.release();
 }
 
+// Must not run while another thread polls this CQ (as resize_cq).
+static void clean_cq(Cq* cq, uint32_t qpn) {
+  if (cq == nullptr) return;
+  auto* ts = const_cast<uint64_t*>(cq->timestamps);
+  cq->ring.remove_if([qpn](const Cqe& c) { return c.qp_num == qpn; },
+                     [ts](uint32_t from, uint32_t to) {
+                       if (ts != nullptr) ts[to] = ts[from];
+                     });
+}
+
 int modify_qp(Qp* qp, ibv_qp_attr* attr, int attr_mask) {
   if (attr == nullptr) return rc(fail(Status::kInvalidArgument, "null attr"));
   Request req{};
@@ -905,6 +963,11 @@ int modify_qp(Qp* qp, ibv_qp_attr* attr, int attr_mask) {
   if (st != Status::kOk) return rc(st);
   qp->state = static_cast<ibv_qp_state>(rep.body.modify_qp.qp_state);
   if (qp->state == IBV_QPS_RESET) {
+    // As RNICs' libraries do (mlx5_cq_clean): the QP's completions still in
+    // its CQs go, so a QP used again does not find its old life's flushes.
+    // The worker writes none for a QP in RESET from now on.
+    clean_cq(qp->recv_cq, qp->qp_num);
+    if (qp->send_cq != qp->recv_cq) clean_cq(qp->send_cq, qp->qp_num);
     // The worker dropped whatever was queued; start over from its consumer index.
     uint8_t* base = qp->queue_memory.data();
     QpQueueLayout layout = qp_queue_layout(qp->sq.depth(), qp->rq.depth());

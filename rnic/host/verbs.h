@@ -171,6 +171,10 @@ int dealloc_pd(Pd* pd);
 // addr..addr+length must lie in one alloc_buf() buffer (else kNotShared).
 Mr* reg_mr(Pd* pd, void* addr, std::size_t length, int access);
 int dereg_mr(Mr* mr);
+// ibv_rereg_mr's new PD (pd != nullptr) and/or access (access >= 0) in place:
+// keys, address and memory unchanged (protocol v2). A new translation is a new
+// registration: reg_mr the new range, then dereg_mr the old.
+int rereg_mr(Mr* mr, Pd* pd, int access);
 
 // Completion channel (ibv_create_comp_channel): an eventfd the worker kicks
 // when it completes into an armed CQ. fd() is pollable like channel->fd.
@@ -183,6 +187,10 @@ int comp_channel_fd(const CompChannel* channel);
 Cq* create_cq(Context* ctx, int cqe, void* cq_context = nullptr, CompChannel* channel = nullptr,
               bool timestamps = false);
 int destroy_cq(Cq* cq);
+// ibv_resize_cq (protocol v2): a new ring of at least cqe entries that keeps
+// the completions not yet polled (kInvalidArgument if more than fit). Must not
+// run while another thread polls this CQ.
+int resize_cq(Cq* cq, int cqe);
 // Arms the CQ for one event. solicited_only is treated as 0 (every completion).
 int req_notify_cq(Cq* cq, int solicited_only);
 // Waits for an armed CQ of the channel to fire; kTimeout after timeout_ms (-1: forever).

@@ -167,8 +167,12 @@ std::size_t FastPath::fetch_send_into(uint32_t qpn, std::size_t max, Sink& sink)
 // Receive sinks (i as above):
 //   void segment(std::size_t i, uint32_t j, const Segment& s);   // checked and translated
 //   bool taken(std::size_t i, uint64_t wr_id, uint32_t num_sge, uint32_t length);  // false: take no more
-// A bad WQE of a QP completes with an error and moves the QP to ERR (as
-// fetch_recv); one of an SRQ has no QP to fail: counted and skipped.
+//   bool taken_invalid(std::size_t i, uint64_t wr_id);  // an RC QP's WQE whose buffer failed the checks
+// A bad WQE of an RC QP is handed over marked (taken_invalid): it fails when
+// a message needs it, and the sender is told (a remote operational error),
+// as an RNIC that reads receive WQEs when they are used does. One of a UD
+// QP completes with an error at once and moves the QP to ERR; one of an SRQ
+// has no QP to fail: counted and skipped.
 template <class Sink>
 std::size_t FastPath::fetch_recv_into(uint32_t qpn, std::size_t max, Sink& sink) noexcept {
   QpSlot* qp = find_qp(qpn);
@@ -193,6 +197,12 @@ std::size_t FastPath::fetch_recv_into(uint32_t qpn, std::size_t max, Sink& sink)
     uint64_t total = 0;
     const ibv_wc_status why =
         take_sges(e.sge, num_sge, qp->info.app_id, qp->info.pd, true, sink, n, &total, &vendor);
+    if (why == IBV_WC_LOC_PROT_ERR && qp->info.qp_type == IBV_QPT_RC) {
+      ++counters_.recv_wqes_invalid;
+      ++n;
+      if (!sink.taken_invalid(n - 1, wr_id)) break;
+      continue;
+    }
     if (why != IBV_WC_SUCCESS) {
       if (n == 0) fail_first_wqe(*qp, qp->rq, qp->info.recv_cq, wr_id, why, IBV_WC_RECV, vendor);
       break;
@@ -288,6 +298,15 @@ struct RecvWorkSink {
     o.wr_id = wr_id;
     o.num_sge = num_sge;
     o.length = length;
+    o.invalid = false;
+    return true;
+  }
+  bool taken_invalid(std::size_t i, uint64_t wr_id) noexcept {
+    RecvWork& o = out(i);
+    o.wr_id = wr_id;
+    o.num_sge = 0;
+    o.length = 0;
+    o.invalid = true;
     return true;
   }
 };

@@ -137,6 +137,15 @@ void PortLogic::on_qp_state(uint32_t host_qpn, ibv_qp_state state, uint64_t now)
   QpAttr a;
   int rc = 0;
   switch (state) {
+    case IBV_QPS_RESET:
+      // Verbs lets a QP be used again after RESET (ERR -> RESET -> INIT ...):
+      // the core forgets its queues and PSNs, and its route is looked up anew.
+      q->route_pending = q->rts_pending = false;
+      q->routed = false;
+      q->route = EgressRoute{};
+      a.state = QpState::kReset;
+      rc = core_.modify_qp(q->core_qpn, a, IBV_QP_STATE);
+      break;
     case IBV_QPS_INIT:
       a.state = QpState::kInit;
       a.qp_access_flags = info->qp_access_flags;
@@ -266,6 +275,7 @@ uint32_t PortLogic::host_events(uint64_t now) {
       // Mapped for the device by the control thread before it got here (DmaRegistry).
       case host::HostEventKind::kMrRegistered: on_mr_registered(ev); break;
       case host::HostEventKind::kMrDeregistered: core_.dereg_mr(ev.lkey); break;
+      case host::HostEventKind::kMrReregistered: core_.modify_mr(ev.lkey, ev.pd, ev.access); break;
       case host::HostEventKind::kSrqCreated: on_srq_created(ev.srq, ev.srq_depth, ev.pd); break;
       case host::HostEventKind::kSrqDestroyed: on_srq_destroyed(ev.srq); break;
     }

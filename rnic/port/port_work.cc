@@ -34,11 +34,18 @@ struct CoreRecvSink {
     if (RecvWr* r = slot(); r != nullptr && j < kMaxSge) r->sg_list[j] = Sge{s.va, s.length, s.lkey};
   }
   bool taken(std::size_t, uint64_t id_, uint32_t num_sge, uint32_t) noexcept {
+    return post(id_, num_sge, false);
+  }
+  // A QP's receive whose buffer failed the checks (wqe_fetch.h): queued
+  // marked, so it fails when a message needs it.
+  bool taken_invalid(std::size_t, uint64_t id_) noexcept { return post(id_, 0, true); }
+  bool post(uint64_t id_, uint32_t num_sge, bool invalid) noexcept {
     wr_id = id_;
     int rc = EINVAL;
     if (RecvWr* r = slot()) {
       r->wr_id = id_;
       r->num_sge = num_sge;
+      r->invalid = invalid;
       rc = srq ? core.post_srq_recv_slot(id) : core.post_recv_slot(id);
     }
     w = nullptr;  // posted or refused: the next WQE asks for its own slot

@@ -45,6 +45,7 @@ struct TandemPd {
 struct TandemMr {
   ibv_mr mr;
   th::Mr* h;
+  unsigned access;  // as registered (ibv_rereg_mr keeps it unless told otherwise)
 };
 struct TandemChannel {
   ibv_comp_channel ch;
@@ -290,6 +291,7 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
   m->mr.lkey = h->lkey;
   m->mr.rkey = h->rkey;
   m->h = h;
+  m->access = access;
   return &m->mr;
 }
 
@@ -306,6 +308,56 @@ int ibv_dereg_mr(ibv_mr* mr) {
   const int rc = to_errno(th::dereg_mr(of<TandemMr>(mr)->h));
   if (rc == 0 || rc == EIO) delete of<TandemMr>(mr);
   return rc == EIO ? 0 : rc;
+}
+
+// ibv_rereg_mr: a new PD or access is changed in place by the worker (keys kept,
+// so peers holding the rkey see the change); a new translation is a new
+// registration with new keys, the old one dropped after it (libibverbs reads
+// the keys back from the MR). Errors: IBV_REREG_MR_ERR_INPUT or _CMD, errno set.
+int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  const auto input_error = [] {
+    errno = EINVAL;
+    return static_cast<int>(IBV_REREG_MR_ERR_INPUT);
+  };
+  if (mr == nullptr || flags == 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) != 0) return input_error();
+  const bool new_pd = (flags & IBV_REREG_MR_CHANGE_PD) != 0, new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) != 0;
+  if ((new_pd && pd == nullptr) || (!new_access && access != 0)) return input_error();
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0 && (addr == nullptr || length == 0)) return input_error();
+  auto acc = static_cast<unsigned>(access) & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+  if (new_access && ((acc & ~kAccessKnown) != 0 ||
+                     ((acc & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0 &&
+                      (acc & IBV_ACCESS_LOCAL_WRITE) == 0))) {
+    return input_error();
+  }
+  TandemMr* m = of<TandemMr>(mr);
+  const auto cmd_error = [](int err) {
+    errno = err;
+    return static_cast<int>(IBV_REREG_MR_ERR_CMD);
+  };
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) == 0) {
+    const int rc = to_errno(th::rereg_mr(m->h, new_pd ? of<TandemPd>(pd)->h : nullptr,
+                                         new_access ? static_cast<int>(acc) : -1));
+    if (rc != 0) return cmd_error(rc);
+  } else {
+    ibv_pd* to = new_pd ? pd : mr->pd;
+    const unsigned a = new_access ? acc : m->access;
+    if (th::adopt_buf(of<TandemPd>(to)->h->context, addr, length) != 0) return cmd_error(last_errno());
+    th::Mr* h = th::reg_mr(of<TandemPd>(to)->h, addr, length, static_cast<int>(a));
+    if (h == nullptr) return cmd_error(last_errno());
+    if (const int rc = to_errno(th::dereg_mr(m->h)); rc != 0 && rc != EIO) {
+      th::dereg_mr(h);
+      return cmd_error(rc);
+    }
+    m->h = h;
+    mr->addr = addr;
+    mr->length = length;
+    mr->handle = h->lkey;
+    mr->lkey = h->lkey;
+    mr->rkey = h->rkey;
+  }
+  if (new_pd) mr->pd = pd;
+  if (new_access) m->access = acc;
+  return 0;
 }
 
 ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
@@ -350,6 +402,17 @@ int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
 ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel, int comp_vector) {
   TandemCq* c = make_cq(context, cqe, cq_context, channel, comp_vector, false);
   return c != nullptr ? &c->cq : nullptr;
+}
+
+// ibv_resize_cq: the worker moves the completions not yet polled to a new ring
+// (EINVAL if they do not fit in cqe); cq->cqe is the new ring's size.
+int ibv_resize_cq(ibv_cq* cq, int cqe) {
+  if (cq == nullptr || cqe <= 0 || static_cast<uint32_t>(cqe) > th::kMaxQueueDepth) return errno = EINVAL;
+  TandemCq* c = of<TandemCq>(cq);
+  const int rc = to_errno(th::resize_cq(c->h, cqe));
+  if (rc != 0) return errno = rc;
+  cq->cqe = c->h->cqe;
+  return 0;
 }
 
 int ibv_destroy_cq(ibv_cq* cq) {

@@ -25,11 +25,8 @@ int fail_minus_one() {
 
 extern "C" {
 
-// --- public verbs not built yet (issue 14: dmabuf, rereg, resize) ---
+// --- public verbs not built yet (dmabuf) ---
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) { return fail_null<ibv_mr>(); }
-// errno too: rdma-core's callers (pyverbs) read it.
-int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) { return errno = EOPNOTSUPP; }
-int ibv_resize_cq(ibv_cq*, int) { return errno = EOPNOTSUPP; }
 int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 0; }
 int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
 int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }

@@ -256,3 +256,41 @@ TEST_CASE("ACKs, NAKs and READ responses for PSNs never sent are dropped and cou
   CHECK(l.a.counters().drop(DropReason::kUnsentPsn) == 3);
   CHECK(l.a.t.qp_state(l.a.qpn) == QpState::kRts);  // the forged NAK changed nothing
 }
+
+TEST_CASE("a receive the host refused fails when a SEND needs it: LOC_PROT_ERR there, a remote operational error at the sender") {
+  for (Reliability mode : kModes) {
+    CAPTURE(static_cast<int>(mode));
+    QpSetup s;
+    s.mode = mode;
+    Loop l(kMem, s);
+    REQUIRE(l.ok);
+    RecvWr bad;
+    bad.wr_id = 21;
+    bad.invalid = true;  // what the host hands over for a receive whose lkey, PD or bounds it refused
+    REQUIRE(l.recv(l.b, bad) == 0);
+    REQUIRE(l.send(l.a, make_wr(IBV_WR_SEND, 3, l.a, 0, 1024)) == 0);
+    REQUIRE(l.run([&] { return find(l.a.done, 3) != nullptr && find(l.b.done, 21) != nullptr; }));
+    CHECK(find(l.a.done, 3)->status == IBV_WC_REM_OP_ERR);  // NAKed at once, not retried out
+    CHECK(find(l.b.done, 21)->status == IBV_WC_LOC_PROT_ERR);
+    CHECK(l.b.t.qp_state(l.b.qpn) == QpState::kError);
+    CHECK(l.b.counters().drop(DropReason::kBadRecvWqe) == 1);
+    CHECK(l.a.counters().timeouts == 0);
+  }
+}
+
+TEST_CASE("a region moved to another PD (ibv_rereg_mr) is gone for receives posted under the old one") {
+  QpSetup s;
+  Loop l(kMem, s);
+  REQUIRE(l.ok);
+  REQUIRE(l.recv(l.b, make_recv(22, l.b, 0, kMem)) == 0);  // checked and posted under PD 0
+  REQUIRE(l.b.t.modify_mr(l.b.mr.lkey, 7, l.b.mr.access) == 0);
+  REQUIRE(l.send(l.a, make_wr(IBV_WR_SEND, 4, l.a, 0, 512)) == 0);
+  REQUIRE(l.run([&] { return find(l.a.done, 4) != nullptr && find(l.b.done, 22) != nullptr; }));
+  CHECK(find(l.a.done, 4)->status == IBV_WC_REM_OP_ERR);
+  CHECK(find(l.b.done, 22)->status == IBV_WC_LOC_PROT_ERR);
+  // Moved back, it is usable again by a QP reset and connected anew (covered
+  // end to end by rdma-core's test_mr_rereg_pd); the key never changed.
+  REQUIRE(l.b.t.modify_mr(l.b.mr.lkey, 0, l.b.mr.access) == 0);
+  CHECK(l.b.t.find_mr(l.b.mr.lkey, 0) != nullptr);
+  CHECK(l.b.t.modify_mr(l.b.mr.lkey ^ 0xFF00, 0, 0) == EINVAL);
+}

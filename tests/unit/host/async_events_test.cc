@@ -282,6 +282,7 @@ TEST_CASE("a CQ made with timestamps carries the worker's clock of each completi
   CHECK(ts[0] != 0);
   CHECK(ts[1] > ts[0]);
   // A CQ without them: the ring is what it was, and poll_cq gives 0.
+  REQUIRE(to_rts(app.qp, 0x101) == 0);  // a QP in RESET completes nothing
   st.with([&](HostServer& s) { s.complete_send(app.qp->qp_num, 3, IBV_WC_SEND, 0, true, IBV_WC_SUCCESS); });
   REQUIRE(poll_cq(app.cq, 1, wc, ts) == 1);
   CHECK(ts[0] == 0);

@@ -54,6 +54,7 @@ TEST_CASE("SRQ WQEs reach the worker translated; any QP on the SRQ completes the
   REQUIRE(q1 != nullptr);
   REQUIRE(q2 != nullptr);
   REQUIRE(to_rts(q1, 0x100) == 0);
+  REQUIRE(to_rts(q2, 0x101) == 0);  // a QP in RESET completes nothing
   st.with([&](HostServer& s) {
     CHECK(s.srq_count() == 1);
     CHECK(s.qp_info(q1->qp_num)->srq == srq->handle);

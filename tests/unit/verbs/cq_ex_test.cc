@@ -66,6 +66,10 @@ TEST_CASE("ibv_create_cq_ex with the common wc_flags: each completion read field
   ibv_cq* plain = ibv_cq_ex_to_cq(cq);
   ibv_qp* qp = lab.qp_on(plain);
   REQUIRE(qp != nullptr);
+  ibv_qp_attr init{};  // a QP in RESET completes nothing
+  init.qp_state = IBV_QPS_INIT;
+  init.port_num = 1;
+  REQUIRE(ibv_modify_qp(qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
   ibv_poll_cq_attr pa{};
   CHECK(ibv_start_poll(cq, &pa) == ENOENT);  // empty: no end_poll owed
 

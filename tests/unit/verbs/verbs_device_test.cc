@@ -189,7 +189,7 @@ TEST_CASE("bad arguments get EINVAL and verbs not built yet EOPNOTSUPP, never a 
   errno = 0;
   CHECK(ibv_init_ah_from_wc(nullptr, 1, nullptr, nullptr, nullptr) == -1);
   CHECK(errno == EINVAL);
-  CHECK(ibv_resize_cq(nullptr, 4) == EOPNOTSUPP);
+  CHECK(ibv_resize_cq(nullptr, 4) == EINVAL);
   CHECK(ibv_is_fork_initialized() == IBV_FORK_DISABLED);
   CHECK(ibv_fork_init() == 0);  // registered memory is MADV_DONTFORK from now on (tests/unit/host)
   CHECK(ibv_is_fork_initialized() == IBV_FORK_ENABLED);
