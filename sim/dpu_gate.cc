@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dpu/txn/derive.h"
+#include "rnic/table/key_hash.h"
 #include "rnic/sim/fabric.h"
 #include "rnic/sim/rng.h"
 #include "rnic/sim/scenario.h"
@@ -25,12 +26,15 @@ struct DpuGate::Rnic {
   common::Bar bar{};
   MsgLink up;    // RNIC -> agent (events, punts)
   MsgLink down;  // agent -> RNIC (commands)
-  // Egress keys connections wait for, and which connection ends (conn * 2 + side).
+  // Egress keys connections wait for, and which connection ends (conn * 2 +
+  // side; | kGone: a started end whose route vanished). No ends: the storm's.
   struct Waiting {
     common::EntryKey key;
     std::vector<uint32_t> ends;
     uint64_t punted_at = 0;
     bool punted = false;
+    uint64_t since = 0;  // when the first end began to wait
+    bool gone = false;   // a started connection's route vanished (not a first miss)
   };
   std::vector<Waiting> waiting;
   bool headless = false;
@@ -108,7 +112,7 @@ DpuGate::DpuGate(rnic::sim::Simulation& sim, DpuSpec spec) : sim_(sim), spec_(st
   for (const DpuSpec::Restart& r : spec_.restarts) {
     if (r.server >= hosts / spec_.rnics_per_server) throw ScenarioError("dpu.restarts[]: no such server");
   }
-  const uint64_t seed = sim_.scenario().seed;
+  const uint64_t seed = sim_.seed();
   rnics_.reserve(hosts);
   for (uint32_t h = 0; h < hosts; ++h) {
     auto r = std::make_unique<Rnic>();
@@ -136,6 +140,20 @@ DpuGate::DpuGate(rnic::sim::Simulation& sim, DpuSpec spec) : sim_(sim), spec_(st
   }
   conn_wait_.assign(sim_.conns().size(), 0);
   conn_asked_.assign(sim_.conns().size(), 0);
+  end_version_.assign(sim_.conns().size() * 2, ~uint64_t{0});
+  end_gone_at_.assign(sim_.conns().size() * 2, 0);
+  qpn_end_.resize(hosts);
+  for (const Conn& c : sim_.conns()) {
+    qpn_end_[c.src].emplace(c.src_qpn, c.index * 2);
+    qpn_end_[c.dst].emplace(c.dst_qpn, c.index * 2 + 1);
+  }
+  tallies_.resize(sim_.groups().size() + spec_.storms.size());
+  for (const DpuSpec::Storm& st : spec_.storms) {
+    if (st.rnic >= hosts || st.from >= hosts) throw ScenarioError("dpu.storms[]: rnic and from must be hosts of the fabric");
+    if (st.victim_group >= sim_.groups().size()) throw ScenarioError("dpu.storms[].victim_group: no such workload");
+    storms_.push_back(Storm{st, static_cast<uint32_t>(sim_.groups().size() + storms_.size()), {}, {}, 0, {}});
+    craft_storm(storms_.back());
+  }
   const uint32_t servers = hosts / spec_.rnics_per_server;
   agents_.resize(servers);
   for (uint32_t s = 0; s < servers; ++s) {
@@ -148,7 +166,158 @@ DpuGate::DpuGate(rnic::sim::Simulation& sim, DpuSpec spec) : sim_(sim), spec_(st
   for (const DpuSpec::Restart& r : spec_.restarts) {
     sim_.schedule_gate(r.at_ns, r.server, kRestartDown);
     sim_.schedule_gate(r.at_ns + r.down_ns, r.server, kRestartUp);
+    restart_logs_.push_back(RestartLog{r, 0, 0, 0, 0, 0});
   }
+  for (uint32_t k = 0; k < storms_.size(); ++k)
+    for (uint32_t i = 0; i < storms_[k].ips.size(); ++i)
+      sim_.schedule_gate(storms_[k].spec.at_ns + i * storms_[k].spec.interval_ns, k << 20 | i, kStorm);
+}
+
+void DpuGate::craft_storm(Storm& s) {
+  // The attacker's model of the target table: the table itself (it knows the
+  // secret), the same geometry under the unkeyed hash (what crafted keys did
+  // to the table before it was keyed), or none (consecutive addresses).
+  const DpuSpec::Storm& st = s.spec;
+  const rnic::Level2Table& real = *rnics_[st.rnic]->table;
+  std::unique_ptr<rnic::Level2Table> unkeyed;
+  const rnic::Level2Table* model = &real;
+  if (st.aim == DpuSpec::Storm::Aim::kUnkeyed) {
+    rnic::Level2TableConfig tc;
+    tc.capacity = spec_.table_capacity;
+    tc.hash = [](const common::EntryKey& k) noexcept { return rnic::unkeyed_hash(k); };
+    unkeyed = std::make_unique<rnic::Level2Table>(tc);
+    model = unkeyed.get();
+  }
+  // Its targets: the victim group's egress entries on the RNIC (the vNIC id
+  // and peers' addresses are assumed known: the worst case).
+  const uint32_t vg = st.victim_group;
+  for (const Conn& c : sim_.conns()) {
+    if (sim_.conn_group(c.index) != vg) continue;
+    for (uint32_t side = 0; side < 2; ++side) {
+      if ((side == 0 ? c.src : c.dst) != st.rnic) continue;
+      const common::EntryKey k = end_key(c.index, side);
+      if (std::find(s.targets.begin(), s.targets.end(), k) == s.targets.end()) s.targets.push_back(k);
+    }
+  }
+  uint32_t flows = st.flows;
+  if (flows == 0) flows = spec_.tenant_flow_quota ? spec_.tenant_flow_quota : std::max<uint32_t>(1, spec_.table_capacity / 4);
+  const uint32_t vnic = vnic_id(s.group, st.rnic);
+  const uint32_t first = 0x0A000001u, last = 0x0AFFFFFEu;  // its VPC, 10.0.0.0/8
+  if (st.aim == DpuSpec::Storm::Aim::kNone) {
+    for (uint32_t i = 0; i < flows; ++i) s.ips.push_back(first + i);
+    s.tries = flows;
+    return;
+  }
+  // Addresses whose two buckets are both among the targets' (wherever the
+  // two-choice placement puts them, they fill a target's bucket), as the
+  // attacker's model predicts the placement: a bucket it expects full (eight
+  // slots) is aimed at no more.
+  // Per bucket: entries it expects there, or kOff for a bucket not aimed at.
+  constexpr uint32_t kSlots = rnic::Level2Table::kSlotsPerBucket, kOff = ~0u;
+  std::vector<uint32_t> load(model->buckets(), kOff);
+  uint32_t open = 0;  // aimed buckets it does not expect full yet
+  for (const common::EntryKey& k : s.targets) {
+    uint32_t b1, b2;
+    model->buckets_for(k, b1, b2);
+    for (uint32_t b : {b1, b2})
+      if (load[b] == kOff) {
+        load[b] = 0;
+        ++open;
+      }
+  }
+  for (uint32_t ip = first; ip <= last && s.ips.size() < flows && open > 0; ++ip) {
+    ++s.tries;
+    uint32_t b1, b2;
+    model->buckets_for(common::egress_key(vnic, ip), b1, b2);
+    if (load[b1] == kOff || load[b2] == kOff || (load[b1] >= kSlots && load[b2] >= kSlots)) continue;
+    const uint32_t b = load[b2] < load[b1] ? b2 : (load[b1] < kSlots ? b1 : b2);
+    if (++load[b] == kSlots) --open;
+    s.ips.push_back(ip);
+  }
+}
+
+void DpuGate::storm_send(Storm& s, uint32_t i, uint64_t now) {
+  // The attacker's first packet to address i misses (its flow's QP needs the
+  // route, as a victim's does); the worker punts it and asks again later.
+  Rnic& r = *rnics_[s.spec.rnic];
+  const common::EntryKey key = common::egress_key(vnic_id(s.group, r.host), s.ips[i]);
+  if (i == 0) {
+    // What the other tenants hold on the RNIC as the storm begins (none may be evicted).
+    for (const Conn& c : sim_.conns())
+      for (uint32_t side = 0; side < 2; ++side) {
+        if ((side == 0 ? c.src : c.dst) != r.host) continue;
+        const common::EntryKey k = end_key(c.index, side);
+        if (lookup(r, k) && std::find(s.before.begin(), s.before.end(), k) == s.before.end()) s.before.push_back(k);
+      }
+  }
+  if (lookup(r, key)) return;
+  wait_for(r, key, ~0u, now);
+}
+
+common::EntryKey DpuGate::end_key(uint32_t conn, uint32_t side) const {
+  const Conn& c = sim_.conns()[conn];
+  const uint32_t host = side == 0 ? c.src : c.dst, peer = side == 0 ? c.dst : c.src;
+  return common::egress_key(vnic_id(sim_.conn_group(conn), host), overlay_ip(peer));
+}
+
+void DpuGate::wait_for(Rnic& r, const common::EntryKey& key, uint32_t end, uint64_t now) {
+  auto it = std::find_if(r.waiting.begin(), r.waiting.end(), [&](const Rnic::Waiting& w) { return w.key == key; });
+  if (it == r.waiting.end()) {
+    r.waiting.push_back(Rnic::Waiting{key, {}, 0, false, now, false});
+    it = r.waiting.end() - 1;
+  }
+  if (end != ~0u) it->ends.push_back(end);
+  if (end != ~0u && (end & kGone)) it->gone = true;
+  // The worker punts a miss only to an agent that is there and serving.
+  if (!it->punted && r.ch->state() == common::RnicChannelState::kActive) punt(r, key, now);
+}
+
+TenantTally* DpuGate::tally(uint32_t vni) {
+  if (vni < 100 || vni - 100 >= tallies_.size()) return nullptr;
+  return &tallies_[vni - 100];
+}
+
+DpuGate::RestartLog* DpuGate::restart_of(uint32_t server, uint64_t now) {
+  // The latest restart of the server that began by now.
+  RestartLog* found = nullptr;
+  for (RestartLog& l : restart_logs_)
+    if (l.spec.server == server && l.spec.at_ns <= now && (!found || l.spec.at_ns >= found->spec.at_ns)) found = &l;
+  return found;
+}
+
+bool DpuGate::egress_ok(uint32_t host, uint32_t qpn, uint64_t now) {
+  auto it = qpn_end_[host].find(qpn);
+  if (it == qpn_end_[host].end()) return true;
+  const uint32_t end = it->second;
+  Rnic& r = *rnics_[host];
+  // The worker resolves a QP's route again only when the table version moved.
+  const uint64_t v = r.table->version();
+  if (end_version_[end] == v) return true;
+  const common::EntryKey key = end_key(end / 2, end % 2);
+  if (lookup(r, key)) {
+    end_version_[end] = v;
+    return true;
+  }
+  ++stats_.route_miss_drops;
+  RestartLog* rl = restart_of(r.server, now);
+  if (rl) ++rl->drops;
+  if (end_gone_at_[end] == 0) {
+    end_gone_at_[end] = now;
+    ++stats_.routes_lost;
+    if (rl) ++rl->routes_lost;
+    wait_for(r, key, end | kGone, now);
+  }
+  return false;
+}
+
+void DpuGate::route_restored(uint32_t end, uint64_t now) {
+  if (end_gone_at_[end] == 0) return;
+  const uint64_t gone = now - end_gone_at_[end];
+  stats_.route_gone_ns_max = std::max(stats_.route_gone_ns_max, gone);
+  const Conn& c = sim_.conns()[end / 2];
+  if (RestartLog* rl = restart_of((end % 2 == 0 ? c.src : c.dst) / spec_.rnics_per_server, now))
+    rl->gone_ns_max = std::max(rl->gone_ns_max, gone);
+  end_gone_at_[end] = 0;
 }
 
 DpuGate::~DpuGate() = default;
@@ -192,6 +361,22 @@ void DpuGate::build_agent(uint32_t server, uint64_t now) {
       for (uint32_t x = g0; x < g1; ++x) {
         if (x >= first && x < last) continue;  // a local vNIC maps its own address
         apply(dpu::AddMapping{vni_of(g), overlay_ip(x), rnic::sim::host_ip(x), mac_of(x), "h" + std::to_string(x)});
+      }
+    }
+    for (const Storm& s : storms_) {
+      const DpuSpec::Storm& st = s.spec;
+      const bool has_rnic = st.rnic >= first && st.rnic < last, has_from = st.from >= first && st.from < last;
+      if (!has_rnic && !has_from) continue;
+      // The hostile tenant: a vNIC on each of its two RNICs; its VPC's
+      // addresses all live behind `from` (many VMs, or secondary IPs, there).
+      const uint32_t g = s.group;
+      apply(dpu::AddTenant{vni_of(g), "attacker" + std::to_string(g)});
+      for (uint32_t h : {st.rnic, st.from})
+        if (h >= first && h < last) apply(dpu::AddVnic{vnic_id(g, h), vni_of(g), "h" + std::to_string(h), overlay_ip(h), mac_of(h)});
+      if (has_rnic) {
+        a.state.reserve_mappings(a.state.mappings().size() + s.ips.size());
+        for (uint32_t ip : s.ips)
+          apply(dpu::AddMapping{vni_of(g), ip, rnic::sim::host_ip(st.from), mac_of(st.from), "h" + std::to_string(st.from)});
       }
     }
     for (uint32_t h = first; h < last; ++h) {
@@ -240,14 +425,7 @@ bool DpuGate::admit(const Conn& c, uint64_t now) {
     const common::EntryKey key = common::egress_key(vnic_id(g, host), overlay_ip(peer));
     if (lookup(r, key)) continue;
     mask |= static_cast<uint8_t>(1u << side);
-    auto it = std::find_if(r.waiting.begin(), r.waiting.end(), [&](const Rnic::Waiting& w) { return w.key == key; });
-    if (it == r.waiting.end()) {
-      r.waiting.push_back(Rnic::Waiting{key, {}, 0, false});
-      it = r.waiting.end() - 1;
-    }
-    it->ends.push_back(c.index * 2 + side);
-    // The worker punts a miss only to an agent that is there and serving.
-    if (!it->punted && r.ch->state() == common::RnicChannelState::kActive) punt(r, key, now);
+    wait_for(r, key, c.index * 2 + side, now);
   }
   if (mask == 0) {
     ++stats_.admitted_at_once;
@@ -322,9 +500,21 @@ void DpuGate::recheck(Rnic& r, uint64_t now) {
       continue;
     }
     const std::vector<uint32_t> ends = std::move(r.waiting[i].ends);
+    const uint64_t since = r.waiting[i].since;
+    const bool gone = r.waiting[i].gone;
     r.waiting[i] = std::move(r.waiting.back());
     r.waiting.pop_back();
-    for (uint32_t e : ends) end_ready(e / 2, e % 2, now);
+    // A wait the restart caused: begun while the agent was down, or a route
+    // that vanished (its table was wiped) after it.
+    RestartLog* rl = ends.empty() ? nullptr : restart_of(r.server, now);
+    if (rl && since >= rl->spec.at_ns && (gone || since <= rl->spec.at_ns + rl->spec.down_ns)) rl->last_route_at = now;
+    for (uint32_t e : ends) {
+      if (e & kGone) {
+        route_restored(e & ~kGone, now);
+      } else {
+        end_ready(e / 2, e % 2, now);
+      }
+    }
   }
 }
 
@@ -389,6 +579,9 @@ void DpuGate::agent_run(uint32_t server, uint64_t at) {
       for (uint64_t tag : o.tags) {
         const dpu::PendingPunts::Entry* pp = l.pending.find(tag);
         if (pp == nullptr) continue;
+        if (!o.committed) {
+          if (TenantTally* t = tally(tenant_of(a, pp->missed))) ++t->aborted;
+        }
         auto it = l.inflight.find(tenant_of(a, pp->missed));
         if (it != l.inflight.end() && it->second) --it->second;
         l.pending.erase(tag);
@@ -396,6 +589,7 @@ void DpuGate::agent_run(uint32_t server, uint64_t at) {
     }
     for (const common::PuntMsg& p : l.ch->take_punts()) {
       ++stats_.punts;
+      if (TenantTally* t = tally(tenant_of(a, p.missed))) ++t->punts;
       if (l.fair.push(tenant_of(a, p.missed), p)) {
         ++a.queued;
       } else {
@@ -437,6 +631,11 @@ void DpuGate::agent_run(uint32_t server, uint64_t at) {
   a.busy_until = now + cost;
   a.clock = now + cost;
   stats_.busy_ns += cost;
+  if (RestartLog* rl = restart_of(server, now); rl && rl->active_at == 0 && now >= rl->spec.at_ns + rl->spec.down_ns) {
+    bool all = true;
+    for (const Link& l : a.links) all = all && l.ch->state() == dpu::ChannelState::kActive;
+    if (all) rl->active_at = now + cost;
+  }
   if (!a.inbox.empty() || a.queued > 0) wake_agent(a, now);
 }
 
@@ -477,13 +676,16 @@ void DpuGate::resolve(Agent& a, Link& l, uint32_t vni, const common::PuntMsg& p,
     ++stats_.refused;
     return;
   }
+  TenantTally* t = tally(vni);
   if (vni != 0 && !within_quota(a, *to, vni)) {
     ++stats_.refused;
     ++stats_.over_quota;
+    if (t) ++t->over_quota;
     l.fair.note_over_quota(vni);
     return;
   }
   ++stats_.resolved;
+  if (t) ++t->resolved;
   ++to->inflight[vni];
   to->pending.add(p.missed, *cs, a.state.generation());
   to->ch->submit(std::move(*cs));
@@ -545,10 +747,21 @@ void DpuGate::on_event(const rnic::sim::Event& e) {
       for (Link& l : a.links) add_stats(a.closed, l.ch->stats());
       a.up = false;
       a.inbox.clear();
+      const RestartLog* rl = restart_of(e.a, e.time);
+      if (rl && rl->spec.store_lost) {
+        // Its level-2 store goes with it: the next agent starts from empty shadows.
+        for (Link& l : a.links) {
+          l.stored.clear();
+          l.stored_version = 0;
+        }
+      }
       break;
     }
     case kRestartUp:
       build_agent(e.a, e.time);
+      break;
+    case kStorm:
+      storm_send(storms_[e.a >> 20], e.a & 0xFFFFF, e.time);
       break;
   }
 }
@@ -619,6 +832,9 @@ std::string DpuGate::report_json() const {
   j["route_wait_us_p50"] = pct(gate_wait_ns_, 0.5) / 1000.0;
   j["route_wait_us_p99"] = pct(gate_wait_ns_, 0.99) / 1000.0;
   j["route_wait_us_max"] = pct(gate_wait_ns_, 1.0) / 1000.0;
+  j["route_miss_drops"] = stats_.route_miss_drops;
+  j["routes_lost"] = stats_.routes_lost;
+  j["route_gone_us_max"] = static_cast<double>(stats_.route_gone_ns_max) / 1000.0;
   // Time to first byte per workload group (tenant).
   std::vector<std::vector<uint64_t>> ttfb(sim_.groups().size());
   std::vector<uint64_t> asked(sim_.groups().size(), 0);
@@ -638,7 +854,86 @@ std::string DpuGate::report_json() const {
                       {"first_bytes", ttfb[g].size()},
                       {"ttfb_us_p50", pct(ttfb[g], 0.5) / 1000.0},
                       {"ttfb_us_p99", pct(ttfb[g], 0.99) / 1000.0},
-                      {"ttfb_us_max", pct(ttfb[g], 1.0) / 1000.0}});
+                      {"ttfb_us_max", pct(ttfb[g], 1.0) / 1000.0},
+                      {"punts", tallies_[g].punts},
+                      {"resolved", tallies_[g].resolved},
+                      {"over_quota", tallies_[g].over_quota},
+                      {"aborted", tallies_[g].aborted}});
+  }
+  if (!restart_logs_.empty()) {
+    auto& rs = j["restarts"] = ordered_json::array();
+    for (const RestartLog& l : restart_logs_) {
+      const uint64_t up = l.spec.at_ns + l.spec.down_ns;
+      uint64_t still = 0;  // connection ends on its RNICs still without a route at the end
+      for (uint32_t h = l.spec.server * spec_.rnics_per_server; h < (l.spec.server + 1) * spec_.rnics_per_server; ++h)
+        for (const Rnic::Waiting& w : rnics_[h]->waiting) still += w.ends.size();
+      const auto after_up = [&](uint64_t t) { return t > up ? static_cast<double>(t - up) / 1000.0 : 0.0; };
+      rs.push_back({{"server", l.spec.server},
+                    {"down_at_us", static_cast<double>(l.spec.at_ns) / 1000.0},
+                    {"up_at_us", static_cast<double>(up) / 1000.0},
+                    {"store", l.spec.store_lost ? "lost" : "kept"},
+                    // From the agent's start: its channels all ACTIVE (tables agreed or replayed) ...
+                    {"resync_us", l.active_at ? after_up(l.active_at) : -1.0},
+                    // ... and the last route its RNICs' connections waited for because of it.
+                    {"routes_done_us", after_up(l.last_route_at)},
+                    {"reprogrammed_us", l.active_at ? after_up(std::max(l.active_at, l.last_route_at)) : -1.0},
+                    {"routes_lost", l.routes_lost},
+                    {"route_gone_us_max", static_cast<double>(l.gone_ns_max) / 1000.0},
+                    {"route_miss_drops", l.drops},
+                    {"ends_still_waiting", still}});
+    }
+  }
+  if (!storms_.empty()) {
+    auto& out = j["storms"] = ordered_json::array();
+    for (const Storm& s : storms_) {
+      const DpuSpec::Storm& st = s.spec;
+      const rnic::Level2Table& t = *rnics_[st.rnic]->table;
+      const auto snap = t.begin_read();
+      uint64_t installed = 0, targets_in = 0, lost = 0;
+      for (uint32_t ip : s.ips) installed += t.lookup(snap, common::egress_key(vnic_id(s.group, st.rnic), ip)) != nullptr;
+      for (const common::EntryKey& k : s.targets) targets_in += t.lookup(snap, k) != nullptr;
+      for (const common::EntryKey& k : s.before) lost += t.lookup(snap, k) == nullptr;
+      // The victim group's connections through the RNIC, and how many of them got a first byte.
+      uint64_t v_conns = 0, v_started = 0;
+      std::vector<uint64_t> v_ttfb;
+      for (const Conn& c : sim_.conns()) {
+        if (sim_.conn_group(c.index) != st.victim_group || (c.src != st.rnic && c.dst != st.rnic)) continue;
+        ++v_conns;
+        if (const uint64_t at = sim_.first_byte_ns(c.index)) {
+          ++v_started;
+          v_ttfb.push_back(at - c.start_ns);
+        }
+      }
+      const TenantTally& at = tallies_[s.group];
+      const TenantTally& vt = tallies_[st.victim_group];
+      out.push_back({{"rnic", st.rnic},
+                     {"aim", aim_name(st.aim)},
+                     {"victim_group", st.victim_group},
+                     {"addresses", s.ips.size()},
+                     {"addresses_tried", s.tries},
+                     {"attacker_punts", at.punts},
+                     {"attacker_resolved", at.resolved},
+                     {"attacker_over_quota", at.over_quota},
+                     {"attacker_aborted", at.aborted},
+                     {"attacker_installed", installed},
+                     {"victim_targets", s.targets.size()},
+                     {"victim_targets_installed", targets_in},
+                     {"victim_conns", v_conns},
+                     {"victim_conns_started", v_started},
+                     {"victim_ttfb_us_p50", pct(v_ttfb, 0.5) / 1000.0},
+                     {"victim_ttfb_us_max", pct(v_ttfb, 1.0) / 1000.0},
+                     {"victim_punts", vt.punts},
+                     {"victim_aborted", vt.aborted},
+                     {"entries_before", s.before.size()},
+                     {"entries_before_lost", lost},
+                     {"table_entries", t.size()},
+                     {"table_capacity", t.capacity()},
+                     {"table_buckets", t.buckets()},
+                     {"table_puts", t.stats().puts},
+                     {"table_full_buckets", t.stats().full_buckets},
+                     {"table_full_capacity", t.stats().full_capacity},
+                     {"table_aborts", t.stats().aborts}});
+    }
   }
   return j.dump();
 }

@@ -10,9 +10,13 @@
 // A connection starts only when both of its RNICs hold an egress route to
 // the other end (as the worker's QP waits in RTR for its route): a miss is
 // punted over the channel, resolved by the agent from level 1 and installed
-// by a transaction; the commit releases the waiting connections. Each
-// workload group of the scenario is one tenant (its hosts get one vNIC each
-// and every server that hosts it holds its mappings).
+// by a transaction; the commit releases the waiting connections. Once
+// started, each packet a connection end sends needs the route still there
+// (the worker's TX looks it up again when the table version moved): if it is
+// gone the packet is dropped and the miss punted, as port_worker.h does.
+// Each workload group of the scenario is one tenant (its hosts get one vNIC
+// each and every server that hosts it holds its mappings); each of `storms:`
+// adds a hostile tenant whose flows are aimed at one RNIC's table.
 #pragma once
 
 #include <cstdint>
@@ -80,6 +84,17 @@ struct DpuStats {
   uint64_t headless = 0;         // RNICs that went HEADLESS (agent silent)
   uint64_t released = 0;         // connections the gate let start after a wait
   uint64_t admitted_at_once = 0; // connections whose routes were there already
+  uint64_t route_miss_drops = 0; // packets of started connections dropped: their route was gone
+  uint64_t routes_lost = 0;      // times a started connection end found its route gone
+  uint64_t route_gone_ns_max = 0;  // longest such outage (gone until installed again)
+};
+
+// Per tenant (workload groups; the storms' attackers after them).
+struct TenantTally {
+  uint64_t punts = 0;
+  uint64_t resolved = 0;
+  uint64_t over_quota = 0;
+  uint64_t aborted = 0;  // resolutions whose transaction the RNIC aborted (TABLE_FULL: a collision)
 };
 
 class DpuGate final : public rnic::sim::ConnGate {
@@ -90,6 +105,8 @@ class DpuGate final : public rnic::sim::ConnGate {
   bool admit(const rnic::sim::Conn& c, uint64_t now) override;
   void on_event(const rnic::sim::Event& e) override;
   bool idle() const noexcept override { return waiting_conns_ == 0; }
+  bool checks_egress() const noexcept override { return true; }
+  bool egress_ok(uint32_t host, uint32_t qpn, uint64_t now) override;
   std::string report_json() const override;
 
   const DpuStats& stats() const noexcept { return stats_; }
@@ -102,12 +119,25 @@ class DpuGate final : public rnic::sim::ConnGate {
   static uint32_t vni_of(uint32_t group) noexcept { return 100 + group; }
   static uint32_t vnic_id(uint32_t group, uint32_t host) noexcept { return (group << 17) | (host + 1); }
   static uint32_t overlay_ip(uint32_t host) noexcept { return 0x0B000000u | (host + 1); }
+  // Storm i's overlay addresses (its attacker's VPC, 10.0.0.0/8), in the order it sends.
+  const std::vector<uint32_t>& storm_addresses(std::size_t i) const noexcept { return storms_[i].ips; }
 
  private:
-  enum Kind : uint64_t { kDeliverUp, kDeliverDown, kAgentRun, kTick, kRestartDown, kRestartUp };
+  enum Kind : uint64_t { kDeliverUp, kDeliverDown, kAgentRun, kTick, kRestartDown, kRestartUp, kStorm };
   struct Rnic;
   struct Agent;
   struct Link;
+  // What one restart did: when its RNICs agreed with the agent again and
+  // when the last route its RNICs waited for came back.
+  struct RestartLog {
+    DpuSpec::Restart spec;
+    uint64_t active_at = 0;     // every channel of the agent ACTIVE again
+    uint64_t last_route_at = 0; // the last route a connection end on its RNICs waited for arrived
+    uint64_t routes_lost = 0;   // started connection ends on its RNICs that found their route gone
+    uint64_t drops = 0;         // their packets dropped meanwhile
+    uint64_t gone_ns_max = 0;   // the longest a route of theirs was gone
+  };
+  static constexpr uint32_t kGone = 0x80000000u;  // a waiting end of a started connection (its route vanished)
 
   void build_agent(uint32_t server, uint64_t now);
   void deliver_up(uint32_t host, uint64_t now);
@@ -125,6 +155,22 @@ class DpuGate final : public rnic::sim::ConnGate {
   void end_ready(uint32_t conn, uint32_t side, uint64_t now);
   uint32_t tenant_of(const Agent& a, const common::EntryKey& k) const;
   dpu::AgentChannelConfig channel_config(uint32_t instance) const;
+  void wait_for(Rnic& r, const common::EntryKey& key, uint32_t end, uint64_t now);
+  void route_restored(uint32_t end, uint64_t now);
+  RestartLog* restart_of(uint32_t server, uint64_t now);
+  TenantTally* tally(uint32_t vni);
+  common::EntryKey end_key(uint32_t conn, uint32_t side) const;
+  // A storm: its addresses, aimed with the table model its `aim` names.
+  struct Storm {
+    DpuSpec::Storm spec;
+    uint32_t group = 0;                     // its attacker's tenant (after the workload groups)
+    std::vector<uint32_t> ips;
+    std::vector<common::EntryKey> targets;  // the victim's entries on the RNIC, as aimed at
+    uint64_t tries = 0;                     // addresses the attacker tried to find its set
+    std::vector<common::EntryKey> before;   // other tenants' entries on the RNIC as it began
+  };
+  void craft_storm(Storm& s);
+  void storm_send(Storm& s, uint32_t i, uint64_t now);
 
   rnic::sim::Simulation& sim_;
   DpuSpec spec_;
@@ -135,6 +181,14 @@ class DpuGate final : public rnic::sim::ConnGate {
   uint64_t waiting_conns_ = 0;
   uint32_t instances_ = 0;                      // agent starts (each a new instance number)
   std::vector<uint64_t> gate_wait_ns_;          // released connections' wait for their routes
+  // Started connection ends (conn * 2 + side): the table version their route
+  // was last found at, and since when it has been gone (0: it is not).
+  std::vector<uint64_t> end_version_;
+  std::vector<uint64_t> end_gone_at_;
+  std::vector<std::unordered_map<uint32_t, uint32_t>> qpn_end_;  // per host: QPN -> connection end
+  std::vector<RestartLog> restart_logs_;
+  std::vector<TenantTally> tallies_;            // by group; the attacker last
+  std::vector<Storm> storms_;
   DpuStats stats_;
 };
 

@@ -54,7 +54,7 @@ DpuSpec parse_dpu_spec(const std::string& yaml, const std::string& origin) {
     r.keys(n,
            {"rnics_per_server", "table_capacity", "channel", "resolve_us", "event_us", "command_us", "punts_per_round",
             "tenant_flow_quota", "punt_queue_limit", "tick_us", "heartbeat_interval_us", "heartbeat_timeout_us",
-            "agent_timeout_us", "txn_timeout_us", "repunt_us", "restarts"},
+            "agent_timeout_us", "txn_timeout_us", "repunt_us", "restarts", "storms"},
            "dpu");
     s.rnics_per_server = r.get<uint32_t>(n, "rnics_per_server", s.rnics_per_server);
     if (s.rnics_per_server == 0 || s.rnics_per_server > 64) r.fail("rnics_per_server must be 1..64");
@@ -84,18 +84,57 @@ DpuSpec parse_dpu_spec(const std::string& yaml, const std::string& origin) {
     if (const YAML::Node rs = n["restarts"]) {
       if (!rs.IsSequence()) r.fail("restarts must be a list");
       for (const auto& e : rs) {
-        r.keys(e, {"server", "at_us", "down_us"}, "restarts[]");
+        r.keys(e, {"server", "at_us", "down_us", "store"}, "restarts[]");
         DpuSpec::Restart x;
         x.server = r.get<uint32_t>(e, "server", 0);
         x.at_ns = r.us(e, "at_us", 0);
         x.down_ns = r.us(e, "down_us", 0);
+        const std::string store = r.get<std::string>(e, "store", "kept");
+        if (store != "kept" && store != "lost") r.fail("restarts[].store must be kept or lost");
+        x.store_lost = store == "lost";
         s.restarts.push_back(x);
+      }
+    }
+    if (const YAML::Node sts = n["storms"]) {
+      if (!sts.IsSequence()) r.fail("storms must be a list");
+      if (sts.size() > 64) r.fail("storms: at most 64");
+      for (const auto& st : sts) {
+        r.keys(st, {"rnic", "from", "victim_group", "at_us", "interval_us", "flows", "aim"}, "storms[]");
+        DpuSpec::Storm x;
+        x.rnic = r.get<uint32_t>(st, "rnic", x.rnic);
+        x.from = r.get<uint32_t>(st, "from", x.from);
+        if (x.from == x.rnic) r.fail("storms[].from must be another RNIC than rnic");
+        x.victim_group = r.get<uint32_t>(st, "victim_group", x.victim_group);
+        x.at_ns = r.us(st, "at_us", x.at_ns);
+        x.interval_ns = r.us(st, "interval_us", x.interval_ns);
+        x.flows = r.get<uint32_t>(st, "flows", x.flows);
+        if (x.flows > (1u << 20)) r.fail("storms[].flows must be at most 1048576");
+        const std::string aim = r.get<std::string>(st, "aim", "secret");
+        if (aim == "secret") {
+          x.aim = DpuSpec::Storm::Aim::kSecret;
+        } else if (aim == "unkeyed") {
+          x.aim = DpuSpec::Storm::Aim::kUnkeyed;
+        } else if (aim == "none") {
+          x.aim = DpuSpec::Storm::Aim::kNone;
+        } else {
+          r.fail("storms[].aim must be secret, unkeyed or none");
+        }
+        s.storms.push_back(x);
       }
     }
   } catch (const YAML::Exception& e) {
     r.fail(std::string("bad value: ") + e.msg);
   }
   return s;
+}
+
+const char* aim_name(DpuSpec::Storm::Aim a) noexcept {
+  switch (a) {
+    case DpuSpec::Storm::Aim::kSecret: return "secret";
+    case DpuSpec::Storm::Aim::kUnkeyed: return "unkeyed";
+    case DpuSpec::Storm::Aim::kNone: return "none";
+  }
+  return "?";
 }
 
 }  // namespace tandem::sim

@@ -36,9 +36,35 @@ struct DpuSpec {
     uint32_t server = 0;
     uint64_t at_ns = 0;
     uint64_t down_ns = 0;  // the agent is gone this long, then starts again from its store
+    // The store's level-2 tables are lost with it (a replaced DPU, a wiped
+    // disk; level 1 comes back from the fleet's desired state): the agent
+    // starts from empty shadows, so the HELLO replays wipe its RNICs' tables.
+    bool store_lost = false;
   };
   std::vector<Restart> restarts;
+  // A hash-collision storm: a hostile tenant with a vNIC on RNIC `rnic`
+  // (and one on `from`, behind which all its addresses live) sends one
+  // first packet to each of `flows` overlay addresses of its own VPC,
+  // chosen so their egress entries land in the buckets of the victim
+  // group's entries on that RNIC. Each storm is its own attacker tenant.
+  struct Storm {
+    enum class Aim : uint8_t {
+      kSecret,   // with the RNIC's own secret (leaked; as the table before it was keyed)
+      kUnkeyed,  // with the unkeyed hash the table had before (key_hash.h): the secret scatters them
+      kNone,     // consecutive addresses: a plain flood of the same size
+    };
+    uint32_t rnic = 0;
+    uint32_t from = 1;
+    uint32_t victim_group = 1;  // the workload group whose entries on `rnic` are aimed at
+    uint64_t at_ns = 0;
+    uint64_t interval_ns = 1000;  // between the attacker's first packets
+    uint32_t flows = 0;           // 0: its flow quota on the RNIC
+    Aim aim = Aim::kSecret;
+  };
+  std::vector<Storm> storms;
 };
+
+const char* aim_name(DpuSpec::Storm::Aim a) noexcept;
 
 // Throws rnic::sim::ScenarioError naming the offending key.
 DpuSpec parse_dpu_spec(const std::string& yaml, const std::string& origin);

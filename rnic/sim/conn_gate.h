@@ -28,6 +28,12 @@ class ConnGate {
   // Nothing of the gate's own is left to do (no waiting connections): the
   // run may end when the workload is done.
   virtual bool idle() const noexcept { return true; }
+  // Whether hosts ask egress_ok for every packet they send.
+  virtual bool checks_egress() const noexcept { return false; }
+  // A started connection's packet leaves host `host` from its QP `qpn`:
+  // false drops it (its route is gone: the real worker drops it as a table
+  // miss and punts; the transport retransmits later).
+  virtual bool egress_ok(uint32_t /*host*/, uint32_t /*qpn*/, uint64_t /*now*/) { return true; }
   // The gate's figures for the run's result: a JSON object ("" for none).
   virtual std::string report_json() const { return {}; }
 };

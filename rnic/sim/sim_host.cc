@@ -456,20 +456,29 @@ const std::vector<uint16_t>& SimHost::spray_set(uint32_t peer_host) {
 }
 
 void SimHost::kick_nic(uint64_t now) {
-  if (!fabric_.host_port_idle(index_, now)) return;
+  while (!send_one(now)) {
+  }
+}
+
+bool SimHost::send_one(uint64_t now) {
+  if (!fabric_.host_port_idle(index_, now)) return true;
   TxQueue& tx = transport_->tx();
   // A stalled loop queues nothing new; what it queued before still goes.
-  if (tx.empty() && stalled_) return;
+  if (tx.empty() && stalled_) return true;
   if (tx.empty()) {
     transport_->poll(now);
     if (tx.empty()) {
       arm_timer(now);
-      return;
+      return true;
     }
   }
   TxDesc d = tx.front();
   tx.pop();
   if (transport_->pending() && !stalled_) transport_->poll(now);  // room again in the TX queue
+  if (gate_ != nullptr && !gate_->egress_ok(index_, d.local_qpn, now)) {
+    ++nic_.route_drops;  // the worker's kTableMiss drop; the core retransmits it later
+    return false;
+  }
   const uint32_t peer_host = ip_host(d.peer);
   if (opt_.nic_spray && peer_host < fabric_.host_count()) {
     const auto& set = spray_set(peer_host);
@@ -508,7 +517,7 @@ void SimHost::kick_nic(uint64_t now) {
   if (f.len == 0) {
     frames_.release(id);
     ++nic_.rx_parse_drops;
-    return;
+    return true;
   }
   if ((opt_.credit_jitter_ns || jit_.ack_delay_ns) &&
       (d.bth.opcode == IBV_OPCODE_RC_ACKNOWLEDGE || d.bth.opcode == IBV_OPCODE_RC_ATOMIC_ACKNOWLEDGE)) {
@@ -518,10 +527,10 @@ void SimHost::kick_nic(uint64_t now) {
     uint64_t delay = opt_.credit_jitter_ns ? jitter_rng_.between(0, opt_.credit_jitter_ns) : 0;
     if (jit_.ack_delay_ns) delay += stall_clock_.uniform(jit_.ack_delay_ns);
     events_.push(now + delay, EventKind::kHostDelayedTx, index_, id);
-    kick_nic(now);  // the port is still idle: pull the next descriptor
-    return;
+    return false;  // the port is still idle: pull the next descriptor
   }
   fabric_.send_from_host(index_, id, now);
+  return true;
 }
 
 void SimHost::send_delayed(uint32_t frame, uint64_t now) { fabric_.send_from_host(index_, frame, now); }

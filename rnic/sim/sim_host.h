@@ -14,6 +14,7 @@
 #include "common/wire/roce_packet.h"
 #include "rnic/core/transport.h"
 #include "rnic/sim/arena.h"
+#include "rnic/sim/conn_gate.h"
 #include "rnic/sim/event_queue.h"
 #include "rnic/sim/fabric.h"
 #include "rnic/sim/frame_pool.h"
@@ -115,6 +116,7 @@ struct NicCounters {
   uint64_t stalls = 0;             // host jitter: times the loop stalled
   uint64_t stalled_ns = 0;         // ... for how long in all
   uint64_t rx_ring_drops = 0;      // frames the RX ring could not hold while stalled
+  uint64_t route_drops = 0;        // frames the gate dropped: the connection's route was gone
   uint32_t rx_backlog_max = 0;     // most frames waiting in the RX ring
 };
 
@@ -135,6 +137,8 @@ class SimHost {
   // Event handlers.
   void on_frame(uint32_t frame, uint64_t now);
   void on_nic_idle(uint64_t now);
+  // A gate that checks every packet's route (ConnGate::checks_egress).
+  void set_gate(ConnGate* gate) noexcept { gate_ = gate; }
   void on_timer(uint64_t generation, uint64_t now);
   void start_conn(Conn& c, uint64_t now);  // the sender posts its first messages
   void post_initial_recvs(Conn& c);
@@ -174,6 +178,7 @@ class SimHost {
   void post_message(Conn& c, uint64_t now);
   void post_recv(Conn& c);
   void kick_nic(uint64_t now);
+  bool send_one(uint64_t now);  // one descriptor to the wire; false: the gate dropped it (try the next)
   void arm_timer(uint64_t now);
   const std::vector<uint16_t>& spray_set(uint32_t peer_host);
 
@@ -199,6 +204,7 @@ class SimHost {
   std::vector<uint32_t> rx_high_psn_;  // per local QP: highest request PSN seen
   std::vector<uint8_t> rx_seen_;
   Rng jitter_rng_;
+  ConnGate* gate_ = nullptr;
   uint32_t qpn_base_ = 0;
   // Host jitter (host_jitter.h).
   HostJitterSpec jit_;

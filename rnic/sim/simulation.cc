@@ -221,6 +221,8 @@ Simulation::Simulation(const Scenario& scenario, const PolicySpec& policy, uint6
   } else if (gate) {
     gate_ = gate(*this);
   }
+  if (gate_ && gate_->checks_egress())
+    for (auto& h : hosts_) h->set_gate(gate_.get());
 }
 
 void Simulation::release(uint32_t conn, uint64_t now) {

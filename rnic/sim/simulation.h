@@ -42,6 +42,7 @@ class Simulation {
 
   // For the gate.
   const Scenario& scenario() const noexcept { return scenario_; }
+  uint64_t seed() const noexcept { return seed_; }  // the run's (--seed, else the scenario's)
   const std::vector<Conn>& conns() const noexcept { return conns_; }
   const std::vector<ConnGroup>& groups() const noexcept { return groups_; }
   uint32_t conn_group(uint32_t conn) const noexcept { return conn_group_[conn]; }

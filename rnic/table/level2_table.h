@@ -123,6 +123,13 @@ class Level2Table {
     __builtin_prefetch(&buckets_[b2]);
   }
   void prefetch_match(const EntryKey& key) const noexcept;
+  // The two buckets `key` may occupy under this table's hash and secret
+  // (the same one twice when they coincide): what tests and tandem-sim's
+  // collision storm aim at. No effect on the table.
+  void buckets_for(const EntryKey& key, uint32_t& b1, uint32_t& b2) const noexcept {
+    uint32_t tag;
+    buckets_of(hash(key), b1, b2, tag);
+  }
   TableStatus del(const EntryKey& key) noexcept;       // absent key is not an error
   // Publishes the staged table as new_version (0 = committed + 1; a full
   // replay may jump ahead), visible to the next begin_read() at once.
