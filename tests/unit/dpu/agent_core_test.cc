@@ -2,7 +2,8 @@
 // workers on their other ends (fake_channel.h), changes through ControlApi
 // as tandemctl sends them: punts resolved and installed, isolation and
 // quotas refused and counted, fair service per tenant, committed
-// resolutions undone when level 1 moved, a scribbling worker reset.
+// resolutions undone when level 1 moved, a scribbling worker reset, a
+// resolution pending across a worker restart or a HEADLESS reset.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -255,4 +256,62 @@ TEST_CASE("agent core: rnic show reports the channel, its violations and the pun
   auto snap = h.core.snapshot();
   CHECK(snap["A"].state == "ACTIVE");
   CHECK(snap["A"].punts == 1);
+}
+
+namespace {
+// One step with `w` as RNIC A's worker (a restarted one) while the agent runs or not.
+void step_with(Harness& h, FakeWorker& w, bool agent = true) {
+  h.now += kMs;
+  w.step(h.now);
+  h.b.step(h.now);
+  if (agent) h.core.service(h.now);
+}
+}  // namespace
+
+TEST_CASE("agent core: a punt pending when its worker restarts is installed for the new worker; its repeats wait for it") {
+  Harness h;
+  h.mapping(100, "192.168.7.90", "10.0.0.90", "B");
+  const EntryKey k = egress_key(1, ip("192.168.7.90"));
+  h.a.punt(k);
+  h.now += kMs;
+  h.a.step(h.now);
+  h.core.service(h.now);  // resolved, its txn sent, not answered
+  REQUIRE(h.link("A").pending.contains(k));
+  h.a.alive = false;  // the worker dies; another starts on the same channel file (empty table)
+  FakeWorker a2{h.dir, "A", 4096, 77};
+  step_with(h, a2);
+  a2.punt(k);  // its QP misses again at once
+  REQUIRE(h.run_until([&] { step_with(h, a2); return a2.has(k) && h.idle("A"); }));
+  CHECK(h.link("A").pending.empty());
+  CHECK(h.link("A").punts.resolved == 1);  // the repeat found the first resolution pending
+  CHECK(h.link("A").punts.duplicate == 1);
+  CHECK(h.in_sync("A", a2));
+}
+
+TEST_CASE("agent core: a punt pending across a silent agent (the worker goes HEADLESS) and a COMMITTED the worker holds "
+          "for its other lcores is installed after the reset") {
+  Harness h;
+  h.mapping(100, "192.168.7.91", "10.0.0.91", "B");
+  const EntryKey k = egress_key(1, ip("192.168.7.91"));
+  // The worker's other lcores have not seen anything newer than now: COMMITTED
+  // and HELLO_ACK naming a newer version wait (rnic/port/commit_fanout.h).
+  h.a.visible = h.a.table.version();
+  h.a.punt(k);
+  h.now += kMs;
+  h.a.step(h.now);
+  h.core.service(h.now);
+  REQUIRE(h.link("A").pending.contains(k));
+  // The agent's loop is starved for 4 s: past the worker's 3 s, which goes HEADLESS.
+  for (int i = 0; i < 4000; ++i) step_with(h, h.a, false);
+  CHECK(h.a.ch.state() == tandem::common::RnicChannelState::kHeadless);
+  // The agent is back; the lagging lcore catches up a second later.
+  for (int i = 0; i < 1000; ++i) {
+    step_with(h, h.a);
+    if (i % 100 == 0) h.a.punt(k);
+  }
+  h.a.visible = ~uint64_t{0};
+  REQUIRE(h.run_until([&] { return h.a.has(k) && h.idle("A") && h.link("A").pending.empty(); }));
+  CHECK(h.link("A").ch->stats().resets >= 1);
+  CHECK(h.link("A").punts.resolved == 1);
+  CHECK(h.in_sync("A", h.a));
 }

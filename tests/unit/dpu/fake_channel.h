@@ -121,8 +121,10 @@ struct FakeWorker {
       ++reattached;
     }
     file = it->second;
-    cmds = RingConsumer(file->mem + file->l.cmd_ring_offset, file->rl);
-    events = RingProducer(file->mem + file->l.evt_ring_offset, file->rl);
+    // The ring indices live in the file (rte_ring's): a worker restarted
+    // over a live file carries on from them.
+    RingConsumer::adopt(file->mem + file->l.cmd_ring_offset, file->rl, cmds);
+    RingProducer::adopt(file->mem + file->l.evt_ring_offset, file->rl, events);
     announce_rnic(*reinterpret_cast<ChannelHeader*>(file->mem), kOurVersions, 1234);
   }
   void step(uint64_t now) {
@@ -135,9 +137,20 @@ struct FakeWorker {
     while ((n = cmds.dequeue(in, 64)) > 0) ch.on_commands(in, n, now);
     ch.tick(now);
     RawMessage m;
-    while (ch.pending_events() && ch.pop_event(m))
-      if (events.enqueue(&m, 1) == 0) break;  // full: a real worker keeps it for later; tests stay below
+    while (const RawMessage* head = ch.peek_event()) {
+      if (held(*head)) break;
+      if (events.enqueue(head, 1) == 0) break;
+      ch.pop_event(m);
+    }
     ch.publish(*reinterpret_cast<Bar*>(file->mem + file->l.bar_offset));
+  }
+  // The newest version every lcore of the worker sees: a COMMITTED or
+  // HELLO_ACK naming a newer one waits, and what follows it (commit_fanout.h).
+  uint64_t visible = ~uint64_t{0};
+  bool held(const RawMessage& m) const {
+    if (m.type() == MessageType::kCommitted) return as<CommittedMsg>(m).version > visible;
+    if (m.type() == MessageType::kHelloAck) return as<HelloAckMsg>(m).committed_version > visible;
+    return false;
   }
   // A table miss: headers in a slot, PUNT to the agent.
   void punt(const EntryKey& key) {
