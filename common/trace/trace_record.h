@@ -60,14 +60,15 @@ enum class SetupVerdict : uint8_t {
   kRefused,     // agent_resolve: no mapping, unknown vNIC
   kDenied,      // agent_resolve: isolation
   kOverQuota,   // agent_resolve: the tenant's flow quota on the RNIC
-  kNoTarget,    // agent_resolve: the entry's RNIC has no channel
+  kNoTarget,    // agent_resolve: the entry's RNIC has no channel (no longer given)
   kAborted,     // txn_commit: the RNIC aborted the transaction
+  kForeignVnic, // agent_resolve: the vNIC is not on the punting RNIC (a confused or compromised worker)
   kCount
 };
 
 constexpr std::string_view setup_verdict_name(uint8_t v) noexcept {
   constexpr std::string_view kNames[] = {"ok", "over_budget", "duplicate", "refused", "denied",
-                                         "over_quota", "no_target", "aborted"};
+                                         "over_quota", "no_target", "aborted", "foreign_vnic"};
   return v < std::size(kNames) ? kNames[v] : "?";
 }
 

@@ -69,6 +69,7 @@ struct PuntStats {
   uint64_t slot_lost = 0;    // slot overwritten before it was read
   uint64_t revoked = 0;      // resolutions undone after commit: level 1 changed meanwhile
   uint64_t over_quota = 0;   // of refused: the tenant's flow quota on the target RNIC was used up
+  uint64_t foreign = 0;      // of refused: the vNIC is another RNIC's (a confused or compromised worker)
 };
 
 // One managed RNIC: its channel file, protocol state machine, punts.

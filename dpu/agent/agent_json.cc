@@ -99,7 +99,7 @@ json AgentCore::link_json(const AgentLink& l) const {
           {"punts", {{"received", l.punts.received}, {"resolved", l.punts.resolved},
                      {"refused", l.punts.refused}, {"denied", l.punts.denied},
                      {"duplicate", l.punts.duplicate}, {"slot_lost", l.punts.slot_lost}, {"revoked", l.punts.revoked},
-                     {"over_quota", l.punts.over_quota}, {"waiting", l.fair.size()}, {"tenants", tenant_punts_json(l)}}},
+                     {"over_quota", l.punts.over_quota}, {"foreign", l.punts.foreign}, {"waiting", l.fair.size()}, {"tenants", tenant_punts_json(l)}}},
           {"bar", jbar}};
 }
 

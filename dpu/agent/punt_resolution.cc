@@ -117,21 +117,15 @@ void AgentCore::resolve_punt(AgentLink& l, uint32_t vni, const common::PuntMsg& 
     }
     return;
   }
-  // Nearly always the punting RNIC itself: no map lookup by name then.
-  AgentLink* to = target_ == l.name ? &l : nullptr;
-  if (!to) {
-    auto it = links_.find(target_);
-    if (it != links_.end()) to = it->second.get();
-    // The ingress key was checked against the punting RNIC's tables: check
-    // it against the target's.
-    if (to) cs = change_set_for_miss(state_, p.missed, tag, &target_, &why, &to->ch->shadow(), &to->pending);
-  }
-  if (!to || !cs) {
+  // A vNIC of another RNIC: only a confused or compromised worker punts it.
+  // Resolved, it filled the other RNIC's table and tenant quota at this one's will.
+  if (target_ != l.name) {
     ++l.punts.refused;
-    if (!to) verdict = SetupVerdict::kNoTarget;
+    ++l.punts.foreign;
+    verdict = SetupVerdict::kForeignVnic;
     return;
   }
-  if (vni != 0 && !within_quota(*to, vni)) {
+  if (vni != 0 && !within_quota(l, vni)) {
     ++l.punts.refused;
     ++l.punts.over_quota;
     verdict = SetupVerdict::kOverQuota;
@@ -139,14 +133,14 @@ void AgentCore::resolve_punt(AgentLink& l, uint32_t vni, const common::PuntMsg& 
     return;
   }
   ++l.punts.resolved;
-  ++to->inflight[vni];
-  to->pending.add(p.missed, *cs, state_.generation());
+  ++l.inflight[vni];
+  l.pending.add(p.missed, *cs, state_.generation());
   if (tracing()) [[unlikely]] {
     verdict = SetupVerdict::kOk;
     resolved_entry_ = egress_put(*cs, p.missed);
     resolved = resolved_entry_ ? &*resolved_entry_ : nullptr;
   }
-  to->ch->submit(std::move(*cs));
+  l.ch->submit(std::move(*cs));
 }
 
 }  // namespace tandem::dpu

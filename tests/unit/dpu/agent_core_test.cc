@@ -3,7 +3,8 @@
 // as tandemctl sends them: punts resolved and installed, isolation and
 // quotas refused and counted, fair service per tenant, committed
 // resolutions undone when level 1 moved, a scribbling worker reset, a
-// resolution pending across a worker restart or a HEADLESS reset.
+// resolution pending across a worker restart or a HEADLESS reset, a punt of
+// another RNIC's vNIC refused.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -256,6 +257,26 @@ TEST_CASE("agent core: rnic show reports the channel, its violations and the pun
   auto snap = h.core.snapshot();
   CHECK(snap["A"].state == "ACTIVE");
   CHECK(snap["A"].punts == 1);
+}
+
+TEST_CASE("agent core: a punt naming another RNIC's vNIC is refused and counted; neither table gets an entry") {
+  Harness h;
+  h.mapping(100, "192.168.7.80", "10.0.0.80", "B");
+  const EntryKey foreign = egress_key(2, ip("192.168.7.80"));  // vNIC 2 lives on B; A punts it
+  for (int i = 0; i < 3; ++i) h.a.punt(foreign);  // repeats while the first would be pending
+  REQUIRE(h.run_until([&] { return h.idle("A") && h.idle("B"); }));
+  CHECK(h.link("A").punts.foreign == 3);
+  CHECK(h.link("A").punts.refused == 3);
+  CHECK(h.link("A").punts.resolved == 0);
+  CHECK_FALSE(h.a.has(foreign));
+  CHECK_FALSE(h.b.has(foreign));
+  // Nothing is charged to the tenant on B, nor left pending there.
+  CHECK(h.link("B").pending.empty());
+  for (const auto& [vni, n] : h.link("B").inflight) CHECK(n == 0);
+  // B's own punt of the same key is B's to resolve.
+  h.b.punt(foreign);
+  REQUIRE(h.run_until([&] { return h.b.has(foreign) && h.idle("B"); }));
+  CHECK(h.link("B").punts.resolved == 1);
 }
 
 namespace {
