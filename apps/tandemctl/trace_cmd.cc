@@ -183,18 +183,19 @@ int trace_show(const TraceArgs& a) {
   }
   std::vector<tr::RingDump> rings;
   json sources = json::array();
-  for (const auto& [p, path] : prefixes) {
-    try {
-      tr::RingFile f = tr::RingFile::open(path);
-      tr::RingDump d{f.header()->process, f.header()->clock_offset_ns, tr::ring_read(f.header()),
-                     f.header()->tsc_base, f.header()->tsc_mult};
-      sources.push_back({{"prefix", p}, {"process", d.process}, {"records", d.records.size()},
-                         {"written", f.header()->head.load()}});
-      rings.push_back(std::move(d));
-    } catch (const std::exception& e) {
-      sources.push_back({{"prefix", p}, {"error", e.what()}});
+  for (const auto& [p, first] : prefixes)
+    for (const std::string& path : tr::process_rings(first)) {  // a worker with several lcores: one ring each
+      try {
+        tr::RingFile f = tr::RingFile::open(path);
+        tr::RingDump d{f.header()->process, f.header()->clock_offset_ns, tr::ring_read(f.header()),
+                       f.header()->tsc_base, f.header()->tsc_mult};
+        sources.push_back({{"prefix", p}, {"process", d.process}, {"ring", path}, {"records", d.records.size()},
+                           {"written", f.header()->head.load()}});
+        rings.push_back(std::move(d));
+      } catch (const std::exception& e) {
+        sources.push_back({{"prefix", p}, {"ring", path}, {"error", e.what()}});
+      }
     }
-  }
   const tr::TscCalibration cal = tr::calibrate_tsc();
   tr::Merged m = tr::merge(rings, verdict_name, &cal);
   auto pkt_json = [&](const tr::Timeline& t) {
@@ -265,10 +266,13 @@ int trace_show(const TraceArgs& a) {
               << "\n";
     return 0;
   }
-  for (const json& x : sources)
+  for (const json& x : sources) {
+    const std::string ring = std::filesystem::path(x["ring"].get<std::string>()).filename();
+    const std::string which = ring == tr::kRingFileName ? "" : " (" + ring + ")";  // another lcore's ring
     std::printf("%-22s %s\n", x["prefix"].get<std::string>().c_str(),
                 x.contains("error") ? x["error"].get<std::string>().c_str()
-                                    : (x["process"].get<std::string>() + ": " + x["records"].dump() + " records").c_str());
+                                    : (x["process"].get<std::string>() + which + ": " + x["records"].dump() + " records").c_str());
+  }
   std::printf("%zu packets from %lu records in a %.1f ms window:", m.packets.size(), static_cast<unsigned long>(m.records),
               (m.window_end_ns - m.window_start_ns) / 1e6);
   for (const auto& [k, v] : m.outcomes) std::printf(" %s %lu", k.c_str(), static_cast<unsigned long>(v));

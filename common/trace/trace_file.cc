@@ -7,12 +7,41 @@
 
 #include <x86intrin.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <stdexcept>
 
 namespace tandem::common::trace {
+
+namespace {
+constexpr std::string_view kLcorePrefix = "tandem-trace.lcore", kLcoreSuffix = ".ring";
+}  // namespace
+
+std::string lcore_ring_name(uint32_t lcore) {
+  return lcore == 0 ? kRingFileName : std::string(kLcorePrefix) + std::to_string(lcore) + std::string(kLcoreSuffix);
+}
+
+std::vector<std::string> process_rings(const std::string& first) {
+  std::vector<std::string> out{first};
+  const std::filesystem::path p(first);
+  if (p.filename() != kRingFileName) return out;
+  std::vector<std::pair<unsigned long, std::string>> lcores;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(p.parent_path(), ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() <= kLcorePrefix.size() + kLcoreSuffix.size() || !n.starts_with(kLcorePrefix) || !n.ends_with(kLcoreSuffix))
+      continue;
+    const std::string k = n.substr(kLcorePrefix.size(), n.size() - kLcorePrefix.size() - kLcoreSuffix.size());
+    if (!std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; }) || k.size() > 4) continue;
+    lcores.emplace_back(std::stoul(k), e.path().string());
+  }
+  std::sort(lcores.begin(), lcores.end());
+  for (auto& [k, path] : lcores) out.push_back(std::move(path));
+  return out;
+}
 
 RingFile RingFile::create(const std::string& path, uint64_t capacity, int64_t clock_offset_ns, const char* process,
                           uint64_t tsc_base, uint64_t tsc_mult) {

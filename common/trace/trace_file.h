@@ -1,6 +1,9 @@
 // The file a process's trace ring lives in: <DPDK runtime dir of its file
 // prefix>/tandem-trace.ring (tmpfs, so shared memory; removed with the
-// runtime directory), created by the writer, mapped read-only by readers.
+// runtime directory), created by the writer, mapped read-only by readers. A
+// process whose lcores each trace (tandem-rnic --lcores N) has one ring per
+// lcore, each with one writer: lcore k > 0's is tandem-trace.lcore<k>.ring
+// beside lcore 0's.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +17,12 @@ namespace tandem::common::trace {
 
 inline constexpr const char* kRingFileName = "tandem-trace.ring";
 inline constexpr uint64_t kDefaultCapacity = 32768;  // 1.25 MiB of records
+
+// Lcore k's ring file name (kRingFileName for lcore 0).
+std::string lcore_ring_name(uint32_t lcore);
+// A process's rings: `first` (a ring path) and, if it is named kRingFileName,
+// the lcore rings beside it, in lcore order.
+std::vector<std::string> process_rings(const std::string& first);
 
 class RingFile {
  public:

@@ -186,7 +186,9 @@ Merged merge(const std::vector<RingDump>& rings, VerdictNamer namer, const TscCa
   Merged m;
   std::map<PacketKey, Timeline> by_key;
   std::vector<Event> setup_records;
-  bool first_ring = true;
+  // The time each process had packet records: the span of all its rings
+  // (one per lcore), as its lcores adopt a rule together.
+  std::map<std::string, std::pair<uint64_t, uint64_t>> spans;
   for (const RingDump& d : rings) {
     uint64_t lo = UINT64_MAX, hi = 0;
     for (const Record& r : d.records) {
@@ -210,9 +212,14 @@ Merged merge(const std::vector<RingDump>& rings, VerdictNamer namer, const TscCa
       t.events.push_back(Event{at, d.process, r, 0});
     }
     if (hi == 0) continue;  // no packet records
-    m.window_start_ns = first_ring ? lo : std::max(m.window_start_ns, lo);
-    m.window_end_ns = first_ring ? hi : std::min(m.window_end_ns, hi);
-    first_ring = false;
+    auto [it, fresh] = spans.try_emplace(d.process, lo, hi);
+    if (!fresh) it->second = {std::min(it->second.first, lo), std::max(it->second.second, hi)};
+  }
+  bool first = true;
+  for (const auto& [process, span] : spans) {
+    m.window_start_ns = first ? span.first : std::max(m.window_start_ns, span.first);
+    m.window_end_ns = first ? span.second : std::min(m.window_end_ns, span.second);
+    first = false;
   }
   m.packets.reserve(by_key.size());
   for (auto& [k, t] : by_key) {

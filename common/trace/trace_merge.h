@@ -101,8 +101,9 @@ struct Merged {
   std::map<std::string, std::vector<uint64_t>> setup_hops;  // punt>agent_resolve, agent_resolve>txn_commit, punt>delivered
   uint64_t records = 0;
   // The time every process with packet records was recording: from the
-  // latest first record to the earliest last one (set-up records are rare and
-  // do not narrow it).
+  // latest first record to the earliest last one, a process's rings (one per
+  // lcore, RingDump::process alike) taken together (set-up records are rare
+  // and do not narrow it).
   uint64_t window_start_ns = 0, window_end_ns = 0;
 };
 

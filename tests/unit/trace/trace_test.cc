@@ -1,11 +1,17 @@
 // Trace units: the ring (single writer, readers that never see a torn
-// record), rule matching and parsing, the tracer's rule hand-over, and the
-// merge of several processes' rings into per-packet timelines.
+// record), rule matching and parsing, the tracer's rule hand-over, the
+// merge of several processes' rings into per-packet timelines, and a
+// process's one ring per lcore.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
+#include "common/trace/trace_file.h"
 #include "common/trace/trace_merge.h"
 #include "common/trace/trace_ring.h"
 #include "common/trace/trace_rule.h"
@@ -334,4 +340,47 @@ TEST_CASE("rules: one end alone (a punt) matches when it may be either end of th
   CHECK_FALSE(r.matches_pair(kB, 0x0A000009, 0x8002));
   Rule any;
   CHECK(any.matches_end(0x0A000009, 0xFFFF));
+}
+
+TEST_CASE("a process with several lcores has one ring per lcore beside lcore 0's, found in lcore order") {
+  CHECK(lcore_ring_name(0) == kRingFileName);
+  CHECK(lcore_ring_name(1) == "tandem-trace.lcore1.ring");
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("tandem-trace-test-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  for (uint32_t k : {0u, 2u, 10u, 1u}) std::ofstream(dir / lcore_ring_name(k)) << "x";
+  std::ofstream(dir / "tandem-trace.lcoreX.ring") << "x";  // not an lcore's
+  std::ofstream(dir / "other.ring") << "x";
+  const std::string first = (dir / kRingFileName).string();
+  const std::vector<std::string> rings = process_rings(first);
+  REQUIRE(rings.size() == 4);
+  CHECK(rings[0] == first);
+  CHECK(rings[1] == (dir / "tandem-trace.lcore1.ring").string());
+  CHECK(rings[2] == (dir / "tandem-trace.lcore2.ring").string());
+  CHECK(rings[3] == (dir / "tandem-trace.lcore10.ring").string());
+  // A ring under another name (the agent's, given by path) stands alone.
+  CHECK(process_rings((dir / "other.ring").string()) == std::vector<std::string>{(dir / "other.ring").string()});
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("merge: a process's lcore rings are one recording: a QP on lcore 1 gets its timelines, and the window "
+          "spans the process's rings together") {
+  // Receiver A writes two rings: lcore 0's QP had packets early, lcore 1's late.
+  RingDump b{"rnic B", 0, {}}, a0{"rnic A", 0, {}}, a1{"rnic A", 0, {}};
+  b.records = {rec(100, Stage::kTx, 1, 0, 0xC000, kB, kA, 0, 1), rec(250, Stage::kTx, 2, 0, 0xC000, kB, kA, 0, 2),
+               rec(300, Stage::kTx, 3, 0, 0xC000, kB, kA, 0, 3), rec(400, Stage::kTx, 4, 0, 0xC000, kB, kA, 0, 4)};
+  b.records[2].dqpn = b.records[3].dqpn = 0x20000;  // lcore 1's QP
+  a0.records = {rec(110, Stage::kRxCore, 1, 0, 0xC000, kB, kA, 0, 1)};
+  a1.records = {rec(310, Stage::kRxCore, 3, 0, 0xC000, kB, kA, 0, 3), rec(410, Stage::kRxCore, 4, 0, 0xC000, kB, kA, 0, 4)};
+  a1.records[0].dqpn = a1.records[1].dqpn = 0x20000;
+  Merged m = merge({b, a0, a1}, namer);
+  REQUIRE(m.packets.size() == 4);
+  CHECK(m.window_start_ns == 110);  // A recorded from 110 (lcore 0) to 410 (lcore 1)
+  CHECK(m.window_end_ns == 400);
+  std::map<uint32_t, const Timeline*> by_psn;
+  for (const Timeline& t : m.packets) by_psn[t.key.psn] = &t;
+  CHECK(by_psn[3]->outcome == Outcome::kDelivered);
+  CHECK(by_psn[3]->key.dqpn == 0x20000);
+  // Sent while A was recording (on either lcore), nothing after: in flight, not the window's edge.
+  CHECK(by_psn[2]->outcome == Outcome::kInFlight);
+  CHECK(m.outcomes["delivered"] == 3);
 }
