@@ -9,9 +9,10 @@
 
 namespace tandem::common::dpdk {
 
-std::shared_ptr<ProcessTrace> open_process_trace(const std::string& process, const TscClock& clock, uint64_t capacity) {
+std::shared_ptr<ProcessTrace> open_process_trace(const std::string& process, const TscClock& clock, uint64_t capacity,
+                                                 const std::string& file) {
   auto t = std::make_shared<ProcessTrace>();
-  t->path = std::string(rte_eal_get_runtime_dir()) + "/" + trace::kRingFileName;
+  t->path = std::string(rte_eal_get_runtime_dir()) + "/" + file;
   try {
     t->ring = std::make_unique<trace::RingFile>(
         trace::RingFile::create(t->path, capacity, trace::monotonic_raw_offset(clock.now_ns()), process.c_str(),
@@ -35,25 +36,36 @@ void trace_request(ProcessTrace& t, std::string_view rule) {
   }
 }
 
-void register_trace_telemetry(const std::string& cmd, std::shared_ptr<ProcessTrace> t) {
+void register_trace_telemetry(const std::string& cmd, std::vector<std::shared_ptr<ProcessTrace>> units) {
   telemetry_register(cmd, "Trace rule: ',a=IP,b=IP,qpns=Q:Q,pkey=P,count=N,ms=M' installs, ',off' stops",
-                     [t](std::string_view params, TelemetryDict& out) {
-                       std::lock_guard<std::mutex> g(t->mu);
-                       if (!params.empty()) {
-                         try {
-                           trace_request(*t, params);
-                           out.str("requested", t->last_rule);
-                         } catch (const std::exception& e) {
-                           out.str("error", e.what());
-                           return 0;
+                     [units](std::string_view params, TelemetryDict& out) {
+                       if (units.empty()) return 0;
+                       const ProcessTrace& first = *units.front();
+                       uint64_t bytes = 0, running = 0, written = 0;
+                       std::string rule;
+                       for (const auto& t : units) {
+                         std::lock_guard<std::mutex> g(t->mu);
+                         if (!params.empty()) {
+                           try {
+                             trace_request(*t, params);
+                           } catch (const std::exception& e) {
+                             out.str("error", e.what());
+                             return 0;
+                           }
                          }
+                         if (rule.empty()) rule = t->last_rule;
+                         bytes += t->ring ? t->ring->bytes() : 0;
+                         running |= t->tracer.running();
+                         written += t->tracer.written();
                        }
-                       out.str("ring", t->ring ? t->path : "");
-                       out.u64("ring_bytes", t->ring ? t->ring->bytes() : 0);
-                       out.u64("capacity", t->ring ? t->ring->header()->capacity : 0);
-                       out.str("rule", t->last_rule);
-                       out.u64("running", t->tracer.running());
-                       out.u64("written", t->tracer.written());
+                       if (!params.empty()) out.str("requested", rule);
+                       out.str("ring", first.ring ? first.path : "");
+                       out.u64("rings", units.size());  // one per lcore: the others beside the first
+                       out.u64("ring_bytes", bytes);
+                       out.u64("capacity", first.ring ? first.ring->header()->capacity : 0);
+                       out.str("rule", rule);
+                       out.u64("running", running);
+                       out.u64("written", written);
                        return 0;
                      });
 }

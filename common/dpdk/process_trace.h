@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/dpdk/tsc_clock.h"
 #include "common/trace/trace_file.h"
@@ -27,11 +28,19 @@ struct ProcessTrace {
 
 // Creates the ring (after rte_eal_init) for records stamped with `clock`
 // (the ring names its TSC base and rate, so readers convert them exactly).
-// On failure tracing stays off and the reason goes to stderr.
+// On failure tracing stays off and the reason goes to stderr. `file`: the
+// ring's name in the runtime directory (trace::lcore_ring_name(k) for lcore
+// k of a process whose lcores each trace).
 std::shared_ptr<ProcessTrace> open_process_trace(const std::string& process, const TscClock& clock,
-                                                 uint64_t capacity = trace::kDefaultCapacity);
+                                                 uint64_t capacity = trace::kDefaultCapacity,
+                                                 const std::string& file = trace::kRingFileName);
 
-void register_trace_telemetry(const std::string& cmd, std::shared_ptr<ProcessTrace> t);
+// One command for a process's trace units (one per lcore): a rule or a stop
+// goes to each; the reply names lcore 0's ring and sums the others'.
+void register_trace_telemetry(const std::string& cmd, std::vector<std::shared_ptr<ProcessTrace>> units);
+inline void register_trace_telemetry(const std::string& cmd, std::shared_ptr<ProcessTrace> t) {
+  register_trace_telemetry(cmd, std::vector<std::shared_ptr<ProcessTrace>>{std::move(t)});
+}
 
 // What the telemetry command does with its parameters (a rule, or "off"), for
 // a process that also takes rules another way (the agent's control socket).

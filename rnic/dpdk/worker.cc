@@ -242,12 +242,16 @@ class Worker {
                                                 c.port_id, per_lcore));
     }
     port::core_drop_names();  // built here, not on the lcore's first publication
-    // Trace units: lcore 0's QPs (the ring has one writer; docs/operations.md).
-    trace_ = cd::open_process_trace("tandem-rnic " + c.name, lcores_[0]->io.clock());
-    lcores_[0]->pw.set_tracer(&trace_->tracer);
+    // Trace units: a ring per lcore (a ring has one writer), each lcore's QPs
+    // in its own; tandemctl reads them as one process (common/trace/trace_file.h).
+    for (auto& l : lcores_) {
+      traces_.push_back(cd::open_process_trace("tandem-rnic " + c.name, l->io.clock(), common::trace::kDefaultCapacity,
+                                               common::trace::lcore_ring_name(l->index)));
+      l->pw.set_tracer(&traces_.back()->tracer);
+    }
     // Completion timestamps count each lcore's clock: applications read the same (WorkerPage).
     for (auto& l : lcores_) l->host.publish_clock(l->io.clock().base(), l->io.clock().mult());
-    if (agent_) agent_->set_tracer(&trace_->tracer, &lcores_[0]->pw, st_.underlay_ip);
+    if (agent_) agent_->set_tracer(&traces_[0]->tracer, &lcores_[0]->pw, st_.underlay_ip);
     if (dpu_) dpu_->set_log(&lcores_[0]->pw.log());  // DPU mode has one lcore: lcore 0 services the link
   }
 
@@ -351,7 +355,7 @@ class Worker {
   // Lcore k runs lcores_[k]: QPs, host glue, routes, vNICs, counters, bursts (rnic/port).
   std::vector<std::unique_ptr<Lcore>> lcores_;
   std::atomic<bool> stopping_{false};  // --duration ended on lcore 0: the others stop too
-  std::shared_ptr<cd::ProcessTrace> trace_;  // trace units (common/trace): lcore 0's tracer and its ring
+  std::vector<std::shared_ptr<cd::ProcessTrace>> traces_;  // trace units (common/trace): lcore k's tracer and ring
   std::unique_ptr<cm::GsiRings> gsi_ = std::make_unique<cm::GsiRings>();  // lcore 0 <-> the CM thread
   std::unique_ptr<CmThread> cm_owner_;
   std::atomic<CmThread*> cm_{nullptr};  // set once the loop starts (telemetry reads its counters)
@@ -757,7 +761,7 @@ void Worker::register_telemetry() {
                            }
                            return 0;
                          });
-  cd::register_trace_telemetry("/tandem/rnic/trace", trace_);
+  cd::register_trace_telemetry("/tandem/rnic/trace", traces_);
 
   cd::telemetry_register(
       "/tandem/rnic/qp",

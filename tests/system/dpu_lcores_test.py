@@ -14,6 +14,10 @@ their vNICs and routes from the agent.
     a transaction); each new route is committed on A (the agent's shadow of
     A's table holds the new MACs, A's BAR shows the agent's version: every
     lcore acknowledged it) and both lcores' QPs go on over it;
+  * `tandemctl trace` on the flow of one of A's QPs on lcore 1: A's records
+    of its packets (what it sends, what it accepts) come from lcore 1's own
+    trace ring and are merged with the other processes' into delivered
+    timelines;
   * every byte verified, both lcores adopted the new versions, lcore 1
     handed misses to lcore 0, no process died by a signal, the workers stop
     cleanly.
@@ -22,6 +26,7 @@ usage: dpu_lcores_test.py TANDEM_DPU TANDEMCTL TANDEM_FABRIC TANDEM_RNIC TANDEM_
 import json
 import os
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -154,6 +159,46 @@ def qps_by_lcore(tel):
         first = max(int(k, 16) for k in page) + 1
 
 
+def trace(*args):
+    r = subprocess.run([CTL, "--socket", f"{D}/ctl.sock", "trace", *map(str, args)], capture_output=True, text=True,
+                       timeout=60)
+    return r.returncode, r.stdout, r.stderr
+
+
+def trace_lcore1(placed):
+    """tandemctl trace on the flow of one of A's QPs on lcore 1 (its QPN picks the flow: the pair whose
+    client it is): A's records of its packets come from lcore 1's ring and end in delivered timelines."""
+    qpn = min((q for q, (lc, _) in placed.items() if lc == 1), default=None)
+    if qpn is None:
+        return check(False, "a QP of A on lcore 1 to trace")
+    rc = err = None
+    for dst in B_IPS:  # the flow the QP carries (the other refuses: no such QP on its source end)
+        rc, out, err = trace("start", "--vni", 100, "--src", A_IP, "--dst", dst, "--qpn", qpn, "--seconds", 0.3,
+                             "--fabric", f"{TAG}-fab")
+        if rc == 0:
+            break
+    time.sleep(0.8)  # past the rule's 0.3 s everywhere
+    rc2, out, err2 = trace("show", "--json", "--all")
+    try:
+        t = json.loads(out)
+    except ValueError:
+        t = {}
+    rings = [x for x in t.get("sources", []) if x.get("process") == "tandem-rnic A"]
+    lc1 = [x for x in rings if x.get("ring", "").endswith("tandem-trace.lcore1.ring")]
+    sent = got = 0
+    for p in t.get("timelines", []):
+        a_stages = {e["stage"] for e in p["events"] if e["process"] == "tandem-rnic A"}
+        # A's sends in the rule go to the QP's peer: only the lcore-1 QP makes them (B, whose receivers
+        # are another tenant's vNICs, is not an end of tenant 100's flow and is not armed).
+        sent += "tx" in a_stages
+        got += "rx_core" in a_stages and p["dqpn"] == qpn and p["outcome"] == "delivered"
+    check(rc == 0 and rc2 == 0 and lc1 and lc1[0].get("records", 0) > 0 and sent > 0 and got > 0,
+          f"trace of A's QP {qpn:#x} on lcore 1: A's rings {[(x.get('ring', '').rsplit('/', 1)[-1], x.get('records')) for x in rings]}"
+          f", {sent} packets it sent and {got} it accepted (delivered) traced (trace start {rc} {(err or '').strip()}, "
+          f"show {rc2} {(err2 or '').strip()[:200]})")
+    trace("stop")
+
+
 def main():
     for n, y in YAML.items():
         with open(f"{D}/{n}.yaml", "w") as f:
@@ -183,7 +228,7 @@ def main():
 
     watch = HeartbeatWatch(f"{CH}/tandem-A.chan")
     watch.start()
-    flags = ["-q", str(QPS), "-s", "65536", "-D", "5", "--verify", "-m", "1024"]
+    flags = ["-q", str(QPS), "-s", "65536", "-D", "6", "--verify", "-m", "1024"]
     w = perf_pair("write", "write_bw", flags, B_IPS[0])
     r = perf_pair("read", "read_bw", flags, B_IPS[1])
     # Every QP of A routed (its RTR's punt resolved, on either lcore) before the routes move:
@@ -206,6 +251,8 @@ def main():
     check(len(placed) == 2 * QPS and lcores == [0, 1] and waiting == 0,
           f"A's {len(placed)} QPs live on lcores {lcores} (one application on each), each routed by the agent "
           f"({waiting} waiting)")
+
+    trace_lcore1(placed)
 
     # Three route changes under traffic, each committed on A and used by both lcores' QPs.
     moved = []
