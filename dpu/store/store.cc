@@ -452,6 +452,16 @@ void Store::save_level2(const std::string& rnic, uint64_t version, uint64_t dige
     deferred_l2_.push_back(DeferredLevel2{rnic, version, digest, puts, dels, replace_all});
     return;
   }
+  // Bookkeeping for reconcile, not a promise to anyone: committed without an
+  // fsync (the WAL reaches the disk with the next level-1 commit or
+  // checkpoint). This runs in the agent's loop on every COMMITTED; an fsync
+  // there took seconds while other processes wrote to the disk, and every
+  // RNIC's punts waited that long (a power loss costs a replay instead).
+  exec("PRAGMA synchronous=NORMAL");
+  struct Restore {
+    sqlite3* db;
+    ~Restore() { sqlite3_exec(db, "PRAGMA synchronous=FULL", nullptr, nullptr, nullptr); }
+  } restore{db_};
   Txn t(db_);
   if (replace_all) Stmt(db_, "DELETE FROM l2_entries WHERE rnic=?").bind(1, rnic).run();
   {

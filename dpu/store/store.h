@@ -104,7 +104,9 @@ class Store {
   const std::string& path() const noexcept { return path_; }
   bool bulk_open() const noexcept { return bulk_open_; }
 
-  // Level-2 bookkeeping per RNIC, written when COMMITTED arrives.
+  // Level-2 bookkeeping per RNIC, written when COMMITTED arrives. Not
+  // fsync'd (the agent's loop must not wait for the disk): durable with the
+  // next level-1 commit or checkpoint; a power loss before costs a replay.
   void save_level2(const std::string& rnic, uint64_t version, uint64_t digest,
                    const std::vector<common::Level2Entry>& puts,
                    const std::vector<common::EntryKey>& dels, bool replace_all);

@@ -8,6 +8,7 @@
 #include "dpu/model/address.h"
 #include "dpu/store/mapping_import.h"
 #include "dpu/store/store.h"
+#include "tests/unit/dpu/sync_counting_vfs.h"
 
 using namespace tandem::dpu;
 namespace fs = std::filesystem;
@@ -451,4 +452,31 @@ TEST_CASE("a schema-2 store is migrated to 3; a fleet revision is written with i
   CHECK(s.tenant(100) != nullptr);
   CHECK(s.tenant(200) != nullptr);
   CHECK(s.tenant(300) == nullptr);
+}
+
+TEST_CASE("level-2 bookkeeping is committed without an fsync; a level-1 change is synced, and carries it to disk") {
+  // The agent saves level 2 in its loop on every COMMITTED: an fsync there
+  // stalled every RNIC's punts for seconds while other processes wrote.
+  tandem::test::SyncCountingVfs& vfs = tandem::test::SyncCountingVfs::install();
+  TempDb db;
+  tandem::common::Level2Entry e{};
+  e.key = tandem::common::egress_key(1, ip("192.168.1.9"));
+  {
+    Store s(db.path());
+    s.persist(AddTenant{100, "blue"});
+    uint64_t before = vfs.syncs();
+    for (uint64_t v = 1; v <= 3; ++v) s.save_level2("rnic0", v, 40 + v, {e}, {}, false);
+    CHECK(vfs.syncs() == before);
+    before = vfs.syncs();
+    s.persist(AddTenant{200, "red"});  // "ok" means on disk, and the WAL before it with it
+    CHECK(vfs.syncs() > before);
+    before = vfs.syncs();
+    s.save_level2("rnic0", 4, 44, {}, {e.key}, false);
+    CHECK(vfs.syncs() == before);
+  }
+  Store again(db.path());
+  const Level2Snapshot snap = again.load_level2("rnic0");
+  CHECK(snap.version == 4);
+  CHECK(snap.digest == 44);
+  CHECK(snap.entries.empty());
 }
