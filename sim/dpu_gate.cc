@@ -653,8 +653,8 @@ bool DpuGate::within_quota(Agent& a, Link& to, uint32_t vni) const {
 
 void DpuGate::resolve(Agent& a, Link& l, uint32_t vni, const common::PuntMsg& p, uint64_t) {
   // As tandem-dpu's resolve_punt: one resolution per missed key in flight,
-  // level 1 decides (or isolation refuses), the tenant's quota on the
-  // target RNIC, then a change set for its channel.
+  // level 1 decides (or isolation refuses), a vNIC of another RNIC is
+  // refused, the tenant's quota on the RNIC, then a change set for its channel.
   if (l.pending.contains(p.missed)) {
     ++stats_.duplicates;
     return;
@@ -664,18 +664,11 @@ void DpuGate::resolve(Agent& a, Link& l, uint32_t vni, const common::PuntMsg& p,
   const uint64_t tag = a.next_tag++;
   std::optional<dpu::ChangeSet> cs =
       dpu::change_set_for_miss(a.state, p.missed, tag, &target, &why, &l.ch->shadow(), &l.pending);
-  Link* to = nullptr;
-  if (cs) {
-    for (Link& x : a.links) {
-      if (x.name == target) to = &x;
-    }
-    if (to != nullptr && to != &l) cs = dpu::change_set_for_miss(a.state, p.missed, tag, &target, &why,
-                                                                 &to->ch->shadow(), &to->pending);
-  }
-  if (!cs || to == nullptr) {
+  if (!cs || target != l.name) {
     ++stats_.refused;
     return;
   }
+  Link* to = &l;
   TenantTally* t = tally(vni);
   if (vni != 0 && !within_quota(a, *to, vni)) {
     ++stats_.refused;
