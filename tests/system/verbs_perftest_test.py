@@ -180,7 +180,7 @@ def main():
           "a worker stopped on SIGINT removes its registration")
     lab.stop(fab)
     if failed:
-        print(f"--- A log ---\n{lab.text('A')}")
+        print(f"--- A log ---\n{lab.text('A')}\n--- B log ---\n{lab.text('B')}")
 
 
 run_checked("verbs_perftest", main, checks, lab)
