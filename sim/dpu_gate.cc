@@ -91,6 +91,9 @@ void add_stats(dpu::AgentChannelStats& into, const dpu::AgentChannelStats& s) {
   into.table_full += s.table_full;
   into.degraded += s.degraded;
   into.resets += s.resets;
+  into.refusals_split += s.refusals_split;
+  into.split_txns += s.split_txns;
+  into.change_sets_refused += s.change_sets_refused;
 }
 
 double pct(std::vector<uint64_t> v, double q) {
@@ -801,6 +804,9 @@ std::string DpuGate::report_json() const {
   j["agent_busy_fraction"] = static_cast<double>(stats_.busy_ns) / (t * static_cast<double>(agents_.size()));
   j["txns_committed"] = ch.txns_committed;
   j["txns_aborted"] = ch.txns_aborted;
+  j["refusals_split"] = ch.refusals_split;  // refused merges sent again in pieces (dpu/channel)
+  j["split_txns"] = ch.split_txns;
+  j["change_sets_refused"] = ch.change_sets_refused;
   j["table_full"] = ch.table_full;
   j["table_full_buckets"] = full_buckets;
   j["table_full_capacity"] = full_capacity;

@@ -94,7 +94,7 @@ struct TenantTally {
   uint64_t punts = 0;
   uint64_t resolved = 0;
   uint64_t over_quota = 0;
-  uint64_t aborted = 0;  // resolutions whose transaction the RNIC aborted (TABLE_FULL: a collision)
+  uint64_t aborted = 0;  // resolutions the RNIC refused, alone (TABLE_FULL: a collision; a refused merge is split)
 };
 
 class DpuGate final : public rnic::sim::ConnGate {

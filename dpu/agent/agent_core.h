@@ -70,6 +70,7 @@ struct PuntStats {
   uint64_t revoked = 0;      // resolutions undone after commit: level 1 changed meanwhile
   uint64_t over_quota = 0;   // of refused: the tenant's flow quota on the target RNIC was used up
   uint64_t foreign = 0;      // of refused: the vNIC is another RNIC's (a confused or compromised worker)
+  uint64_t install_refused = 0;  // of resolved: the RNIC refused its change set alone (TABLE_FULL, bad entry)
 };
 
 // One managed RNIC: its channel file, protocol state machine, punts.

@@ -64,12 +64,13 @@ json AgentCore::level2(const std::string& rnic) const {
 }
 
 // Per tenant: punts taken, served, dropped (queue full), refused over quota,
-// and the tenant's flows on this RNIC.
+// resolutions the RNIC refused (install_refused), and its flows on this RNIC.
 json AgentCore::tenant_punts_json(const AgentLink& l) const {
   json t = json::object();
   for (const auto& [vni, st] : l.fair.stats())
     t[std::to_string(vni)] = {{"queued", st.queued}, {"served", st.served}, {"dropped", st.dropped},
-                              {"over_quota", st.over_quota}, {"flows", flows_on(l, vni)}};
+                              {"over_quota", st.over_quota}, {"install_refused", st.install_refused},
+                              {"flows", flows_on(l, vni)}};
   return t;
 }
 
@@ -93,13 +94,17 @@ json AgentCore::link_json(const AgentLink& l) const {
                      {"txns_committed", s.txns_committed}, {"txns_aborted", s.txns_aborted},
                      {"table_full", s.table_full}, {"degraded", s.degraded}, {"resets", s.resets},
                      {"errors", s.errors}, {"stale_events", s.stale_events},
-                     {"vnic_ops_withheld", s.vnic_ops_withheld}, {"transport_resets", s.transport_resets}}},
+                     {"vnic_ops_withheld", s.vnic_ops_withheld}, {"transport_resets", s.transport_resets},
+                     {"refusals_split", s.refusals_split}, {"split_txns", s.split_txns},
+                     {"change_sets_refused", s.change_sets_refused}}},
           {"channel", {{"violations", l.violations}, {"last_violation", l.last_violation},
                        {"files_replaced", l.files_replaced}, {"mapped", l.file != nullptr}}},
           {"punts", {{"received", l.punts.received}, {"resolved", l.punts.resolved},
                      {"refused", l.punts.refused}, {"denied", l.punts.denied},
                      {"duplicate", l.punts.duplicate}, {"slot_lost", l.punts.slot_lost}, {"revoked", l.punts.revoked},
-                     {"over_quota", l.punts.over_quota}, {"foreign", l.punts.foreign}, {"waiting", l.fair.size()}, {"tenants", tenant_punts_json(l)}}},
+                     {"over_quota", l.punts.over_quota}, {"foreign", l.punts.foreign},
+                     {"install_refused", l.punts.install_refused}, {"waiting", l.fair.size()},
+                     {"tenants", tenant_punts_json(l)}}},
           {"bar", jbar}};
 }
 

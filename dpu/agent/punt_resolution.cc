@@ -30,8 +30,16 @@ bool AgentCore::take_outcomes(AgentLink& l, uint64_t now) {
     for (uint64_t tag : o.tags) {
       const PendingPunts::Entry* pp = l.pending.find(tag);
       if (!pp) continue;
-      if (o.committed) revalidate(l, *pp);
-      if (auto it = l.inflight.find(tenant_of(pp->missed)); it != l.inflight.end() && it->second) --it->second;
+      const uint32_t vni = tenant_of(pp->missed);
+      if (o.committed) {
+        revalidate(l, *pp);
+      } else if (!o.replay) {
+        // Refused by itself (the channel splits a refused merge until the
+        // change set that does not fit is alone): charged to its own tenant.
+        ++l.punts.install_refused;
+        l.fair.note_install_refused(vni);
+      }
+      if (auto it = l.inflight.find(vni); it != l.inflight.end() && it->second) --it->second;
       l.pending.erase(tag);
     }
   }

@@ -2,6 +2,7 @@
 #include "dpu/channel/agent_channel.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <utility>
 
 namespace tandem::dpu {
@@ -88,14 +89,19 @@ void AgentChannel::send_hello(uint64_t now) {
 }
 
 void AgentChannel::submit(ChangeSet cs) {
-  queue_.push_back(Queued{cs.tag, false, {}, std::move(cs.ops)});
+  queue_.push_back(Queued{cs.tag, cs.owner, false, nullptr, std::move(cs.ops)});
+}
+
+AgentChannel::Queued AgentChannel::requeued(PendingTxn&& t) {
+  if (t.tags.size() == 1) return Queued{t.tags[0], t.owner, t.alone, nullptr, std::move(t.ops)};
+  return Queued{0, 0, t.alone, std::make_unique<Several>(Several{std::move(t.tags), std::move(t.sets)}),
+                std::move(t.ops)};
 }
 
 void AgentChannel::requeue_inflight() {
-  if (next_) queue_.push_front(Queued{0, true, std::move(next_->tags), std::move(next_->ops)});
+  if (next_) queue_.push_front(requeued(std::move(*next_)));
   next_.reset();
-  if (inflight_ && !inflight_->replay)
-    queue_.push_front(Queued{0, true, std::move(inflight_->tags), std::move(inflight_->ops)});
+  if (inflight_ && !inflight_->replay) queue_.push_front(requeued(std::move(*inflight_)));
   inflight_.reset();
 }
 
@@ -147,38 +153,114 @@ void AgentChannel::start_replay(uint64_t rnic_version, uint64_t now) {
   state_since_ = now;
 }
 
+// Appends what an older RNIC can take: it keeps its own vNICs (no vNIC
+// entries below v3) and leaves them unpartitioned (no partition keys below v4).
+void AgentChannel::append_ops_older(std::vector<Level2Op>& to, const Level2Op* b, const Level2Op* e) {
+  const bool vnics = has_vnic_entries(version_);
+  for (; b != e; ++b) {
+    if (b->entry.key.kind != EntryKind::kVnic) {
+      to.push_back(*b);
+    } else if (!vnics) {
+      ++stats_.vnic_ops_withheld;
+    } else {
+      to.push_back(*b);
+      to.back().entry.vnic.pkey = 0;
+    }
+  }
+}
+
+// A queued txn of several change sets (requeued, or a piece) into the merge.
+void AgentChannel::append_several(std::vector<Level2Op>& ops, std::vector<uint64_t>& tags, const Queued& q) {
+  const Several& s = *q.several;
+  for (std::size_t i = 0, from = 0; i < s.tags.size(); from = s.sets[i++].end) {
+    if (has_vnic_entries(version_) && has_partition_keys(version_))
+      ops.insert(ops.end(), q.ops.begin() + from, q.ops.begin() + s.sets[i].end);
+    else
+      append_ops_older(ops, q.ops.data() + from, q.ops.data() + s.sets[i].end);
+    tags.push_back(s.tags[i]);
+    merging_.push_back({s.sets[i].owner, static_cast<uint32_t>(ops.size())});
+  }
+}
+
 void AgentChannel::maybe_start_txn(uint64_t now) {
   if (state_ != ChannelState::kActive || queue_.empty()) return;
   const bool behind = inflight_.has_value();  // pipelined behind the txn in flight
   if (behind && (!config_.pipeline || next_ || inflight_->replay)) return;
   std::vector<Level2Op> ops;
   std::vector<uint64_t> tags;
-  // Merge queued change sets into one txn: one round trip for many new flows.
-  while (!queue_.empty() &&
-         (ops.empty() || ops.size() + queue_.front().ops.size() <= config_.max_ops_per_txn)) {
+  merging_.clear();
+  const bool current = has_vnic_entries(version_) && has_partition_keys(version_);
+  // Merge queued change sets into one txn: one round trip for many new flows
+  // (a piece of a refused txn goes alone).
+  const bool alone = queue_.front().alone;
+  while (!queue_.empty()) {
     Queued& q = queue_.front();
-    ops.insert(ops.end(), q.ops.begin(), q.ops.end());
-    if (q.requeued)
-      tags.insert(tags.end(), q.tags.begin(), q.tags.end());
-    else
+    if (!tags.empty() && (alone || q.alone || ops.size() + q.ops.size() > config_.max_ops_per_txn)) break;
+    if (q.several) [[unlikely]] {
+      append_several(ops, tags, q);
+    } else {
+      if (current) [[likely]]
+        ops.insert(ops.end(), q.ops.begin(), q.ops.end());
+      else
+        append_ops_older(ops, q.ops.data(), q.ops.data() + q.ops.size());
       tags.push_back(q.tag);
+      merging_.push_back({q.owner, static_cast<uint32_t>(ops.size())});
+    }
     queue_.pop_front();
   }
-  if (!has_vnic_entries(version_))  // an older RNIC cannot take them: it keeps its own vNICs
-    stats_.vnic_ops_withheld += std::erase_if(ops, [](const Level2Op& op) { return op.entry.key.kind == EntryKind::kVnic; });
-  if (!has_partition_keys(version_))  // nor partition keys below v4: its vNICs stay unpartitioned
-    for (Level2Op& op : ops)
-      if (op.entry.key.kind == EntryKind::kVnic) op.entry.vnic.pkey = 0;
+  if (alone) ++stats_.split_txns;
   std::deque<RawMessage> msgs;
+  PendingTxn t = behind ? TxnBuilder::build_after(shadow_, *inflight_, next_txn_++, std::move(ops), msgs)
+                        : TxnBuilder::build(shadow_, next_txn_++, std::move(ops), msgs);
+  t.tags = std::move(tags);
+  if (t.tags.size() > 1)
+    t.sets.assign(merging_.begin(), merging_.end());
+  else
+    t.owner = merging_[0].owner;
+  t.alone = alone;
   if (behind) {
-    next_ = TxnBuilder::build_after(shadow_, *inflight_, next_txn_++, std::move(ops), msgs);
-    next_->tags = std::move(tags);
+    next_ = std::move(t);
   } else {
-    inflight_ = TxnBuilder::build(shadow_, next_txn_++, std::move(ops), msgs);
-    inflight_->tags = std::move(tags);
+    inflight_ = std::move(t);
     txn_sent_at_ = now;
   }
   for (auto& m : msgs) send(m);
+}
+
+// A refused txn of several change sets. Which one the RNIC could not take
+// is not asked of it: the entry that did not fit need not be the one that
+// filled its bucket, and a worker may lie. So the change sets go again in
+// pieces at the queue's head: one per owner, in order of first appearance
+// (across tenants order does not matter: a level-1 change set is derived
+// from the committed shadow and a resolution in flight is revalidated when
+// it commits, derive.h), or, with one owner, two halves in order.
+void AgentChannel::split_refused(PendingTxn&& t) {
+  ++stats_.refusals_split;
+  const std::size_t k = t.tags.size();
+  std::vector<std::vector<uint32_t>> groups;  // change-set indices per piece
+  std::unordered_map<uint32_t, std::size_t> group_of;
+  for (uint32_t i = 0; i < k; ++i) {
+    auto [it, fresh] = group_of.try_emplace(t.sets[i].owner, groups.size());
+    if (fresh) groups.emplace_back();
+    groups[it->second].push_back(i);
+  }
+  if (groups.size() == 1) {
+    std::vector<uint32_t>& all = groups[0];
+    groups.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(k / 2), all.end());
+    groups[0].resize(k / 2);
+  }
+  for (auto g = groups.rbegin(); g != groups.rend(); ++g) {
+    PendingTxn piece;  // as requeued: one change set inline, several with their spans
+    piece.alone = true;
+    for (uint32_t i : *g) {
+      const uint32_t from = i ? t.sets[i - 1].end : 0;
+      piece.ops.insert(piece.ops.end(), t.ops.begin() + from, t.ops.begin() + t.sets[i].end);
+      piece.tags.push_back(t.tags[i]);
+      piece.sets.push_back({t.sets[i].owner, static_cast<uint32_t>(piece.ops.size())});
+    }
+    piece.owner = piece.sets[0].owner;
+    queue_.push_front(requeued(std::move(piece)));
+  }
 }
 
 void AgentChannel::advance_pipeline(uint64_t now) {
@@ -303,20 +385,27 @@ void AgentChannel::on_aborted(const AbortedMsg& m, uint64_t now) {
     default:
       break;
   }
-  // Refused on its merits (table full, bad entry, requested): report, move on.
-  outcomes_.push_back(std::move(o));
-  bool was_replay = inflight_->replay;
+  // Refused on its merits (table full, bad entry, requested).
+  PendingTxn refused = std::move(*inflight_);
   inflight_.reset();
   // A txn pipelined behind it was based on its version: the RNIC refuses it
   // at BEGIN (its ABORTED then matches nothing and counts as stale); send its
   // change sets again first, on the version the RNIC still has.
-  if (next_) queue_.push_front(Queued{0, true, std::move(next_->tags), std::move(next_->ops)});
+  if (next_) queue_.push_front(requeued(std::move(*next_)));
   next_.reset();
-  if (was_replay)
+  if (refused.replay) {
+    outcomes_.push_back(std::move(o));
     degrade(now, "replay to RNIC " + rnic_ + " aborted: the table does not fit (reason " +
                      std::to_string(int(m.reason)) + ")");
-  else
-    maybe_start_txn(now);
+    return;
+  }
+  if (refused.tags.size() > 1) {
+    split_refused(std::move(refused));  // no outcome yet: its pieces go first
+  } else {
+    stats_.change_sets_refused += refused.tags.size();
+    outcomes_.push_back(std::move(o));  // that change set itself does not fit: report it
+  }
+  maybe_start_txn(now);
 }
 
 void AgentChannel::on_bar(const BarSample& s, uint64_t now) {

@@ -22,9 +22,15 @@
 // A transaction in flight when the channel leaves ACTIVE is put back at the
 // head of the queue; the re-HELLO's digest tells whether the RNIC still holds
 // the agent's shadow (skip replay) or needs the full replay first. Queued
-// change sets are merged into one transaction (all-or-nothing together): if
-// the RNIC refuses it on its merits (TABLE_FULL, bad entry), the outcome lists
-// every merged tag and the caller decides what to resubmit.
+// change sets are merged into one transaction (all-or-nothing together). If
+// the RNIC refuses one of several change sets on its merits (TABLE_FULL, bad
+// entry), one tenant's entries must not fail another's: it is sent again in
+// pieces, one per owner (ChangeSet::owner, the tenant) or else two halves,
+// each piece a transaction of its own, until a refused piece is a single
+// change set; only that one's outcome says refused. Each piece is smaller
+// than its parent and never merged again, so a refused txn of k change sets
+// costs at most 2k-2 more txns (with pipelining, each refused piece also
+// bounces the one sent behind it at BEGIN, which goes again).
 //
 // Protocol versions: with an RNIC that negotiated less than v3, vNIC entries
 // (EntryKind::kVnic) are left out of every transaction it is sent, and
@@ -37,6 +43,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -107,6 +114,9 @@ struct AgentChannelStats {
   uint64_t stale_events = 0;
   uint64_t vnic_ops_withheld = 0;  // vNIC PUT/DELs not sent: the RNIC negotiated < v3
   uint64_t transport_resets = 0;   // the rings were replaced under the channel (transport_reset)
+  uint64_t refusals_split = 0;     // txns of several change sets refused on their merits, sent again in pieces
+  uint64_t split_txns = 0;         // txns those pieces took
+  uint64_t change_sets_refused = 0;  // change sets refused in a txn of their own (their outcome says so)
 };
 
 class AgentChannel {
@@ -155,6 +165,8 @@ class AgentChannel {
   void requeue_inflight();
   void start_replay(uint64_t rnic_version, uint64_t now);
   void maybe_start_txn(uint64_t now);
+  void append_ops_older(std::vector<Level2Op>& to, const Level2Op* b, const Level2Op* e);
+  void split_refused(PendingTxn&& t);
   void advance_pipeline(uint64_t now);  // the head txn is answered: the pipelined one moves up
   void on_hello_ack(const common::HelloAckMsg& m, uint64_t now);
   void on_committed(const common::CommittedMsg& m, uint64_t now);
@@ -181,17 +193,26 @@ class AgentChannel {
   common::RnicChannelState bar_state_ = common::RnicChannelState::kDown;
   bool degraded_by_stall_ = false;  // DEGRADED because the BAR heartbeat stopped
   uint64_t txn_sent_at_ = 0;
-  // A submitted change set keeps its one tag inline (no vector per new
-  // flow); a txn put back at the queue's head keeps all of its tags.
+  // A submitted change set keeps its one tag and owner inline (no vector per
+  // new flow); a txn of several put back at the queue's head, or a piece of
+  // a refused one, keeps each one's tag, owner and end in ops.
+  struct Several {
+    std::vector<uint64_t> tags;
+    std::vector<MergedSet> sets;
+  };
   struct Queued {
-    uint64_t tag = 0;               // !requeued: the change set's tag
-    bool requeued = false;
-    std::vector<uint64_t> tags;     // requeued: every tag the txn carried
+    uint64_t tag = 0;                 // one change set: its tag and owner
+    uint32_t owner = 0;
+    bool alone = false;               // a piece of a refused txn: sent as a txn of its own
+    std::unique_ptr<Several> several;  // or several (null: one)
     std::vector<Level2Op> ops;
   };
+  static Queued requeued(PendingTxn&& t);
+  void append_several(std::vector<Level2Op>& ops, std::vector<uint64_t>& tags, const Queued& q);
   std::optional<PendingTxn> inflight_;
   std::optional<PendingTxn> next_;  // pipelined behind inflight_ (config_.pipeline)
   std::deque<Queued> queue_;
+  std::vector<MergedSet> merging_;  // maybe_start_txn's, reused: no allocation for a txn of one change set
   std::deque<RawMessage> out_;
   std::vector<TxnOutcome> outcomes_;
   std::vector<common::PuntMsg> punts_;

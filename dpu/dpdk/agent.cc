@@ -120,6 +120,7 @@ class Agent {
                                    x.u64((p + "served").c_str(), t.served);
                                    x.u64((p + "dropped").c_str(), t.dropped);
                                    x.u64((p + "over_quota").c_str(), t.over_quota);
+                                   x.u64((p + "install_refused").c_str(), t.install_refused);
                                  }
                                });
                              return 0;

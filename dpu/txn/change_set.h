@@ -16,6 +16,9 @@ struct Level2Op {
 
 struct ChangeSet {
   uint64_t tag = 0;          // caller's id, reported back in the outcome
+  // The tenant whose resolution this is (0: the agent's own change): a
+  // transaction the RNIC refuses is split per owner first (agent_channel.h).
+  uint32_t owner = 0;
   std::vector<Level2Op> ops;
 
   void put(const common::Level2Entry& e) { ops.push_back({false, e}); }

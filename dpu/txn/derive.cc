@@ -27,6 +27,7 @@ std::optional<ChangeSet> change_set_for_miss(const Level1State& state, const com
   if (rnic) *rnic = r.rnic;
   ChangeSet cs;
   cs.tag = tag;
+  cs.owner = r.mapping.vni;
   cs.ops.reserve(2);  // one allocation per resolution, not two and a copy
   cs.put(r.egress);
   const Level2Entry* have = pending ? pending->ingress_put(r.ingress.key) : nullptr;

@@ -21,6 +21,10 @@ struct TenantPuntStats {
   uint64_t served = 0;      // handed to resolution
   uint64_t dropped = 0;     // its queue was full
   uint64_t over_quota = 0;  // resolved, refused: the tenant's flow quota on that RNIC was used up
+  // Resolved and sent, then refused by the RNIC in a transaction of its own
+  // (its buckets or table full, a bad entry): another tenant's refused
+  // entries never count here (agent_channel.h splits a refused merge).
+  uint64_t install_refused = 0;
 };
 
 class FairPunts {
@@ -63,6 +67,7 @@ class FairPunts {
   }
 
   void note_over_quota(uint32_t vni) { ++stats_[vni].over_quota; }
+  void note_install_refused(uint32_t vni) { ++stats_[vni].install_refused; }
   std::size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
   const std::map<uint32_t, TenantPuntStats>& stats() const noexcept { return stats_; }

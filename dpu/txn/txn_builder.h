@@ -16,6 +16,13 @@
 
 namespace tandem::dpu {
 
+// One of several change sets merged into a txn: its owner and where its ops
+// end, kept to split the txn if the RNIC refuses it.
+struct MergedSet {
+  uint32_t owner = 0;
+  uint32_t end = 0;
+};
+
 // A transaction sent and not yet answered.
 struct PendingTxn {
   uint32_t txn = 0;
@@ -25,6 +32,9 @@ struct PendingTxn {
   common::TableDigest expected;        // digest/count the RNIC must report
   std::vector<Level2Op> ops;           // incremental ops (empty for a replay)
   std::vector<uint64_t> tags;          // change sets merged into this txn
+  std::vector<MergedSet> sets;         // several: each one's owner and end (empty with one)
+  uint32_t owner = 0;                  // one: its owner
+  bool alone = false;                  // a piece of a refused txn: merged with nothing else
 };
 
 class TxnBuilder {

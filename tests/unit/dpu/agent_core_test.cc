@@ -50,7 +50,8 @@ struct Harness {
   std::vector<std::string> log;
   AgentCore core;
   ControlApi api{state, store, &core};
-  FakeWorker a{dir, "A"}, b{dir, "B", 4096, 8};
+  uint64_t (*a_hash)(const EntryKey&) noexcept;  // A's table hash (null: keyed)
+  FakeWorker a{dir, "A", 4096, 7, a_hash}, b{dir, "B", 4096, 8};
   uint64_t now = kMs;
 
   static AgentCoreConfig config(std::vector<std::string>* log, uint32_t punts_per_round) {
@@ -61,7 +62,8 @@ struct Harness {
     c.log = [log](const std::string& s) { log->push_back(s); };
     return c;
   }
-  explicit Harness(uint32_t punts_per_round = 64) : core(state, store, config(&log, punts_per_round), dir) {
+  explicit Harness(uint32_t punts_per_round = 64, uint64_t (*a_table_hash)(const EntryKey&) noexcept = nullptr)
+      : core(state, store, config(&log, punts_per_round), dir), a_hash(a_table_hash) {
     ok({{"cmd", "rnic.add"}, {"name", "A"}, {"underlay_ip", "10.0.0.1"}, {"mac", "02:00:00:00:00:01"}});
     ok({{"cmd", "rnic.add"}, {"name", "B"}, {"underlay_ip", "10.0.0.2"}, {"mac", "02:00:00:00:00:02"}});
     ok({{"cmd", "tenant.add"}, {"vni", 100}, {"name", "red"}});
@@ -183,6 +185,82 @@ TEST_CASE("agent core: punts are served one per tenant per round, so a storm wai
   CHECK(l.fair.size() == 39);
   REQUIRE(h.run_until([&] { return h.idle("A"); }));
   CHECK(l.punts.resolved == 41);
+}
+
+namespace {
+
+// A's table as a hostile tenant would make it with a leaked secret: every
+// egress entry of red's vNIC 1 hashes to the same two buckets (16 slots);
+// everything else scatters.
+uint64_t red_collides(const EntryKey& k) noexcept {
+  if (k.kind == tandem::common::EntryKind::kEgress && k.word0 == 1) return 0x0123'4567'89AB'CDEFull;
+  return tandem::rnic::unkeyed_hash(k);
+}
+
+std::string addr(const char* net, int i) { return std::string(net) + std::to_string(i); }
+
+}  // namespace
+
+TEST_CASE("agent core: one tenant's entries that overflow a bucket do not abort another tenant's resolutions merged with them") {
+  Harness h(64, red_collides);
+  constexpr int kRed = 24, kBlue = 20;  // red: 8 more than its two buckets hold
+  for (int i = 0; i < kRed; ++i)
+    h.mapping(100, addr("192.168.7.", 100 + i).c_str(), addr("10.0.1.", 100 + i).c_str(), "B");
+  for (int i = 0; i < kBlue; ++i)
+    h.mapping(200, addr("192.168.8.", 100 + i).c_str(), addr("10.0.2.", 100 + i).c_str(), "B");
+  auto red = [](int i) { return egress_key(1, ip(addr("192.168.7.", 100 + i).c_str())); };
+  auto blue = [](int i) { return egress_key(3, ip(addr("192.168.8.", 100 + i).c_str())); };
+  // Both tenants miss at once: the agent takes all 44 punts in one step and
+  // merges their resolutions into one transaction, which the table refuses.
+  for (int i = 0; i < kRed; ++i) {
+    h.a.punt(red(i));
+    if (i < kBlue) h.a.punt(blue(i));
+  }
+  const uint64_t committed0 = h.link("A").ch->stats().txns_committed;
+  REQUIRE(h.run_until([&] {
+    const AgentLink& l = h.link("A");
+    return l.punts.received == kRed + kBlue && h.idle("A") && l.pending.size() == 0;
+  }));
+  int blue_in = 0, red_in = 0;
+  for (int i = 0; i < kBlue; ++i) blue_in += h.a.has(blue(i));
+  for (int i = 0; i < kRed; ++i) red_in += h.a.has(red(i));
+  // Every one of blue's resolutions is installed, once, on the first punt.
+  CHECK(blue_in == kBlue);
+  CHECK(h.link("A").punts.resolved == kRed + kBlue);
+  // Red's that fit are installed too; the rest fail, charged to red alone.
+  CHECK(red_in <= 16);
+  CHECK(red_in >= 8);
+  const AgentLink& l = h.link("A");
+  CHECK(l.fair.stats().at(100).install_refused == static_cast<uint64_t>(kRed - red_in));
+  CHECK(l.fair.stats().at(200).install_refused == 0);
+  CHECK(l.punts.install_refused == static_cast<uint64_t>(kRed - red_in));
+  // The refused merge was split (per tenant, then halves), within its bound.
+  const AgentChannelStats s = l.ch->stats();
+  CHECK(s.refusals_split >= 1);
+  CHECK(s.change_sets_refused == static_cast<uint64_t>(kRed - red_in));
+  CHECK(s.split_txns <= 2 * (kRed + kBlue) - 2);
+  CHECK(s.txns_committed - committed0 <= s.split_txns);
+  CHECK(h.in_sync("A", h.a));
+  // tandemctl rnic show and telemetry carry the per-tenant counter.
+  json r = h.api.handle({{"cmd", "rnic.show"}, {"name", "A"}});
+  CHECK(r["rnic"]["channel"]["punts"]["tenants"]["100"]["install_refused"] == kRed - red_in);
+  CHECK(r["rnic"]["channel"]["punts"]["tenants"]["200"]["install_refused"] == 0);
+  CHECK(h.core.snapshot()["A"].tenants.at(100).install_refused == static_cast<uint64_t>(kRed - red_in));
+  // Merging is untouched when nothing is refused: blue's next 20 flows go in one txn.
+  for (int i = 0; i < kBlue; ++i) {
+    const std::string a = addr("192.168.8.", 150 + i);
+    h.mapping(200, a.c_str(), addr("10.0.2.", 150 + i).c_str(), "B");
+  }
+  const uint64_t before = l.ch->stats().txns_committed;
+  auto more = [](int i) { return egress_key(3, ip(addr("192.168.8.", 150 + i).c_str())); };
+  for (int i = 0; i < kBlue; ++i) h.a.punt(more(i));
+  REQUIRE(h.run_until([&] {
+    for (int i = 0; i < kBlue; ++i)
+      if (!h.a.has(more(i))) return false;
+    return h.idle("A");
+  }));
+  CHECK(l.ch->stats().txns_committed - before == 1);
+  CHECK(l.ch->stats().refusals_split == s.refusals_split);
 }
 
 TEST_CASE("agent core: a resolution committed after its mapping was withdrawn is undone") {

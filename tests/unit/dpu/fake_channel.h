@@ -104,8 +104,10 @@ struct FakeWorker {
   uint64_t reattached = 0;
   bool alive = true;
 
-  FakeWorker(FakeOpener& d, std::string n, uint32_t capacity = 4096, uint64_t instance = 7)
-      : dir(d), name(std::move(n)), table({capacity}), ch(table, config(instance)) {}
+  // `hash`: the table's key hash (Level2TableConfig::hash; null: the keyed one).
+  FakeWorker(FakeOpener& d, std::string n, uint32_t capacity = 4096, uint64_t instance = 7,
+             uint64_t (*hash)(const EntryKey&) noexcept = nullptr)
+      : dir(d), name(std::move(n)), table({capacity, hash}), ch(table, config(instance)) {}
   static rnic::RnicChannelConfig config(uint64_t instance) {
     rnic::RnicChannelConfig c;
     c.rnic_instance = instance;

@@ -140,6 +140,12 @@ TEST_CASE("a collision storm with the RNIC's secret blocks the victim's flows; w
     }
     CHECK(find_group(d, 4)["first_bytes"] == 15);
     CHECK(find_group(d, 0)["first_bytes"] == 16);
+    // The bystander starting into RNIC 0 with the victim: its resolutions
+    // share transactions with the victim's refused ones, which are split
+    // (dpu/channel), so none of its own is refused and all 15 start.
+    CHECK(find_group(d, 5)["first_bytes"] == 15);
+    CHECK(find_group(d, 5)["aborted"] == 0);
+    CHECK(d["refusals_split"].get<uint64_t>() > 0);
   }
 }
 
