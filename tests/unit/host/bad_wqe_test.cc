@@ -10,23 +10,9 @@
 
 using namespace tandem::rnic::host;
 using tandem::rnic::host::test::App;
+using tandem::rnic::host::test::post_one;
 using tandem::rnic::host::test::ServerThread;
 using tandem::rnic::host::test::to_rts;
-
-namespace {
-
-int post_one(Qp* qp, uint64_t wr_id, ibv_sge sge, ibv_wr_opcode op = IBV_WR_RDMA_WRITE) {
-  ibv_send_wr wr{};
-  wr.wr_id = wr_id;
-  wr.opcode = op;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  ibv_send_wr* bad;
-  return post_send(qp, &wr, &bad);
-}
-
-}  // namespace
 
 TEST_CASE("an SGE past the end of its MR becomes a local protection error, then the QP flushes") {
   ServerThread st;

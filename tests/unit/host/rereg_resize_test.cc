@@ -10,24 +10,9 @@
 
 using namespace tandem::rnic::host;
 using tandem::rnic::host::test::App;
-using tandem::rnic::host::test::kAllAccess;
+using tandem::rnic::host::test::post_one;
 using tandem::rnic::host::test::ServerThread;
 using tandem::rnic::host::test::to_rts;
-
-namespace {
-
-int post_write(Qp* qp, uint64_t wr_id, ibv_sge sge) {
-  ibv_send_wr wr{};
-  wr.wr_id = wr_id;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  ibv_send_wr* bad;
-  return post_send(qp, &wr, &bad);
-}
-
-}  // namespace
 
 TEST_CASE("rereg_mr moves an MR to another PD and back, keys unchanged; the fast path checks the new PD") {
   ServerThread st;
@@ -40,7 +25,7 @@ TEST_CASE("rereg_mr moves an MR to another PD and back, keys unchanged; the fast
   CHECK(app.mr->lkey == lkey);
   CHECK(app.mr->pd == other);
   CHECK(dealloc_pd(other) == static_cast<int>(Status::kBusy));  // the MR is in it now
-  REQUIRE(post_write(app.qp, 1, app.sge(0, 64)) == 0);
+  REQUIRE(post_one(app.qp, 1, app.sge(0, 64)) == 0);
   SendWork w[2];
   st.with([&](HostServer& s) {
     CHECK(s.fetch_send(app.qp->qp_num, w) == 0);  // an lkey of another PD
@@ -94,7 +79,7 @@ TEST_CASE("resize_cq carries the unpolled completions over in order and refuses 
   REQUIRE(to_rts(app.qp, 1) == 0);
   REQUIRE(app.cq->cqe == 64);
   // Five sends done (posted, taken and completed as the worker does); one polled.
-  for (uint64_t i = 0; i < 5; ++i) REQUIRE(post_write(app.qp, 100 + i, app.sge(0, 8)) == 0);
+  for (uint64_t i = 0; i < 5; ++i) REQUIRE(post_one(app.qp, 100 + i, app.sge(0, 8)) == 0);
   SendWork w[8];
   st.with([&](HostServer& s) {
     REQUIRE(s.fetch_send(app.qp->qp_num, w) == 5);
@@ -106,7 +91,7 @@ TEST_CASE("resize_cq carries the unpolled completions over in order and refuses 
   CHECK(app.cq->cqe == 64);
   REQUIRE(resize_cq(app.cq, 5) == 0);
   CHECK(app.cq->cqe == 8);
-  REQUIRE(post_write(app.qp, 105, app.sge(0, 8)) == 0);
+  REQUIRE(post_one(app.qp, 105, app.sge(0, 8)) == 0);
   st.with([&](HostServer& s) {
     REQUIRE(s.fetch_send(app.qp->qp_num, w) == 1);
     CHECK(s.complete_send(app.qp->qp_num, w[0], IBV_WC_SUCCESS));
@@ -114,7 +99,7 @@ TEST_CASE("resize_cq carries the unpolled completions over in order and refuses 
   REQUIRE(app.poll(wc, 5) == 5);
   for (int i = 0; i < 5; ++i) CHECK(wc[i].wr_id == 101u + static_cast<unsigned>(i));
   // Sends already posted will complete here: a ring without room for them is refused too.
-  for (uint64_t i = 0; i < 3; ++i) REQUIRE(post_write(app.qp, 200 + i, app.sge(0, 8)) == 0);
+  for (uint64_t i = 0; i < 3; ++i) REQUIRE(post_one(app.qp, 200 + i, app.sge(0, 8)) == 0);
   CHECK(resize_cq(app.cq, 2) == static_cast<int>(Status::kInvalidArgument));
   REQUIRE(resize_cq(app.cq, 4) == 0);
   CHECK(resize_cq(app.cq, 0) == static_cast<int>(Status::kInvalidArgument));

@@ -13,6 +13,18 @@ namespace tandem::rnic::host::test {
 inline constexpr int kAllAccess =
     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
+// One signaled WR of one SGE (an RDMA WRITE unless told otherwise).
+inline int post_one(Qp* qp, uint64_t wr_id, ibv_sge sge, ibv_wr_opcode op = IBV_WR_RDMA_WRITE) {
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.opcode = op;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad;
+  return post_send(qp, &wr, &bad);
+}
+
 inline int to_rts(Qp* qp, uint32_t remote_qpn) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
