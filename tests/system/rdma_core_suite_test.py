@@ -13,7 +13,9 @@ completion not arriving within pyverbs' 10 s poll limit); failing twice fails th
 
 Skipped with one clear line (exit 77) when the suite's folder or pyverbs is absent.
 
-usage: rdma_core_suite_test.py TANDEM_FABRIC TANDEM_RNIC TANDEM_RUN [--json] [--module NAME ...]"""
+usage: rdma_core_suite_test.py TANDEM_FABRIC TANDEM_RNIC TANDEM_RUN [--json] [--module NAME ...]
+(NAME may be a module or one test, e.g. test_mr.MRTest.test_mr_rereg_pd; TANDEM_KEEP_LOGS=1 keeps
+the run directory with the worker's log and says where.)"""
 import json
 import os
 import re
