@@ -175,29 +175,24 @@ Status ControlServer::on_rereg_mr(App& app, const Request& req) {
   MrCtl* mr = find_mr_ctl(m.lkey);
   if (mr == nullptr || mr->app_id != app.id) return Status::kNotFound;
   if (m.flags == 0 || (m.flags & ~(kReregPd | kReregAccess)) != 0) return Status::kInvalidArgument;
-  uint32_t new_pdi = UINT32_MAX;
-  if ((m.flags & kReregPd) != 0) {
-    new_pdi = handle_index(m.pd);
-    if (new_pdi >= pds_.size() || !pds_[new_pdi].used || pds_[new_pdi].gen != handle_gen(m.pd) ||
-        pds_[new_pdi].app_id != app.id) {
-      return Status::kNotFound;
-    }
-  }
   if ((m.flags & kReregAccess) != 0 && (m.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0 &&
       (m.access & IBV_ACCESS_LOCAL_WRITE) == 0) {
     return Status::kInvalidArgument;
   }
+  const bool new_pd = (m.flags & kReregPd) != 0;
+  if (new_pd && !take_pd_ref(m.pd, app.id)) return Status::kNotFound;
   ControlMsg msg;
   msg.kind = MsgKind::kMrReregister;
   msg.index = static_cast<uint32_t>(mr - mrs_ctl_.data());
   msg.rereg_flags = m.flags;
   msg.pd = m.pd;
   msg.access = m.access;
-  if (!send_to_fast(msg)) return Status::kWorkerGone;
-  if (new_pdi != UINT32_MAX) {
-    const uint32_t old_pdi = handle_index(mr->pd);
-    if (old_pdi < pds_.size() && pds_[old_pdi].used && pds_[old_pdi].refs > 0) --pds_[old_pdi].refs;
-    ++pds_[new_pdi].refs;
+  if (!send_to_fast(msg)) {
+    if (new_pd) drop_pd_ref(m.pd);
+    return Status::kWorkerGone;
+  }
+  if (new_pd) {
+    drop_pd_ref(mr->pd);
     mr->pd = m.pd;
   }
   return Status::kOk;
